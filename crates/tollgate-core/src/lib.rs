@@ -1,0 +1,41 @@
+//! The domain core of tollgate: plain types and functions, no I/O, no async runtime.
+//!
+//! - [`clock`]: time as the limiters see it, with a [`ManualClock`] for tests.
+//! - [`subject`] and [`policy`]: whom we limit and with what (SPEC §0).
+//! - [`window`]: anchored-window maths, the amount cap and the rolling window (W*).
+//! - [`slots`]: timestamped slot leases (C*).
+//! - [`demand`]: what a request asks for and what it used (W5, B2).
+//! - [`rejection`]: the one typed rejection and the gateway code table (L2, E1).
+//! - [`store`]: the store traits and the in-memory store (L4).
+#![warn(missing_docs)]
+#![deny(unreachable_pub)]
+
+pub mod clock;
+pub mod demand;
+pub mod dialect;
+pub mod money;
+pub mod policy;
+pub mod rejection;
+pub mod slots;
+pub mod store;
+pub mod subject;
+pub mod window;
+
+#[cfg(test)]
+mod window_tests;
+
+pub use clock::{Clock, ManualClock, Millis, SystemClock};
+pub use demand::{Demand, Usage, UsageRecorder};
+pub use dialect::Dialect;
+pub use money::Money;
+pub use policy::{AnchorGroup, Dimension, Policy, Tier};
+pub use rejection::{
+    GatewayCode, LayerKind, RateLimitInfo, Rejection, subscription_message, window_rejection,
+};
+pub use slots::{Lease, LeaseId, LeaseSet};
+pub use store::memory::MemoryStore;
+pub use store::{
+    Admission, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult, WindowStore,
+};
+pub use subject::{Fallback, Resolved, Scope, Subject, SubjectKey, Subscription};
+pub use window::{Exceeded, ExceededLimit, LimitView, Outcome, ScopeState, WindowTicket};

@@ -1,0 +1,411 @@
+//! The in-memory store: the embedded default.
+//!
+//! State is split over a fixed number of shards, each a `HashMap` behind its own
+//! `Mutex`, so a decision holds one uncontended lock for well under a microsecond.
+//! Every entry knows whether it is idle — dropping it would change no decision (W2) —
+//! and the map is bounded: a shard that reaches its share of the capacity first drops
+//! its idle entries, and if that is not enough, the least recently touched eighth of
+//! the shard (counted in [`MemoryStore::stats`], since that forgets live usage). A
+//! flood of distinct keys therefore cannot grow memory without bound.
+//!
+//! Hand-written because no maintained crate offers a bounded concurrent map that
+//! evicts by a caller-defined "idle" test first and mutates entries in place under
+//! the same lock as the decision.
+
+use super::{Admission, SlotDecision, SlotStore, StoreResult, WindowStore};
+use crate::clock::{Clock, Millis, SystemClock};
+use crate::demand::Demand;
+use crate::policy::Policy;
+use crate::slots::{LeaseId, LeaseSet};
+use crate::subject::{Scope, SubjectKey};
+use crate::window::{LimitView, Outcome, ScopeState, WindowTicket};
+use std::collections::HashMap;
+use std::future::{Ready, ready};
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Number of shards (power of two).
+const SHARDS: usize = 64;
+
+/// State that can tell whether forgetting it changes any decision.
+pub trait Idle: Default {
+    /// True when the entry may be dropped at `now` without changing a decision.
+    fn is_idle(&self, now: Millis) -> bool;
+}
+
+impl Idle for LeaseSet {
+    fn is_idle(&self, now: Millis) -> bool {
+        LeaseSet::is_idle(self, now)
+    }
+}
+
+/// Window state of one subject: one [`ScopeState`] per policy scope.
+#[derive(Debug, Default)]
+pub struct SubjectWindows {
+    scopes: [Option<Box<ScopeState>>; 2],
+}
+
+impl SubjectWindows {
+    fn scope_mut(&mut self, s: Scope) -> &mut ScopeState {
+        self.scopes[s as usize].get_or_insert_with(Default::default)
+    }
+    fn scope(&self, s: Scope) -> Option<&ScopeState> {
+        self.scopes[s as usize].as_deref()
+    }
+}
+
+impl Idle for SubjectWindows {
+    fn is_idle(&self, now: Millis) -> bool {
+        self.scopes.iter().flatten().all(|s| s.is_idle(now))
+    }
+}
+
+struct Entry<V> {
+    value: V,
+    touched: Millis,
+}
+
+/// A bounded, sharded map from subject key to state.
+pub struct ShardedMap<V> {
+    shards: Box<[Mutex<HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>>]>,
+    hasher: foldhash::fast::RandomState,
+    cap_per_shard: usize,
+    evicted_live: AtomicU64,
+}
+
+impl<V: Idle> ShardedMap<V> {
+    /// A map holding at most about `capacity` entries.
+    pub fn new(capacity: usize) -> Self {
+        let shards = (0..SHARDS)
+            .map(|_| Mutex::new(HashMap::with_hasher(Default::default())))
+            .collect();
+        Self {
+            shards,
+            hasher: Default::default(),
+            cap_per_shard: capacity.div_ceil(SHARDS).max(8),
+            evicted_live: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>> {
+        let mut h = self.hasher.build_hasher();
+        key.hash(&mut h);
+        let i = (std::hash::Hasher::finish(&h) >> 58) as usize & (SHARDS - 1);
+        &self.shards[i]
+    }
+
+    /// Runs `f` on the entry of `key` (created empty if absent). An entry left idle by
+    /// `f` is removed at once, so rejected requests of unknown keys leave nothing.
+    pub fn with<R>(&self, key: &SubjectKey, now: Millis, f: impl FnOnce(&mut V) -> R) -> R {
+        let mut shard = self.shard(key.as_str()).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = shard.get_mut(key.as_str()) {
+            e.touched = now;
+            let r = f(&mut e.value);
+            if e.value.is_idle(now) {
+                shard.remove(key.as_str());
+            }
+            return r;
+        }
+        let mut value = V::default();
+        let r = f(&mut value);
+        if !value.is_idle(now) {
+            if shard.len() >= self.cap_per_shard {
+                self.make_room(&mut shard, now);
+            }
+            shard.insert(
+                key.clone(),
+                Entry {
+                    value,
+                    touched: now,
+                },
+            );
+        }
+        r
+    }
+
+    /// Runs `f` on the entry of `key` if it exists.
+    pub fn read<R>(&self, key: &str, f: impl FnOnce(&V) -> R) -> Option<R> {
+        let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        shard.get(key).map(|e| f(&e.value))
+    }
+
+    fn make_room(
+        &self,
+        shard: &mut HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>,
+        now: Millis,
+    ) {
+        shard.retain(|_, e| !e.value.is_idle(now));
+        if shard.len() < self.cap_per_shard {
+            return;
+        }
+        // Still full of live state: forget the least recently touched eighth.
+        let mut touches: Vec<Millis> = shard.values().map(|e| e.touched).collect();
+        let n = (touches.len() / 8).max(1);
+        let (_, cut, _) = touches.select_nth_unstable(n - 1);
+        let cut = *cut;
+        let before = shard.len();
+        let mut budget = n;
+        shard.retain(|_, e| {
+            if budget > 0 && e.touched <= cut {
+                budget -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.evicted_live
+            .fetch_add((before - shard.len()) as u64, Ordering::Relaxed);
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// True when no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every idle entry (a periodic sweep keeps memory low between floods).
+    pub fn sweep(&self, now: Millis) {
+        for s in self.shards.iter() {
+            s.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, e| !e.value.is_idle(now));
+        }
+    }
+}
+
+/// Counters of the in-memory store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Subjects with slot state.
+    pub slot_entries: usize,
+    /// Subjects with window state.
+    pub window_entries: usize,
+    /// Live entries dropped because the store was full.
+    pub evicted_live: u64,
+}
+
+struct Inner<C> {
+    clock: C,
+    slots: ShardedMap<LeaseSet>,
+    windows: ShardedMap<SubjectWindows>,
+    next_lease: AtomicU64,
+}
+
+/// The in-memory store: implements every store trait of this crate.
+///
+/// ```
+/// use tollgate_core::{ManualClock, MemoryStore, SlotDecision, SlotStore, SubjectKey};
+/// # futures_lite_block_on::run(async {
+/// let store = MemoryStore::with_clock(ManualClock::new(0));
+/// let key = SubjectKey::from("k");
+/// let d = store.acquire(&key, 1, 600_000).await.unwrap();
+/// assert!(matches!(d, SlotDecision::Acquired(_)));
+/// assert!(matches!(store.acquire(&key, 1, 600_000).await.unwrap(), SlotDecision::Full { .. }));
+/// # });
+/// # mod futures_lite_block_on {
+/// #     pub fn run<F: std::future::Future>(f: F) -> F::Output {
+/// #         let mut f = std::pin::pin!(f);
+/// #         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #         match f.as_mut().poll(&mut cx) { std::task::Poll::Ready(v) => v, _ => unreachable!() }
+/// #     }
+/// # }
+/// ```
+pub struct MemoryStore<C = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C> Clone for MemoryStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Default bound on entries per map.
+pub const DEFAULT_CAPACITY: usize = 1_000_000;
+
+impl MemoryStore<SystemClock> {
+    /// A store on the system clock with the default capacity.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock::new())
+    }
+}
+
+impl Default for MemoryStore<SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// A store on `clock` with the default capacity.
+    pub fn with_clock(clock: C) -> Self {
+        Self::with_clock_and_capacity(clock, DEFAULT_CAPACITY)
+    }
+
+    /// A store on `clock` holding about `capacity` subjects per kind of state.
+    pub fn with_clock_and_capacity(clock: C, capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                clock,
+                slots: ShardedMap::new(capacity),
+                windows: ShardedMap::new(capacity),
+                next_lease: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The store's clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// Sizes and eviction counts.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            slot_entries: self.inner.slots.len(),
+            window_entries: self.inner.windows.len(),
+            evicted_live: self.inner.slots.evicted_live.load(Ordering::Relaxed)
+                + self.inner.windows.evicted_live.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drops every idle entry now.
+    pub fn sweep(&self) {
+        let now = self.inner.clock.now();
+        self.inner.slots.sweep(now);
+        self.inner.windows.sweep(now);
+    }
+
+    // Synchronous forms, used by the trait impls and by callers that want no future.
+
+    /// [`SlotStore::acquire`] without a future.
+    pub fn acquire_now(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> SlotDecision {
+        let now = self.inner.clock.now();
+        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .slots
+            .with(key, now, |set| match set.try_acquire(id, limit, ttl, now) {
+                Ok(()) => SlotDecision::Acquired(id),
+                Err(full) => SlotDecision::Full {
+                    in_flight: full.in_flight,
+                },
+            })
+    }
+
+    /// [`SlotStore::renew`] without a future.
+    pub fn renew_now(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> bool {
+        let now = self.inner.clock.now();
+        self.inner.slots.with(key, now, |s| s.renew(lease, ttl, now))
+    }
+
+    /// [`SlotStore::release`] without a future.
+    pub fn release_now(&self, key: &SubjectKey, lease: LeaseId) {
+        let now = self.inner.clock.now();
+        self.inner.slots.with(key, now, |s| {
+            s.release(lease);
+        });
+    }
+
+    /// [`SlotStore::in_flight`] without a future.
+    pub fn in_flight_now(&self, key: &SubjectKey) -> u32 {
+        let now = self.inner.clock.now();
+        self.inner
+            .slots
+            .read(key.as_str(), |s| s.in_flight(now))
+            .unwrap_or(0)
+    }
+
+    /// [`WindowStore::admit`] without a future.
+    pub fn admit_now(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Policy,
+        demand: &Demand,
+    ) -> Admission {
+        let now = self.inner.clock.now();
+        self.inner.windows.with(key, now, |w| {
+            match w.scope_mut(scope).admit(policy, demand, now) {
+                Ok(t) => Admission::Admitted(t),
+                Err(e) => Admission::Exceeded(e),
+            }
+        })
+    }
+
+    /// [`WindowStore::settle`] without a future.
+    pub fn settle_now(&self, key: &SubjectKey, scope: Scope, ticket: &WindowTicket, outcome: Outcome) {
+        let now = self.inner.clock.now();
+        self.inner
+            .windows
+            .with(key, now, |w| w.scope_mut(scope).settle(ticket, outcome, now));
+    }
+
+    /// [`WindowStore::view`] without a future.
+    pub fn view_now(&self, key: &SubjectKey, scope: Scope, policy: &Policy) -> Vec<LimitView> {
+        let now = self.inner.clock.now();
+        self.inner
+            .windows
+            .read(key.as_str(), |w| w.scope(scope).map(|s| s.view(policy, now)))
+            .flatten()
+            .unwrap_or_else(|| ScopeState::default().view(policy, now))
+    }
+}
+
+impl<C: Clock> SlotStore for MemoryStore<C> {
+    type Future<T: Send + 'static> = Ready<StoreResult<T>>;
+
+    fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
+        ready(Ok(self.acquire_now(key, limit, ttl)))
+    }
+    fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        ready(Ok(self.renew_now(key, lease, ttl)))
+    }
+    fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
+        ready(Ok(self.release_now(key, lease)))
+    }
+    fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
+        ready(Ok(self.in_flight_now(key)))
+    }
+}
+
+impl<C: Clock> WindowStore for MemoryStore<C> {
+    type Future<T: Send + 'static> = Ready<StoreResult<T>>;
+
+    fn admit(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+        demand: &Demand,
+    ) -> Self::Future<Admission> {
+        ready(Ok(self.admit_now(key, scope, policy, demand)))
+    }
+    fn settle(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: WindowTicket,
+        outcome: Outcome,
+    ) -> Self::Future<()> {
+        ready(Ok(self.settle_now(key, scope, &ticket, outcome)))
+    }
+    fn view(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>> {
+        ready(Ok(self.view_now(key, scope, policy)))
+    }
+}

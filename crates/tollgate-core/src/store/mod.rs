@@ -1,0 +1,139 @@
+//! Store traits: where limit state lives (L4, D1, D2).
+//!
+//! One decision is one call: [`SlotStore::acquire`] and [`WindowStore::admit`] each
+//! check and reserve everything a layer needs in a single step, which the Redis store
+//! runs as one Lua script. Futures are associated types so a layer's response future
+//! can be named (no boxing on the in-memory hot path, where they are
+//! [`std::future::Ready`]); they own what they need (`'static`) so releases and
+//! settlements can be spawned off the response path.
+//!
+//! Time belongs to the store: the in-memory store reads its injected [`Clock`], the
+//! Redis store the server's `TIME`.
+//!
+//! [`Clock`]: crate::Clock
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+pub mod memory;
+
+use crate::demand::Demand;
+use crate::policy::Policy;
+use crate::slots::LeaseId;
+use crate::subject::{Scope, SubjectKey};
+use crate::window::{Exceeded, LimitView, Outcome, WindowTicket};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::clock::Millis;
+
+/// A store could not answer (connection lost, deadline passed, script error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    message: String,
+}
+
+/// Broad class of a [`StoreError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The store did not answer within its deadline.
+    Timeout,
+    /// The store is unreachable.
+    Unavailable,
+    /// The store answered something unusable.
+    Protocol,
+}
+
+impl StoreError {
+    /// A new error.
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+    /// Its class.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "limit store {:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Result of a store call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Outcome of a slot acquisition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotDecision {
+    /// A slot was taken under this lease.
+    Acquired(LeaseId),
+    /// Every slot is taken.
+    Full {
+        /// Live leases at the decision.
+        in_flight: u32,
+    },
+}
+
+/// Per-subject concurrency leases (C*, D5).
+pub trait SlotStore: Clone + Send + Sync + 'static {
+    /// The future every call returns.
+    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + 'static;
+
+    /// Purges expired leases of `key`, then takes a slot if fewer than `limit` are
+    /// live. One round trip.
+    fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision>;
+    /// Extends a lease to now + `ttl`; false if it no longer exists.
+    fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool>;
+    /// Releases a lease; releasing twice is harmless.
+    fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()>;
+    /// Live leases of `key`.
+    fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32>;
+}
+
+/// Outcome of a window admission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Admitted; settle the ticket when the request ends.
+    Admitted(WindowTicket),
+    /// Not admitted; nothing was counted.
+    Exceeded(Exceeded),
+}
+
+/// Per-subject anchored windows, amount cap and rolling window (W*).
+pub trait WindowStore: Clone + Send + Sync + 'static {
+    /// The future every call returns.
+    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + 'static;
+
+    /// One all-or-nothing check-and-reserve of `demand` against every limit of
+    /// `policy` for (`key`, `scope`). One round trip.
+    fn admit(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+        demand: &Demand,
+    ) -> Self::Future<Admission>;
+    /// Settles or refunds an admitted request (W5, L5).
+    fn settle(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: WindowTicket,
+        outcome: Outcome,
+    ) -> Self::Future<()>;
+    /// Every limit of `policy` with its current use (the usage view).
+    fn view(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>>;
+}
