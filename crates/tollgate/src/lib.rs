@@ -1,1 +1,65 @@
+//! tower layers that give any hyper, axum or tonic service the admission control of an
+//! LLM / model-API gateway.
+//!
+//! | layer | feature | concern |
+//! |---|---|---|
+//! | [`ConcurrencySlotLayer`] | `slots` | per-subject in-flight slots, leases that heal (C1–C5) |
+//! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
+//! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
+//!
+//! # What the layers read from a request
+//!
+//! - [`Subject`] (request extension): whom to limit and their policies. Put it there
+//!   in an authentication layer of your own, or configure the layer with a
+//!   [`SubjectExtractor`] (for example [`HeaderKey`]) to build it from the request (L6).
+//!   A request with no subject is refused with 40101 (401), never a panic.
+//! - [`Demand`] (request extension, optional): estimated tokens, images, videos and
+//!   money. Without one, a request counts as one request and nothing else.
+//! - [`UsageRecorder`] (request extension): the layers insert one if absent. Whatever
+//!   produces the response records the actual [`Usage`] into it before the response
+//!   body ends; the window layer settles tokens and money from it at the end of the
+//!   body (W5). With no usage recorded, the reservation stands as the charge.
+//! - [`Dialect`] (request extension, optional): the error format; otherwise the
+//!   [`ErrorMappingLayer`] picks it from the path.
+//!
+//! Everything a layer holds for a request — a slot, window reservations — is held until
+//! the response **body** ends, errors or is dropped (L3).
+//!
+//! [`Subject`]: tollgate_core::Subject
+//! [`Demand`]: tollgate_core::Demand
+//! [`UsageRecorder`]: tollgate_core::UsageRecorder
+//! [`Usage`]: tollgate_core::Usage
+//! [`Dialect`]: tollgate_core::Dialect
+#![warn(missing_docs)]
+#![deny(unreachable_pub)]
 
+pub mod body;
+pub mod extract;
+#[cfg(any(feature = "slots", feature = "windows"))]
+pub mod failure;
+mod spawn;
+
+#[cfg(feature = "errors")]
+pub mod error_map;
+#[cfg(feature = "slots")]
+pub mod slot;
+#[cfg(any(feature = "slots", feature = "windows"))]
+pub mod time;
+#[cfg(feature = "windows")]
+pub mod window;
+
+pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
+#[cfg(any(feature = "slots", feature = "windows"))]
+pub use failure::{FailureMode, FailureStats};
+pub use tollgate_core as core;
+
+#[cfg(feature = "errors")]
+pub use error_map::{ErrorMapping, ErrorMappingLayer};
+#[cfg(feature = "slots")]
+pub use slot::{ConcurrencySlot, ConcurrencySlotLayer};
+#[cfg(feature = "windows")]
+pub use window::{AnchoredWindow, AnchoredWindowLayer};
+
+/// The error type of the layers: a boxed error that is a
+/// [`Rejection`](tollgate_core::Rejection) when a layer refused.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

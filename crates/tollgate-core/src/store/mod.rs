@@ -4,8 +4,9 @@
 //! check and reserve everything a layer needs in a single step, which the Redis store
 //! runs as one Lua script. Futures are associated types so a layer's response future
 //! can be named (no boxing on the in-memory hot path, where they are
-//! [`std::future::Ready`]); they own what they need (`'static`) so releases and
-//! settlements can be spawned off the response path.
+//! [`std::future::Ready`]); they own what they need (`'static`) and are `Unpin` so
+//! releases and settlements can be polled in place and, if not done at once, spawned
+//! off the response path.
 //!
 //! Time belongs to the store: the in-memory store reads its injected [`Clock`], the
 //! Redis store the server's `TIME`.
@@ -85,7 +86,7 @@ pub enum SlotDecision {
 /// Per-subject concurrency leases (C*, D5).
 pub trait SlotStore: Clone + Send + Sync + 'static {
     /// The future every call returns.
-    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + 'static;
+    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + Unpin + 'static;
 
     /// Purges expired leases of `key`, then takes a slot if fewer than `limit` are
     /// live. One round trip.
@@ -110,7 +111,7 @@ pub enum Admission {
 /// Per-subject anchored windows, amount cap and rolling window (W*).
 pub trait WindowStore: Clone + Send + Sync + 'static {
     /// The future every call returns.
-    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + 'static;
+    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + Unpin + 'static;
 
     /// One all-or-nothing check-and-reserve of `demand` against every limit of
     /// `policy` for (`key`, `scope`). One round trip.

@@ -1,0 +1,205 @@
+use super::layer::Shared;
+use super::{SlotGuard, backoff, busy};
+use crate::BoxError;
+use crate::body::{Hold, HoldBody};
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use tokio::time::{Instant, Sleep};
+use tollgate_core::{LayerKind, Rejection, SlotDecision, SlotStore, SubjectKey};
+use tower_service::Service;
+
+/// A request whose slot is not decided yet.
+pub(crate) struct Deferred<S, ReqB, St, X, C> {
+    req: Option<Request<ReqB>>,
+    svc: S,
+    key: SubjectKey,
+    limit: u32,
+    started: Instant,
+    attempt: u32,
+    shared: Arc<Shared<St, X, C>>,
+}
+
+impl<S, ReqB, St, X, C> Deferred<S, ReqB, St, X, C> {
+    pub(crate) fn new(
+        req: Request<ReqB>,
+        svc: S,
+        key: SubjectKey,
+        limit: u32,
+        shared: Arc<Shared<St, X, C>>,
+    ) -> Box<Self> {
+        Box::new(Self {
+            req: Some(req),
+            svc,
+            key,
+            limit,
+            started: Instant::now(),
+            attempt: 0,
+            shared,
+        })
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB, St, X, C>
+    where
+        S: Service<Request<ReqB>>,
+        St: SlotStore,
+    {
+        Rejected { rejection: Option<Rejection> },
+        Acquiring { acquire: St::Future<SlotDecision>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
+        Waiting { sleep: Pin<Box<Sleep>>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
+        Called { #[pin] fut: S::Future, guard: Option<SlotGuard<St>> },
+    }
+}
+
+pin_project! {
+    /// Response future of [`ConcurrencySlot`](super::ConcurrencySlot).
+    pub struct ResponseFuture<S, ReqB, St, X, C>
+    where
+        S: Service<Request<ReqB>>,
+        St: SlotStore,
+    {
+        #[pin]
+        state: State<S, ReqB, St, X, C>,
+    }
+}
+
+impl<S, ReqB, St, X, C> ResponseFuture<S, ReqB, St, X, C>
+where
+    S: Service<Request<ReqB>>,
+    St: SlotStore,
+{
+    pub(crate) fn rejected(r: Rejection) -> Self {
+        Self {
+            state: State::Rejected { rejection: Some(r) },
+        }
+    }
+    pub(crate) fn called(fut: S::Future, guard: Option<SlotGuard<St>>) -> Self {
+        Self {
+            state: State::Called { fut, guard },
+        }
+    }
+    pub(crate) fn acquiring(
+        acquire: St::Future<SlotDecision>,
+        deferred: Box<Deferred<S, ReqB, St, X, C>>,
+    ) -> Self {
+        Self {
+            state: State::Acquiring {
+                acquire,
+                deferred: Some(deferred),
+            },
+        }
+    }
+    pub(crate) fn waiting(deferred: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
+        let mut f = Self {
+            state: State::Rejected { rejection: None },
+        };
+        f.state = wait_or_reject(deferred);
+        f
+    }
+}
+
+/// After a "full" answer: sleep and ask again, or refuse once `max_wait` is spent.
+fn wait_or_reject<S, ReqB, St, X, C>(mut d: Box<Deferred<S, ReqB, St, X, C>>) -> State<S, ReqB, St, X, C>
+where
+    S: Service<Request<ReqB>>,
+    St: SlotStore,
+{
+    let waited = d.started.elapsed();
+    let max = d.shared.config.max_wait;
+    if waited >= max {
+        return State::Rejected {
+            rejection: Some(busy()),
+        };
+    }
+    let pause = backoff(d.attempt, max - waited);
+    d.attempt += 1;
+    State::Waiting {
+        sleep: Box::pin(tokio::time::sleep(pause)),
+        deferred: Some(d),
+    }
+}
+
+impl<S, ReqB, St, X, C, ResB> Future for ResponseFuture<S, ReqB, St, X, C>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    St: SlotStore,
+    ResB: http_body::Body,
+{
+    type Output = Result<Response<HoldBody<ResB, SlotGuard<St>>>, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut state = self.as_mut().project().state;
+            let next = match state.as_mut().project() {
+                StateProj::Rejected { rejection } => {
+                    let r = rejection.take().expect("polled after completion");
+                    return Poll::Ready(Err(r.into()));
+                }
+                StateProj::Acquiring { acquire, deferred } => {
+                    let answer = ready!(Pin::new(acquire).poll(cx));
+                    let mut d = deferred.take().expect("polled after completion");
+                    match answer {
+                        Ok(SlotDecision::Acquired(lease)) => {
+                            let guard = SlotGuard::new(
+                                d.shared.store.clone(),
+                                d.key.clone(),
+                                lease,
+                                &d.shared.config,
+                            );
+                            let req = d.req.take().expect("request taken once");
+                            State::Called {
+                                fut: d.svc.call(req),
+                                guard: Some(guard),
+                            }
+                        }
+                        Ok(SlotDecision::Full { .. }) => wait_or_reject(d),
+                        Err(e) => match d.shared.failures.on_error(
+                            d.shared.config.failure_mode,
+                            LayerKind::ConcurrencySlot,
+                            &e,
+                        ) {
+                            None => {
+                                let req = d.req.take().expect("request taken once");
+                                State::Called {
+                                    fut: d.svc.call(req),
+                                    guard: None,
+                                }
+                            }
+                            Some(r) => State::Rejected { rejection: Some(r) },
+                        },
+                    }
+                }
+                StateProj::Waiting { sleep, deferred } => {
+                    ready!(sleep.as_mut().poll(cx));
+                    let d = deferred.take().expect("polled after completion");
+                    let ttl = tollgate_core::clock::millis(d.shared.config.lease_ttl);
+                    State::Acquiring {
+                        acquire: d.shared.store.acquire(&d.key, d.limit, ttl),
+                        deferred: Some(d),
+                    }
+                }
+                StateProj::Called { fut, guard } => {
+                    if let Some(g) = guard.as_mut() {
+                        g.keep_alive(cx);
+                    }
+                    let res = ready!(fut.poll(cx)).map_err(Into::into);
+                    let guard = guard.take();
+                    return Poll::Ready(res.map(|r| {
+                        r.map(|b| match guard {
+                            Some(g) => HoldBody::new(b, g),
+                            None => HoldBody::unguarded(b),
+                        })
+                    }));
+                }
+            };
+            state.set(next);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Per-subject in-flight slots (SPEC C1–C5).
+//!
+//! A slot is taken when the request is called (not in `poll_ready`), from the
+//! [`SlotStore`](tollgate_core::SlotStore), as a timestamped lease. The lease is held
+//! until the response body ends, errors or is dropped (L3), renewed every
+//! `renew_every` while held (C4), and released exactly once (C3). With no free slot
+//! the request is refused with 42901 at once, or after waiting up to `max_wait` (C2).
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use tollgate::{ConcurrencySlotLayer, core::{MemoryStore, Policy, Subject}};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let svc = ServiceBuilder::new()
+//!     .layer(ConcurrencySlotLayer::new(MemoryStore::new()))
+//!     .service_fn(|_req: http::Request<()>| async {
+//!         Ok::<_, Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+//!     });
+//! let mut req = http::Request::new(());
+//! req.extensions_mut().insert(Subject::new("key-1").with_policy(Policy::default().with_concurrency(2)));
+//! let res = svc.oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), 200);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::ConcurrencySlotLayer;
+pub use service::ConcurrencySlot;
+
+use crate::body::Hold;
+use crate::spawn::{Discard, detach};
+use crate::time::ms;
+use std::pin::Pin;
+use std::task::Context;
+use std::time::Duration;
+use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
+use tokio::time::{Instant, Sleep};
+
+/// Default lease TTL (C4): 600 s, as in the source.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
+
+/// Slot settings.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotConfig {
+    /// Lease TTL (C4).
+    pub lease_ttl: Duration,
+    /// Renewal period of a held lease; default TTL/3 (C4).
+    pub renew_every: Duration,
+    /// Longest wait for a free slot; zero = refuse at once (C2).
+    pub max_wait: Duration,
+    /// Failure mode when the store cannot answer (D4).
+    pub failure_mode: crate::FailureMode,
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: DEFAULT_LEASE_TTL,
+            renew_every: DEFAULT_LEASE_TTL / 3,
+            max_wait: Duration::ZERO,
+            failure_mode: crate::FailureMode::Open,
+        }
+    }
+}
+
+/// A held slot: released when dropped, renewed while polled.
+pub struct SlotGuard<St: SlotStore> {
+    store: St,
+    key: SubjectKey,
+    lease: LeaseId,
+    ttl: Millis,
+    renew_every: Duration,
+    renew_at: Option<Pin<Box<Sleep>>>,
+}
+
+impl<St: SlotStore> SlotGuard<St> {
+    pub(crate) fn new(store: St, key: SubjectKey, lease: LeaseId, cfg: &SlotConfig) -> Self {
+        Self {
+            store,
+            key,
+            lease,
+            ttl: tollgate_core::clock::millis(cfg.lease_ttl),
+            renew_every: cfg.renew_every,
+            renew_at: None,
+        }
+    }
+
+    /// The lease held.
+    pub fn lease(&self) -> LeaseId {
+        self.lease
+    }
+}
+
+impl<St: SlotStore> Hold for SlotGuard<St> {
+    fn keep_alive(&mut self, cx: &mut Context<'_>) {
+        if self.renew_every.is_zero() {
+            return;
+        }
+        let every = self.renew_every;
+        let timer = self
+            .renew_at
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        while timer.as_mut().poll(cx).is_ready() {
+            detach(
+                Discard(self.store.renew(&self.key, self.lease, self.ttl)),
+                "slot lease renewal",
+            );
+            timer.as_mut().reset(Instant::now() + every);
+        }
+    }
+}
+
+impl<St: SlotStore> Drop for SlotGuard<St> {
+    fn drop(&mut self) {
+        detach(self.store.release(&self.key, self.lease), "slot release");
+    }
+}
+
+/// How long to sleep before asking the store again while waiting for a slot:
+/// 1, 2, 4 … 32 ms, never past the end of the wait.
+pub(crate) fn backoff(attempt: u32, remaining: Duration) -> Duration {
+    ms(1u64 << attempt.min(5)).min(remaining)
+}
+
+/// The 42901 rejection (C2). Retry-After 1 s: a slot frees when any request ends.
+pub(crate) fn busy() -> Rejection {
+    Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot)
+        .with_retry_after(Some(Duration::from_secs(1)))
+}
+
+use std::future::Future;
+use tollgate_core::{GatewayCode, LayerKind, Rejection};

@@ -1,0 +1,105 @@
+use super::future::{Deferred, ResponseFuture};
+use super::layer::Shared;
+use super::{SlotGuard, busy};
+use crate::BoxError;
+use crate::body::HoldBody;
+use crate::extract::SubjectExtractor;
+use crate::spawn::poll_now;
+use http::{Request, Response};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tollgate_core::{Clock, LayerKind, SlotDecision, SlotStore};
+use tower_service::Service;
+
+/// Per-subject in-flight slots around a service (C1–C5). Built by
+/// [`ConcurrencySlotLayer`](super::ConcurrencySlotLayer).
+pub struct ConcurrencySlot<S, St, X, C> {
+    pub(crate) inner: S,
+    pub(crate) shared: Arc<Shared<St, X, C>>,
+}
+
+impl<S: Clone, St, X, C> Clone for ConcurrencySlot<S, St, X, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, St, X, C> ConcurrencySlot<S, St, X, C> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, St, X, C, ReqB, ResB> Service<Request<ReqB>> for ConcurrencySlot<S, St, X, C>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S::Error: Into<BoxError>,
+    St: SlotStore,
+    X: SubjectExtractor<ReqB>,
+    C: Clock,
+    ResB: http_body::Body,
+{
+    type Response = Response<HoldBody<ResB, SlotGuard<St>>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, ReqB, St, X, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness is the inner service's alone: the slot is decided in `call`, so an
+        // idle connection polled for readiness holds nothing (ENGINEERING rule 1).
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let shared = &self.shared;
+        let subject = match shared.extractor.extract(&req) {
+            Ok(s) => s,
+            Err(r) => return ResponseFuture::rejected(r),
+        };
+        let limit = subject.concurrency_limit(shared.clock.now());
+        if limit == 0 {
+            return ResponseFuture::called(self.inner.call(req), None);
+        }
+        let ttl = tollgate_core::clock::millis(shared.config.lease_ttl);
+        let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
+        // The in-memory store answers at once: decide here, with no state machine and
+        // no service clone. A pending answer (Redis) continues in the future.
+        match poll_now(&mut acquire) {
+            Some(Ok(SlotDecision::Acquired(lease))) => {
+                let guard = SlotGuard::new(shared.store.clone(), subject.key, lease, &shared.config);
+                ResponseFuture::called(self.inner.call(req), Some(guard))
+            }
+            Some(Ok(SlotDecision::Full { .. })) if shared.config.max_wait.is_zero() => {
+                ResponseFuture::rejected(busy())
+            }
+            Some(Err(e)) => match shared
+                .failures
+                .on_error(shared.config.failure_mode, LayerKind::ConcurrencySlot, &e)
+            {
+                None => ResponseFuture::called(self.inner.call(req), None),
+                Some(r) => ResponseFuture::rejected(r),
+            },
+            answered => {
+                // Take the service that was driven to readiness; leave a clone behind.
+                let clone = self.inner.clone();
+                let svc = std::mem::replace(&mut self.inner, clone);
+                let deferred = Deferred::new(req, svc, subject.key, limit, shared.clone());
+                match answered {
+                    None => ResponseFuture::acquiring(acquire, deferred),
+                    Some(_) => ResponseFuture::waiting(deferred),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The window layer's decision, shared by the synchronous path in `call` and the
+//! asynchronous one in the response future.
+
+use super::WindowGuard;
+use super::layer::Shared;
+use crate::time::ms;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tollgate_core::{
+    Admission, Clock, Demand, Dimension, Exceeded, Fallback, LayerKind, Policy, RateLimitInfo,
+    Rejection, Scope, StoreResult, Subject, UsageRecorder, WindowStore, window_rejection,
+};
+
+/// What to do next with a request.
+pub(crate) enum Step<St: WindowStore> {
+    /// Admitted: call the inner service holding the guard.
+    Admitted(WindowGuard<St>),
+    /// Not limited (no policy, pay-as-you-go onto no policy, or store failed open).
+    Unlimited,
+    /// Refuse.
+    Reject(Rejection),
+    /// Await this store answer.
+    Ask(St::Future<Admission>),
+    /// Sleep, then ask again (W10 `max_wait`).
+    Sleep(Duration),
+}
+
+/// One request's admission in progress.
+pub(crate) struct Admit<St, X, C> {
+    pub(crate) shared: Arc<Shared<St, X, C>>,
+    subject: Subject,
+    scope: Scope,
+    policy: Arc<Policy>,
+    /// `Some` while a pay-as-you-go fall-through is still available (W8).
+    fallback: Option<Option<Arc<Policy>>>,
+    demand: Demand,
+    recorder: UsageRecorder,
+    wait_started: Option<Instant>,
+}
+
+impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
+    /// The first step for `subject`, or `None` when no policy limits it.
+    pub(crate) fn start(
+        shared: &Arc<Shared<St, X, C>>,
+        subject: Subject,
+        demand: Demand,
+        recorder: UsageRecorder,
+    ) -> Option<(Self, Step<St>)> {
+        let resolved = subject.resolve(shared.clock.now());
+        let (scope, policy) = resolved.primary?;
+        let (scope, policy) = (scope, policy.clone());
+        let fallback = match resolved.fallback {
+            Fallback::Reject => None,
+            Fallback::KeyPolicy(p) => Some(p.cloned()),
+        };
+        if !policy.has_window_limits() {
+            return None;
+        }
+        let admit = Self {
+            shared: shared.clone(),
+            subject,
+            scope,
+            policy,
+            fallback,
+            demand,
+            recorder,
+            wait_started: None,
+        };
+        let first = Step::Ask(admit.ask());
+        Some((admit, first))
+    }
+
+    fn ask(&self) -> St::Future<Admission> {
+        self.shared
+            .store
+            .admit(&self.subject.key, self.scope, &self.policy, &self.demand)
+    }
+
+    /// The step after a store answer.
+    pub(crate) fn on_answer(&mut self, answer: StoreResult<Admission>) -> Step<St> {
+        let ex = match answer {
+            Ok(Admission::Admitted(ticket)) => {
+                return Step::Admitted(WindowGuard {
+                    store: self.shared.store.clone(),
+                    key: self.subject.key.clone(),
+                    scope: self.scope,
+                    ticket,
+                    recorder: self.recorder.clone(),
+                    refund: false,
+                });
+            }
+            Ok(Admission::Exceeded(ex)) => ex,
+            Err(e) => {
+                return match self.shared.failures.on_error(
+                    self.shared.config.failure_mode,
+                    LayerKind::AnchoredWindow,
+                    &e,
+                ) {
+                    None => Step::Unlimited,
+                    Some(r) => Step::Reject(r),
+                };
+            }
+        };
+        // W10: wait only if the rolling window alone is full and room appears in time.
+        let max_wait = self.shared.config.max_wait;
+        if ex.only_rolling() && !max_wait.is_zero() {
+            if let Some(after) = ex.retry_after_ms().map(ms) {
+                let started = *self.wait_started.get_or_insert_with(Instant::now);
+                if started.elapsed() + after <= max_wait {
+                    return Step::Sleep(after);
+                }
+            }
+        }
+        // W8: an exhausted subscription with pay-as-you-go falls through to the key's
+        // own policy (or to none).
+        if self.scope == Scope::Subscription {
+            if let Some(fallback) = self.fallback.take() {
+                return match fallback {
+                    Some(p) if p.has_window_limits() => {
+                        self.scope = Scope::Key;
+                        self.policy = p;
+                        self.wait_started = None;
+                        Step::Ask(self.ask())
+                    }
+                    _ => Step::Unlimited,
+                };
+            }
+        }
+        Step::Reject(window_rejection(
+            &ex,
+            self.scope == Scope::Subscription,
+            rate_info(&self.policy, &ex),
+        ))
+    }
+
+    /// Asks again after a sleep.
+    pub(crate) fn ask_again(&self) -> Step<St> {
+        Step::Ask(self.ask())
+    }
+}
+
+/// The limits announced in `X-RateLimit-*` (E2): the exceeded tier of a dimension if
+/// it was hit, else its shortest tier.
+fn rate_info(policy: &Policy, ex: &Exceeded) -> RateLimitInfo {
+    let pick = |d: Dimension| {
+        ex.limits
+            .iter()
+            .filter(|l| l.dimension == d)
+            .map(|l| l.tier)
+            .max_by_key(|t| t.window_ms)
+            .or_else(|| policy.tiers(d).iter().copied().min_by_key(|t| t.window_ms))
+            .map(|t| t.limit)
+    };
+    let rolling = ex
+        .limits
+        .iter()
+        .find(|l| l.dimension == Dimension::RollingRequests)
+        .map(|l| l.tier.limit);
+    RateLimitInfo {
+        requests: rolling.or_else(|| pick(Dimension::Requests)),
+        tokens: pick(Dimension::Tokens),
+    }
+}

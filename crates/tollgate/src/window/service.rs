@@ -1,0 +1,108 @@
+use super::decide::{Admit, Step};
+use super::future::{Deferred, ResponseFuture};
+use super::layer::Shared;
+use super::WindowGuard;
+use crate::BoxError;
+use crate::body::HoldBody;
+use crate::extract::SubjectExtractor;
+use crate::spawn::poll_now;
+use http::{Request, Response};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tollgate_core::{Clock, Demand, UsageRecorder, WindowStore};
+use tower_service::Service;
+
+/// Anchored-window quotas around a service (W1–W10). Built by
+/// [`AnchoredWindowLayer`](super::AnchoredWindowLayer).
+pub struct AnchoredWindow<S, St, X, C> {
+    pub(crate) inner: S,
+    pub(crate) shared: Arc<Shared<St, X, C>>,
+}
+
+impl<S: Clone, St, X, C> Clone for AnchoredWindow<S, St, X, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, St, X, C> AnchoredWindow<S, St, X, C> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, St, X, C, ReqB, ResB> Service<Request<ReqB>> for AnchoredWindow<S, St, X, C>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S::Error: Into<BoxError>,
+    St: WindowStore,
+    X: SubjectExtractor<ReqB>,
+    C: Clock,
+    ResB: http_body::Body,
+{
+    type Response = Response<HoldBody<ResB, WindowGuard<St>>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, ReqB, St, X, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Decided in `call`; readiness is the inner service's (ENGINEERING rule 1).
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+        let subject = match self.shared.extractor.extract(&req) {
+            Ok(s) => s,
+            Err(r) => return ResponseFuture::rejected(r),
+        };
+        let demand = req.extensions().get::<Demand>().copied().unwrap_or_default();
+        let recorder = req
+            .extensions_mut()
+            .get_or_insert_with(UsageRecorder::new)
+            .clone();
+        let Some((mut admit, mut step)) = Admit::start(&self.shared, subject, demand, recorder)
+        else {
+            return ResponseFuture::called(self.inner.call(req), None);
+        };
+        // The in-memory store answers at once: decide here. Anything that must wait
+        // (a Redis answer, a W10 sleep) continues in the future.
+        loop {
+            step = match step {
+                Step::Ask(mut fut) => match poll_now(&mut fut) {
+                    Some(answer) => admit.on_answer(answer),
+                    None => return ResponseFuture::deferred(Step::Ask(fut), self.defer(req, admit)),
+                },
+                Step::Admitted(guard) => return ResponseFuture::called(self.inner.call(req), Some(guard)),
+                Step::Unlimited => return ResponseFuture::called(self.inner.call(req), None),
+                Step::Reject(r) => return ResponseFuture::rejected(r),
+                sleep @ Step::Sleep(_) => {
+                    return ResponseFuture::deferred(sleep, self.defer(req, admit));
+                }
+            };
+        }
+    }
+}
+
+impl<S: Clone, St, X, C> AnchoredWindow<S, St, X, C> {
+    fn defer<ReqB>(&mut self, req: Request<ReqB>, admit: Admit<St, X, C>) -> Box<Deferred<S, ReqB, St, X, C>> {
+        // Take the service that was driven to readiness; leave a clone behind.
+        let clone = self.inner.clone();
+        let svc = std::mem::replace(&mut self.inner, clone);
+        Box::new(Deferred {
+            req: Some(req),
+            svc,
+            admit,
+        })
+    }
+}
