@@ -80,3 +80,12 @@ impl<B: Body, G: Hold> Body for HoldBody<B, G> {
         self.inner.size_hint()
     }
 }
+
+impl<B: std::fmt::Debug, G> std::fmt::Debug for HoldBody<B, G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldBody")
+            .field("inner", &self.inner)
+            .field("holding", &self.guard.is_some())
+            .finish()
+    }
+}
