@@ -9,8 +9,9 @@ use std::task::{Context, Poll};
 /// given back by being dropped; while held it may need polling to stay alive (lease
 /// renewal).
 pub trait Hold: Send + 'static {
-    /// Called whenever the response future or body is polled; may register a timer
-    /// with `cx` to be polled again (e.g. to renew a lease).
+    /// Called when the response future or body is polled and still pending; may
+    /// register a timer with `cx` to be polled again (e.g. to renew a lease). A request
+    /// that completes at once never calls it.
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {}
 }
 
@@ -55,16 +56,19 @@ impl<B: Body, G: Hold> Body for HoldBody<B, G> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
-        if let Some(g) = this.guard.as_mut() {
-            g.keep_alive(cx);
-        }
         let mut inner = this.inner;
         let res = inner.as_mut().poll_frame(cx);
         let ended = match &res {
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => true,
             // Release as soon as the end is visible, not when the next poll finds it.
             Poll::Ready(Some(Ok(_))) => inner.is_end_stream(),
-            Poll::Pending => false,
+            Poll::Pending => {
+                // Only a body that is still waiting needs its hold kept alive.
+                if let Some(g) = this.guard.as_mut() {
+                    g.keep_alive(cx);
+                }
+                false
+            }
         };
         if ended {
             this.guard.take();

@@ -96,7 +96,8 @@ mod tests {
 
     #[test]
     fn l6_header_key_strips_bearer() {
-        let x = HeaderKey::new(http::header::AUTHORIZATION).policy(Policy::default().with_concurrency(2));
+        let x = HeaderKey::new(http::header::AUTHORIZATION)
+            .policy(Policy::default().with_concurrency(2));
         let req = Request::builder()
             .header("authorization", "Bearer sk-abc")
             .body(())
@@ -104,7 +105,10 @@ mod tests {
         let s = x.extract(&req).unwrap();
         assert_eq!(s.key.as_str(), "sk-abc");
         assert_eq!(s.policy.unwrap().concurrency, 2);
-        let empty = Request::builder().header("authorization", "Bearer ").body(()).unwrap();
+        let empty = Request::builder()
+            .header("authorization", "Bearer ")
+            .body(())
+            .unwrap();
         assert!(x.extract(&empty).is_err());
     }
 
@@ -112,6 +116,9 @@ mod tests {
     fn l6_closure_extractor() {
         let x = |r: &Request<()>| Ok(Subject::new(r.uri().path()));
         let req = Request::builder().uri("/tenant-a").body(()).unwrap();
-        assert_eq!(SubjectExtractor::extract(&x, &req).unwrap().key.as_str(), "/tenant-a");
+        assert_eq!(
+            SubjectExtractor::extract(&x, &req).unwrap().key.as_str(),
+            "/tenant-a"
+        );
     }
 }

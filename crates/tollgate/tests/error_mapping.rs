@@ -60,7 +60,9 @@ async fn through(r: Rejection, req: Request<Body>) -> (http::response::Parts, By
     split(svc.oneshot(req).await).await
 }
 
-async fn split<B>(res: Result<Response<MappedBody<B>>, Infallible>) -> (http::response::Parts, Bytes)
+async fn split<B>(
+    res: Result<Response<MappedBody<B>>, Infallible>,
+) -> (http::response::Parts, Bytes)
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -99,7 +101,10 @@ async fn e1_openai_body_for_42906() {
     let (parts, body) = through(r, req("/v1/chat/completions")).await;
 
     assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(hdr(&parts.headers, "content-type"), Some("application/json"));
+    assert_eq!(
+        hdr(&parts.headers, "content-type"),
+        Some("application/json")
+    );
     assert_eq!(
         json_of(&body),
         json!({"error": {
@@ -110,7 +115,11 @@ async fn e1_openai_body_for_42906() {
         }})
     );
     // The Chinese text arrives as UTF-8, not mangled.
-    assert!(std::str::from_utf8(&body).unwrap().contains("已达套餐请求次数上限"));
+    assert!(
+        std::str::from_utf8(&body)
+            .unwrap()
+            .contains("已达套餐请求次数上限")
+    );
 
     // A message with quotes, backslashes and newlines stays valid JSON.
     let tricky = "model \"gpt-x\" \\ not allowed\n第二行";
@@ -256,7 +265,10 @@ async fn e1_dialect_from_route_and_extension_override() {
     for (path, want) in [
         ("/v1/chat/completions", Dialect::OpenAi),
         ("/v1/messages", Dialect::Anthropic),
-        ("/v1beta/models/gemini-2.5-pro:generateContent", Dialect::Gemini),
+        (
+            "/v1beta/models/gemini-2.5-pro:generateContent",
+            Dialect::Gemini,
+        ),
         ("/usage", Dialect::Native),
         ("/", Dialect::Native),
     ] {
@@ -348,8 +360,14 @@ async fn e2_ratelimit_headers_only_on_429_rejections() {
         },
     );
     let (parts, _) = through(r, req("/v1/messages")).await;
-    assert_eq!(hdr(&parts.headers, "x-ratelimit-limit-requests"), Some("60"));
-    assert_eq!(hdr(&parts.headers, "x-ratelimit-remaining-requests"), Some("0"));
+    assert_eq!(
+        hdr(&parts.headers, "x-ratelimit-limit-requests"),
+        Some("60")
+    );
+    assert_eq!(
+        hdr(&parts.headers, "x-ratelimit-remaining-requests"),
+        Some("0")
+    );
     assert!(!parts.headers.contains_key("x-ratelimit-limit-tokens"));
     assert!(!parts.headers.contains_key("x-ratelimit-remaining-tokens"));
 
@@ -357,7 +375,10 @@ async fn e2_ratelimit_headers_only_on_429_rejections() {
     let r = Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot);
     let (parts, _) = through(r, req("/v1/messages")).await;
     for n in NAMES {
-        assert!(!parts.headers.contains_key(n), "{n} on a 429 without limits");
+        assert!(
+            !parts.headers.contains_key(n),
+            "{n} on a 429 without limits"
+        );
     }
 
     // Not a 429, even with limits attached: none.
@@ -378,7 +399,13 @@ async fn e2_ratelimit_headers_only_on_429_rejections() {
     let ok = service_fn(|_req: Request<Body>| async {
         Ok::<_, BoxError>(Response::new(Body::from("fine")))
     });
-    let (parts, _) = split(ErrorMappingLayer::new().layer(ok).oneshot(req("/v1/messages")).await).await;
+    let (parts, _) = split(
+        ErrorMappingLayer::new()
+            .layer(ok)
+            .oneshot(req("/v1/messages"))
+            .await,
+    )
+    .await;
     assert_eq!(parts.status, StatusCode::OK);
     for n in NAMES.iter().chain(&["retry-after", "x-should-retry"]) {
         assert!(!parts.headers.contains_key(*n), "{n} on a success");
@@ -489,7 +516,9 @@ async fn e3_request_id_on_every_response_and_propagated() {
     let mut ids = Vec::new();
     for path in ["/ok", "/fail", "/ok"] {
         let (parts, _) = split(svc.clone().oneshot(req(path)).await).await;
-        let id = hdr(&parts.headers, "x-request-id").expect("generated id").to_owned();
+        let id = hdr(&parts.headers, "x-request-id")
+            .expect("generated id")
+            .to_owned();
         assert!(!id.is_empty());
         assert_eq!(last_seen().as_deref(), Some(id.as_str()), "{path}");
         ids.push(id);
@@ -541,7 +570,11 @@ async fn e3_500_hides_internals() {
     ] {
         let svc = ErrorMappingLayer::new().layer(failing(secret));
         let (parts, body) = split(svc.oneshot(req_with_id(path, "rid-500")).await).await;
-        assert_eq!(parts.status, StatusCode::INTERNAL_SERVER_ERROR, "{dialect:?}");
+        assert_eq!(
+            parts.status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{dialect:?}"
+        );
         let text = std::str::from_utf8(&body).unwrap();
         assert!(!text.contains("sk-live-SECRET"), "{dialect:?}: {text}");
         assert!(!text.contains("redis://"), "{dialect:?}: {text}");
@@ -652,10 +685,16 @@ async fn l1_poll_ready_delegates_and_pending_passes_through() {
     let mut svc = tower_test::mock::Spawn::new(ErrorMappingLayer::new().layer(mock));
 
     handle.allow(0);
-    assert!(svc.poll_ready::<Request<Body>>().is_pending(), "inner back-pressure reaches the caller");
+    assert!(
+        svc.poll_ready::<Request<Body>>().is_pending(),
+        "inner back-pressure reaches the caller"
+    );
     handle.allow(1);
     assert!(svc.is_woken());
-    assert!(matches!(svc.poll_ready::<Request<Body>>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        svc.poll_ready::<Request<Body>>(),
+        Poll::Ready(Ok(()))
+    ));
 
     let fut = svc.call(req_with_id("/v1/messages", "m-1"));
     let (got, send) = handle.next_request().await.unwrap();
@@ -678,26 +717,43 @@ async fn l1_failed_poll_ready_is_rendered_in_call_and_sticky() {
             .with_retry_after(Some(Duration::from_millis(300))),
     );
     // The failure does not escape poll_ready …
-    assert!(matches!(svc.poll_ready::<Request<Body>>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        svc.poll_ready::<Request<Body>>(),
+        Poll::Ready(Ok(()))
+    ));
     // … it is the response of the next call, which never reaches the failed inner.
-    let (parts, body) = split(svc.call(req_with_id("/v1/messages", "p-1")).await).await;
+    let fut = svc.call(req_with_id("/v1/messages", "p-1"));
+    assert!(
+        handle.poll_request().is_pending(),
+        "inner was called although not ready"
+    );
+    let (parts, body) = split(fut.await).await;
     assert_eq!(parts.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(hdr(&parts.headers, "retry-after"), Some("1"));
     assert_eq!(hdr(&parts.headers, "x-request-id"), Some("p-1"));
     assert_eq!(json_of(&body)["error"]["type"], "api_error");
-    assert!(handle.poll_request().is_pending(), "inner was called although not ready");
 
     // Sticky: tower says a failed service must be discarded; this instance keeps
     // answering with the error and never polls the failed inner again.
     handle.allow(1);
-    assert!(matches!(svc.poll_ready::<Request<Body>>(), Poll::Ready(Ok(()))));
-    let (parts, _) = split(svc.call(req("/")).await).await;
+    assert!(matches!(
+        svc.poll_ready::<Request<Body>>(),
+        Poll::Ready(Ok(()))
+    ));
+    let fut = svc.call(req("/"));
+    assert!(
+        handle.poll_request().is_pending(),
+        "the failed inner was polled and called again"
+    );
+    let (parts, _) = split(fut.await).await;
     assert_eq!(parts.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(handle.poll_request().is_pending());
 
     // A clone starts fresh and asks its own inner clone.
     let mut fresh = tower_test::mock::Spawn::new(svc.get_ref().clone());
-    assert!(matches!(fresh.poll_ready::<Request<Body>>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        fresh.poll_ready::<Request<Body>>(),
+        Poll::Ready(Ok(()))
+    ));
     let fut = fresh.call(req("/"));
     let (_, send) = handle.next_request().await.unwrap();
     send.send_response(Response::new(Body::default()));
@@ -710,7 +766,10 @@ async fn l1_failed_poll_ready_that_is_not_a_rejection_is_a_500() {
     let (mock, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let mut svc = tower_test::mock::Spawn::new(ErrorMappingLayer::new().layer(mock));
     handle.send_error(std::io::Error::other("pool for sk-live-SECRET exhausted"));
-    assert!(matches!(svc.poll_ready::<Request<Body>>(), Poll::Ready(Ok(()))));
+    assert!(matches!(
+        svc.poll_ready::<Request<Body>>(),
+        Poll::Ready(Ok(()))
+    ));
     let (parts, body) = split(svc.call(req_with_id("/", "p-2")).await).await;
     assert_eq!(parts.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(

@@ -26,8 +26,17 @@ fn key(n: u32) -> Subject {
 
 /// An inner service answering with a body the test ends by dropping the sender.
 fn streaming() -> (
-    impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible, Future = impl Send> + Clone,
-    Arc<std::sync::Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Result<http_body::Frame<bytes::Bytes>, Infallible>>>>>,
+    impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible, Future = impl Send>
+    + Clone,
+    Arc<
+        std::sync::Mutex<
+            Vec<
+                tokio::sync::mpsc::UnboundedSender<
+                    Result<http_body::Frame<bytes::Bytes>, Infallible>,
+                >,
+            >,
+        >,
+    >,
 ) {
     let senders = Arc::new(std::sync::Mutex::new(Vec::new()));
     let s2 = senders.clone();
@@ -43,7 +52,9 @@ fn streaming() -> (
 async fn c1_limit_per_subject_and_zero_is_unlimited() {
     let st = store();
     let (inner, _senders) = streaming();
-    let svc = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(st.clone())).service(inner);
+    let svc = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()))
+        .service(inner);
     let mut held = Vec::new();
     for _ in 0..2 {
         held.push(svc.clone().oneshot(req(&key(2), None)).await.unwrap());
@@ -55,7 +66,12 @@ async fn c1_limit_per_subject_and_zero_is_unlimited() {
     held.push(svc.clone().oneshot(req(&other, None)).await.unwrap());
     // 0 = unlimited: nothing is even counted.
     for _ in 0..50 {
-        held.push(svc.clone().oneshot(req(&subject("u", Policy::default()), None)).await.unwrap());
+        held.push(
+            svc.clone()
+                .oneshot(req(&subject("u", Policy::default()), None))
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(st.in_flight_now(&"u".into()), 0);
     assert_eq!(st.in_flight_now(&"k".into()), 2);
@@ -64,11 +80,17 @@ async fn c1_limit_per_subject_and_zero_is_unlimited() {
 #[tokio::test(start_paused = true)]
 async fn c2_full_rejects_at_once_with_42901_and_retry_after() {
     let (inner, _s) = streaming();
-    let svc = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(store())).service(inner);
+    let svc = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(store()))
+        .service(inner);
     let _held = svc.clone().oneshot(req(&key(1), None)).await.unwrap();
     let started = tokio::time::Instant::now();
     let e = svc.oneshot(req(&key(1), None)).await.unwrap_err();
-    assert_eq!(started.elapsed(), Duration::ZERO, "max_wait 0 must not wait");
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "max_wait 0 must not wait"
+    );
     let r = rejection(&e);
     assert_eq!(r.code().code(), 42901);
     assert_eq!(r.message(), "concurrency limit exceeded");
@@ -85,12 +107,22 @@ async fn c2_max_wait_admits_when_a_slot_frees_in_time() {
     let first = svc.clone().oneshot(req(&key(1), None)).await.unwrap();
     let waiter = tokio::spawn(svc.clone().oneshot(req(&key(1), None)));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiter.is_finished(), "the second request waits for the slot");
+    assert!(
+        !waiter.is_finished(),
+        "the second request waits for the slot"
+    );
     let started = tokio::time::Instant::now();
     senders.lock().unwrap().clear();
     drain(first.into_body()).await.unwrap();
-    let second = waiter.await.unwrap().expect("admitted once the first body ended");
-    assert!(started.elapsed() <= Duration::from_millis(40), "woken promptly: {:?}", started.elapsed());
+    let second = waiter
+        .await
+        .unwrap()
+        .expect("admitted once the first body ended");
+    assert!(
+        started.elapsed() <= Duration::from_millis(40),
+        "woken promptly: {:?}",
+        started.elapsed()
+    );
     drop(second);
 }
 
@@ -104,7 +136,10 @@ async fn c2_max_wait_then_rejects() {
     let started = tokio::time::Instant::now();
     let e = svc.oneshot(req(&key(1), None)).await.unwrap_err();
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_millis(2100), "{waited:?}");
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_millis(2100),
+        "{waited:?}"
+    );
     assert_eq!(rejection(&e).code(), GatewayCode::ConcurrencyLimit);
 }
 
@@ -114,7 +149,9 @@ async fn c3_released_exactly_once_on_body_end_error_and_drop() {
     let k = "k".into();
     // Body end.
     let (inner, senders) = streaming();
-    let svc = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(st.clone())).service(inner);
+    let svc = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()))
+        .service(inner);
     let res = svc.clone().oneshot(req(&key(1), None)).await.unwrap();
     assert_eq!(st.in_flight_now(&k), 1);
     senders.lock().unwrap()[0]
@@ -128,7 +165,9 @@ async fn c3_released_exactly_once_on_body_end_error_and_drop() {
     let failing = tower::service_fn(|_r: Request<()>| async {
         Err::<Response<http_body_util::Empty<bytes::Bytes>>, _>(std::io::Error::other("boom"))
     });
-    let svc2 = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(st.clone())).service(failing);
+    let svc2 = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()))
+        .service(failing);
     assert!(svc2.oneshot(req(&key(1), None)).await.is_err());
     assert_eq!(st.in_flight_now(&k), 0, "released on error");
 
@@ -143,19 +182,27 @@ async fn c3_released_exactly_once_on_body_end_error_and_drop() {
             ok_response()
         }
     });
-    let svc3 = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(st.clone())).service(slow);
+    let svc3 = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()))
+        .service(slow);
     let fut = svc3.oneshot(req(&key(1), None));
     let handle = tokio::spawn(fut);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(st.in_flight_now(&k), 1);
     handle.abort();
     let _ = handle.await;
-    assert_eq!(st.in_flight_now(&k), 0, "released when the future is dropped");
+    assert_eq!(
+        st.in_flight_now(&k),
+        0,
+        "released when the future is dropped"
+    );
     drop(tx);
 
     // Body dropped mid-stream (client disconnect).
     let (inner, senders) = streaming();
-    let svc4 = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(st.clone())).service(inner);
+    let svc4 = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()))
+        .service(inner);
     let res = svc4.clone().oneshot(req(&key(1), None)).await.unwrap();
     assert_eq!(st.in_flight_now(&k), 1);
     drop(res);
@@ -218,7 +265,11 @@ async fn c4_renewed_while_waiting_for_the_response_head() {
         .service(slow);
     let pending = tokio::spawn(svc.clone().oneshot(req(&key(1), None)));
     tokio::time::sleep(Duration::from_secs(90)).await;
-    assert_eq!(st.in_flight_now(&"k".into()), 1, "lease renewed while the head is awaited");
+    assert_eq!(
+        st.in_flight_now(&"k".into()),
+        1,
+        "lease renewed while the head is awaited"
+    );
     let res = pending.await.unwrap().unwrap();
     drain(res.into_body()).await.unwrap();
     assert_eq!(st.in_flight_now(&"k".into()), 0);
@@ -228,7 +279,9 @@ async fn c4_renewed_while_waiting_for_the_response_head() {
 async fn c5_open_streams_count_as_in_flight() {
     let st = store();
     let (inner, senders) = streaming();
-    let svc = ServiceBuilder::new().layer(ConcurrencySlotLayer::new(st.clone())).service(inner);
+    let svc = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()))
+        .service(inner);
     let a = svc.clone().oneshot(req(&key(3), None)).await.unwrap();
     let b = svc.clone().oneshot(req(&key(3), None)).await.unwrap();
     assert_eq!(st.in_flight_now(&"k".into()), 2);
@@ -286,7 +339,10 @@ async fn d4_failure_modes_open_and_closed() {
     let svc = ServiceBuilder::new()
         .layer(open.clone())
         .service_fn(|_r: Request<()>| async { ok_response() });
-    assert!(svc.oneshot(req(&key(1), None)).await.is_ok(), "fail-open admits");
+    assert!(
+        svc.oneshot(req(&key(1), None)).await.is_ok(),
+        "fail-open admits"
+    );
     assert_eq!(open.failure_stats().failed_open, 1);
 
     let closed = ConcurrencySlotLayer::new(DeadStore).failure_mode(FailureMode::Closed);

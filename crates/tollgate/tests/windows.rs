@@ -7,8 +7,8 @@ use http::{Request, Response};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate::core::{
-    Demand, Dimension, GatewayCode, MemoryStore, Policy, Rejection, Scope, Subject, Subscription,
-    Tier, Usage, UsageRecorder, LayerKind,
+    Demand, Dimension, GatewayCode, LayerKind, MemoryStore, Policy, Rejection, Scope, Subject,
+    Subscription, Tier, Usage, UsageRecorder,
 };
 use tollgate::time::TokioClock;
 use tollgate::{AnchoredWindowLayer, FailureMode};
@@ -17,7 +17,8 @@ use tower::{ServiceBuilder, ServiceExt};
 type Store = MemoryStore<TokioClock>;
 
 /// 10:17:32 on some day, in ms: the clock of the W2 example.
-const T0: u64 = 1_700_000_000_000 - 1_700_000_000_000 % 86_400_000 + (10 * 3600 + 17 * 60 + 32) * 1000;
+const T0: u64 =
+    1_700_000_000_000 - 1_700_000_000_000 % 86_400_000 + (10 * 3600 + 17 * 60 + 32) * 1000;
 
 fn store() -> Store {
     MemoryStore::with_clock(TokioClock::new(T0))
@@ -97,7 +98,11 @@ async fn w1_every_tier_is_enforced() {
     run(&st, &s, None).await.unwrap();
     run(&st, &s, None).await.unwrap();
     let r = run(&st, &s, None).await.unwrap_err();
-    assert_eq!(r.limit(), Some((Dimension::Requests, Tier::per_hour(5))), "the hour tier binds now");
+    assert_eq!(
+        r.limit(),
+        Some((Dimension::Requests, Tier::per_hour(5))),
+        "the hour tier binds now"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -110,13 +115,21 @@ async fn w2_window_is_anchored_at_first_use_not_the_clock_hour() {
     run(&st, &s, None).await.unwrap();
     tokio::time::advance(Duration::from_secs(1)).await; // 11:00:00: a calendar hour would reset here
     let r = run(&st, &s, None).await.unwrap_err();
-    assert_eq!(r.retry_after(), Some(Duration::from_secs(17 * 60 + 32)), "resets at 11:17:32");
+    assert_eq!(
+        r.retry_after(),
+        Some(Duration::from_secs(17 * 60 + 32)),
+        "resets at 11:17:32"
+    );
     tokio::time::advance(Duration::from_secs(17 * 60 + 31)).await; // 11:17:31
     assert!(run(&st, &s, None).await.is_err());
     tokio::time::advance(Duration::from_secs(1)).await; // 11:17:32
     run(&st, &s, None).await.unwrap();
     let view = st.view_now(&"k".into(), Scope::Key, &p);
-    assert_eq!(view[0].resets_at, Some(T0 + 2 * 3_600_000), "anchor moved on by whole windows");
+    assert_eq!(
+        view[0].resets_at,
+        Some(T0 + 2 * 3_600_000),
+        "anchor moved on by whole windows"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,7 +142,11 @@ async fn w2_idle_group_reanchors_at_next_use() {
     run(&st, &s, None).await.unwrap();
     let view = st.view_now(&"k".into(), Scope::Key, &p);
     let now = T0 + (5 * 3600 + 123) * 1000;
-    assert_eq!(view[0].resets_at, Some(now + 3_600_000), "new first use, new anchor");
+    assert_eq!(
+        view[0].resets_at,
+        Some(now + 3_600_000),
+        "new first use, new anchor"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -142,10 +159,19 @@ async fn w3_requests_and_tokens_share_an_anchor_images_have_their_own() {
     let s = subject("k", p.clone());
     run(&st, &s, Some(Demand::tokens(10))).await.unwrap(); // anchor for requests+tokens at T0
     tokio::time::advance(Duration::from_secs(600)).await;
-    let img = Demand { images: 1, ..Demand::default() };
+    let img = Demand {
+        images: 1,
+        ..Demand::default()
+    };
     run(&st, &s, Some(img)).await.unwrap(); // images anchor at T0+600 s
     let v = st.view_now(&"k".into(), Scope::Key, &p);
-    let at = |d| v.iter().find(|x| x.dimension == d).unwrap().resets_at.unwrap();
+    let at = |d| {
+        v.iter()
+            .find(|x| x.dimension == d)
+            .unwrap()
+            .resets_at
+            .unwrap()
+    };
     assert_eq!(at(Dimension::Requests), T0 + 3_600_000);
     assert_eq!(at(Dimension::Tokens), T0 + 3_600_000);
     assert_eq!(at(Dimension::Images), T0 + 600_000 + 3_600_000);
@@ -162,11 +188,17 @@ async fn w4_all_or_nothing_a_rejected_request_counts_nowhere() {
         .with_requests(Tier::per_minute(10))
         .with_tokens(Tier::per_minute(100));
     let s = subject("k", p.clone());
-    run(&st, &s, Some(Demand::tokens(60))).await.unwrap_err_free();
+    run(&st, &s, Some(Demand::tokens(60)))
+        .await
+        .unwrap_err_free();
     let before = st.view_now(&"k".into(), Scope::Key, &p);
     let e = run(&st, &s, Some(Demand::tokens(60))).await.unwrap_err();
     assert_eq!(e.code(), GatewayCode::TpmLimit);
-    assert_eq!(st.view_now(&"k".into(), Scope::Key, &p), before, "requests tier untouched");
+    assert_eq!(
+        st.view_now(&"k".into(), Scope::Key, &p),
+        before,
+        "requests tier untouched"
+    );
 }
 
 trait OkFree {
@@ -190,24 +222,41 @@ async fn w5_tokens_reserved_then_settled_from_usage_at_body_end() {
     let rec_slot = Arc::new(std::sync::Mutex::new(None::<UsageRecorder>));
     let (tx2, rec2) = (tx.clone(), rec_slot.clone());
     let body = Arc::new(std::sync::Mutex::new(Some(body)));
-    let svc = ServiceBuilder::new().layer(layer(&st)).service_fn(move |r: Request<()>| {
-        *rec2.lock().unwrap() = r.extensions().get::<UsageRecorder>().cloned();
-        let b = body.lock().unwrap().take().unwrap();
-        let _ = &tx2;
-        async move { Ok::<_, std::convert::Infallible>(Response::new(b)) }
-    });
-    let res = svc.oneshot(req(&s, Some(Demand::tokens(700)))).await.unwrap();
-    assert_eq!(used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000), 700, "reserved at admission");
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st))
+        .service_fn(move |r: Request<()>| {
+            *rec2.lock().unwrap() = r.extensions().get::<UsageRecorder>().cloned();
+            let b = body.lock().unwrap().take().unwrap();
+            let _ = &tx2;
+            async move { Ok::<_, std::convert::Infallible>(Response::new(b)) }
+        });
+    let res = svc
+        .oneshot(req(&s, Some(Demand::tokens(700))))
+        .await
+        .unwrap();
+    assert_eq!(
+        used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000),
+        700,
+        "reserved at admission"
+    );
     // The stream ends with a usage report of 250 tokens.
     rec_slot.lock().unwrap().as_ref().unwrap().record(Usage {
         input_tokens: 50,
         output_tokens: 200,
         ..Usage::default()
     });
-    assert_eq!(used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000), 700, "held until the body ends");
+    assert_eq!(
+        used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000),
+        700,
+        "held until the body ends"
+    );
     tx.lock().unwrap().take();
     drain(res.into_body()).await.unwrap();
-    assert_eq!(used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000), 250, "settled to actual");
+    assert_eq!(
+        used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000),
+        250,
+        "settled to actual"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -216,19 +265,36 @@ async fn w5_actual_over_limit_rejects_the_next_and_late_settlement_is_dropped() 
     let p = Policy::default().with_tokens(Tier::per_minute(1000));
     let s = subject("k", p.clone());
     // Estimated 100, actually 1500: the window goes over, the next request is refused.
-    let svc = ServiceBuilder::new().layer(layer(&st)).service(reporting(1500));
-    let r = svc.clone().oneshot(req(&s, Some(Demand::tokens(100)))).await.unwrap();
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st))
+        .service(reporting(1500));
+    let r = svc
+        .clone()
+        .oneshot(req(&s, Some(Demand::tokens(100))))
+        .await
+        .unwrap();
     drain(r.into_body()).await.unwrap();
-    assert_eq!(used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000), 1500);
+    assert_eq!(
+        used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000),
+        1500
+    );
     let e = run(&st, &s, Some(Demand::tokens(1))).await.unwrap_err();
     assert_eq!(e.code(), GatewayCode::TpmLimit);
     assert_eq!(e.message(), "tpm limit exceeded");
     // A request admitted in one window and settled after it rolled: dropped.
     tokio::time::advance(Duration::from_secs(60)).await;
-    let r = svc.clone().oneshot(req(&s, Some(Demand::tokens(100)))).await.unwrap();
+    let r = svc
+        .clone()
+        .oneshot(req(&s, Some(Demand::tokens(100))))
+        .await
+        .unwrap();
     tokio::time::advance(Duration::from_secs(60)).await;
     drain(r.into_body()).await.unwrap();
-    assert_eq!(used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000), 0, "not charged to the new window");
+    assert_eq!(
+        used(&st, "k", Scope::Key, &p, Dimension::Tokens, 60_000),
+        0,
+        "not charged to the new window"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -236,7 +302,10 @@ async fn w6_amount_cap_counts_in_flight_reservations() {
     let st = store();
     let p = Policy::default().with_amount_cap(1000);
     let s = subject("k", p.clone());
-    let money = Demand { money: 400, ..Demand::default() };
+    let money = Demand {
+        money: 400,
+        ..Demand::default()
+    };
     // Three parallel requests of up to 400 each: the third would slip under the cap if
     // only settled spend counted.
     let a = call(&st, &s, Some(money)).await.unwrap();
@@ -244,7 +313,11 @@ async fn w6_amount_cap_counts_in_flight_reservations() {
     let c = call(&st, &s, Some(money)).await.unwrap();
     let e = run(&st, &s, Some(money)).await.unwrap_err();
     assert_eq!(e.code(), GatewayCode::RpmLimit);
-    assert_eq!(e.retry_after(), None, "no recovery time for the amount cap (W9)");
+    assert_eq!(
+        e.retry_after(),
+        None,
+        "no recovery time for the amount cap (W9)"
+    );
     assert!(!e.should_retry());
     drop((a, b, c));
     // No cost recorded: the reservation stands as the spend (never zero).
@@ -261,11 +334,23 @@ async fn w6_amount_settles_to_the_recorded_cost() {
         .service_fn(|r: Request<()>| {
             let rec = r.extensions().get::<UsageRecorder>().cloned().unwrap();
             async move {
-                rec.record(Usage { cost: Some(30), ..Usage::default() });
+                rec.record(Usage {
+                    cost: Some(30),
+                    ..Usage::default()
+                });
                 ok_response()
             }
         });
-    let r = svc.oneshot(req(&s, Some(Demand { money: 400, ..Demand::default() }))).await.unwrap();
+    let r = svc
+        .oneshot(req(
+            &s,
+            Some(Demand {
+                money: 400,
+                ..Demand::default()
+            }),
+        ))
+        .await
+        .unwrap();
     drain(r.into_body()).await.unwrap();
     assert_eq!(used(&st, "k", Scope::Key, &p, Dimension::Amount, 0), 30);
 }
@@ -278,8 +363,14 @@ async fn w7_codes_per_dimension() {
         .with_videos(Tier::per_day(1))
         .with_requests(Tier::per_day(100));
     let s = subject("k", p);
-    let img = Demand { images: 1, ..Demand::default() };
-    let vid = Demand { videos: 1, ..Demand::default() };
+    let img = Demand {
+        images: 1,
+        ..Demand::default()
+    };
+    let vid = Demand {
+        videos: 1,
+        ..Demand::default()
+    };
     run(&st, &s, Some(img)).await.unwrap();
     run(&st, &s, Some(vid)).await.unwrap();
     for (d, dim) in [(img, Dimension::Images), (vid, Dimension::Videos)] {
@@ -327,7 +418,17 @@ async fn w8_pay_as_you_go_falls_through_to_the_key_policy() {
     run(&st, &s, None).await.unwrap();
     // Subscription spent: the third runs under the key's own policy…
     run(&st, &s, None).await.unwrap();
-    assert_eq!(used(&st, "k", Scope::Key, &key_policy, Dimension::Requests, 3_600_000), 1);
+    assert_eq!(
+        used(
+            &st,
+            "k",
+            Scope::Key,
+            &key_policy,
+            Dimension::Requests,
+            3_600_000
+        ),
+        1
+    );
     // …which then rejects with its own code, not 42906.
     let e = run(&st, &s, None).await.unwrap_err();
     assert_eq!(e.code(), GatewayCode::RpmLimit);
@@ -347,7 +448,16 @@ async fn w8_amount_subscription_message() {
         expires_at: None,
         pay_as_you_go: false,
     });
-    run(&st, &s, Some(Demand { money: 10, ..Demand::default() })).await.unwrap();
+    run(
+        &st,
+        &s,
+        Some(Demand {
+            money: 10,
+            ..Demand::default()
+        }),
+    )
+    .await
+    .unwrap();
     let e = run(&st, &s, None).await.unwrap_err();
     assert_eq!(e.code().code(), 42906);
     assert_eq!(e.message(), "订阅额度已用完，可开启API扣费访问继续使用");
@@ -357,7 +467,10 @@ async fn w8_amount_subscription_message() {
 #[tokio::test(start_paused = true)]
 async fn w8_expired_subscription_no_longer_applies() {
     let st = store();
-    let mut s = subscribed(false, Some(Policy::default().with_requests(Tier::per_hour(100))));
+    let mut s = subscribed(
+        false,
+        Some(Policy::default().with_requests(Tier::per_hour(100))),
+    );
     s.subscription.as_mut().unwrap().expires_at = Some(T0 + 1000);
     run(&st, &s, None).await.unwrap();
     run(&st, &s, None).await.unwrap();
@@ -377,9 +490,16 @@ async fn w9_retry_after_waits_for_every_exceeded_tier() {
     tokio::time::advance(Duration::from_millis(10_500)).await;
     // Both the minute requests tier and the hour token tier are exceeded: the later wins.
     let e = run(&st, &s, Some(Demand::tokens(1))).await.unwrap_err();
-    assert_eq!(e.retry_after(), Some(Duration::from_millis(3_600_000 - 10_500)));
+    assert_eq!(
+        e.retry_after(),
+        Some(Duration::from_millis(3_600_000 - 10_500))
+    );
     assert_eq!(e.retry_after_secs(), Some(3590), "rounded up");
-    assert_eq!(e.code(), GatewayCode::TpmLimit, "named after the binding tier");
+    assert_eq!(
+        e.code(),
+        GatewayCode::TpmLimit,
+        "named after the binding tier"
+    );
     assert_eq!(e.rate_limits().requests, Some(1));
     assert_eq!(e.rate_limits().tokens, Some(100));
     // A demand larger than the tier can never fit: no retry time.
@@ -410,7 +530,11 @@ async fn w10_rolling_window_waits_only_if_room_appears_within_max_wait() {
     assert_eq!(started.elapsed(), Duration::ZERO);
     let r = rejection(&e);
     assert_eq!(r.code(), GatewayCode::RpmLimit);
-    assert_eq!(r.retry_after_secs(), Some(59), "the 59 s start leaves at 119 s");
+    assert_eq!(
+        r.retry_after_secs(),
+        Some(59),
+        "the 59 s start leaves at 119 s"
+    );
     assert_eq!(r.rate_limits().requests, Some(2));
 }
 
@@ -425,27 +549,48 @@ async fn l5_rejection_further_in_refunds_everything() {
     let s = subject("k", p.clone());
     run(&st, &s, Some(Demand::tokens(10))).await.unwrap();
     let before = st.view_now(&"k".into(), Scope::Key, &p);
-    let svc = ServiceBuilder::new().layer(layer(&st)).service_fn(|_r: Request<()>| async {
-        Err::<Response<http_body_util::Empty<bytes::Bytes>>, tollgate::BoxError>(Box::new(
-            Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot),
-        ))
-    });
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st))
+        .service_fn(|_r: Request<()>| async {
+            Err::<Response<http_body_util::Empty<bytes::Bytes>>, tollgate::BoxError>(Box::new(
+                Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot),
+            ))
+        });
     for _ in 0..5 {
-        let e = svc.clone().oneshot(req(&s, Some(Demand { tokens: 100, money: 50, ..Demand::default() }))).await.unwrap_err();
+        let e = svc
+            .clone()
+            .oneshot(req(
+                &s,
+                Some(Demand {
+                    tokens: 100,
+                    money: 50,
+                    ..Demand::default()
+                }),
+            ))
+            .await
+            .unwrap_err();
         assert_eq!(rejection(&e).code(), GatewayCode::ConcurrencyLimit);
     }
-    assert_eq!(st.view_now(&"k".into(), Scope::Key, &p), before, "nothing consumed");
+    assert_eq!(
+        st.view_now(&"k".into(), Scope::Key, &p),
+        before,
+        "nothing consumed"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn d4_window_failure_modes() {
     let s = subject("k", Policy::default().with_requests(Tier::per_minute(1)));
     let open = AnchoredWindowLayer::new(DeadStore);
-    let svc = ServiceBuilder::new().layer(open.clone()).service(reporting(0));
+    let svc = ServiceBuilder::new()
+        .layer(open.clone())
+        .service(reporting(0));
     assert!(svc.oneshot(req(&s, None)).await.is_ok());
     assert_eq!(open.failure_stats().failed_open, 1);
     let closed = AnchoredWindowLayer::new(DeadStore).failure_mode(FailureMode::Closed);
-    let svc = ServiceBuilder::new().layer(closed.clone()).service(reporting(0));
+    let svc = ServiceBuilder::new()
+        .layer(closed.clone())
+        .service(reporting(0));
     let e = svc.oneshot(req(&s, None)).await.unwrap_err();
     assert_eq!(rejection(&e).code(), GatewayCode::StoreUnavailable);
 }
@@ -454,8 +599,14 @@ async fn d4_window_failure_modes() {
 async fn no_policy_passes_and_no_subject_is_40101() {
     let st = store();
     run(&st, &Subject::new("free"), None).await.unwrap();
-    assert_eq!(st.stats().window_entries, 0, "nothing is kept for an unlimited subject");
-    let svc = ServiceBuilder::new().layer(layer(&st)).service(reporting(0));
+    assert_eq!(
+        st.stats().window_entries,
+        0,
+        "nothing is kept for an unlimited subject"
+    );
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st))
+        .service(reporting(0));
     let e = svc.oneshot(Request::new(())).await.unwrap_err();
     assert_eq!(rejection(&e).http_status(), 401);
 }

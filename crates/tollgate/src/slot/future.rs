@@ -105,7 +105,9 @@ where
 }
 
 /// After a "full" answer: sleep and ask again, or refuse once `max_wait` is spent.
-fn wait_or_reject<S, ReqB, St, X, C>(mut d: Box<Deferred<S, ReqB, St, X, C>>) -> State<S, ReqB, St, X, C>
+fn wait_or_reject<S, ReqB, St, X, C>(
+    mut d: Box<Deferred<S, ReqB, St, X, C>>,
+) -> State<S, ReqB, St, X, C>
 where
     S: Service<Request<ReqB>>,
     St: SlotStore,
@@ -186,10 +188,13 @@ where
                     }
                 }
                 StateProj::Called { fut, guard } => {
-                    if let Some(g) = guard.as_mut() {
-                        g.keep_alive(cx);
-                    }
-                    let res = ready!(fut.poll(cx)).map_err(Into::into);
+                    let Poll::Ready(res) = fut.poll(cx) else {
+                        if let Some(g) = guard.as_mut() {
+                            g.keep_alive(cx);
+                        }
+                        return Poll::Pending;
+                    };
+                    let res = res.map_err(Into::into);
                     let guard = guard.take();
                     return Poll::Ready(res.map(|r| {
                         r.map(|b| match guard {

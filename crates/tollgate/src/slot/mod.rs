@@ -39,8 +39,8 @@ use crate::time::ms;
 use std::pin::Pin;
 use std::task::Context;
 use std::time::Duration;
-use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
 use tokio::time::{Instant, Sleep};
+use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
 
 /// Default lease TTL (C4): 600 s, as in the source.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
@@ -103,6 +103,10 @@ impl<St: SlotStore> Hold for SlotGuard<St> {
             return;
         }
         let every = self.renew_every;
+        if self.renew_at.is_none() && tokio::runtime::Handle::try_current().is_err() {
+            // No tokio timer here: the lease lives its TTL and then heals (C4).
+            return;
+        }
         let timer = self
             .renew_at
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));

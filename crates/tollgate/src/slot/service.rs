@@ -77,16 +77,18 @@ where
         // no service clone. A pending answer (Redis) continues in the future.
         match poll_now(&mut acquire) {
             Some(Ok(SlotDecision::Acquired(lease))) => {
-                let guard = SlotGuard::new(shared.store.clone(), subject.key, lease, &shared.config);
+                let guard =
+                    SlotGuard::new(shared.store.clone(), subject.key, lease, &shared.config);
                 ResponseFuture::called(self.inner.call(req), Some(guard))
             }
             Some(Ok(SlotDecision::Full { .. })) if shared.config.max_wait.is_zero() => {
                 ResponseFuture::rejected(busy())
             }
-            Some(Err(e)) => match shared
-                .failures
-                .on_error(shared.config.failure_mode, LayerKind::ConcurrencySlot, &e)
-            {
+            Some(Err(e)) => match shared.failures.on_error(
+                shared.config.failure_mode,
+                LayerKind::ConcurrencySlot,
+                &e,
+            ) {
                 None => ResponseFuture::called(self.inner.call(req), None),
                 Some(r) => ResponseFuture::rejected(r),
             },

@@ -84,7 +84,8 @@ impl<St: WindowStore> Drop for WindowGuard<St> {
             Outcome::Completed(self.recorder.get())
         };
         detach(
-            self.store.settle(&self.key, self.scope, self.ticket, outcome),
+            self.store
+                .settle(&self.key, self.scope, self.ticket, outcome),
             "window settlement",
         );
     }

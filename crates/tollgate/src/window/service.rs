@@ -1,7 +1,7 @@
+use super::WindowGuard;
 use super::decide::{Admit, Step};
 use super::future::{Deferred, ResponseFuture};
 use super::layer::Shared;
-use super::WindowGuard;
 use crate::BoxError;
 use crate::body::HoldBody;
 use crate::extract::SubjectExtractor;
@@ -66,7 +66,11 @@ where
             Ok(s) => s,
             Err(r) => return ResponseFuture::rejected(r),
         };
-        let demand = req.extensions().get::<Demand>().copied().unwrap_or_default();
+        let demand = req
+            .extensions()
+            .get::<Demand>()
+            .copied()
+            .unwrap_or_default();
         let recorder = req
             .extensions_mut()
             .get_or_insert_with(UsageRecorder::new)
@@ -81,9 +85,13 @@ where
             step = match step {
                 Step::Ask(mut fut) => match poll_now(&mut fut) {
                     Some(answer) => admit.on_answer(answer),
-                    None => return ResponseFuture::deferred(Step::Ask(fut), self.defer(req, admit)),
+                    None => {
+                        return ResponseFuture::deferred(Step::Ask(fut), self.defer(req, admit));
+                    }
                 },
-                Step::Admitted(guard) => return ResponseFuture::called(self.inner.call(req), Some(guard)),
+                Step::Admitted(guard) => {
+                    return ResponseFuture::called(self.inner.call(req), Some(guard));
+                }
                 Step::Unlimited => return ResponseFuture::called(self.inner.call(req), None),
                 Step::Reject(r) => return ResponseFuture::rejected(r),
                 sleep @ Step::Sleep(_) => {
@@ -95,7 +103,11 @@ where
 }
 
 impl<S: Clone, St, X, C> AnchoredWindow<S, St, X, C> {
-    fn defer<ReqB>(&mut self, req: Request<ReqB>, admit: Admit<St, X, C>) -> Box<Deferred<S, ReqB, St, X, C>> {
+    fn defer<ReqB>(
+        &mut self,
+        req: Request<ReqB>,
+        admit: Admit<St, X, C>,
+    ) -> Box<Deferred<S, ReqB, St, X, C>> {
         // Take the service that was driven to readiness; leave a clone behind.
         let clone = self.inner.clone();
         let svc = std::mem::replace(&mut self.inner, clone);

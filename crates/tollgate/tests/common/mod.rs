@@ -3,17 +3,17 @@
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::{BodyExt, StreamBody};
 use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
 use std::convert::Infallible;
 use std::future::Ready;
 use tokio::sync::mpsc;
 use tollgate::BoxError;
+use tollgate::core::window::{LimitView, Outcome};
 use tollgate::core::{
     Admission, Demand, LeaseId, Millis, Policy, Rejection, Scope, SlotDecision, SlotStore,
     StoreError, StoreErrorKind, StoreResult, Subject, SubjectKey, WindowStore, WindowTicket,
 };
-use tollgate::core::window::{LimitView, Outcome};
 
 /// A streamed body fed by the test.
 pub type TestBody = StreamBody<tokio_stream_shim::Rx>;
@@ -36,7 +36,10 @@ pub mod tokio_stream_shim {
 }
 
 /// A body the test controls: send chunks with the sender, drop it to end the body.
-pub fn stream_body() -> (mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>, TestBody) {
+pub fn stream_body() -> (
+    mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>,
+    TestBody,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     (tx, StreamBody::new(tokio_stream_shim::Rx(rx)))
 }
@@ -67,7 +70,9 @@ pub fn subject(key: &str, policy: Policy) -> Subject {
 }
 
 pub fn ok_response() -> Result<Response<http_body_util::Full<Bytes>>, Infallible> {
-    Ok(Response::new(http_body_util::Full::new(Bytes::from_static(b"ok"))))
+    Ok(Response::new(http_body_util::Full::new(
+        Bytes::from_static(b"ok"),
+    )))
 }
 
 /// A store whose every call fails: for the D4 failure-mode tests.
@@ -75,7 +80,10 @@ pub fn ok_response() -> Result<Response<http_body_util::Full<Bytes>>, Infallible
 pub struct DeadStore;
 
 fn dead<T>() -> Ready<StoreResult<T>> {
-    std::future::ready(Err(StoreError::new(StoreErrorKind::Unavailable, "connection refused")))
+    std::future::ready(Err(StoreError::new(
+        StoreErrorKind::Unavailable,
+        "connection refused",
+    )))
 }
 
 impl SlotStore for DeadStore {
@@ -96,13 +104,24 @@ impl SlotStore for DeadStore {
 
 impl WindowStore for DeadStore {
     type Future<T: Send + 'static> = Ready<StoreResult<T>>;
-    fn admit(&self, _: &SubjectKey, _: Scope, _: &std::sync::Arc<Policy>, _: &Demand) -> Self::Future<Admission> {
+    fn admit(
+        &self,
+        _: &SubjectKey,
+        _: Scope,
+        _: &std::sync::Arc<Policy>,
+        _: &Demand,
+    ) -> Self::Future<Admission> {
         dead()
     }
     fn settle(&self, _: &SubjectKey, _: Scope, _: WindowTicket, _: Outcome) -> Self::Future<()> {
         dead()
     }
-    fn view(&self, _: &SubjectKey, _: Scope, _: &std::sync::Arc<Policy>) -> Self::Future<Vec<LimitView>> {
+    fn view(
+        &self,
+        _: &SubjectKey,
+        _: Scope,
+        _: &std::sync::Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>> {
         dead()
     }
 }

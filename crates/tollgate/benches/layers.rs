@@ -1,0 +1,198 @@
+//! Cost per request of each layer, and of the three stacked, over a no-op service
+//! (SPEC T1). In-memory store, one hot key and 100k distinct keys, 1 and 2 threads.
+//!
+//! `cargo bench -p tollgate --bench layers`
+//!
+//! Each iteration is a whole request: `call`, poll the response future once (the
+//! in-memory store and the no-op service answer at once), then drop the response,
+//! which releases the slot and settles the windows.
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use http::{Request, Response};
+use http_body_util::Empty;
+use std::convert::Infallible;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+use tollgate::core::{Demand, MemoryStore, Policy, SlotStore, Subject, Tier, WindowStore};
+use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use tower::{Layer, Service, ServiceBuilder};
+
+const DISTINCT: usize = 100_000;
+
+fn policy() -> Arc<Policy> {
+    Arc::new(
+        Policy::default()
+            .with_concurrency(1_000_000)
+            .with_requests(Tier::per_minute(u64::MAX / 4))
+            .with_requests(Tier::per_day(u64::MAX / 4))
+            .with_tokens(Tier::per_minute(u64::MAX / 4))
+            .with_tokens(Tier::per_day(u64::MAX / 4)),
+    )
+}
+
+fn subjects(n: usize) -> Vec<Subject> {
+    let p = policy();
+    (0..n)
+        .map(|i| Subject::new(format!("sk-bench-{i:08}")).with_policy(p.clone()))
+        .collect()
+}
+
+#[derive(Clone)]
+struct Noop;
+
+impl Service<Request<()>> for Noop {
+    type Response = Response<Empty<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::ready(Ok(Response::new(Empty::new())))
+    }
+}
+
+/// One request through `svc`, to the dropped response.
+#[inline]
+fn one<S>(svc: &mut S, subject: &Subject)
+where
+    S: Service<Request<()>>,
+{
+    let mut req = Request::new(());
+    req.extensions_mut().insert(subject.clone());
+    req.extensions_mut().insert(Demand::tokens(100));
+    let fut = pin!(svc.call(req));
+    let mut cx = Context::from_waker(Waker::noop());
+    match fut.poll(&mut cx) {
+        Poll::Ready(r) => drop(black_box(r.ok())),
+        Poll::Pending => panic!("the in-memory stack must answer at once"),
+    }
+}
+
+fn bench_stack<L>(c: &mut Criterion, name: &str, make: impl Fn() -> L)
+where
+    L: Layer<Noop> + Send + 'static,
+    L::Service: Service<Request<()>> + Clone + Send + 'static,
+{
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(1));
+    let hot = subjects(1);
+    let many = Arc::new(subjects(DISTINCT));
+    g.bench_function(BenchmarkId::new("hot_key", "1_thread"), |b| {
+        let mut svc = make().layer(Noop);
+        b.iter(|| one(&mut svc, &hot[0]));
+    });
+    g.bench_function(BenchmarkId::new("100k_keys", "1_thread"), |b| {
+        let mut svc = make().layer(Noop);
+        let mut i = 0usize;
+        b.iter(|| {
+            i = (i + 1) % DISTINCT;
+            one(&mut svc, &many[i]);
+        });
+    });
+    for (label, keys) in [
+        ("hot_key", Arc::new(subjects(1))),
+        ("100k_keys", many.clone()),
+    ] {
+        g.bench_function(BenchmarkId::new(label, "2_threads"), |b| {
+            let svc = make().layer(Noop);
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(2);
+                let start = Instant::now();
+                let handles: Vec<_> = (0..2)
+                    .map(|t| {
+                        let mut svc = svc.clone();
+                        let keys = keys.clone();
+                        std::thread::spawn(move || {
+                            let mut i = t * 7919;
+                            for _ in 0..per {
+                                i = (i + 1) % keys.len();
+                                one(&mut svc, &keys[i]);
+                            }
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().unwrap();
+                }
+                // Wall time per request of the pair: throughput-equivalent latency.
+                start.elapsed() / 2
+            });
+        });
+    }
+    g.finish();
+}
+
+/// The raw store decision of T1: one slot acquire + one window admit (all tiers),
+/// then release and settle — no tower.
+fn bench_decision(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decision");
+    let store = MemoryStore::new();
+    let p = policy();
+    let hot = subjects(1);
+    let many = subjects(DISTINCT);
+    let run = |s: &Subject| {
+        let mut cx = Context::from_waker(Waker::noop());
+        let lease = match pin!(store.acquire(&s.key, 1_000_000, 600_000)).poll(&mut cx) {
+            Poll::Ready(Ok(tollgate::core::SlotDecision::Acquired(l))) => l,
+            _ => unreachable!(),
+        };
+        let ticket =
+            match pin!(store.admit(&s.key, tollgate::core::Scope::Key, &p, &Demand::tokens(100)))
+                .poll(&mut cx)
+            {
+                Poll::Ready(Ok(tollgate::core::Admission::Admitted(t))) => t,
+                _ => unreachable!(),
+            };
+        store.settle_now(
+            &s.key,
+            tollgate::core::Scope::Key,
+            &ticket,
+            tollgate::core::Outcome::Completed(None),
+        );
+        store.release_now(&s.key, lease);
+    };
+    g.bench_function("slot_plus_windows/hot_key", |b| b.iter(|| run(&hot[0])));
+    g.bench_function("slot_plus_windows/100k_keys", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % DISTINCT;
+            run(&many[i])
+        })
+    });
+    g.finish();
+}
+
+fn layers(c: &mut Criterion) {
+    bench_decision(c);
+    bench_stack(c, "slot_layer", || {
+        ConcurrencySlotLayer::new(MemoryStore::new())
+    });
+    bench_stack(c, "window_layer", || {
+        AnchoredWindowLayer::new(MemoryStore::new())
+    });
+    bench_stack(c, "error_mapping_layer", ErrorMappingLayer::new);
+    bench_stack(c, "three_stacked", || {
+        let store = MemoryStore::new();
+        ServiceBuilder::new()
+            .layer(ErrorMappingLayer::new())
+            .layer(ConcurrencySlotLayer::new(store.clone()))
+            .layer(AnchoredWindowLayer::new(store))
+            .into_inner()
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30);
+    targets = layers
+}
+criterion_main!(benches);

@@ -1,0 +1,142 @@
+use super::future::ResponseFuture;
+use super::{ErrorMappingLayer, MappedBody, X_REQUEST_ID, request_id};
+use crate::BoxError;
+use http::{Request, Response};
+use std::convert::Infallible;
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tollgate_core::Dialect;
+use tower_service::Service;
+
+/// Maps every error of the inner service to a response in the client's dialect, and
+/// stamps `x-request-id` on every request and response (E1–E3). Its error type is
+/// [`Infallible`], so a stack with it outermost mounts in axum's `Router::layer`
+/// without `HandleErrorLayer` (L2).
+///
+/// Built by [`ErrorMappingLayer`]; see the [module docs](super).
+///
+/// # Readiness
+///
+/// `poll_ready` delegates to the inner service, so back-pressure (`Pending`) reaches
+/// the caller unchanged. When the inner `poll_ready` fails, the error cannot be
+/// returned (the error type is `Infallible`), so it is kept and `poll_ready` answers
+/// `Ready(Ok(()))`; `call` then renders it as the response **without calling the inner
+/// service**, which never reported itself ready. tower says a service whose
+/// `poll_ready` failed must be discarded, and the caller cannot know it should: the
+/// failure is therefore sticky — this instance answers every later request with the
+/// same rendered error and never polls the failed inner service again. A clone starts
+/// fresh (tower clones carry no readiness) and asks its own inner clone.
+///
+/// axum's `HandleError` takes the other route: it reports ready at once and drives a
+/// clone of the inner service with `oneshot` inside the response future. That needs
+/// `S: Clone + Send + 'static`, a boxed future, and hides the inner back-pressure from
+/// the caller (a `Buffer` or concurrency limit below it then queues in the future
+/// instead of in `poll_ready`). Delegating keeps readiness honest and costs nothing.
+pub struct ErrorMapping<S> {
+    inner: S,
+    dialect: Option<Dialect>,
+    /// The error of a failed inner `poll_ready` (sticky, see above).
+    failed: Option<Arc<dyn Error + Send + Sync>>,
+}
+
+impl<S> ErrorMapping<S> {
+    /// Wraps `inner`, choosing the dialect per request.
+    pub fn new(inner: S) -> Self {
+        Self::with_dialect(inner, None)
+    }
+
+    pub(super) fn with_dialect(inner: S, dialect: Option<Dialect>) -> Self {
+        Self {
+            inner,
+            dialect,
+            failed: None,
+        }
+    }
+
+    /// A layer that wraps services in `ErrorMapping`.
+    pub fn layer() -> ErrorMappingLayer {
+        ErrorMappingLayer::new()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The dialect chosen for `req`: a [`Dialect`] extension, else the forced dialect,
+    /// else [`Dialect::from_path`].
+    fn dialect_for<B>(&self, req: &Request<B>) -> Dialect {
+        req.extensions()
+            .get::<Dialect>()
+            .copied()
+            .or(self.dialect)
+            .unwrap_or_else(|| Dialect::from_path(req.uri().path()))
+    }
+}
+
+impl<S: Clone> Clone for ErrorMapping<S> {
+    fn clone(&self) -> Self {
+        // A clone is a fresh service: it carries neither readiness nor the failure of
+        // this instance's `poll_ready`; its own inner clone will tell.
+        Self::with_dialect(self.inner.clone(), self.dialect)
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for ErrorMapping<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ErrorMapping")
+            .field("inner", &self.inner)
+            .field("dialect", &self.dialect)
+            .field("failed", &self.failed.is_some())
+            .finish()
+    }
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for ErrorMapping<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<MappedBody<B>>;
+    type Error = Infallible;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.failed.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        match self.inner.poll_ready(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => {
+                let e: BoxError = e.into();
+                self.failed = Some(Arc::from(e));
+                Poll::Ready(Ok(()))
+            }
+        }
+    }
+
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+        let dialect = self.dialect_for(&req);
+        let id = request_id::ensure(req.headers_mut());
+        debug_assert!(req.headers().contains_key(X_REQUEST_ID));
+        match &self.failed {
+            Some(err) => ResponseFuture::ready(super::error_response(&**err, dialect, &id)),
+            None => ResponseFuture::inner(self.inner.call(req), dialect, id),
+        }
+    }
+}
