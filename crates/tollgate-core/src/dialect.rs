@@ -33,7 +33,9 @@ impl Dialect {
             Dialect::OpenAi
         } else if path.starts_with("/v1/messages") {
             Dialect::Anthropic
-        } else if path.starts_with("/v1beta/") || path.starts_with("/v1/models/") && path.contains(':') {
+        } else if path.starts_with("/v1beta/")
+            || path.starts_with("/v1/models/") && path.contains(':')
+        {
             Dialect::Gemini
         } else {
             Dialect::Native

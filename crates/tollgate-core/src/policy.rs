@@ -241,7 +241,12 @@ mod tests {
             .with_requests(Tier::per_minute(1))
             .with_requests(Tier::per_minute(2));
         assert!(p.validate().unwrap_err().contains("same window"));
-        assert!(Policy::default().with_requests(Tier::per_minute(1)).validate().is_ok());
+        assert!(
+            Policy::default()
+                .with_requests(Tier::per_minute(1))
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]
@@ -249,6 +254,10 @@ mod tests {
         assert!(!Policy::default().with_concurrency(3).has_window_limits());
         assert!(Policy::default().with_amount_cap(5).has_window_limits());
         assert!(Policy::default().with_rolling_rpm(5).has_window_limits());
-        assert!(Policy::default().with_videos(Tier::per_day(1)).has_window_limits());
+        assert!(
+            Policy::default()
+                .with_videos(Tier::per_day(1))
+                .has_window_limits()
+        );
     }
 }

@@ -236,7 +236,9 @@ impl Rejection {
     /// unknown or more than 60 s away (E2), and for client errors.
     pub fn should_retry(&self) -> bool {
         match self.http_status() {
-            429 => self.retry_after.is_some_and(|d| d <= Duration::from_secs(60)),
+            429 => self
+                .retry_after
+                .is_some_and(|d| d <= Duration::from_secs(60)),
             500 | 502 | 503 | 504 => true,
             _ => false,
         }
@@ -245,7 +247,13 @@ impl Rejection {
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} ({})", self.code, self.message, self.layer.as_str())
+        write!(
+            f,
+            "{} {} ({})",
+            self.code,
+            self.message,
+            self.layer.as_str()
+        )
     }
 }
 
@@ -311,8 +319,9 @@ pub fn window_rejection(ex: &Exceeded, subscription: bool, rates: RateLimitInfo)
     let b: &ExceededLimit = ex.binding();
     let retry = ex.retry_after_ms().map(Duration::from_millis);
     let r = if subscription {
-        Rejection::new(GatewayCode::SubscriptionQuota, LayerKind::AnchoredWindow)
-            .with_message(subscription_message(b.dimension, b.tier, ex.retry_after_ms()))
+        Rejection::new(GatewayCode::SubscriptionQuota, LayerKind::AnchoredWindow).with_message(
+            subscription_message(b.dimension, b.tier, ex.retry_after_ms()),
+        )
     } else {
         let code = if b.dimension == Dimension::Tokens {
             GatewayCode::TpmLimit
@@ -359,7 +368,10 @@ mod tests {
         assert!(r(Some(60)).should_retry());
         assert!(!r(Some(61)).should_retry());
         assert!(!r(None).should_retry());
-        assert!(!Rejection::new(GatewayCode::InsufficientBalance, LayerKind::BillingGate).should_retry());
+        assert!(
+            !Rejection::new(GatewayCode::InsufficientBalance, LayerKind::BillingGate)
+                .should_retry()
+        );
     }
 
     #[test]
@@ -386,7 +398,14 @@ mod tests {
             "已达套餐视频数量上限（每 1 小时 2 个），约 1 秒后自动恢复；如需立即继续可开启API扣费访问"
         );
         assert_eq!(
-            subscription_message(Dimension::Amount, Tier { window_ms: 0, limit: 5 }, None),
+            subscription_message(
+                Dimension::Amount,
+                Tier {
+                    window_ms: 0,
+                    limit: 5
+                },
+                None
+            ),
             "订阅额度已用完，可开启API扣费访问继续使用"
         );
     }

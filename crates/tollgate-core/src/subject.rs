@@ -195,7 +195,9 @@ mod tests {
     #[test]
     fn w8_active_subscription_beats_key_policy() {
         let key_policy = Arc::new(Policy::default().with_concurrency(9));
-        let s = Subject::new("k").with_policy(key_policy.clone()).with_subscription(sub(false, None));
+        let s = Subject::new("k")
+            .with_policy(key_policy.clone())
+            .with_subscription(sub(false, None));
         let r = s.resolve(0);
         assert_eq!(r.primary.unwrap().0, Scope::Subscription);
         assert_eq!(r.fallback, Fallback::Reject);
@@ -204,7 +206,9 @@ mod tests {
     #[test]
     fn w8_expired_subscription_uses_key_policy() {
         let key_policy = Arc::new(Policy::default().with_concurrency(9));
-        let s = Subject::new("k").with_policy(key_policy).with_subscription(sub(false, Some(100)));
+        let s = Subject::new("k")
+            .with_policy(key_policy)
+            .with_subscription(sub(false, Some(100)));
         assert_eq!(s.resolve(99).primary.unwrap().0, Scope::Subscription);
         let r = s.resolve(100);
         assert_eq!(r.primary.unwrap().0, Scope::Key);
@@ -214,8 +218,13 @@ mod tests {
     #[test]
     fn w8_pay_as_you_go_falls_through_to_key_policy() {
         let key_policy = Arc::new(Policy::default());
-        let s = Subject::new("k").with_policy(key_policy.clone()).with_subscription(sub(true, None));
-        assert_eq!(s.resolve(0).fallback, Fallback::KeyPolicy(Some(&key_policy)));
+        let s = Subject::new("k")
+            .with_policy(key_policy.clone())
+            .with_subscription(sub(true, None));
+        assert_eq!(
+            s.resolve(0).fallback,
+            Fallback::KeyPolicy(Some(&key_policy))
+        );
         let bare = Subject::new("k").with_subscription(sub(true, None));
         assert_eq!(bare.resolve(0).fallback, Fallback::KeyPolicy(None));
     }

@@ -261,9 +261,7 @@ impl ScopeState {
                     let (used, end) = match state {
                         Some(s) => {
                             let k = window_index(s.anchor, tier.window_ms, now);
-                            let used = s
-                                .tier(d, tier.window_ms)
-                                .map_or(0, |t| s.used_now(t, now));
+                            let used = s.tier(d, tier.window_ms).map_or(0, |t| s.used_now(t, now));
                             (used, window_end(s.anchor, tier.window_ms, k))
                         }
                         None => (0, now.saturating_add(tier.window_ms)),
@@ -446,10 +444,7 @@ impl ScopeState {
     /// True when dropping this state changes no future decision: every window empty,
     /// nothing spent or reserved, no recent start.
     pub fn is_idle(&self, now: Millis) -> bool {
-        self.groups
-            .iter()
-            .flatten()
-            .all(|g| g.is_empty_at(now))
+        self.groups.iter().flatten().all(|g| g.is_empty_at(now))
             && self.amount == AmountState::default()
             && self.rolling.count(now) == 0
     }
@@ -466,9 +461,7 @@ impl ScopeState {
                     let (used, resets_at) = match state {
                         Some(s) => {
                             let k = window_index(s.anchor, tier.window_ms, now);
-                            let used = s
-                                .tier(d, tier.window_ms)
-                                .map_or(0, |t| s.used_now(t, now));
+                            let used = s.tier(d, tier.window_ms).map_or(0, |t| s.used_now(t, now));
                             (used, Some(window_end(s.anchor, tier.window_ms, k)))
                         }
                         None => (0, None),

@@ -24,21 +24,19 @@ fn key(n: u32) -> Subject {
     subject("k", Policy::default().with_concurrency(n))
 }
 
+type Senders = Arc<
+    std::sync::Mutex<
+        Vec<tokio::sync::mpsc::UnboundedSender<Result<http_body::Frame<bytes::Bytes>, Infallible>>>,
+    >,
+>;
+
 /// An inner service answering with a body the test ends by dropping the sender.
 fn streaming() -> (
     impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible, Future = impl Send>
     + Clone,
-    Arc<
-        std::sync::Mutex<
-            Vec<
-                tokio::sync::mpsc::UnboundedSender<
-                    Result<http_body::Frame<bytes::Bytes>, Infallible>,
-                >,
-            >,
-        >,
-    >,
+    Senders,
 ) {
-    let senders = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let senders: Senders = Arc::default();
     let s2 = senders.clone();
     let svc = tower::service_fn(move |_r: Request<()>| {
         let (tx, body) = stream_body();

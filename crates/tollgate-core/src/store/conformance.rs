@@ -1,1 +1,1151 @@
-//! The store conformance suite (filled in below).
+//! The store conformance suite: every rule of SPEC §2 (C*) and §3 (W*) that a store
+//! decides, written once against the store traits so every store implementation is
+//! held to the same contract (L4, D1).
+//!
+//! A store proves itself by implementing [`Harness`] and calling each public function
+//! of this module from its own test (so a failure names the rule), or [`run_all`].
+//! Functions are named after the SPEC requirement they check.
+//!
+//! Time: the suite only moves time with [`Harness::advance`], in steps of at least
+//! 500 ms, on windows of at least 2 s and lease TTLs of 2 s, so a harness whose store
+//! reads real time (a Redis server's `TIME`, moved by sleeping or by shifting it) can
+//! run it. Such a harness declares how far its store's time may drift from the nominal
+//! schedule in [`Harness::SLACK_MS`] (it must stay below 500 ms); times and
+//! retry-afters are then compared within that slack, and the checks placed exactly on
+//! a window or TTL boundary run only for exact clocks (`SLACK_MS == 0`). Only the W10
+//! check needs more than 15 s of advanced time (a rolling window is 60 s long).
+
+use super::{Admission, SlotDecision, SlotStore, WindowStore};
+use crate::clock::Millis;
+use crate::demand::{Demand, Usage};
+use crate::money::Money;
+use crate::policy::{AnchorGroup, Dimension, Policy, Tier};
+use crate::slots::LeaseId;
+use crate::subject::{Scope, SubjectKey};
+use crate::window::{Exceeded, LimitView, Outcome, ROLLING_WINDOW_MS, WindowTicket};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a store implementation provides to run the suite.
+///
+/// `async fn` in this trait is deliberate: the suite awaits the harness directly and
+/// never needs its futures to be `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Harness {
+    /// The store under test.
+    type Store: SlotStore + WindowStore;
+
+    /// Largest difference, in ms, between the store's notion of elapsed time and the
+    /// sum of [`advance`](Self::advance) calls (0 for a manual clock). Must be < 500.
+    const SLACK_MS: Millis = 0;
+
+    /// A store with no state (every key unknown). Stores from one harness share its
+    /// time.
+    async fn store(&self) -> Self::Store;
+
+    /// Moves the time of the harness's stores forward by `d`.
+    async fn advance(&self, d: Duration);
+
+    /// The stores' current time, when the harness knows it exactly (a manual clock);
+    /// enables the checks of absolute anchor positions.
+    fn now(&self) -> Option<Millis> {
+        None
+    }
+}
+
+/// Runs every check of the suite, in order, on stores from `h`.
+pub async fn run_all<H: Harness>(h: &H) {
+    c1_limit_enforced_zero_unlimited(h).await;
+    c3_release_exactly_once(h).await;
+    c4_expired_lease_purged_at_next_check(h).await;
+    c4_renewal_keeps_lease(h).await;
+    slots_are_per_key(h).await;
+    w1_every_tier_enforced(h).await;
+    w2_anchor_at_first_use_and_rolls_by_whole_windows(h).await;
+    w2_reanchor_after_idle(h).await;
+    w3_images_have_own_anchor(h).await;
+    w4_all_or_nothing_rejected_changes_nothing(h).await;
+    w5_settle_applies_delta_and_drops_after_roll(h).await;
+    w6_amount_cap_counts_reservations(h).await;
+    w9_retry_after_is_time_to_reset(h).await;
+    w10_rolling_window(h).await;
+    l5_refund_gives_everything_back(h).await;
+    windows_are_per_key_and_scope(h).await;
+}
+
+// ---------------------------------------------------------------------------------
+// Helpers
+
+const LONG_TTL: Millis = 600_000;
+
+fn key(s: &str) -> SubjectKey {
+    SubjectKey::from(format!("conformance:{s}"))
+}
+
+fn secs(s: u64, limit: u64) -> Tier {
+    Tier::new(Duration::from_secs(s), limit)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn demand(tokens: u64, images: u64, videos: u64, money: Money) -> Demand {
+    Demand {
+        tokens,
+        images,
+        videos,
+        money,
+    }
+}
+
+fn tokens_used(total: u64) -> Usage {
+    // Split over the token kinds: the windows count all of them (W5).
+    let cached = total / 4;
+    let output = total / 3;
+    Usage {
+        input_tokens: total - cached - output,
+        cached_input_tokens: cached,
+        output_tokens: output,
+        ..Usage::default()
+    }
+}
+
+async fn acquire<S: SlotStore>(s: &S, k: &SubjectKey, limit: u32, ttl: Millis) -> SlotDecision {
+    s.acquire(k, limit, ttl)
+        .await
+        .expect("acquire: store error")
+}
+
+async fn acquired<S: SlotStore>(s: &S, k: &SubjectKey, limit: u32, ttl: Millis) -> LeaseId {
+    match acquire(s, k, limit, ttl).await {
+        SlotDecision::Acquired(id) => id,
+        d => panic!("{k:?}: expected a slot under limit {limit}, got {d:?}"),
+    }
+}
+
+async fn in_flight<S: SlotStore>(s: &S, k: &SubjectKey) -> u32 {
+    s.in_flight(k).await.expect("in_flight: store error")
+}
+
+async fn release<S: SlotStore>(s: &S, k: &SubjectKey, l: LeaseId) {
+    s.release(k, l).await.expect("release: store error");
+}
+
+async fn renew<S: SlotStore>(s: &S, k: &SubjectKey, l: LeaseId, ttl: Millis) -> bool {
+    s.renew(k, l, ttl).await.expect("renew: store error")
+}
+
+async fn admit<S: WindowStore>(
+    s: &S,
+    k: &SubjectKey,
+    scope: Scope,
+    p: &Arc<Policy>,
+    d: Demand,
+) -> Admission {
+    s.admit(k, scope, p, &d).await.expect("admit: store error")
+}
+
+async fn admitted<S: WindowStore>(
+    s: &S,
+    k: &SubjectKey,
+    p: &Arc<Policy>,
+    d: Demand,
+) -> WindowTicket {
+    match admit(s, k, Scope::Key, p, d).await {
+        Admission::Admitted(t) => t,
+        Admission::Exceeded(e) => panic!("{k:?}: expected {d:?} to be admitted, got {e:?}"),
+    }
+}
+
+async fn rejected<S: WindowStore>(s: &S, k: &SubjectKey, p: &Arc<Policy>, d: Demand) -> Exceeded {
+    match admit(s, k, Scope::Key, p, d).await {
+        Admission::Exceeded(e) => e,
+        Admission::Admitted(t) => panic!("{k:?}: expected {d:?} to be rejected, admitted {t:?}"),
+    }
+}
+
+async fn settle<S: WindowStore>(s: &S, k: &SubjectKey, t: WindowTicket, o: Outcome) {
+    s.settle(k, Scope::Key, t, o)
+        .await
+        .expect("settle: store error");
+}
+
+async fn view<S: WindowStore>(
+    s: &S,
+    k: &SubjectKey,
+    scope: Scope,
+    p: &Arc<Policy>,
+) -> Vec<LimitView> {
+    s.view(k, scope, p).await.expect("view: store error")
+}
+
+/// The usage-view line of one tier (`window_ms` 0 for the amount cap).
+fn line(v: &[LimitView], d: Dimension, window_ms: Millis) -> LimitView {
+    *v.iter()
+        .find(|l| l.dimension == d && l.tier.window_ms == window_ms)
+        .unwrap_or_else(|| panic!("no {d} tier of {window_ms} ms in the view {v:?}"))
+}
+
+fn used(v: &[LimitView], d: Dimension, window_ms: Millis) -> u64 {
+    line(v, d, window_ms).used
+}
+
+fn resets_at(v: &[LimitView], d: Dimension, window_ms: Millis) -> Millis {
+    line(v, d, window_ms)
+        .resets_at
+        .unwrap_or_else(|| panic!("{d} tier of {window_ms} ms has no reset time: {v:?}"))
+}
+
+/// The exceeded limits as (dimension, window) pairs, sorted.
+fn limits_of(e: &Exceeded) -> Vec<(Dimension, Millis)> {
+    let mut v: Vec<_> = e
+        .limits
+        .iter()
+        .map(|l| (l.dimension, l.tier.window_ms))
+        .collect();
+    v.sort();
+    v
+}
+
+fn retry_of(e: &Exceeded, d: Dimension, window_ms: Millis) -> Option<Millis> {
+    e.limits
+        .iter()
+        .find(|l| l.dimension == d && l.tier.window_ms == window_ms)
+        .unwrap_or_else(|| panic!("{d} tier of {window_ms} ms is not exceeded: {e:?}"))
+        .retry_after_ms
+}
+
+/// `actual` equals `expected` within the harness's slack.
+#[track_caller]
+fn assert_near<H: Harness>(actual: Millis, expected: Millis, what: &str) {
+    assert!(
+        actual.abs_diff(expected) <= H::SLACK_MS,
+        "{what}: got {actual} ms, expected {expected} ms (slack {} ms)",
+        H::SLACK_MS
+    );
+}
+
+#[track_caller]
+fn assert_retry<H: Harness>(actual: Option<Millis>, expected: Millis, what: &str) {
+    let actual = actual.unwrap_or_else(|| panic!("{what}: no retry-after, expected {expected} ms"));
+    assert_near::<H>(actual, expected, what);
+}
+
+fn exact<H: Harness>() -> bool {
+    H::SLACK_MS == 0
+}
+
+// ---------------------------------------------------------------------------------
+// Concurrency slots (SPEC §2)
+
+/// C1, C5: at most `limit` live leases per subject; 0 means unlimited; the in-flight
+/// count is the number of live leases.
+pub async fn c1_limit_enforced_zero_unlimited<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("c1");
+    assert_eq!(in_flight(&s, &k).await, 0);
+    let a = acquired(&s, &k, 2, LONG_TTL).await;
+    let b = acquired(&s, &k, 2, LONG_TTL).await;
+    assert_ne!(a, b, "two live leases share an id");
+    assert_eq!(in_flight(&s, &k).await, 2);
+    assert_eq!(
+        acquire(&s, &k, 2, LONG_TTL).await,
+        SlotDecision::Full { in_flight: 2 }
+    );
+    // A lower limit (the policy changed) sees every live lease.
+    assert_eq!(
+        acquire(&s, &k, 1, LONG_TTL).await,
+        SlotDecision::Full { in_flight: 2 }
+    );
+    // The refused attempts took nothing.
+    assert_eq!(in_flight(&s, &k).await, 2);
+    release(&s, &k, a).await;
+    assert_eq!(in_flight(&s, &k).await, 1);
+    let c = acquired(&s, &k, 2, LONG_TTL).await;
+    assert_eq!(in_flight(&s, &k).await, 2);
+    release(&s, &k, b).await;
+    release(&s, &k, c).await;
+    assert_eq!(in_flight(&s, &k).await, 0);
+
+    // 0 = unlimited.
+    let u = key("c1:unlimited");
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        ids.push(acquired(&s, &u, 0, LONG_TTL).await);
+    }
+    assert_eq!(in_flight(&s, &u).await, 50);
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 50, "lease ids must be unique");
+    for id in ids {
+        release(&s, &u, id).await;
+    }
+    assert_eq!(in_flight(&s, &u).await, 0);
+}
+
+/// C3: a lease is released exactly once; a second (stale) release is harmless and
+/// never frees a slot someone else holds.
+pub async fn c3_release_exactly_once<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("c3");
+    let a = acquired(&s, &k, 1, LONG_TTL).await;
+    release(&s, &k, a).await;
+    assert_eq!(in_flight(&s, &k).await, 0);
+    release(&s, &k, a).await;
+    assert_eq!(in_flight(&s, &k).await, 0, "double release went below zero");
+    let b = acquired(&s, &k, 1, LONG_TTL).await;
+    // A late duplicate release of `a` must not free `b`'s slot.
+    release(&s, &k, a).await;
+    assert_eq!(in_flight(&s, &k).await, 1);
+    assert_eq!(
+        acquire(&s, &k, 1, LONG_TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    assert!(
+        !renew(&s, &k, a, LONG_TTL).await,
+        "a released lease was renewed"
+    );
+    assert!(renew(&s, &k, b, LONG_TTL).await);
+    release(&s, &k, b).await;
+    assert_eq!(in_flight(&s, &k).await, 0);
+    let c = acquired(&s, &k, 1, LONG_TTL).await;
+    release(&s, &k, c).await;
+    assert_eq!(in_flight(&s, &k).await, 0);
+}
+
+/// C4: a lease older than its TTL stops counting and is purged at the next admission
+/// check, so a crashed holder's slot heals by itself.
+pub async fn c4_expired_lease_purged_at_next_check<H: Harness>(h: &H) {
+    const TTL: Millis = 2_000;
+    let s = h.store().await;
+    let k = key("c4:purge");
+    let crashed = acquired(&s, &k, 1, TTL).await;
+    h.advance(ms(1_500)).await;
+    assert_eq!(
+        acquire(&s, &k, 1, TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    if exact::<H>() {
+        h.advance(ms(499)).await; // 1 ms before the TTL
+        assert_eq!(in_flight(&s, &k).await, 1);
+        assert_eq!(
+            acquire(&s, &k, 1, TTL).await,
+            SlotDecision::Full { in_flight: 1 }
+        );
+        h.advance(ms(1)).await; // exactly at the TTL: expired
+    } else {
+        h.advance(ms(1_000)).await;
+    }
+    assert_eq!(in_flight(&s, &k).await, 0, "an expired lease still counts");
+    let fresh = acquired(&s, &k, 1, TTL).await;
+    assert_eq!(in_flight(&s, &k).await, 1);
+    // The crashed holder's lease is gone: renewing fails, releasing is harmless.
+    assert!(!renew(&s, &k, crashed, TTL).await);
+    release(&s, &k, crashed).await;
+    assert_eq!(in_flight(&s, &k).await, 1);
+    assert_eq!(
+        acquire(&s, &k, 1, TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    release(&s, &k, fresh).await;
+    assert_eq!(in_flight(&s, &k).await, 0);
+}
+
+/// C4: renewing a running request's lease keeps it counted past its first TTL; once
+/// renewals stop it expires a TTL after the last one.
+pub async fn c4_renewal_keeps_lease<H: Harness>(h: &H) {
+    const TTL: Millis = 2_000;
+    let s = h.store().await;
+    let k = key("c4:renew");
+    let a = acquired(&s, &k, 1, TTL).await;
+    h.advance(ms(1_500)).await;
+    assert!(renew(&s, &k, a, TTL).await); // now expires at 3.5 s
+    h.advance(ms(1_500)).await; // 3.0 s: past the first TTL
+    assert_eq!(in_flight(&s, &k).await, 1);
+    assert_eq!(
+        acquire(&s, &k, 1, TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    assert!(renew(&s, &k, a, TTL).await); // now expires at 5.0 s
+    h.advance(ms(1_500)).await; // 4.5 s
+    assert_eq!(
+        acquire(&s, &k, 1, TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    h.advance(ms(1_000)).await; // 5.5 s: no renewal since 3.0 s
+    assert!(!renew(&s, &k, a, TTL).await, "an expired lease was renewed");
+    assert_eq!(in_flight(&s, &k).await, 0);
+    let b = acquired(&s, &k, 1, TTL).await;
+    release(&s, &k, b).await;
+    assert_eq!(in_flight(&s, &k).await, 0);
+}
+
+/// C1: slots are counted per subject key; a release under the wrong key frees nothing.
+pub async fn slots_are_per_key<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (k1, k2) = (key("slots:1"), key("slots:2"));
+    let a = acquired(&s, &k1, 1, LONG_TTL).await;
+    let b = acquired(&s, &k2, 1, LONG_TTL).await;
+    assert_eq!(
+        acquire(&s, &k1, 1, LONG_TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    assert_eq!(
+        acquire(&s, &k2, 1, LONG_TTL).await,
+        SlotDecision::Full { in_flight: 1 }
+    );
+    release(&s, &k2, a).await;
+    assert_eq!(in_flight(&s, &k1).await, 1);
+    assert_eq!(in_flight(&s, &k2).await, 1);
+    release(&s, &k1, a).await;
+    assert_eq!(in_flight(&s, &k1).await, 0);
+    assert_eq!(in_flight(&s, &k2).await, 1);
+    release(&s, &k2, b).await;
+    assert_eq!(in_flight(&s, &k2).await, 0);
+}
+
+// ---------------------------------------------------------------------------------
+// Anchored windows (SPEC §3)
+
+/// W1: every tier of a dimension is enforced, each on its own window.
+pub async fn w1_every_tier_enforced<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w1");
+    let p = Arc::new(
+        Policy::default()
+            .with_requests(secs(2, 2))
+            .with_requests(secs(10, 3)),
+    );
+    admitted(&s, &k, &p, Demand::tokens(1)).await;
+    admitted(&s, &k, &p, Demand::tokens(1)).await;
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Requests, 2_000)]);
+    assert_eq!(e.limits[0].used, 2);
+    assert_eq!(e.limits[0].tier.limit, 2);
+    assert_retry::<H>(e.retry_after_ms(), 2_000, "W1 2 s tier");
+
+    h.advance(ms(2_500)).await;
+    admitted(&s, &k, &p, Demand::tokens(1)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(used(&v, Dimension::Requests, 2_000), 1);
+    assert_eq!(used(&v, Dimension::Requests, 10_000), 3);
+    // The 2 s tier has room; the 10 s tier does not.
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Requests, 10_000)]);
+    assert_eq!(e.limits[0].used, 3);
+    assert_retry::<H>(e.retry_after_ms(), 7_500, "W1 10 s tier");
+}
+
+/// W2: a window starts at the first use and lasts the tier's length; afterwards it
+/// moves on by whole window lengths from that anchor (not from calendar boundaries and
+/// not from the later use).
+pub async fn w2_anchor_at_first_use_and_rolls_by_whole_windows<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w2:anchor");
+    // The 20 s tier keeps the group in use, so the 4 s windows roll on from the anchor.
+    let p = Arc::new(
+        Policy::default()
+            .with_requests(secs(4, 2))
+            .with_requests(secs(20, 10)),
+    );
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(
+        line(&v, Dimension::Requests, 4_000).resets_at,
+        None,
+        "no use, no window yet"
+    );
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 0);
+
+    let first_use = h.now();
+    let t = admitted(&s, &k, &p, Demand::tokens(1)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    let r = resets_at(&v, Dimension::Requests, 4_000);
+    let anchor = r - 4_000;
+    assert_eq!(t.anchors[AnchorGroup::RequestsTokens.index()], Some(anchor));
+    assert_eq!(resets_at(&v, Dimension::Requests, 20_000), anchor + 20_000);
+    if let Some(now) = first_use {
+        assert_eq!(anchor, now, "the anchor is the time of the first use");
+    }
+
+    h.advance(ms(1_000)).await;
+    admitted(&s, &k, &p, Demand::tokens(1)).await;
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Requests, 4_000)]);
+    assert_retry::<H>(e.retry_after_ms(), 3_000, "W2 at 1 s");
+    h.advance(ms(2_500)).await;
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_retry::<H>(e.retry_after_ms(), 500, "W2 at 3.5 s");
+    if exact::<H>() {
+        h.advance(ms(499)).await;
+        let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+        assert_eq!(e.retry_after_ms(), Some(1), "1 ms before the window ends");
+        h.advance(ms(1)).await; // exactly anchor + 4 s: the next window
+    } else {
+        h.advance(ms(1_000)).await; // 4.5 s
+    }
+    let t = admitted(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(t.anchors[AnchorGroup::RequestsTokens.index()], Some(anchor));
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(
+        used(&v, Dimension::Requests, 4_000),
+        1,
+        "the 4 s count reset"
+    );
+    assert_eq!(used(&v, Dimension::Requests, 20_000), 3);
+    assert_eq!(resets_at(&v, Dimension::Requests, 4_000), anchor + 8_000);
+    assert_eq!(resets_at(&v, Dimension::Requests, 20_000), anchor + 20_000);
+
+    // Skip the window [8 s, 12 s) entirely: the next one is still aligned at the anchor.
+    h.advance(ms(8_000)).await; // 12.5 s (12 s with an exact clock)
+    admitted(&s, &k, &p, Demand::tokens(1)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 1);
+    assert_eq!(used(&v, Dimension::Requests, 20_000), 4);
+    assert_eq!(resets_at(&v, Dimension::Requests, 4_000), anchor + 16_000);
+    assert_eq!(resets_at(&v, Dimension::Requests, 20_000), anchor + 20_000);
+}
+
+/// W2: once every tier's current window is empty, the next use is a new first use and
+/// re-anchors; while any tier still counts something, it does not.
+pub async fn w2_reanchor_after_idle<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (a, b) = (key("w2:reanchor:single"), key("w2:reanchor:two-tiers"));
+    let pa = Arc::new(Policy::default().with_requests(secs(2, 1)));
+    let pb = Arc::new(
+        Policy::default()
+            .with_requests(secs(2, 1))
+            .with_requests(secs(10, 5)),
+    );
+    admitted(&s, &a, &pa, Demand::tokens(1)).await;
+    admitted(&s, &b, &pb, Demand::tokens(1)).await;
+    let ra = resets_at(
+        &view(&s, &a, Scope::Key, &pa).await,
+        Dimension::Requests,
+        2_000,
+    );
+    let rb = resets_at(
+        &view(&s, &b, Scope::Key, &pb).await,
+        Dimension::Requests,
+        2_000,
+    );
+
+    h.advance(ms(7_300)).await;
+    // a: idle since its window ended: re-anchored at 7.3 s, not aligned to 6 s.
+    let va = view(&s, &a, Scope::Key, &pa).await;
+    assert_eq!(line(&va, Dimension::Requests, 2_000).resets_at, None);
+    admitted(&s, &a, &pa, Demand::tokens(1)).await;
+    let ra2 = resets_at(
+        &view(&s, &a, Scope::Key, &pa).await,
+        Dimension::Requests,
+        2_000,
+    );
+    assert_near::<H>(ra2 - ra, 7_300, "W2 re-anchor after idle");
+    let e = rejected(&s, &a, &pa, Demand::tokens(1)).await;
+    assert_retry::<H>(
+        e.retry_after_ms(),
+        2_000,
+        "a whole window after the new anchor",
+    );
+
+    // b: its 10 s tier still counts the first request, so no re-anchor: the 2 s window
+    // is [6 s, 8 s) of the first anchor.
+    admitted(&s, &b, &pb, Demand::tokens(1)).await;
+    let vb = view(&s, &b, Scope::Key, &pb).await;
+    assert_eq!(resets_at(&vb, Dimension::Requests, 2_000), rb + 6_000);
+    assert_eq!(resets_at(&vb, Dimension::Requests, 10_000), rb + 8_000);
+    assert_eq!(used(&vb, Dimension::Requests, 10_000), 2);
+    let e = rejected(&s, &b, &pb, Demand::tokens(1)).await;
+    assert_retry::<H>(e.retry_after_ms(), 700, "b keeps the first anchor");
+
+    // At 12.5 s both of b's current windows ([12, 14) and [10, 20)) are empty.
+    h.advance(ms(5_200)).await;
+    let vb = view(&s, &b, Scope::Key, &pb).await;
+    assert_eq!(used(&vb, Dimension::Requests, 10_000), 0);
+    assert_eq!(line(&vb, Dimension::Requests, 10_000).resets_at, None);
+    admitted(&s, &b, &pb, Demand::tokens(1)).await;
+    let vb = view(&s, &b, Scope::Key, &pb).await;
+    assert_near::<H>(
+        resets_at(&vb, Dimension::Requests, 2_000) - rb,
+        12_500,
+        "W2 re-anchor once every tier is empty",
+    );
+    assert_near::<H>(
+        resets_at(&vb, Dimension::Requests, 10_000) - rb,
+        20_500,
+        "W2 re-anchor moves every tier",
+    );
+}
+
+/// W3: requests and tokens share one anchor; images and videos each have their own,
+/// set by their own first use.
+pub async fn w3_images_have_own_anchor<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w3");
+    let p = Arc::new(
+        Policy::default()
+            .with_requests(secs(4, 10))
+            .with_tokens(secs(4, 1_000))
+            .with_images(secs(4, 2))
+            .with_videos(secs(4, 1)),
+    );
+    let t = admitted(&s, &k, &p, Demand::tokens(10)).await;
+    assert!(t.anchors[AnchorGroup::RequestsTokens.index()].is_some());
+    assert_eq!(t.anchors[AnchorGroup::Images.index()], None);
+    assert_eq!(t.anchors[AnchorGroup::Videos.index()], None);
+    let v = view(&s, &k, Scope::Key, &p).await;
+    let rt = resets_at(&v, Dimension::Requests, 4_000);
+    assert_eq!(
+        resets_at(&v, Dimension::Tokens, 4_000),
+        rt,
+        "tokens share the requests anchor"
+    );
+    assert_eq!(line(&v, Dimension::Images, 4_000).resets_at, None);
+    assert_eq!(line(&v, Dimension::Videos, 4_000).resets_at, None);
+
+    h.advance(ms(1_500)).await;
+    admitted(&s, &k, &p, demand(10, 2, 0, 0)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    let ri = resets_at(&v, Dimension::Images, 4_000);
+    assert_near::<H>(ri - rt, 1_500, "images anchor at their own first use");
+    assert_eq!(resets_at(&v, Dimension::Requests, 4_000), rt);
+    assert_eq!(resets_at(&v, Dimension::Tokens, 4_000), rt);
+    assert_eq!(used(&v, Dimension::Images, 4_000), 2);
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 2);
+    assert_eq!(used(&v, Dimension::Tokens, 4_000), 20);
+
+    h.advance(ms(1_500)).await; // 3 s
+    admitted(&s, &k, &p, demand(10, 0, 1, 0)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    let rv = resets_at(&v, Dimension::Videos, 4_000);
+    assert_near::<H>(rv - rt, 3_000, "videos anchor at their own first use");
+    assert_eq!(resets_at(&v, Dimension::Images, 4_000), ri);
+
+    h.advance(ms(1_500)).await; // 4.5 s: requests/tokens window over, images not
+    let e = rejected(&s, &k, &p, demand(10, 1, 0, 0)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Images, 4_000)]);
+    assert_eq!(e.limits[0].used, 2);
+    assert_retry::<H>(
+        e.retry_after_ms(),
+        1_000,
+        "images window of their own anchor",
+    );
+    let e = rejected(&s, &k, &p, demand(10, 0, 1, 0)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Videos, 4_000)]);
+    assert_retry::<H>(
+        e.retry_after_ms(),
+        2_500,
+        "videos window of their own anchor",
+    );
+    // The rejected requests counted nothing (W4): this is the first of the new window.
+    admitted(&s, &k, &p, Demand::tokens(10)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 1);
+    assert_eq!(used(&v, Dimension::Tokens, 4_000), 10);
+    assert_near::<H>(
+        resets_at(&v, Dimension::Requests, 4_000) - rt,
+        4_500,
+        "RT re-anchored",
+    );
+    assert_eq!(resets_at(&v, Dimension::Images, 4_000), ri);
+    assert_eq!(resets_at(&v, Dimension::Videos, 4_000), rv);
+
+    h.advance(ms(1_500)).await; // 6 s: the images window [1.5, 5.5) is over
+    admitted(&s, &k, &p, demand(10, 2, 0, 0)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(used(&v, Dimension::Images, 4_000), 2);
+    assert_near::<H>(
+        resets_at(&v, Dimension::Images, 4_000) - ri,
+        4_500,
+        "images re-anchored",
+    );
+    assert_eq!(resets_at(&v, Dimension::Videos, 4_000), rv);
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 2);
+}
+
+/// W4: a request is admitted only if every tier of every dimension it touches has
+/// room; a rejected request changes no counter (checked through the usage view).
+pub async fn w4_all_or_nothing_rejected_changes_nothing<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w4");
+    let p = Arc::new(
+        Policy::default()
+            .with_requests(secs(4, 5))
+            .with_tokens(secs(4, 100))
+            .with_images(secs(4, 2))
+            .with_videos(secs(4, 1))
+            .with_amount_cap(1_000)
+            .with_rolling_rpm(10),
+    );
+    admitted(&s, &k, &p, demand(60, 1, 0, 100)).await;
+    let before = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(line(&before, Dimension::Videos, 4_000).resets_at, None);
+
+    // Tokens do not fit; requests, images, videos, amount and rolling would.
+    let e = rejected(&s, &k, &p, demand(50, 1, 1, 100)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Tokens, 4_000)]);
+    assert_eq!(e.limits[0].used, 60);
+    assert_eq!(
+        view(&s, &k, Scope::Key, &p).await,
+        before,
+        "a rejection changed state"
+    );
+    // Two dimensions at once: both are named.
+    let e = rejected(&s, &k, &p, demand(50, 2, 1, 100)).await;
+    assert_eq!(
+        limits_of(&e),
+        [(Dimension::Tokens, 4_000), (Dimension::Images, 4_000)]
+    );
+    assert_eq!(
+        view(&s, &k, Scope::Key, &p).await,
+        before,
+        "a rejection changed state"
+    );
+
+    h.advance(ms(1_000)).await;
+    admitted(&s, &k, &p, demand(40, 1, 1, 100)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 2);
+    assert_eq!(used(&v, Dimension::Tokens, 4_000), 100);
+    assert_eq!(used(&v, Dimension::Images, 4_000), 2);
+    assert_eq!(used(&v, Dimension::Videos, 4_000), 1);
+    assert_eq!(used(&v, Dimension::Amount, 0), 200);
+    assert_eq!(used(&v, Dimension::RollingRequests, ROLLING_WINDOW_MS), 2);
+    // Now full in tokens, images and videos: all three are named, nothing counted.
+    let before = v;
+    let e = rejected(&s, &k, &p, demand(1, 1, 1, 1)).await;
+    assert_eq!(
+        limits_of(&e),
+        [
+            (Dimension::Tokens, 4_000),
+            (Dimension::Images, 4_000),
+            (Dimension::Videos, 4_000)
+        ]
+    );
+    assert_eq!(
+        view(&s, &k, Scope::Key, &p).await,
+        before,
+        "a rejection changed state"
+    );
+}
+
+/// W5: tokens reserved from the estimate are corrected by the delta to the actual
+/// usage (which may push a window over its limit, rejecting the next request); a
+/// settlement after a window rolled is dropped for that window, not charged to the
+/// new one.
+pub async fn w5_settle_applies_delta_and_drops_after_roll<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w5");
+    let p = Arc::new(
+        Policy::default()
+            .with_requests(secs(4, 10))
+            .with_requests(secs(20, 100))
+            .with_tokens(secs(4, 100))
+            .with_tokens(secs(20, 1_000)),
+    );
+    let tok = |v: &[LimitView], w| used(v, Dimension::Tokens, w);
+
+    let t1 = admitted(&s, &k, &p, Demand::tokens(50)).await;
+    assert_eq!(tok(&view(&s, &k, Scope::Key, &p).await, 4_000), 50);
+    settle(&s, &k, t1, Outcome::Completed(Some(tokens_used(20)))).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!((tok(&v, 4_000), tok(&v, 20_000)), (20, 20));
+    assert_eq!(
+        used(&v, Dimension::Requests, 4_000),
+        1,
+        "a completed request still counts"
+    );
+
+    let in_flight = admitted(&s, &k, &p, Demand::tokens(30)).await; // 50
+    let t2 = admitted(&s, &k, &p, Demand::tokens(30)).await; // 80
+    settle(&s, &k, t2, Outcome::Completed(None)).await;
+    assert_eq!(
+        tok(&view(&s, &k, Scope::Key, &p).await, 4_000),
+        80,
+        "without usage the reservation stands"
+    );
+    let t3 = admitted(&s, &k, &p, Demand::tokens(20)).await; // exactly 100
+    settle(&s, &k, t3, Outcome::Completed(Some(tokens_used(70)))).await; // 150
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!((tok(&v, 4_000), tok(&v, 20_000)), (150, 150));
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Tokens, 4_000)]);
+    assert_eq!(e.limits[0].used, 150);
+    assert_retry::<H>(
+        e.retry_after_ms(),
+        4_000,
+        "over the limit until the window ends",
+    );
+
+    h.advance(ms(4_500)).await; // the 4 s window rolled, the 20 s one did not
+    let t5 = admitted(&s, &k, &p, Demand::tokens(10)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!((tok(&v, 4_000), tok(&v, 20_000)), (10, 160));
+    // The request admitted in the old 4 s window ends now, using 90 instead of 30.
+    settle(&s, &k, in_flight, Outcome::Completed(Some(tokens_used(90)))).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(
+        tok(&v, 4_000),
+        10,
+        "a settlement after the roll was charged to the new window"
+    );
+    assert_eq!(
+        tok(&v, 20_000),
+        220,
+        "the still-current 20 s window takes the delta"
+    );
+    settle(&s, &k, t5, Outcome::Refund).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!((tok(&v, 4_000), tok(&v, 20_000)), (0, 210));
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 0);
+    assert_eq!(used(&v, Dimension::Requests, 20_000), 4);
+}
+
+/// W6: the amount cap admits while spend plus in-flight reservations is below the
+/// cap, each admitted request reserves its money bound until it settles, and the cap
+/// never resets by itself (no retry-after).
+pub async fn w6_amount_cap_counts_reservations<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w6");
+    let p = Arc::new(Policy::default().with_amount_cap(100));
+    let amount = |v: &[LimitView]| used(v, Dimension::Amount, 0);
+    let cost = |c: Money| Usage {
+        cost: Some(c),
+        ..tokens_used(10)
+    };
+
+    let r1 = admitted(&s, &k, &p, demand(10, 0, 0, 40)).await;
+    let r2 = admitted(&s, &k, &p, demand(10, 0, 0, 40)).await;
+    // 80 < 100: admitted, and it reserves its whole bound.
+    let r3 = admitted(&s, &k, &p, demand(10, 0, 0, 40)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    assert_eq!(amount(&v), 120);
+    assert_eq!(line(&v, Dimension::Amount, 0).tier.limit, 100);
+    assert_eq!(line(&v, Dimension::Amount, 0).resets_at, None);
+    let e = rejected(&s, &k, &p, demand(10, 0, 0, 1)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Amount, 0)]);
+    assert_eq!(e.limits[0].used, 120);
+    assert_eq!(e.limits[0].tier.limit, 100);
+    assert_eq!(
+        e.retry_after_ms(),
+        None,
+        "the amount cap has no retry-after"
+    );
+
+    settle(&s, &k, r1, Outcome::Completed(Some(cost(10)))).await; // 10 + 80
+    settle(&s, &k, r3, Outcome::Refund).await; // 10 + 40
+    assert_eq!(amount(&view(&s, &k, Scope::Key, &p).await), 50);
+    settle(&s, &k, r2, Outcome::Completed(None)).await; // the bound is the charge: 50
+    assert_eq!(amount(&view(&s, &k, Scope::Key, &p).await), 50);
+    let r4 = admitted(&s, &k, &p, demand(10, 0, 0, 30)).await; // 80
+    settle(&s, &k, r4, Outcome::Completed(Some(cost(50)))).await; // exactly 100
+    assert_eq!(amount(&view(&s, &k, Scope::Key, &p).await), 100);
+    let e = rejected(&s, &k, &p, demand(10, 0, 0, 0)).await;
+    assert_eq!(
+        limits_of(&e),
+        [(Dimension::Amount, 0)],
+        "spend == cap is not below it"
+    );
+
+    h.advance(ms(5_000)).await;
+    let e = rejected(&s, &k, &p, demand(10, 0, 0, 0)).await;
+    assert_eq!(e.limits[0].used, 100, "the amount never resets by itself");
+    assert_eq!(e.retry_after_ms(), None);
+}
+
+/// W9: the retry-after of a window rejection is the time until every exceeded tier
+/// has reset enough for this request (the latest of them); none when waiting cannot
+/// help (a demand larger than the tier).
+pub async fn w9_retry_after_is_time_to_reset<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (a, b, c) = (key("w9:a"), key("w9:b"), key("w9:c"));
+    let pa = Arc::new(
+        Policy::default()
+            .with_requests(secs(3, 2))
+            .with_requests(secs(8, 2))
+            .with_tokens(secs(3, 100)),
+    );
+    let pb = Arc::new(
+        Policy::default()
+            .with_requests(secs(3, 2))
+            .with_requests(secs(8, 3)),
+    );
+    let pc = Arc::new(Policy::default().with_tokens(secs(3, 100)));
+    admitted(&s, &a, &pa, Demand::tokens(10)).await;
+    admitted(&s, &b, &pb, Demand::tokens(10)).await;
+    admitted(&s, &c, &pc, Demand::tokens(60)).await;
+
+    h.advance(ms(1_000)).await;
+    admitted(&s, &a, &pa, Demand::tokens(10)).await;
+    admitted(&s, &b, &pb, Demand::tokens(10)).await;
+    // a: both request tiers exceeded: the later reset decides.
+    let e = rejected(&s, &a, &pa, Demand::tokens(10)).await;
+    assert_eq!(
+        limits_of(&e),
+        [(Dimension::Requests, 3_000), (Dimension::Requests, 8_000)]
+    );
+    assert_retry::<H>(retry_of(&e, Dimension::Requests, 3_000), 2_000, "3 s tier");
+    assert_retry::<H>(retry_of(&e, Dimension::Requests, 8_000), 7_000, "8 s tier");
+    assert_retry::<H>(e.retry_after_ms(), 7_000, "every exceeded tier");
+    assert_eq!(e.binding().tier.window_ms, 8_000);
+    // A demand larger than a tier can never fit: no retry-after.
+    let e = rejected(&s, &a, &pa, Demand::tokens(150)).await;
+    assert_eq!(retry_of(&e, Dimension::Tokens, 3_000), None);
+    assert_eq!(e.retry_after_ms(), None);
+    assert_eq!(e.binding().dimension, Dimension::Tokens);
+    // b: only the short tier is exceeded.
+    let e = rejected(&s, &b, &pb, Demand::tokens(10)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Requests, 3_000)]);
+    assert_retry::<H>(e.retry_after_ms(), 2_000, "b at 1 s");
+    // c: "enough for this request": 60 used, 50 more do not fit, 40 do.
+    let e = rejected(&s, &c, &pc, Demand::tokens(50)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Tokens, 3_000)]);
+    assert_retry::<H>(e.retry_after_ms(), 2_000, "c at 1 s");
+    admitted(&s, &c, &pc, Demand::tokens(40)).await;
+
+    h.advance(ms(2_500)).await; // 3.5 s
+    admitted(&s, &b, &pb, Demand::tokens(10)).await;
+    let e = rejected(&s, &b, &pb, Demand::tokens(10)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Requests, 8_000)]);
+    assert_retry::<H>(e.retry_after_ms(), 4_500, "b at 3.5 s");
+    // a: the 3 s tier reset, the 8 s one did not.
+    let e = rejected(&s, &a, &pa, Demand::tokens(10)).await;
+    assert_eq!(limits_of(&e), [(Dimension::Requests, 8_000)]);
+    assert_retry::<H>(e.retry_after_ms(), 4_500, "a at 3.5 s");
+}
+
+/// W10: the optional rolling window counts requests started in the last 60 s; room
+/// appears when the oldest start leaves it, which the retry-after announces.
+pub async fn w10_rolling_window<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("w10");
+    let p = Arc::new(Policy::default().with_rolling_rpm(3));
+    let rolling = |v: &[LimitView]| used(v, Dimension::RollingRequests, ROLLING_WINDOW_MS);
+
+    admitted(&s, &k, &p, Demand::tokens(1)).await; // 0 s
+    h.advance(ms(20_000)).await;
+    admitted(&s, &k, &p, Demand::tokens(1)).await; // 20 s
+    h.advance(ms(20_000)).await;
+    let last = admitted(&s, &k, &p, Demand::tokens(1)).await; // 40 s
+    h.advance(ms(1_000)).await; // 41 s
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(
+        limits_of(&e),
+        [(Dimension::RollingRequests, ROLLING_WINDOW_MS)]
+    );
+    assert!(e.only_rolling());
+    assert_eq!(e.limits[0].used, 3);
+    assert_eq!(e.limits[0].tier.limit, 3);
+    assert_retry::<H>(e.retry_after_ms(), 19_000, "the 0 s start leaves at 60 s");
+    assert_eq!(
+        rolling(&view(&s, &k, Scope::Key, &p).await),
+        3,
+        "a rejection counted"
+    );
+
+    // A refunded request gives its start back (L5).
+    settle(&s, &k, last, Outcome::Refund).await;
+    assert_eq!(rolling(&view(&s, &k, Scope::Key, &p).await), 2);
+    admitted(&s, &k, &p, Demand::tokens(1)).await; // 41 s
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    assert_retry::<H>(e.retry_after_ms(), 19_000, "still the 0 s start");
+
+    if exact::<H>() {
+        h.advance(ms(18_999)).await;
+        let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+        assert_eq!(e.retry_after_ms(), Some(1));
+        h.advance(ms(1)).await; // exactly 60 s after the first start
+    } else {
+        h.advance(ms(19_500)).await; // 60.5 s
+    }
+    admitted(&s, &k, &p, Demand::tokens(1)).await;
+    assert_eq!(rolling(&view(&s, &k, Scope::Key, &p).await), 3);
+    let e = rejected(&s, &k, &p, Demand::tokens(1)).await;
+    let expected = if exact::<H>() { 20_000 } else { 19_500 };
+    assert_retry::<H>(e.retry_after_ms(), expected, "then the 20 s start");
+}
+
+/// L5: a refunded request gives back everything it reserved: request, token, image
+/// and video counts, money and its rolling-window start.
+pub async fn l5_refund_gives_everything_back<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let k = key("l5");
+    let p = Arc::new(
+        Policy::default()
+            .with_requests(secs(4, 1))
+            .with_tokens(secs(4, 100))
+            .with_images(secs(4, 1))
+            .with_videos(secs(4, 1))
+            .with_amount_cap(100)
+            .with_rolling_rpm(1),
+    );
+    let full = demand(100, 1, 1, 100);
+    let empty = view(&s, &k, Scope::Key, &p).await;
+    let t = admitted(&s, &k, &p, full).await;
+    let e = rejected(&s, &k, &p, demand(1, 1, 1, 1)).await;
+    assert_eq!(
+        limits_of(&e),
+        [
+            (Dimension::Requests, 4_000),
+            (Dimension::Tokens, 4_000),
+            (Dimension::Images, 4_000),
+            (Dimension::Videos, 4_000),
+            (Dimension::Amount, 0),
+            (Dimension::RollingRequests, ROLLING_WINDOW_MS),
+        ]
+    );
+    h.advance(ms(1_000)).await;
+    settle(&s, &k, t, Outcome::Refund).await;
+    assert_eq!(
+        view(&s, &k, Scope::Key, &p).await,
+        empty,
+        "the refund left something counted"
+    );
+    // Everything is available again, to the last unit.
+    let t = admitted(&s, &k, &p, full).await;
+    settle(&s, &k, t, Outcome::Completed(None)).await;
+    let v = view(&s, &k, Scope::Key, &p).await;
+    for (d, w) in [
+        (Dimension::Requests, 4_000),
+        (Dimension::Images, 4_000),
+        (Dimension::Videos, 4_000),
+        (Dimension::RollingRequests, ROLLING_WINDOW_MS),
+    ] {
+        assert_eq!(used(&v, d, w), 1, "{d}");
+    }
+    assert_eq!(used(&v, Dimension::Tokens, 4_000), 100);
+    assert_eq!(used(&v, Dimension::Amount, 0), 100);
+}
+
+/// Windows are counted per subject key and per policy scope (subscription and key
+/// counters are kept apart, W8).
+pub async fn windows_are_per_key_and_scope<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (k1, k2) = (key("windows:1"), key("windows:2"));
+    let p = Arc::new(Policy::default().with_requests(secs(4, 1)));
+    admitted(&s, &k1, &p, Demand::tokens(1)).await;
+    rejected(&s, &k1, &p, Demand::tokens(1)).await;
+    admitted(&s, &k2, &p, Demand::tokens(1)).await;
+    match admit(&s, &k1, Scope::Subscription, &p, Demand::tokens(1)).await {
+        Admission::Admitted(_) => {}
+        Admission::Exceeded(e) => panic!("the subscription scope shares the key scope: {e:?}"),
+    }
+    match admit(&s, &k1, Scope::Subscription, &p, Demand::tokens(1)).await {
+        Admission::Exceeded(e) => assert_eq!(limits_of(&e), [(Dimension::Requests, 4_000)]),
+        Admission::Admitted(t) => panic!("subscription scope over its limit: {t:?}"),
+    }
+    for (k, scope) in [
+        (&k1, Scope::Key),
+        (&k1, Scope::Subscription),
+        (&k2, Scope::Key),
+    ] {
+        let v = view(&s, k, scope, &p).await;
+        assert_eq!(used(&v, Dimension::Requests, 4_000), 1, "{k:?} {scope:?}");
+    }
+    let v = view(&s, &k2, Scope::Subscription, &p).await;
+    assert_eq!(used(&v, Dimension::Requests, 4_000), 0);
+}
+
+// ---------------------------------------------------------------------------------
+// The in-memory store against the suite.
+
+#[cfg(test)]
+mod memory {
+    use super::Harness;
+    use crate::clock::{Clock, ManualClock, Millis};
+    use crate::store::memory::MemoryStore;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    /// A start time on no calendar boundary, so anchors are visibly the first use.
+    const START: Millis = 1_700_000_000_123;
+
+    struct MemoryHarness {
+        clock: ManualClock,
+    }
+
+    impl MemoryHarness {
+        fn new() -> Self {
+            Self {
+                clock: ManualClock::new(START),
+            }
+        }
+    }
+
+    impl Harness for MemoryHarness {
+        type Store = MemoryStore<ManualClock>;
+
+        async fn store(&self) -> Self::Store {
+            MemoryStore::with_clock(self.clock.clone())
+        }
+        async fn advance(&self, d: Duration) {
+            self.clock.advance(d);
+        }
+        fn now(&self) -> Option<Millis> {
+            Some(self.clock.now())
+        }
+    }
+
+    /// The in-memory store's futures are `Ready`: one poll finishes the whole check.
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("an in-memory store future was not ready"),
+        }
+    }
+
+    macro_rules! memory_conformance {
+        ($($name:ident),* $(,)?) => {$(
+            #[test]
+            fn $name() {
+                block_on(super::$name(&MemoryHarness::new()));
+            }
+        )*};
+    }
+
+    memory_conformance!(
+        c1_limit_enforced_zero_unlimited,
+        c3_release_exactly_once,
+        c4_expired_lease_purged_at_next_check,
+        c4_renewal_keeps_lease,
+        slots_are_per_key,
+        w1_every_tier_enforced,
+        w2_anchor_at_first_use_and_rolls_by_whole_windows,
+        w2_reanchor_after_idle,
+        w3_images_have_own_anchor,
+        w4_all_or_nothing_rejected_changes_nothing,
+        w5_settle_applies_delta_and_drops_after_roll,
+        w6_amount_cap_counts_reservations,
+        w9_retry_after_is_time_to_reset,
+        w10_rolling_window,
+        l5_refund_gives_everything_back,
+        windows_are_per_key_and_scope,
+        run_all,
+    );
+
+    /// The suite with a slack declared: the tolerant branches (used by stores on real
+    /// time) must pass too on an exact store.
+    struct SlackHarness(MemoryHarness);
+
+    impl Harness for SlackHarness {
+        type Store = MemoryStore<ManualClock>;
+        const SLACK_MS: Millis = 250;
+
+        async fn store(&self) -> Self::Store {
+            self.0.store().await
+        }
+        async fn advance(&self, d: Duration) {
+            // Real time overshoots a little: so does this clock.
+            self.0.advance(d + Duration::from_millis(7)).await;
+        }
+    }
+
+    #[test]
+    fn run_all_with_slack() {
+        block_on(super::run_all(&SlackHarness(MemoryHarness::new())));
+    }
+}

@@ -67,9 +67,11 @@ struct Entry<V> {
     touched: Millis,
 }
 
+type Shard<V> = HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>;
+
 /// A bounded, sharded map from subject key to state.
 pub struct ShardedMap<V> {
-    shards: Box<[Mutex<HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>>]>,
+    shards: Box<[Mutex<Shard<V>>]>,
     hasher: foldhash::fast::RandomState,
     cap_per_shard: usize,
     evicted_live: AtomicU64,
@@ -89,7 +91,10 @@ impl<V: Idle> ShardedMap<V> {
         }
     }
 
-    fn shard(&self, key: &str) -> &Mutex<HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>> {
+    fn shard(
+        &self,
+        key: &str,
+    ) -> &Mutex<HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>> {
         let mut h = self.hasher.build_hasher();
         key.hash(&mut h);
         let i = (std::hash::Hasher::finish(&h) >> 58) as usize & (SHARDS - 1);
@@ -99,7 +104,10 @@ impl<V: Idle> ShardedMap<V> {
     /// Runs `f` on the entry of `key` (created empty if absent). An entry left idle by
     /// `f` is removed at once, so rejected requests of unknown keys leave nothing.
     pub fn with<R>(&self, key: &SubjectKey, now: Millis, f: impl FnOnce(&mut V) -> R) -> R {
-        let mut shard = self.shard(key.as_str()).lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = self
+            .shard(key.as_str())
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(e) = shard.get_mut(key.as_str()) {
             e.touched = now;
             let r = f(&mut e.value);
@@ -131,11 +139,7 @@ impl<V: Idle> ShardedMap<V> {
         shard.get(key).map(|e| f(&e.value))
     }
 
-    fn make_room(
-        &self,
-        shard: &mut HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>,
-        now: Millis,
-    ) {
+    fn make_room(&self, shard: &mut Shard<V>, now: Millis) {
         shard.retain(|_, e| !e.value.is_idle(now));
         if shard.len() < self.cap_per_shard {
             return;
@@ -306,7 +310,9 @@ impl<C: Clock> MemoryStore<C> {
     /// [`SlotStore::renew`] without a future.
     pub fn renew_now(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> bool {
         let now = self.inner.clock.now();
-        self.inner.slots.with(key, now, |s| s.renew(lease, ttl, now))
+        self.inner
+            .slots
+            .with(key, now, |s| s.renew(lease, ttl, now))
     }
 
     /// [`SlotStore::release`] without a future.
@@ -344,11 +350,17 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`WindowStore::settle`] without a future.
-    pub fn settle_now(&self, key: &SubjectKey, scope: Scope, ticket: &WindowTicket, outcome: Outcome) {
+    pub fn settle_now(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: &WindowTicket,
+        outcome: Outcome,
+    ) {
         let now = self.inner.clock.now();
-        self.inner
-            .windows
-            .with(key, now, |w| w.scope_mut(scope).settle(ticket, outcome, now));
+        self.inner.windows.with(key, now, |w| {
+            w.scope_mut(scope).settle(ticket, outcome, now)
+        });
     }
 
     /// [`WindowStore::view`] without a future.
@@ -356,7 +368,9 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.inner.clock.now();
         self.inner
             .windows
-            .read(key.as_str(), |w| w.scope(scope).map(|s| s.view(policy, now)))
+            .read(key.as_str(), |w| {
+                w.scope(scope).map(|s| s.view(policy, now))
+            })
             .flatten()
             .unwrap_or_else(|| ScopeState::default().view(policy, now))
     }
@@ -372,7 +386,8 @@ impl<C: Clock> SlotStore for MemoryStore<C> {
         ready(Ok(self.renew_now(key, lease, ttl)))
     }
     fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
-        ready(Ok(self.release_now(key, lease)))
+        self.release_now(key, lease);
+        ready(Ok(()))
     }
     fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
         ready(Ok(self.in_flight_now(key)))
@@ -398,7 +413,8 @@ impl<C: Clock> WindowStore for MemoryStore<C> {
         ticket: WindowTicket,
         outcome: Outcome,
     ) -> Self::Future<()> {
-        ready(Ok(self.settle_now(key, scope, &ticket, outcome)))
+        self.settle_now(key, scope, &ticket, outcome);
+        ready(Ok(()))
     }
     fn view(
         &self,

@@ -1,7 +1,7 @@
 //! Per-subject in-flight slots (SPEC C1–C5).
 //!
 //! A slot is taken when the request is called (not in `poll_ready`), from the
-//! [`SlotStore`](tollgate_core::SlotStore), as a timestamped lease. The lease is held
+//! [`SlotStore`], as a timestamped lease. The lease is held
 //! until the response body ends, errors or is dropped (L3), renewed every
 //! `renew_every` while held (C4), and released exactly once (C3). With no free slot
 //! the request is refused with 42901 at once, or after waiting up to `max_wait` (C2).
