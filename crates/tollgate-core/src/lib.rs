@@ -15,6 +15,7 @@ pub mod demand;
 pub mod dialect;
 pub mod money;
 pub mod policy;
+pub mod price;
 pub mod rejection;
 pub mod slots;
 pub mod store;
@@ -29,6 +30,7 @@ pub use demand::{Demand, Usage, UsageRecorder};
 pub use dialect::Dialect;
 pub use money::Money;
 pub use policy::{AnchorGroup, Dimension, Policy, Tier};
+pub use price::Price;
 pub use rejection::{
     GatewayCode, LayerKind, RateLimitInfo, Rejection, subscription_message, window_rejection,
 };

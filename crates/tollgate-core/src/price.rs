@@ -1,0 +1,126 @@
+//! Prices: the cost of a request from its usage, and the money upper bound of a
+//! demand (W6, B2, B3). Integer minor units throughout; never floats.
+
+use crate::demand::{Demand, Usage};
+use crate::money::Money;
+
+/// Price of one model, in minor units. Token prices are per million tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct Price {
+    /// Per million input tokens not served from cache.
+    pub input_per_mtok: Money,
+    /// Per million input tokens read from cache.
+    pub cached_input_per_mtok: Money,
+    /// Per million input tokens written to cache.
+    pub cache_write_per_mtok: Money,
+    /// Per million output tokens.
+    pub output_per_mtok: Money,
+    /// Per image.
+    pub per_image: Money,
+    /// Per video.
+    pub per_video: Money,
+}
+
+/// `Σ count × per_million / 1e6`, rounded up once, so a cost is never understated and
+/// an upper bound computed the same way is never below it.
+fn tokens_cost(parts: &[(u64, Money)]) -> Money {
+    let micro: i128 = parts
+        .iter()
+        .map(|&(count, price)| i128::from(count) * i128::from(price.max(0)))
+        .sum();
+    Money::try_from((micro + 999_999) / 1_000_000).unwrap_or(Money::MAX)
+}
+
+impl Price {
+    fn units_cost(&self, images: u64, videos: u64) -> Money {
+        let n = |v: u64| Money::try_from(v).unwrap_or(Money::MAX);
+        self.per_image
+            .max(0)
+            .saturating_mul(n(images))
+            .saturating_add(self.per_video.max(0).saturating_mul(n(videos)))
+    }
+
+    /// The cost of `usage`.
+    pub fn cost(&self, usage: &Usage) -> Money {
+        tokens_cost(&[
+            (usage.input_tokens, self.input_per_mtok),
+            (usage.cached_input_tokens, self.cached_input_per_mtok),
+            (usage.cache_write_tokens, self.cache_write_per_mtok),
+            (usage.output_tokens, self.output_per_mtok),
+        ])
+        .saturating_add(self.units_cost(usage.images, usage.videos))
+    }
+
+    /// The most a request of `input` input tokens and at most `max_output` output
+    /// tokens can cost: every input token at the dearest input rate (a cache write
+    /// may cost more than a plain read).
+    pub fn upper_bound(&self, input: u64, max_output: u64, images: u64, videos: u64) -> Money {
+        let dearest_input = self
+            .input_per_mtok
+            .max(self.cached_input_per_mtok)
+            .max(self.cache_write_per_mtok);
+        tokens_cost(&[(input, dearest_input), (max_output, self.output_per_mtok)])
+            .saturating_add(self.units_cost(images, videos))
+    }
+
+    /// A demand with its money upper bound filled in.
+    pub fn demand(&self, input: u64, max_output: u64, images: u64, videos: u64) -> Demand {
+        Demand {
+            tokens: input.saturating_add(max_output),
+            images,
+            videos,
+            money: self.upper_bound(input, max_output, images, videos),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn b2_cost_rounds_up_in_integer_minor_units() {
+        let p = Price {
+            input_per_mtok: 2_500_000, // $2.50 per Mtok in micro-dollars
+            cached_input_per_mtok: 1_250_000,
+            output_per_mtok: 10_000_000,
+            ..Price::default()
+        };
+        let u = Usage {
+            input_tokens: 1000,
+            cached_input_tokens: 1,
+            output_tokens: 333,
+            ..Usage::default()
+        };
+        // ceil(2500 + 1.25 + 3330)
+        assert_eq!(p.cost(&u), 5832);
+    }
+
+    #[test]
+    fn w6_upper_bound_is_never_below_the_actual_cost() {
+        let p = Price {
+            input_per_mtok: 3,
+            cached_input_per_mtok: 1,
+            cache_write_per_mtok: 4,
+            output_per_mtok: 15,
+            per_image: 7,
+            per_video: 0,
+        };
+        let ub = p.upper_bound(1000, 500, 1, 0);
+        for cached in [0, 500, 1000] {
+            for write in [0, 1000 - cached] {
+                let u = Usage {
+                    input_tokens: 1000 - cached - write,
+                    cached_input_tokens: cached,
+                    cache_write_tokens: write,
+                    output_tokens: 500,
+                    images: 1,
+                    ..Usage::default()
+                };
+                assert!(p.cost(&u) <= ub);
+            }
+        }
+    }
+}
