@@ -121,6 +121,9 @@ pub struct ScopeState {
     pub amount: AmountState,
     /// Rolling 60 s log.
     pub rolling: RollingLog,
+    /// Admitted requests not yet settled: while any is out, the state is not idle, so
+    /// a settlement always finds the windows it must correct.
+    pub pending: u32,
 }
 
 /// One limit a request did not fit under.
@@ -200,7 +203,8 @@ fn demand_of(d: Dimension, demand: &Demand) -> (u64, bool) {
     match d {
         Dimension::Requests => (1, true),
         // Requests and tokens share a group: every request may use tokens, so a token
-        // window already over its limit (W5) rejects even a zero estimate.
+        // window already over its limit (W5) rejects even a zero estimate, while one
+        // exactly at its limit still has room for it (W4).
         Dimension::Tokens => (demand.tokens, true),
         Dimension::Images => (demand.images, demand.images > 0),
         Dimension::Videos => (demand.videos, demand.videos > 0),
@@ -256,7 +260,7 @@ impl ScopeState {
                 if !touched {
                     continue;
                 }
-                let need = units.max(1);
+                let need = units;
                 for tier in policy.tiers(d) {
                     let (used, end) = match state {
                         Some(s) => {
@@ -385,6 +389,7 @@ impl ScopeState {
             self.rolling.purge(now);
             self.rolling.starts.push_back(now);
         }
+        self.pending = self.pending.saturating_add(1);
         WindowTicket {
             admitted_at: now,
             anchors,
@@ -436,6 +441,7 @@ impl ScopeState {
                 self.amount.spent = self.amount.spent.saturating_add(cost.max(0));
             }
         }
+        self.pending = self.pending.saturating_sub(1);
         if ticket.rolling && refund {
             self.rolling.remove(ticket.admitted_at);
         }
@@ -447,6 +453,7 @@ impl ScopeState {
         self.groups.iter().flatten().all(|g| g.is_empty_at(now))
             && self.amount == AmountState::default()
             && self.rolling.count(now) == 0
+            && self.pending == 0
     }
 
     /// Used / limit / reset of every limit of `policy` at `now` (the usage view).

@@ -943,6 +943,14 @@ pub async fn w10_rolling_window<H: Harness>(h: &H) {
         3,
         "a rejection counted"
     );
+    // A lowered limit (the policy changed): room appears only when enough starts have
+    // left to go below it — the 20 s start for a limit of 2, the 40 s one for 1.
+    for (limit, expected) in [(2, 39_000), (1, 59_000)] {
+        let lower = Arc::new(Policy::default().with_rolling_rpm(limit));
+        let e = rejected(&s, &k, &lower, Demand::tokens(1)).await;
+        assert_eq!(e.limits[0].used, 3);
+        assert_retry::<H>(e.retry_after_ms(), expected, "a lowered rolling limit");
+    }
 
     // A refunded request gives its start back (L5).
     settle(&s, &k, last, Outcome::Refund).await;
