@@ -1,0 +1,331 @@
+//! Successful answers, streamed and not, in each dialect's real shape.
+//!
+//! Built with `format!` over pre-escaped pieces: no JSON tree per request.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::Dialect;
+use crate::behavior::ErrorKind;
+use crate::body::End;
+use crate::errors::{Ctx, error_json};
+use crate::request::{Usage, chunk_text};
+use crate::time::unix_secs;
+
+/// A JSON string literal (with quotes).
+pub(crate) fn js(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+pub(crate) fn openai_id(seq: u64) -> String {
+    format!("chatcmpl-fake{seq:08}")
+}
+
+pub(crate) fn anthropic_id(seq: u64) -> String {
+    format!("msg_fake{seq:08}")
+}
+
+fn full_text(n: u32) -> String {
+    (0..n as usize).map(chunk_text).collect()
+}
+
+fn openai_usage(u: &Usage) -> String {
+    format!(
+        r#"{{"prompt_tokens":{p},"completion_tokens":{o},"total_tokens":{t},"prompt_tokens_details":{{"cached_tokens":{c},"audio_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}}"#,
+        p = u.prompt,
+        o = u.output,
+        t = u.prompt + u.output,
+        c = u.cached
+    )
+}
+
+fn anthropic_usage(u: &Usage, output: u64) -> String {
+    format!(
+        r#"{{"input_tokens":{i},"cache_creation_input_tokens":{cc},"cache_read_input_tokens":{cr},"output_tokens":{output},"service_tier":"standard"}}"#,
+        i = u.uncached(),
+        cc = u.cache_creation,
+        cr = u.cached,
+    )
+}
+
+fn gemini_usage(u: &Usage, final_chunk: bool) -> String {
+    let mut s = format!(r#"{{"promptTokenCount":{}"#, u.prompt);
+    if final_chunk {
+        let _ = write!(s, r#","candidatesTokenCount":{}"#, u.output);
+    }
+    let total = if final_chunk {
+        u.prompt + u.output
+    } else {
+        u.prompt
+    };
+    let _ = write!(s, r#","totalTokenCount":{total}"#);
+    if u.cached > 0 {
+        let _ = write!(s, r#","cachedContentTokenCount":{}"#, u.cached);
+    }
+    let _ = write!(
+        s,
+        r#","promptTokensDetails":[{{"modality":"TEXT","tokenCount":{}}}]}}"#,
+        u.prompt
+    );
+    s
+}
+
+fn openai_finish(u: &Usage) -> &'static str {
+    if u.truncated { "length" } else { "stop" }
+}
+
+fn anthropic_stop(u: &Usage) -> &'static str {
+    if u.truncated {
+        "max_tokens"
+    } else {
+        "end_turn"
+    }
+}
+
+fn gemini_finish(u: &Usage) -> &'static str {
+    if u.truncated { "MAX_TOKENS" } else { "STOP" }
+}
+
+/// The non-streamed answer body.
+pub(crate) fn non_stream(ctx: &Ctx<'_>, seq: u64, u: &Usage) -> String {
+    let model = js(ctx.model);
+    let text = js(&full_text(u.chunks));
+    match ctx.dialect {
+        Dialect::OpenAi => format!(
+            r#"{{"id":"{id}","object":"chat.completion","created":{created},"model":{model},"choices":[{{"index":0,"message":{{"role":"assistant","content":{text},"refusal":null,"annotations":[]}},"logprobs":null,"finish_reason":"{fin}"}}],"usage":{usage},"service_tier":"default","system_fingerprint":"fp_fake"}}"#,
+            id = openai_id(seq),
+            created = unix_secs(ctx.now),
+            fin = openai_finish(u),
+            usage = openai_usage(u),
+        ),
+        Dialect::Anthropic => format!(
+            r#"{{"id":"{id}","type":"message","role":"assistant","model":{model},"content":[{{"type":"text","text":{text}}}],"stop_reason":"{stop}","stop_sequence":null,"usage":{usage}}}"#,
+            id = anthropic_id(seq),
+            stop = anthropic_stop(u),
+            usage = anthropic_usage(u, u.output),
+        ),
+        Dialect::Gemini => format!(
+            r#"{{"candidates":[{{"content":{{"parts":[{{"text":{text}}}],"role":"model"}},"finishReason":"{fin}","index":0}}],"usageMetadata":{usage},"modelVersion":{model},"responseId":"fake{seq:08}"}}"#,
+            fin = gemini_finish(u),
+            usage = gemini_usage(u, true),
+        ),
+    }
+}
+
+/// How a stream should go.
+pub(crate) struct StreamPlan {
+    pub(crate) ttfb: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) hang: bool,
+    pub(crate) cut: bool,
+    /// `Some((k, error, status))`: fail after `k` content chunks.
+    pub(crate) fail: Option<(u32, ErrorKind, u16)>,
+    pub(crate) include_usage: bool,
+    /// Gemini without `alt=sse`: a streamed JSON array instead of SSE.
+    pub(crate) gemini_json_array: bool,
+}
+
+/// The frames of a streamed answer and how it ends.
+pub(crate) fn stream(
+    ctx: &Ctx<'_>,
+    seq: u64,
+    u: &Usage,
+    plan: &StreamPlan,
+) -> (VecDeque<(Duration, Bytes)>, End) {
+    let model = js(ctx.model);
+    let mut steps: VecDeque<(Duration, Bytes)> = VecDeque::with_capacity(u.chunks as usize + 3);
+    let created = unix_secs(ctx.now);
+    let oid = openai_id(seq);
+    let usage_null = if plan.include_usage {
+        r#","usage":null"#
+    } else {
+        ""
+    };
+    let oai_chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"{oid}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_fake\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]{usage_null}}}\n\n"
+        )
+    };
+    let gem_chunk = |text: &str, finish: Option<&str>| {
+        let fin = finish
+            .map(|f| format!(r#","finishReason":"{f}""#))
+            .unwrap_or_default();
+        format!(
+            r#"{{"candidates":[{{"content":{{"parts":[{{"text":{text}}}],"role":"model"}}{fin},"index":0}}],"usageMetadata":{usage},"modelVersion":{model},"responseId":"fake{seq:08}"}}"#,
+            text = js(text),
+            usage = gemini_usage(u, finish.is_some()),
+        )
+    };
+    // Gemini framing: SSE `data:` lines, or the pieces of one JSON array.
+    let mut gem_frames = 0usize;
+    let mut gem_frame = |json: String| -> String {
+        gem_frames += 1;
+        if plan.gemini_json_array {
+            if gem_frames == 1 {
+                format!("[{json}")
+            } else {
+                format!("\r\n,{json}")
+            }
+        } else {
+            format!("data: {json}\r\n\r\n")
+        }
+    };
+
+    // Preamble: sent with the head, before the first content chunk.
+    match ctx.dialect {
+        Dialect::OpenAi => steps.push_back((
+            Duration::ZERO,
+            oai_chunk(r#"{"role":"assistant","content":"","refusal":null}"#, "null").into(),
+        )),
+        Dialect::Anthropic => steps.push_back((
+            Duration::ZERO,
+            format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"{id}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":{model},\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{usage}}}}}\n\n\
+                 event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
+                 event: ping\ndata: {{\"type\":\"ping\"}}\n\n",
+                id = anthropic_id(seq),
+                usage = anthropic_usage(u, 1),
+            )
+            .into(),
+        )),
+        Dialect::Gemini => {}
+    }
+    if plan.hang {
+        return (steps, End::Hang);
+    }
+
+    let content = plan.fail.as_ref().map_or(u.chunks, |(k, _, _)| *k);
+    for i in 0..content as usize {
+        let delay = if i == 0 { plan.ttfb } else { plan.interval };
+        let text = chunk_text(i);
+        let frame = match ctx.dialect {
+            Dialect::OpenAi => oai_chunk(&format!(r#"{{"content":{}}}"#, js(text)), "null"),
+            Dialect::Anthropic => format!(
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
+                js(text)
+            ),
+            Dialect::Gemini => gem_frame(gem_chunk(text, None)),
+        };
+        steps.push_back((delay, frame.into()));
+    }
+    let next_delay = if content == 0 {
+        plan.ttfb
+    } else {
+        plan.interval
+    };
+
+    if let Some((_, kind, status)) = &plan.fail {
+        if plan.cut {
+            return (steps, End::Cut);
+        }
+        let err = error_json(ctx, kind, *status);
+        let frame = match ctx.dialect {
+            Dialect::OpenAi => format!("data: {err}\n\n"),
+            Dialect::Anthropic => format!("event: error\ndata: {err}\n\n"),
+            Dialect::Gemini => {
+                let f = gem_frame(err);
+                if plan.gemini_json_array {
+                    format!("{f}]")
+                } else {
+                    f
+                }
+            }
+        };
+        steps.push_back((next_delay, frame.into()));
+        return (steps, End::Clean);
+    }
+    if plan.cut {
+        return (steps, End::Cut);
+    }
+
+    let trailer = match ctx.dialect {
+        Dialect::OpenAi => {
+            let mut t = oai_chunk("{}", &format!("\"{}\"", openai_finish(u)));
+            if plan.include_usage {
+                let _ = write!(
+                    t,
+                    "data: {{\"id\":\"{oid}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_fake\",\"choices\":[],\"usage\":{}}}\n\n",
+                    openai_usage(u)
+                );
+            }
+            t.push_str("data: [DONE]\n\n");
+            t
+        }
+        Dialect::Anthropic => format!(
+            "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{stop}\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{out}}}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+            stop = anthropic_stop(u),
+            out = u.output,
+        ),
+        Dialect::Gemini => {
+            let f = gem_frame(gem_chunk("", Some(gemini_finish(u))));
+            if plan.gemini_json_array {
+                format!("{f}]")
+            } else {
+                f
+            }
+        }
+    };
+    steps.push_back((next_delay, trailer.into()));
+    (steps, End::Clean)
+}
+
+/// `GET /v1/models` (OpenAI or Anthropic shape) and `GET /v1beta/models` (Gemini).
+pub(crate) fn list_models(dialect: Dialect, models: &[String]) -> String {
+    let mut s = String::new();
+    match dialect {
+        Dialect::OpenAi => {
+            s.push_str(r#"{"object":"list","data":["#);
+            for (i, m) in models.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                let _ = write!(
+                    s,
+                    r#"{{"id":{},"object":"model","created":1700000000,"owned_by":"fake-upstream"}}"#,
+                    js(m)
+                );
+            }
+            s.push_str("]}");
+        }
+        Dialect::Anthropic => {
+            s.push_str(r#"{"data":["#);
+            for (i, m) in models.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                let _ = write!(
+                    s,
+                    r#"{{"type":"model","id":{id},"display_name":{id},"created_at":"2025-01-01T00:00:00Z"}}"#,
+                    id = js(m)
+                );
+            }
+            let first = models.first().map_or("null".into(), |m| js(m));
+            let last = models.last().map_or("null".into(), |m| js(m));
+            let _ = write!(
+                s,
+                r#"],"has_more":false,"first_id":{first},"last_id":{last}}}"#
+            );
+        }
+        Dialect::Gemini => {
+            s.push_str(r#"{"models":["#);
+            for (i, m) in models.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                let _ = write!(
+                    s,
+                    r#"{{"name":{name},"displayName":{id},"inputTokenLimit":1048576,"outputTokenLimit":8192,"supportedGenerationMethods":["generateContent","streamGenerateContent","countTokens"]}}"#,
+                    name = js(&format!("models/{m}")),
+                    id = js(m)
+                );
+            }
+            s.push_str("]}");
+        }
+    }
+    s
+}

@@ -1,0 +1,401 @@
+//! The hyper 1 HTTP/1.1 server and the per-request handler.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::Dialect;
+use crate::behavior::{Behavior, ErrorKind};
+use crate::body::{End, FakeBody};
+use crate::errors::{self, Ctx, Headers, push};
+use crate::render::{self, StreamPlan, js};
+use crate::request::{self, Usage};
+use crate::stats::{Counters, Credentials, InFlightGuard, Route};
+
+#[derive(Default)]
+struct Control {
+    default: Behavior,
+    per_credential_default: HashMap<String, Behavior>,
+    script: VecDeque<Behavior>,
+    per_credential_script: HashMap<String, VecDeque<Behavior>>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) counters: Arc<Counters>,
+    control: Mutex<Control>,
+    models: Vec<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(recent_capacity: usize, default: Behavior, models: Vec<String>) -> Self {
+        Shared {
+            counters: Arc::new(Counters::new(recent_capacity)),
+            control: Mutex::new(Control {
+                default,
+                ..Control::default()
+            }),
+            models,
+        }
+    }
+
+    pub(crate) fn set_default(&self, b: Behavior) {
+        lock(&self.control).default = b;
+    }
+
+    pub(crate) fn set_default_for(&self, credential: &str, b: Behavior) {
+        lock(&self.control)
+            .per_credential_default
+            .insert(credential.to_owned(), b);
+    }
+
+    pub(crate) fn push_script(&self, b: Behavior) {
+        lock(&self.control).script.push_back(b);
+    }
+
+    pub(crate) fn push_script_for(&self, credential: &str, b: Behavior) {
+        lock(&self.control)
+            .per_credential_script
+            .entry(credential.to_owned())
+            .or_default()
+            .push_back(b);
+    }
+
+    pub(crate) fn clear_scripts(&self) {
+        let mut c = lock(&self.control);
+        c.script.clear();
+        c.per_credential_script.clear();
+    }
+
+    pub(crate) fn clear_behaviors(&self) {
+        *lock(&self.control) = Control::default();
+    }
+
+    pub(crate) fn scripts_remaining(&self) -> usize {
+        let c = lock(&self.control);
+        c.script.len()
+            + c.per_credential_script
+                .values()
+                .map(VecDeque::len)
+                .sum::<usize>()
+    }
+
+    /// Default, then the credential's default, then one scripted entry (the
+    /// credential's queue first, else the global queue).
+    fn behavior_for(&self, credential: Option<&str>) -> Behavior {
+        let mut c = lock(&self.control);
+        let mut b = c.default.clone();
+        if let Some(cred) = credential {
+            if let Some(d) = c.per_credential_default.get(cred) {
+                b = b.overlay(d);
+            }
+            if let Some(s) = c
+                .per_credential_script
+                .get_mut(cred)
+                .and_then(VecDeque::pop_front)
+            {
+                return b.overlay(&s);
+            }
+        }
+        if let Some(s) = c.script.pop_front() {
+            b = b.overlay(&s);
+        }
+        b
+    }
+}
+
+/// Accepts connections until `shutdown` fires (or its sender is dropped); then aborts
+/// every open connection.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = shared.clone();
+                    conns.spawn(async move {
+                        let svc = service_fn(move |req| handle(shared.clone(), req));
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .keep_alive(true)
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+                // Out of file descriptors and the like: back off briefly.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+fn classify(
+    method: &Method,
+    path: &str,
+    headers: &http::HeaderMap,
+) -> (Route, Dialect, Option<String>) {
+    match (method, path) {
+        (&Method::POST, "/v1/chat/completions") => (Route::ChatCompletions, Dialect::OpenAi, None),
+        (&Method::POST, "/v1/messages") => (Route::Messages, Dialect::Anthropic, None),
+        (&Method::GET, "/v1/models") => {
+            let d = if headers.contains_key("anthropic-version") {
+                Dialect::Anthropic
+            } else {
+                Dialect::OpenAi
+            };
+            (Route::ListModels, d, None)
+        }
+        (&Method::GET, "/v1beta/models") => (Route::ListModels, Dialect::Gemini, None),
+        (&Method::POST, p) => {
+            let rest = p
+                .strip_prefix("/v1beta/models/")
+                .or_else(|| p.strip_prefix("/v1/models/"));
+            match rest.and_then(|r| r.split_once(':')) {
+                Some((model, "generateContent")) if !model.is_empty() => (
+                    Route::GenerateContent,
+                    Dialect::Gemini,
+                    Some(model.to_owned()),
+                ),
+                Some((model, "streamGenerateContent")) if !model.is_empty() => (
+                    Route::StreamGenerateContent,
+                    Dialect::Gemini,
+                    Some(model.to_owned()),
+                ),
+                _ => (Route::Other, Dialect::OpenAi, None),
+            }
+        }
+        _ => (Route::Other, Dialect::OpenAi, None),
+    }
+}
+
+fn respond(
+    status: u16,
+    content_type: &'static str,
+    headers: Headers,
+    body: FakeBody,
+) -> Response<FakeBody> {
+    let mut res = Response::new(body);
+    *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    for (k, v) in headers {
+        h.append(k, v);
+    }
+    res
+}
+
+/// A one-piece answer; counts its status.
+fn full(
+    guard: InFlightGuard,
+    status: u16,
+    content_type: &'static str,
+    headers: Headers,
+    body: String,
+) -> Response<FakeBody> {
+    guard.counters().count_status(status);
+    respond(
+        status,
+        content_type,
+        headers,
+        FakeBody::full(Bytes::from(body), guard),
+    )
+}
+
+fn request_id_header(dialect: Dialect, rid: &str, h: &mut Headers) {
+    match dialect {
+        Dialect::OpenAi => push(h, "x-request-id", rid),
+        Dialect::Anthropic => push(h, "request-id", rid),
+        Dialect::Gemini => {}
+    }
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<FakeBody>, Infallible> {
+    let (route, dialect, path_model) = classify(req.method(), req.uri().path(), req.headers());
+    let query = req.uri().query();
+    let gemini_sse = query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+    let creds = Credentials::of(req.headers(), query);
+    let path_and_query = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let (seq, guard) =
+        shared
+            .counters
+            .begin(route, req.method(), path_and_query, req.headers(), &creds);
+    let primary = creds.primary.map(str::to_owned);
+    let rid = format!("req_fake{seq:08}");
+
+    match route {
+        Route::ListModels => {
+            let body = render::list_models(dialect, &shared.models);
+            let mut h = Headers::new();
+            request_id_header(dialect, &rid, &mut h);
+            return Ok(full(guard, 200, "application/json", h, body));
+        }
+        Route::Other => {
+            let body = format!(
+                r#"{{"error":{{"message":{},"type":"invalid_request_error","param":null,"code":"unknown_url"}}}}"#,
+                js(&format!(
+                    "fake-upstream: no route for {} {}",
+                    req.method(),
+                    req.uri().path()
+                ))
+            );
+            return Ok(full(guard, 404, "application/json", Headers::new(), body));
+        }
+        _ => {}
+    }
+
+    let from_headers = Behavior::from_headers(req.headers());
+    let base = shared.behavior_for(primary.as_deref());
+    let body = match req.into_body().collect().await {
+        Ok(c) => c.to_bytes(),
+        // The client went away mid-body; nobody reads this answer.
+        Err(_) => {
+            return Ok(full(
+                guard,
+                400,
+                "application/json",
+                Headers::new(),
+                String::new(),
+            ));
+        }
+    };
+    let b = match from_headers {
+        Ok(h) => base.overlay(&h),
+        Err(e) => return Ok(bad_request(guard, dialect, &rid, &e.to_string())),
+    };
+    let parsed = match request::parse(
+        dialect,
+        &body,
+        path_model.as_deref(),
+        route == Route::StreamGenerateContent,
+    ) {
+        Ok(p) => p,
+        Err(msg) => return Ok(bad_request(guard, dialect, &rid, &msg)),
+    };
+    let usage = Usage::compute(&parsed, &b);
+
+    let mut delay = b.latency.unwrap_or_default();
+    if !parsed.stream {
+        delay += b.ttfb.unwrap_or_default();
+    }
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let hang = b.hang == Some(true);
+    if hang && !parsed.stream {
+        // Never answer; the guard is released when the client goes away.
+        let _guard = guard;
+        std::future::pending::<()>().await;
+        unreachable!("pending never resolves");
+    }
+
+    let ctx = Ctx {
+        dialect,
+        model: &parsed.model,
+        request_id: &rid,
+        behavior: &b,
+        now: SystemTime::now(),
+    };
+    let mut h = Headers::new();
+    request_id_header(dialect, &rid, &mut h);
+
+    let failure = b.failure(dialect);
+    let fail_in_stream = parsed.stream && b.fail_after_chunks.is_some();
+    if let (Some((kind, status)), false, false) = (&failure, fail_in_stream, hang) {
+        let r = errors::render(&ctx, kind, *status);
+        h.extend(r.headers);
+        return Ok(full(guard, r.status, r.content_type, h, r.body));
+    }
+
+    errors::rate_limit_headers(&ctx, false, &mut h);
+    if let Some(s) = b.retry_after {
+        push(&mut h, "retry-after", s);
+    }
+    let cut = b.cut == Some(true);
+
+    if !parsed.stream {
+        let text = render::non_stream(&ctx, seq, &usage);
+        if cut {
+            let total = text.len() as u64;
+            let half = Bytes::from(text).slice(..(total as usize / 2));
+            let steps = VecDeque::from([(Duration::ZERO, half)]);
+            shared.counters.count_status(200);
+            let body = FakeBody::new(steps, End::Cut, Some(total), guard);
+            return Ok(respond(200, "application/json", h, body));
+        }
+        return Ok(full(guard, 200, "application/json", h, text));
+    }
+
+    let plan = StreamPlan {
+        ttfb: b.ttfb.unwrap_or_default(),
+        interval: b.chunk_interval.unwrap_or_default(),
+        hang,
+        cut,
+        fail: b.fail_after_chunks.map(|k| {
+            let (kind, status) = failure.clone().unwrap_or((ErrorKind::ServerError, 500));
+            (k, kind, status)
+        }),
+        include_usage: parsed.include_usage,
+        gemini_json_array: dialect == Dialect::Gemini && !gemini_sse,
+    };
+    let (steps, end) = render::stream(&ctx, seq, &usage, &plan);
+    let content_type = if plan.gemini_json_array {
+        "application/json"
+    } else {
+        "text/event-stream"
+    };
+    push(&mut h, "cache-control", "no-cache");
+    shared.counters.count_status(200);
+    let body = FakeBody::new(steps, end, None, guard);
+    Ok(respond(200, content_type, h, body))
+}
+
+fn bad_request(
+    guard: InFlightGuard,
+    dialect: Dialect,
+    rid: &str,
+    message: &str,
+) -> Response<FakeBody> {
+    let body = match dialect {
+        Dialect::OpenAi => format!(
+            r#"{{"error":{{"message":{},"type":"invalid_request_error","param":null,"code":null}}}}"#,
+            js(message)
+        ),
+        Dialect::Anthropic => format!(
+            r#"{{"type":"error","error":{{"type":"invalid_request_error","message":{}}},"request_id":"{rid}"}}"#,
+            js(message)
+        ),
+        Dialect::Gemini => format!(
+            r#"{{"error":{{"code":400,"message":{},"status":"INVALID_ARGUMENT"}}}}"#,
+            js(message)
+        ),
+    };
+    let mut h = Headers::new();
+    request_id_header(dialect, rid, &mut h);
+    full(guard, 400, "application/json", h, body)
+}
