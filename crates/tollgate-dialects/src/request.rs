@@ -1,0 +1,1848 @@
+//! Request inspection: what the gateway must know about a request before sending it
+//! (W5 reservation, U2 upstream limits, F11 fallback contract, E4 invalid requests).
+//!
+//! The body is walked once with `serde_json`'s streaming deserializer and hand-written
+//! visitors: nothing is copied but the model name, base64 media and unknown fields are
+//! skipped without allocation, and a type error names the offending field by its JSON
+//! path. Nesting is bounded by `serde_json`'s recursion limit (128), so hostile bodies
+//! cannot exhaust the stack.
+
+use crate::estimate::{self, Tally};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::error::Category;
+use std::fmt;
+use std::marker::PhantomData;
+use tollgate_core::{Demand, Dialect, Price};
+
+/// What the gateway must know about a request before sending it (from the body and
+/// path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestFacts {
+    /// The model asked for (Gemini: from the path).
+    pub model: String,
+    /// Whether the client asked for a streamed answer (Gemini: `:streamGenerateContent`).
+    pub stream: bool,
+    /// Estimate of the rendered input: messages/contents, system, tools, media (see
+    /// the [`estimate`] module). Errs high for typical English and code.
+    pub input_tokens: u64,
+    /// Maximum output tokens of one choice: `max_completion_tokens` / `max_tokens` /
+    /// `max_output_tokens` (OpenAI), `max_tokens` (Anthropic),
+    /// `generationConfig.maxOutputTokens` (Gemini); else the caller's per-model default;
+    /// else [`FALLBACK_MAX_OUTPUT_TOKENS`](crate::estimate::FALLBACK_MAX_OUTPUT_TOKENS).
+    pub max_output_tokens: u64,
+    /// Choices generated in parallel, each up to `max_output_tokens`: OpenAI `n`, Gemini
+    /// `candidateCount` (default 1, clamped to 1..=[`MAX_CHOICES`](crate::estimate::MAX_CHOICES)).
+    pub choices: u64,
+    /// Image parts in the request, plus images requested (`n` on
+    /// `/v1/images/generations`, one per candidate when Gemini's `responseModalities`
+    /// include `IMAGE`).
+    pub images: u64,
+    /// Video parts in the request (Gemini `inlineData` / `fileData` with a `video/*`
+    /// MIME type).
+    pub videos: u64,
+    /// The request defines tools (`tools` / `functions`, non-empty).
+    pub has_tools: bool,
+    /// The request asks for structured output (`response_format` `json_schema` /
+    /// `json_object`, Anthropic `output_format`, Gemini `responseSchema` /
+    /// `responseJsonSchema` / `responseMimeType: application/json`).
+    pub structured_output: bool,
+    /// Whether the provider will report usage in its answer as the request stands:
+    /// always for Anthropic and Gemini and for non-streamed OpenAI answers; for OpenAI
+    /// streams only with `stream_options.include_usage: true` (a proxy may inject it).
+    pub usage_reported: bool,
+}
+
+impl RequestFacts {
+    /// The most output tokens the request can produce: `max_output_tokens × choices`.
+    pub fn output_upper_bound(&self) -> u64 {
+        self.max_output_tokens.saturating_mul(self.choices.max(1))
+    }
+
+    /// Tokens to reserve at admission (W5): the input estimate plus the output upper
+    /// bound.
+    pub fn token_demand(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_upper_bound())
+    }
+
+    /// The demand to reserve (W5, W6): tokens, images, videos and the money upper bound
+    /// under `price`.
+    pub fn demand(&self, price: &Price) -> Demand {
+        Demand {
+            tokens: self.token_demand(),
+            images: self.images,
+            videos: self.videos,
+            money: price.upper_bound(
+                self.input_tokens,
+                self.output_upper_bound(),
+                self.images,
+                self.videos,
+            ),
+        }
+    }
+}
+
+/// Why a request body cannot be inspected; its `Display` is a client-facing reason
+/// (E4: answered with 400 in the client's dialect).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The body is not valid JSON (or not UTF-8, or empty).
+    Malformed {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error (0 for an empty body).
+        column: usize,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// The body is valid JSON but not an object.
+    NotAnObject,
+    /// The body has no `model` (OpenAI, Anthropic).
+    MissingModel,
+    /// The model is empty or too long.
+    InvalidModel {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A field has the wrong type.
+    WrongType {
+        /// JSON path of the field, e.g. `messages[1].content`.
+        field: String,
+        /// What it must be, e.g. `a boolean`.
+        expected: &'static str,
+        /// 1-based line where the bad value was detected.
+        line: usize,
+        /// 1-based column where the bad value was detected.
+        column: usize,
+    },
+    /// A field the dialect requires is missing (Anthropic `max_tokens`).
+    MissingField {
+        /// The field.
+        field: &'static str,
+    },
+    /// A Gemini path does not name a model and method.
+    BadPath {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+impl RequestError {
+    /// The request field the error is about, for OpenAI's `error.param`.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            RequestError::WrongType { field, .. } => Some(field),
+            RequestError::MissingField { field } => Some(field),
+            RequestError::MissingModel | RequestError::InvalidModel { .. } => Some("model"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Malformed {
+                line,
+                column,
+                reason,
+            } => write!(
+                f,
+                "the request body is not valid JSON: {reason} (line {line}, column {column})"
+            ),
+            RequestError::NotAnObject => f.write_str("the request body must be a JSON object"),
+            RequestError::MissingModel => f.write_str("`model` is required"),
+            RequestError::InvalidModel { reason } => write!(f, "`model` {reason}"),
+            RequestError::WrongType {
+                field,
+                expected,
+                line,
+                column,
+            } => write!(
+                f,
+                "`{field}` must be {expected} (line {line}, column {column})"
+            ),
+            RequestError::MissingField { field } => write!(f, "`{field}` is required"),
+            RequestError::BadPath { reason } => write!(
+                f,
+                "the request path {reason}; expected /v1beta/models/{{model}}:generateContent \
+                 or :streamGenerateContent"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Inspects a request body of `dialect` sent to `path`.
+///
+/// - OpenAI (and the native format, which is read the same way): `model`, `stream`,
+///   `stream_options`, `messages` (string content or parts: `text`, `image_url`,
+///   `input_audio`, `file`, …), `tools` / `functions`, `max_completion_tokens` /
+///   `max_tokens` / `max_output_tokens`, `n`, `response_format`, `prompt` / `input` /
+///   `instructions`.
+/// - Anthropic: `model`, `stream`, `system` (string or blocks), `messages` (text, image,
+///   document, tool_use, tool_result, thinking … blocks), `tools`, `output_format`, and
+///   `max_tokens`, which Anthropic requires ([`RequestError::MissingField`]).
+/// - Gemini: model and streaming from the path
+///   (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent`, any query
+///   such as `?alt=sse`); `contents[].parts[]` (`text`, `inlineData`, `fileData`,
+///   function calls), `systemInstruction`, `tools`, `generationConfig`
+///   (`maxOutputTokens`, `candidateCount`, `responseSchema`, `responseMimeType`,
+///   `responseModalities`); camelCase and snake_case field names alike.
+///
+/// `default_max_output(model)` gives the per-model default when the request sets no
+/// maximum output; when it returns `None`,
+/// [`FALLBACK_MAX_OUTPUT_TOKENS`](crate::estimate::FALLBACK_MAX_OUTPUT_TOKENS) is used.
+///
+/// ```
+/// use tollgate_dialects::{inspect_request, Dialect};
+/// let body = br#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi there"}]}"#;
+/// let facts = inspect_request(Dialect::OpenAi, "/v1/chat/completions", body, &|_| Some(16_384)).unwrap();
+/// assert_eq!(facts.model, "gpt-4o");
+/// assert!(facts.stream && !facts.usage_reported);
+/// assert_eq!(facts.max_output_tokens, 16_384);
+/// // 3 per request + 4 per message + ceil(8 bytes / 3)
+/// assert_eq!(facts.input_tokens, 3 + 4 + 3);
+///
+/// let err = inspect_request(Dialect::Anthropic, "/v1/messages", br#"{"model":"claude-sonnet-4-5","messages":[]}"#, &|_| None)
+///     .unwrap_err();
+/// assert_eq!(err.to_string(), "`max_tokens` is required");
+/// ```
+pub fn inspect_request(
+    dialect: Dialect,
+    path: &str,
+    body: &[u8],
+    default_max_output: &dyn Fn(&str) -> Option<u64>,
+) -> Result<RequestFacts, RequestError> {
+    let gemini = dialect == Dialect::Gemini;
+    let target = if gemini {
+        Some(gemini_target(path)?)
+    } else {
+        None
+    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(RequestError::Malformed {
+            line: 1,
+            column: 0,
+            reason: "the body is empty".to_owned(),
+        });
+    }
+
+    let mut ctx = Ctx::new(gemini);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = Top { ctx: &mut ctx }
+        .deserialize(&mut de)
+        .and_then(|()| de.end());
+    if let Err(e) = parsed {
+        return Err(ctx.error(&e));
+    }
+
+    let (model, stream) = match target {
+        Some(target) => target,
+        None => {
+            if ctx.model_too_long {
+                return Err(RequestError::InvalidModel {
+                    reason: MODEL_TOO_LONG,
+                });
+            }
+            let model = ctx.model.take().ok_or(RequestError::MissingModel)?;
+            (model, ctx.stream.unwrap_or(false))
+        }
+    };
+    if model.trim().is_empty() {
+        return Err(RequestError::InvalidModel {
+            reason: "must be a non-empty string",
+        });
+    }
+
+    let requested = match dialect {
+        Dialect::Anthropic => Some(ctx.max_tokens.ok_or(RequestError::MissingField {
+            field: "max_tokens",
+        })?),
+        Dialect::Gemini => ctx.gen_max_output,
+        Dialect::OpenAi | Dialect::Native => ctx
+            .max_completion_tokens
+            .or(ctx.max_tokens)
+            .or(ctx.max_output_tokens),
+    };
+    let max_output_tokens = requested
+        .or_else(|| default_max_output(&model))
+        .unwrap_or(estimate::FALLBACK_MAX_OUTPUT_TOKENS);
+
+    let clamp = |n: Option<u64>| n.unwrap_or(1).clamp(1, estimate::MAX_CHOICES);
+    let image_generation = !gemini && path.contains("/images/generations");
+    let (choices, requested_images) = match dialect {
+        Dialect::Anthropic => (1, 0),
+        Dialect::Gemini => {
+            let c = clamp(ctx.candidate_count);
+            (c, if ctx.image_output { c } else { 0 })
+        }
+        Dialect::OpenAi | Dialect::Native if image_generation => (1, clamp(ctx.n)),
+        Dialect::OpenAi | Dialect::Native => (clamp(ctx.n), 0),
+    };
+
+    let usage_reported = match dialect {
+        Dialect::Anthropic | Dialect::Gemini => true,
+        Dialect::OpenAi | Dialect::Native => !stream || ctx.include_usage == Some(true),
+    };
+
+    Ok(RequestFacts {
+        model,
+        stream,
+        input_tokens: ctx.tally.input_tokens(),
+        max_output_tokens,
+        choices,
+        images: ctx.tally.images.saturating_add(requested_images),
+        videos: ctx.tally.videos,
+        has_tools: ctx.tally.has_tools,
+        structured_output: ctx.structured,
+        usage_reported,
+    })
+}
+
+const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
+
+/// Model and streaming flag from a Gemini path: the segment after the last `/models/`
+/// up to the last `:`, percent-decoded; streaming iff the method is
+/// `streamGenerateContent`.
+fn gemini_target(path: &str) -> Result<(String, bool), RequestError> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let Some(at) = path.rfind("/models/") else {
+        return Err(RequestError::BadPath {
+            reason: "does not contain /models/{model}",
+        });
+    };
+    let Some((model, method)) = path[at + "/models/".len()..].rsplit_once(':') else {
+        return Err(RequestError::BadPath {
+            reason: "does not name a method after the model",
+        });
+    };
+    let model = percent_decode(model);
+    if model.trim().is_empty() {
+        return Err(RequestError::BadPath {
+            reason: "does not name a model",
+        });
+    }
+    if model.len() > estimate::MAX_MODEL_LEN {
+        return Err(RequestError::InvalidModel {
+            reason: MODEL_TOO_LONG,
+        });
+    }
+    Ok((model, method == "streamGenerateContent"))
+}
+
+fn percent_decode(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_owned();
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// ---------------------------------------------------------------------------------
+// The walk.
+// ---------------------------------------------------------------------------------
+
+/// One step of the JSON path to the value being read, for error messages.
+#[derive(Clone, Copy, Debug)]
+enum Seg {
+    Key(&'static str),
+    Index(usize),
+}
+
+/// State shared by every visitor of one inspection.
+struct Ctx {
+    /// Path to the value being read; left as it is when a visitor fails.
+    path: Vec<Seg>,
+    /// What the value being read must be; for error messages.
+    expect: &'static str,
+    gemini: bool,
+    tally: Tally,
+    model: Option<String>,
+    model_too_long: bool,
+    stream: Option<bool>,
+    include_usage: Option<bool>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+    gen_max_output: Option<u64>,
+    n: Option<u64>,
+    candidate_count: Option<u64>,
+    structured: bool,
+    image_output: bool,
+}
+
+impl Ctx {
+    fn new(gemini: bool) -> Self {
+        Ctx {
+            path: Vec::new(),
+            expect: "a JSON object",
+            gemini,
+            tally: Tally::default(),
+            model: None,
+            model_too_long: false,
+            stream: None,
+            include_usage: None,
+            max_tokens: None,
+            max_completion_tokens: None,
+            max_output_tokens: None,
+            gen_max_output: None,
+            n: None,
+            candidate_count: None,
+            structured: false,
+            image_output: false,
+        }
+    }
+
+    fn text(&mut self, bytes: u64) {
+        self.tally.text_bytes = self.tally.text_bytes.saturating_add(bytes);
+    }
+
+    fn schema(&mut self, bytes: u64) {
+        self.tally.schema_bytes = self.tally.schema_bytes.saturating_add(bytes);
+    }
+
+    fn message(&mut self) {
+        self.tally.messages = self.tally.messages.saturating_add(1);
+    }
+
+    fn error(&self, e: &serde_json::Error) -> RequestError {
+        let (line, column) = (e.line(), e.column());
+        match e.classify() {
+            Category::Data if self.path.is_empty() => RequestError::NotAnObject,
+            Category::Data => RequestError::WrongType {
+                field: render_path(&self.path),
+                expected: self.expect,
+                line,
+                column,
+            },
+            Category::Syntax | Category::Eof | Category::Io => {
+                let text = e.to_string();
+                let suffix = format!(" at line {line} column {column}");
+                RequestError::Malformed {
+                    line,
+                    column,
+                    reason: text.strip_suffix(&suffix).unwrap_or(&text).to_owned(),
+                }
+            }
+        }
+    }
+}
+
+fn render_path(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => {
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
+    }
+    out
+}
+
+/// Reads one value with `$seed`, with `$seg` pushed on the path and `$expect` as the
+/// description used if it has the wrong type. On error the path is left in place.
+macro_rules! field {
+    ($ctx:ident, $access:ident . $method:ident, $seg:expr, $expect:expr, $seed:expr) => {{
+        $ctx.path.push($seg);
+        $ctx.expect = $expect;
+        let value = $access.$method($seed)?;
+        $ctx.path.pop();
+        value
+    }};
+}
+
+/// Visitor methods that accept and ignore scalars.
+macro_rules! ignore_scalars {
+    ($value:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+/// Visitor methods that accept and skip arrays.
+macro_rules! ignore_seq {
+    ($value:expr) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($value)
+        }
+    };
+}
+
+/// Visitor methods that accept and skip objects.
+macro_rules! ignore_map {
+    ($value:expr) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok($value)
+        }
+    };
+}
+
+/// Visitor method that accepts and ignores a string.
+macro_rules! ignore_str {
+    ($value:expr) => {
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+/// Object keys classified without allocating.
+trait FromKey: Sized {
+    /// The key's class and its name as a static string (for error paths).
+    fn from_key(key: &str) -> (Self, &'static str);
+}
+
+macro_rules! keys {
+    ($name:ident { $($variant:ident = [$($lit:literal),+ $(,)?]),* $(,)? }) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        enum $name { $($variant,)* Other }
+        impl FromKey for $name {
+            fn from_key(key: &str) -> (Self, &'static str) {
+                match key {
+                    $($($lit => (Self::$variant, $lit),)+)*
+                    _ => (Self::Other, "?"),
+                }
+            }
+        }
+    };
+}
+
+keys!(TopKey {
+    Model = ["model"],
+    Stream = ["stream"],
+    StreamOptions = ["stream_options"],
+    Messages = ["messages", "contents"],
+    System = ["system"],
+    SystemInstruction = ["systemInstruction", "system_instruction"],
+    Tools = ["tools", "functions"],
+    MaxTokens = ["max_tokens"],
+    MaxCompletionTokens = ["max_completion_tokens"],
+    MaxOutputTokens = ["max_output_tokens"],
+    N = ["n"],
+    Format = ["response_format", "output_format"],
+    OutputConfig = ["output_config"],
+    GenerationConfig = ["generationConfig", "generation_config"],
+    Text = ["prompt", "input", "instructions"],
+});
+
+keys!(BlockKey {
+    Type = ["type"],
+    Content = ["content"],
+    Parts = ["parts"],
+    Text = ["text", "thinking", "refusal", "reasoning_content"],
+    Json = [
+        "tool_calls", "function_call", "input", "output", "arguments", "name", "title",
+        "context", "functionCall", "functionResponse", "function_response",
+        "executableCode", "executable_code", "codeExecutionResult", "code_execution_result",
+    ],
+    ImageUrl = ["image_url"],
+    VideoUrl = ["video_url"],
+    Audio = ["input_audio"],
+    File = ["file"],
+    Source = ["source"],
+    Inline = ["inlineData", "inline_data", "fileData", "file_data"],
+    Ignore = [
+        "role", "id", "call_id", "tool_use_id", "tool_call_id", "signature", "data",
+        "thoughtSignature", "thought_signature", "thought", "cache_control", "citations",
+        "annotations", "is_error", "detail", "audio", "status", "format", "filename",
+        "file_id", "videoMetadata", "video_metadata", "partMetadata", "part_metadata",
+        "mediaResolution", "media_resolution",
+    ],
+});
+
+keys!(SourceKey {
+    Type = ["type"],
+    MediaType = ["media_type"],
+    Data = ["data"],
+    Content = ["content"],
+});
+
+keys!(InlineKey {
+    Mime = ["mimeType", "mime_type"],
+});
+
+keys!(StreamOptionsKey {
+    IncludeUsage = ["include_usage"],
+});
+
+keys!(FormatKey {
+    Type = ["type"],
+    Schema = ["json_schema", "schema"],
+});
+
+keys!(OutputConfigKey {
+    Format = ["format"],
+});
+
+keys!(GenKey {
+    MaxOutput = ["maxOutputTokens", "max_output_tokens"],
+    Candidates = ["candidateCount", "candidate_count"],
+    Mime = ["responseMimeType", "response_mime_type"],
+    Schema = [
+        "responseSchema", "response_schema", "responseJsonSchema", "response_json_schema",
+        "_responseJsonSchema",
+    ],
+    Modalities = ["responseModalities", "response_modalities"],
+});
+
+struct KeySeed<K>(PhantomData<K>);
+
+impl<K> KeySeed<K> {
+    fn new() -> Self {
+        KeySeed(PhantomData)
+    }
+}
+
+impl<'de, K: FromKey> DeserializeSeed<'de> for KeySeed<K> {
+    type Value = (K, &'static str);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de, K: FromKey> Visitor<'de> for KeySeed<K> {
+    type Value = (K, &'static str);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(K::from_key(v))
+    }
+}
+
+/// The byte length of a key.
+struct KeyLen;
+
+impl<'de> DeserializeSeed<'de> for KeyLen {
+    type Value = u64;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyLen {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        Ok(v.len() as u64)
+    }
+}
+
+/// `bool` or `null`.
+struct OptBool;
+
+impl<'de> DeserializeSeed<'de> for OptBool {
+    type Value = Option<bool>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptBool {
+    type Value = Option<bool>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a boolean")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A non-negative integer (an integral float is accepted) or `null`.
+struct OptU64;
+
+impl<'de> DeserializeSeed<'de> for OptU64 {
+    type Value = Option<u64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptU64 {
+    type Value = Option<u64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a non-negative integer")
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        u64::try_from(v)
+            .map(Some)
+            .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        if v >= 0.0 && v.fract() == 0.0 && v.is_finite() {
+            // Saturating conversion: a value beyond u64 is as good as u64::MAX here.
+            Ok(Some(v as u64))
+        } else {
+            Err(E::invalid_value(de::Unexpected::Float(v), &self))
+        }
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// The model name: a string (or `null` = absent); too long names are flagged, not
+/// copied.
+struct ModelSeed<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for ModelSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ModelSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        if v.len() > estimate::MAX_MODEL_LEN {
+            self.ctx.model = None;
+            self.ctx.model_too_long = true;
+        } else {
+            self.ctx.model = Some(v.to_owned());
+            self.ctx.model_too_long = false;
+        }
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// The byte length of a string (`null` = 0).
+struct TextLen;
+
+impl<'de> DeserializeSeed<'de> for TextLen {
+    type Value = u64;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TextLen {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        Ok(v.len() as u64)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+        Ok(0)
+    }
+}
+
+/// The byte length of a string; anything else is skipped as 0.
+struct LenientLen;
+
+impl<'de> DeserializeSeed<'de> for LenientLen {
+    type Value = u64;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LenientLen {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        Ok(v.len() as u64)
+    }
+    ignore_scalars!(0);
+    ignore_seq!(0);
+    ignore_map!(0);
+}
+
+/// Approximate compact-JSON size of any value (`null` = 0), for tool schemas, tool
+/// calls and parts of unknown shape.
+struct Generic;
+
+impl<'de> DeserializeSeed<'de> for Generic {
+    type Value = u64;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+fn digits(v: u64) -> u64 {
+    u64::from(v.checked_ilog10().unwrap_or(0)) + 1
+}
+
+impl<'de> Visitor<'de> for Generic {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<u64, E> {
+        Ok(if v { 4 } else { 5 })
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        Ok(digits(v.unsigned_abs()) + u64::from(v < 0))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(digits(v))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<u64, E> {
+        Ok(8)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+        Ok(v.len() as u64 + 2)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+        Ok(0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        let mut size: u64 = 2;
+        while let Some(n) = seq.next_element_seed(Generic)? {
+            size = size.saturating_add(n.max(4) + 1);
+        }
+        Ok(size)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut size: u64 = 2;
+        while let Some(k) = map.next_key_seed(KeyLen)? {
+            let v = map.next_value_seed(Generic)?;
+            size = size.saturating_add(k + 3 + v.max(4) + 1);
+        }
+        Ok(size)
+    }
+}
+
+/// The top-level object.
+struct Top<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for Top<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Top<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        while let Some((key, name)) = map.next_key_seed(KeySeed::<TopKey>::new())? {
+            match key {
+                // Gemini names the model and the streaming mode in the path.
+                TopKey::Model | TopKey::Stream if ctx.gemini => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                TopKey::Model => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "a string",
+                    ModelSeed { ctx: &mut *ctx }
+                ),
+                TopKey::Stream => {
+                    ctx.stream = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a boolean",
+                        OptBool
+                    );
+                }
+                TopKey::StreamOptions => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an object",
+                    StreamOptions { ctx: &mut *ctx }
+                ),
+                TopKey::Messages => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an array of messages",
+                    Blocks {
+                        ctx: &mut *ctx,
+                        element: "a message object",
+                        messages: true,
+                    }
+                ),
+                TopKey::System => {
+                    ctx.message();
+                    field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a string or an array of content blocks",
+                        Content {
+                            ctx: &mut *ctx,
+                            strict: true,
+                        }
+                    )
+                }
+                TopKey::SystemInstruction => {
+                    ctx.message();
+                    field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a Content object",
+                        Block { ctx: &mut *ctx }
+                    )
+                }
+                TopKey::Text => {
+                    ctx.message();
+                    field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "text",
+                        Content {
+                            ctx: &mut *ctx,
+                            strict: false,
+                        }
+                    )
+                }
+                TopKey::Tools => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an array of tools",
+                    Tools { ctx: &mut *ctx }
+                ),
+                TopKey::MaxTokens => {
+                    ctx.max_tokens = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a non-negative integer",
+                        OptU64
+                    );
+                }
+                TopKey::MaxCompletionTokens => {
+                    ctx.max_completion_tokens = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a non-negative integer",
+                        OptU64
+                    );
+                }
+                TopKey::MaxOutputTokens => {
+                    ctx.max_output_tokens = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a non-negative integer",
+                        OptU64
+                    );
+                }
+                TopKey::N => {
+                    ctx.n = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a non-negative integer",
+                        OptU64
+                    );
+                }
+                TopKey::Format => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an object",
+                    Format { ctx: &mut *ctx }
+                ),
+                TopKey::OutputConfig => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an object",
+                    OutputConfig { ctx: &mut *ctx }
+                ),
+                TopKey::GenerationConfig => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an object",
+                    GenerationConfig { ctx: &mut *ctx }
+                ),
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An array of messages (each adds the per-message overhead) or of parts; `null` is
+/// absent.
+struct Blocks<'c> {
+    ctx: &'c mut Ctx,
+    element: &'static str,
+    messages: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Blocks<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Blocks<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        let mut i = 0;
+        loop {
+            let more = field!(
+                ctx,
+                seq.next_element_seed,
+                Seg::Index(i),
+                self.element,
+                Block { ctx: &mut *ctx }
+            );
+            if more.is_none() {
+                return Ok(());
+            }
+            if self.messages {
+                ctx.message();
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Message content: a string, an array of blocks, one block, or `null`. Strict content
+/// rejects scalars and non-object array elements; lenient content (`prompt`, `input`,
+/// document sources) takes anything and counts its text.
+struct Content<'c> {
+    ctx: &'c mut Ctx,
+    strict: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Content<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Content<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string or an array of content blocks")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.ctx.text(v.len() as u64);
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        if self.strict {
+            return Err(E::invalid_type(de::Unexpected::Bool(v), &self));
+        }
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        if self.strict {
+            return Err(E::invalid_type(de::Unexpected::Unsigned(v), &self));
+        }
+        // A token id of a pre-tokenized prompt.
+        self.ctx.text(estimate::BYTES_PER_TOKEN);
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        if self.strict {
+            return Err(E::invalid_type(de::Unexpected::Signed(v), &self));
+        }
+        self.ctx.text(estimate::BYTES_PER_TOKEN);
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        if self.strict {
+            return Err(E::invalid_type(de::Unexpected::Float(v), &self));
+        }
+        self.ctx.text(estimate::BYTES_PER_TOKEN);
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        let mut i = 0;
+        loop {
+            let more = if self.strict {
+                field!(
+                    ctx,
+                    seq.next_element_seed,
+                    Seg::Index(i),
+                    "a content block object",
+                    Block { ctx: &mut *ctx }
+                )
+            } else {
+                field!(
+                    ctx,
+                    seq.next_element_seed,
+                    Seg::Index(i),
+                    "text",
+                    Content {
+                        ctx: &mut *ctx,
+                        strict: false,
+                    }
+                )
+            };
+            if more.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        walk_block(self.ctx, map)
+    }
+}
+
+/// One message, part or content block (an object).
+struct Block<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for Block<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Block<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        walk_block(self.ctx, map)
+    }
+}
+
+/// The media kind of a block, from its `type`, its keys and its MIME type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Media {
+    None,
+    Image,
+    Audio,
+    Video,
+    Document,
+}
+
+impl Media {
+    fn from_type(t: &str) -> Self {
+        match t {
+            "image" | "image_url" | "input_image" => Media::Image,
+            "document" | "file" | "input_file" => Media::Document,
+            "input_audio" | "audio" => Media::Audio,
+            "video" | "video_url" | "input_video" => Media::Video,
+            _ => Media::None,
+        }
+    }
+
+    /// `None` when the MIME type is absent.
+    fn from_mime(m: &str) -> Self {
+        let m = m.trim_start().as_bytes();
+        let starts = |p: &[u8]| m.len() >= p.len() && m[..p.len()].eq_ignore_ascii_case(p);
+        if starts(b"image/") {
+            Media::Image
+        } else if starts(b"video/") {
+            Media::Video
+        } else if starts(b"audio/") {
+            Media::Audio
+        } else if m.is_empty() {
+            Media::None
+        } else {
+            Media::Document
+        }
+    }
+}
+
+/// A string classified by `classify`; anything else is `Media::None`.
+struct MediaTag {
+    mime: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for MediaTag {
+    type Value = Media;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Media, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MediaTag {
+    type Value = Media;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Media, E> {
+        Ok(if self.mime {
+            Media::from_mime(v)
+        } else {
+            Media::from_type(v)
+        })
+    }
+    ignore_scalars!(Media::None);
+    ignore_seq!(Media::None);
+    ignore_map!(Media::None);
+}
+
+/// Anthropic `source` of an image / document block: text sources are counted as text,
+/// other sources are media.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum SourceKind {
+    #[default]
+    Other,
+    Text,
+    Content,
+}
+
+struct Source<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for Source<'_> {
+    type Value = (SourceKind, Media);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// The kind of a source from its `type`.
+struct SourceType;
+
+impl<'de> DeserializeSeed<'de> for SourceType {
+    type Value = SourceKind;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<SourceKind, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SourceType {
+    type Value = SourceKind;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<SourceKind, E> {
+        Ok(match v {
+            "text" => SourceKind::Text,
+            "content" => SourceKind::Content,
+            _ => SourceKind::Other,
+        })
+    }
+    ignore_scalars!(SourceKind::Other);
+    ignore_seq!(SourceKind::Other);
+    ignore_map!(SourceKind::Other);
+}
+
+impl<'de> Visitor<'de> for Source<'_> {
+    type Value = (SourceKind, Media);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    ignore_str!((SourceKind::Other, Media::None));
+    ignore_scalars!((SourceKind::Other, Media::None));
+    ignore_seq!((SourceKind::Other, Media::None));
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let ctx = self.ctx;
+        let mut kind = SourceKind::Other;
+        let mut media = Media::None;
+        let mut data_len = 0;
+        while let Some((key, name)) = map.next_key_seed(KeySeed::<SourceKey>::new())? {
+            match key {
+                SourceKey::Type => kind = map.next_value_seed(SourceType)?,
+                SourceKey::MediaType => media = map.next_value_seed(MediaTag { mime: true })?,
+                SourceKey::Data => data_len = map.next_value_seed(LenientLen)?,
+                SourceKey::Content => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "text",
+                    Content {
+                        ctx: &mut *ctx,
+                        strict: false,
+                    }
+                ),
+                SourceKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if kind == SourceKind::Text {
+            ctx.text(data_len);
+        }
+        Ok((kind, media))
+    }
+}
+
+/// Gemini `inlineData` / `fileData`: only the MIME type matters.
+struct Inline;
+
+impl<'de> DeserializeSeed<'de> for Inline {
+    type Value = Media;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Media, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Inline {
+    type Value = Media;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    ignore_str!(Media::None);
+    ignore_scalars!(Media::None);
+    ignore_seq!(Media::None);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Media, A::Error> {
+        let mut media = Media::None;
+        while let Some((key, _)) = map.next_key_seed(KeySeed::<InlineKey>::new())? {
+            match key {
+                InlineKey::Mime => media = map.next_value_seed(MediaTag { mime: true })?,
+                InlineKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(media)
+    }
+}
+
+/// Walks the keys of one message / part / block, then counts its media.
+fn walk_block<'de, A: MapAccess<'de>>(ctx: &mut Ctx, mut map: A) -> Result<(), A::Error> {
+    let mut by_type = Media::None;
+    let mut by_key = Media::None;
+    let mut by_mime = Media::None;
+    let mut source = None;
+    while let Some((key, name)) = map.next_key_seed(KeySeed::<BlockKey>::new())? {
+        match key {
+            BlockKey::Type => by_type = map.next_value_seed(MediaTag { mime: false })?,
+            BlockKey::Content => field!(
+                ctx,
+                map.next_value_seed,
+                Seg::Key(name),
+                "a string or an array of content blocks",
+                Content {
+                    ctx: &mut *ctx,
+                    strict: true,
+                }
+            ),
+            BlockKey::Parts => field!(
+                ctx,
+                map.next_value_seed,
+                Seg::Key(name),
+                "an array of parts",
+                Blocks {
+                    ctx: &mut *ctx,
+                    element: "a part object",
+                    messages: false,
+                }
+            ),
+            BlockKey::Text => {
+                let n = field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "a string",
+                    TextLen
+                );
+                ctx.text(n);
+            }
+            BlockKey::Json | BlockKey::Other => {
+                let n = map.next_value_seed(Generic)?;
+                ctx.text(n);
+            }
+            BlockKey::ImageUrl => {
+                map.next_value::<IgnoredAny>()?;
+                by_key = Media::Image;
+            }
+            BlockKey::VideoUrl => {
+                map.next_value::<IgnoredAny>()?;
+                by_key = Media::Video;
+            }
+            BlockKey::Audio => {
+                map.next_value::<IgnoredAny>()?;
+                by_key = Media::Audio;
+            }
+            BlockKey::File => {
+                map.next_value::<IgnoredAny>()?;
+                by_key = Media::Document;
+            }
+            BlockKey::Source => {
+                source = Some(field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "a source",
+                    Source { ctx: &mut *ctx }
+                ));
+            }
+            BlockKey::Inline => {
+                let m = map.next_value_seed(Inline)?;
+                if m != Media::None {
+                    by_mime = m;
+                } else if by_key == Media::None {
+                    // A Responses-API `file_data` string, or a part without a MIME type.
+                    by_key = Media::Document;
+                }
+            }
+            BlockKey::Ignore => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+    }
+    let media = match source {
+        // Plain-text and content documents were counted as text.
+        Some((SourceKind::Text | SourceKind::Content, _)) => Media::None,
+        Some((SourceKind::Other, mime)) if by_type == Media::None && by_key == Media::None => mime,
+        _ if by_mime != Media::None => by_mime,
+        _ if by_key != Media::None => by_key,
+        _ => by_type,
+    };
+    let t = &mut ctx.tally;
+    match media {
+        Media::None => {}
+        Media::Image => t.images = t.images.saturating_add(1),
+        Media::Audio => t.audio = t.audio.saturating_add(1),
+        Media::Video => t.videos = t.videos.saturating_add(1),
+        Media::Document => t.documents = t.documents.saturating_add(1),
+    }
+    Ok(())
+}
+
+/// `tools` / `functions`: an array (or `null`); each element's JSON size counts.
+struct Tools<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for Tools<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Tools<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of tools")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(n) = seq.next_element_seed(Generic)? {
+            self.ctx.schema(n);
+            self.ctx.tally.has_tools = true;
+        }
+        Ok(())
+    }
+}
+
+/// OpenAI `stream_options`.
+struct StreamOptions<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for StreamOptions<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StreamOptions<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        while let Some((key, name)) = map.next_key_seed(KeySeed::<StreamOptionsKey>::new())? {
+            match key {
+                StreamOptionsKey::IncludeUsage => {
+                    ctx.include_usage = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a boolean",
+                        OptBool
+                    );
+                }
+                StreamOptionsKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a format `type` asks for structured output.
+struct StructuredType;
+
+impl<'de> DeserializeSeed<'de> for StructuredType {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StructuredType {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(matches!(v, "json_schema" | "json_object"))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+/// OpenAI `response_format`, Anthropic `output_format` / `output_config.format`.
+struct Format<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for Format<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Format<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        while let Some((key, name)) = map.next_key_seed(KeySeed::<FormatKey>::new())? {
+            match key {
+                FormatKey::Type => {
+                    if field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a string",
+                        StructuredType
+                    ) {
+                        ctx.structured = true;
+                    }
+                }
+                FormatKey::Schema => {
+                    let n = map.next_value_seed(Generic)?;
+                    ctx.schema(n);
+                }
+                FormatKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Anthropic `output_config` (its `format` is read like `output_format`).
+struct OutputConfig<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for OutputConfig<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OutputConfig<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        while let Some((key, name)) = map.next_key_seed(KeySeed::<OutputConfigKey>::new())? {
+            match key {
+                OutputConfigKey::Format => field!(
+                    ctx,
+                    map.next_value_seed,
+                    Seg::Key(name),
+                    "an object",
+                    Format { ctx: &mut *ctx }
+                ),
+                OutputConfigKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a Gemini `responseMimeType` asks for structured output.
+struct StructuredMime;
+
+impl<'de> DeserializeSeed<'de> for StructuredMime {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StructuredMime {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        let v = v.trim();
+        Ok(v.eq_ignore_ascii_case("application/json") || v.eq_ignore_ascii_case("text/x.enum"))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+/// Whether Gemini `responseModalities` include `IMAGE`.
+struct Modalities;
+
+impl<'de> DeserializeSeed<'de> for Modalities {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Modalities {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of strings")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let mut image = false;
+        while let Some(len) = seq.next_element_seed(ImageWord)? {
+            image |= len;
+        }
+        Ok(image)
+    }
+}
+
+/// Whether a modality string is `IMAGE` (any case); anything else is `false`.
+struct ImageWord;
+
+impl<'de> DeserializeSeed<'de> for ImageWord {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ImageWord {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(v.eq_ignore_ascii_case("image"))
+    }
+    ignore_scalars!(false);
+    ignore_seq!(false);
+    ignore_map!(false);
+}
+
+/// Gemini `generationConfig`.
+struct GenerationConfig<'c> {
+    ctx: &'c mut Ctx,
+}
+
+impl<'de> DeserializeSeed<'de> for GenerationConfig<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for GenerationConfig<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let ctx = self.ctx;
+        while let Some((key, name)) = map.next_key_seed(KeySeed::<GenKey>::new())? {
+            match key {
+                GenKey::MaxOutput => {
+                    ctx.gen_max_output = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a non-negative integer",
+                        OptU64
+                    );
+                }
+                GenKey::Candidates => {
+                    ctx.candidate_count = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a non-negative integer",
+                        OptU64
+                    );
+                }
+                GenKey::Mime => {
+                    if field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a string",
+                        StructuredMime
+                    ) {
+                        ctx.structured = true;
+                    }
+                }
+                GenKey::Schema => {
+                    let n = map.next_value_seed(Generic)?;
+                    if n > 0 {
+                        ctx.structured = true;
+                        ctx.schema(n);
+                    }
+                }
+                GenKey::Modalities => {
+                    if field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "an array of strings",
+                        Modalities
+                    ) {
+                        ctx.image_output = true;
+                    }
+                }
+                GenKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_is_lenient() {
+        assert_eq!(percent_decode("gemini-2.5-flash"), "gemini-2.5-flash");
+        assert_eq!(percent_decode("a%2Fb"), "a/b");
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz%"), "%zz%");
+    }
+
+    #[test]
+    fn paths_render_like_json_paths() {
+        let p = [
+            Seg::Key("messages"),
+            Seg::Index(2),
+            Seg::Key("content"),
+            Seg::Index(0),
+        ];
+        assert_eq!(render_path(&p), "messages[2].content[0]");
+    }
+
+    #[test]
+    fn media_from_mime() {
+        assert_eq!(Media::from_mime("IMAGE/png"), Media::Image);
+        assert_eq!(Media::from_mime("video/mp4"), Media::Video);
+        assert_eq!(Media::from_mime("audio/wav"), Media::Audio);
+        assert_eq!(Media::from_mime("application/pdf"), Media::Document);
+        assert_eq!(Media::from_mime(""), Media::None);
+    }
+}

@@ -1,0 +1,234 @@
+//! The gateway: routes (SPEC P2, P4) and the layer stack.
+
+use crate::auth::KeyTable;
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::forward::{Forward, HttpClient, http_client};
+use crate::prepare::PrepareLayer;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post_service};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tollgate::core::{Dialect, LimitView, Scope, SlotStore, WindowStore};
+use tollgate::error_map::render;
+use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use tower::ServiceBuilder;
+use tower::filter::FilterLayer;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+
+/// Shared state of the operational routes.
+struct Ops<St> {
+    store: St,
+    keys: KeyTable,
+    catalog: Arc<Catalog>,
+}
+
+/// The gateway's router, built from a configuration and a store.
+pub struct Gateway<St> {
+    config: Config,
+    store: St,
+    client: HttpClient,
+    fake_base: Option<String>,
+}
+
+impl<St> Gateway<St>
+where
+    St: SlotStore + WindowStore,
+{
+    /// A gateway on `config` whose limits live in `store`.
+    pub fn new(config: Config, store: St) -> Self {
+        Self {
+            config,
+            store,
+            client: http_client(),
+            fake_base: None,
+        }
+    }
+
+    /// Points `fake://` channels at the bundled fake upstream at `base_url`.
+    pub fn fake_upstream(mut self, base_url: impl Into<String>) -> Self {
+        self.fake_base = Some(base_url.into());
+        self
+    }
+
+    /// The router. Fails if the configuration cannot be served (e.g. a `fake://`
+    /// channel with no fake upstream).
+    pub fn router(self) -> Result<Router, String> {
+        let catalog = Arc::new(Catalog::new(&self.config, self.fake_base.as_deref())?);
+        let keys = KeyTable::new(self.config.keys.clone());
+        let limits = &self.config.raw.limits;
+        let auth_keys = keys.clone();
+        // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
+        // slot (taken right after identification, C2) → read and inspect the body →
+        // windows (need the demand) → forward.
+        let stack = ServiceBuilder::new()
+            .layer(ErrorMappingLayer::new())
+            .layer(FilterLayer::new(move |req| auth_keys.authenticate(req)))
+            .layer(
+                ConcurrencySlotLayer::new(self.store.clone())
+                    .lease_ttl(limits.lease_ttl.0)
+                    .max_wait(limits.slot_max_wait.0),
+            )
+            .layer(PrepareLayer::new(catalog.clone()))
+            .layer(AnchoredWindowLayer::new(self.store.clone()).max_wait(limits.rolling_max_wait.0))
+            .service(Forward::new(self.client.clone(), catalog.clone()));
+
+        let ops = Arc::new(Ops {
+            store: self.store,
+            keys,
+            catalog,
+        });
+        Ok(Router::new()
+            .route("/v1/chat/completions", post_service(stack.clone()))
+            .route("/v1/messages", post_service(stack.clone()))
+            .route("/v1beta/models/{model_action}", post_service(stack))
+            .route("/v1/models", get(list_models::<St>))
+            .route("/usage", get(usage::<St>))
+            .route("/healthz", get(|| async { "ok" }))
+            .fallback(not_found)
+            .with_state(ops)
+            .layer(
+                ServiceBuilder::new()
+                    .layer(SetRequestIdLayer::x_request_id(NextId::default()))
+                    .layer(PropagateRequestIdLayer::x_request_id())
+                    .layer(TraceLayer::new_for_http())
+                    .layer(CatchPanicLayer::custom(panic_response)),
+            ))
+    }
+}
+
+/// Request ids: a per-process random prefix and a counter.
+#[derive(Clone, Default)]
+struct NextId(Arc<AtomicU64>);
+
+impl MakeRequestId for NextId {
+    fn make_request_id<B>(&mut self, _: &http::Request<B>) -> Option<RequestId> {
+        static PREFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        let p = PREFIX.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.finish() as u32
+        });
+        let n = self.0.fetch_add(1, Ordering::Relaxed);
+        http::HeaderValue::try_from(format!("tg-{p:08x}-{n}"))
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let r = tollgate::core::Rejection::new(
+        tollgate::core::GatewayCode::Internal,
+        tollgate::core::LayerKind::Gateway,
+    );
+    render(&r, Dialect::Native, "").into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    let r = tollgate::core::Rejection::new(
+        tollgate::core::GatewayCode::NotFound,
+        tollgate::core::LayerKind::Request,
+    )
+    .with_message(format!(
+        "No route for {} {}.",
+        req.method(),
+        req.uri().path()
+    ));
+    render(&r, Dialect::from_path(req.uri().path()), "").into_response()
+}
+
+async fn list_models<St>(State(ops): State<Arc<Ops<St>>>) -> Response {
+    let data: Vec<Value> = ops
+        .catalog
+        .model_ids()
+        .map(|id| json!({"id": id, "object": "model", "owned_by": "tollgate"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+fn limit_json(v: &LimitView) -> Value {
+    json!({
+        "dimension": v.dimension.as_str(),
+        "window_secs": (v.tier.window_ms > 0).then_some(v.tier.window_ms / 1000),
+        "limit": v.tier.limit,
+        "used": v.used,
+        "remaining": v.tier.limit.saturating_sub(v.used),
+        "resets_at": v.resets_at.map(|ms| ms.div_ceil(1000)),
+    })
+}
+
+/// `GET /usage` (SPEC P4): the calling key's limits as the gateway sees them — the
+/// source of truth rejections point to.
+async fn usage<St: SlotStore + WindowStore>(
+    State(ops): State<Arc<Ops<St>>>,
+    req: Request,
+) -> Response {
+    let entry = match ops.keys.identify(req.headers(), req.uri()) {
+        Ok(e) => e.clone(),
+        Err(r) => return render(&r, Dialect::Native, "").into_response(),
+    };
+    let subject = &entry.subject;
+    let now = tollgate::core::SystemClock::new();
+    let now = tollgate::core::Clock::now(&now);
+    let mut policies = Vec::new();
+    let mut add = |scope: Scope,
+                   policy: &Arc<tollgate::core::Policy>,
+                   extra: Value,
+                   views: tollgate::core::StoreResult<Vec<LimitView>>| {
+        let limits: Vec<Value> = match views {
+            Ok(v) => v.iter().map(limit_json).collect::<Vec<_>>(),
+            Err(_) => Vec::new(),
+        };
+        let mut o = json!({
+            "scope": match scope { Scope::Subscription => "subscription", Scope::Key => "key" },
+            "concurrency": policy.concurrency,
+            "limits": limits,
+        });
+        if let (Value::Object(o), Value::Object(e)) = (&mut o, extra) {
+            o.extend(e);
+        }
+        policies.push(o);
+    };
+    if let Some(s) = &subject.subscription {
+        let views = ops
+            .store
+            .view(&subject.key, Scope::Subscription, &s.policy)
+            .await;
+        add(
+            Scope::Subscription,
+            &s.policy,
+            json!({
+                "active": s.is_active(now),
+                "pay_as_you_go": s.pay_as_you_go,
+                "expires_at": s.expires_at.map(|ms| ms / 1000),
+            }),
+            views,
+        );
+    }
+    if let Some(p) = &subject.policy {
+        let views = ops.store.view(&subject.key, Scope::Key, p).await;
+        add(Scope::Key, p, json!({}), views);
+    }
+    let in_flight = ops.store.in_flight(&subject.key).await.ok();
+    (
+        StatusCode::OK,
+        axum::Json(json!({
+            "key": &*entry.label,
+            "tenant": subject.tenant.as_deref(),
+            "in_flight": in_flight,
+            "concurrency_limit": subject.concurrency_limit(now),
+            "spend_cap": entry.spend_cap,
+            "policies": policies,
+        })),
+    )
+        .into_response()
+}

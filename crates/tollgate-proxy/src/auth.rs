@@ -1,0 +1,76 @@
+//! Identification: the client's API key → its [`Subject`] (SPEC E4, L6).
+
+use crate::config::KeyEntry;
+use http::{HeaderMap, Request, Uri};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tollgate_core::{GatewayCode, LayerKind, Rejection};
+
+/// Keys by secret. Looked up by hash, so a lookup's time does not depend on how much
+/// of a wrong key matches a right one.
+#[derive(Clone, Debug, Default)]
+pub struct KeyTable(Arc<HashMap<String, KeyEntry>>);
+
+impl KeyTable {
+    /// A table of `keys`.
+    pub fn new(keys: impl IntoIterator<Item = (String, KeyEntry)>) -> Self {
+        Self(Arc::new(keys.into_iter().collect()))
+    }
+
+    /// The entry of a request's key, or 40101.
+    pub fn identify(&self, headers: &HeaderMap, uri: &Uri) -> Result<&KeyEntry, Rejection> {
+        client_key(headers, uri)
+            .and_then(|k| self.0.get(k))
+            .ok_or_else(|| Rejection::new(GatewayCode::Unauthenticated, LayerKind::Identity))
+    }
+
+    /// Puts the key's `KeyEntry` and `Subject` in the request's extensions.
+    pub fn authenticate<B>(&self, mut req: Request<B>) -> Result<Request<B>, Rejection> {
+        let entry = self.identify(req.headers(), req.uri())?.clone();
+        req.extensions_mut().insert(entry.subject.clone());
+        req.extensions_mut().insert(entry);
+        Ok(req)
+    }
+}
+
+/// The client's key, in whichever place its SDK puts it: `Authorization: Bearer`
+/// (OpenAI), `x-api-key` (Anthropic), `x-goog-api-key` or `?key=` (Gemini).
+pub fn client_key<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<&'a str> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    header("authorization")
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .or_else(|| header("x-api-key"))
+        .or_else(|| header("x-goog-api-key"))
+        .or_else(|| {
+            uri.query()?
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("key="))
+        })
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e4_each_sdk_key_location_is_found() {
+        let mut h = HeaderMap::new();
+        let u: Uri = "/v1beta/models/m:generateContent?alt=sse&key=g-1"
+            .parse()
+            .unwrap();
+        assert_eq!(client_key(&h, &u), Some("g-1"));
+        h.insert("x-goog-api-key", "g-2".parse().unwrap());
+        assert_eq!(client_key(&h, &u), Some("g-2"));
+        h.insert("x-api-key", "a-1".parse().unwrap());
+        assert_eq!(client_key(&h, &u), Some("a-1"));
+        h.insert("authorization", "Bearer o-1".parse().unwrap());
+        assert_eq!(client_key(&h, &u), Some("o-1"));
+        let empty = HeaderMap::new();
+        assert_eq!(client_key(&empty, &"/v1/messages".parse().unwrap()), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! Models and channels as the data path uses them: prices, defaults, and the channels
+//! that serve each model.
+
+use crate::config::{Channel, Config, ModelConfig};
+use http::HeaderValue;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tollgate_core::Dialect;
+
+/// A channel ready to forward to.
+#[derive(Debug)]
+pub struct Route {
+    /// Channel name.
+    pub name: Arc<str>,
+    /// The API format the channel speaks.
+    pub dialect: Dialect,
+    /// Base URL without a trailing slash.
+    pub base_url: String,
+    /// Credential header value, ready to inject.
+    pub credential: Option<HeaderValue>,
+    /// Share of traffic.
+    pub weight: u32,
+}
+
+/// Everything the request path needs to know about models and channels.
+#[derive(Debug)]
+pub struct Catalog {
+    models: HashMap<String, ModelConfig>,
+    routes: HashMap<String, Vec<Arc<Route>>>,
+    next: AtomicUsize,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Upstream response-head timeout.
+    pub upstream_timeout: Duration,
+}
+
+/// Default max output when neither the request nor the model names one.
+pub const FALLBACK_MAX_OUTPUT: u64 = 4096;
+
+impl Catalog {
+    /// Builds the catalog; `fake://` base URLs are pointed at `fake_base` (the bundled
+    /// fake upstream of the demo).
+    pub fn new(config: &Config, fake_base: Option<&str>) -> Result<Self, String> {
+        let mut routes: HashMap<String, Vec<Arc<Route>>> = HashMap::new();
+        for ch in &config.channels {
+            let route = Arc::new(route(ch, fake_base)?);
+            for m in &ch.config.models {
+                routes
+                    .entry(m.get_ref().clone())
+                    .or_default()
+                    .push(route.clone());
+            }
+        }
+        Ok(Self {
+            models: config.raw.models.clone().into_iter().collect(),
+            routes,
+            next: AtomicUsize::new(0),
+            max_body_bytes: config.raw.server.max_body_bytes,
+            upstream_timeout: config.raw.server.upstream_timeout.0,
+        })
+    }
+
+    /// A configured model.
+    pub fn model(&self, id: &str) -> Option<&ModelConfig> {
+        self.models.get(id)
+    }
+
+    /// Every configured model id.
+    pub fn model_ids(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
+    /// Whether any channel serves `model` at all (else 50201, a configuration problem).
+    pub fn has_channel(&self, model: &str) -> bool {
+        self.routes.get(model).is_some_and(|r| !r.is_empty())
+    }
+
+    /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
+    pub fn pick(&self, model: &str, dialect: Dialect) -> Option<Arc<Route>> {
+        let candidates: Vec<&Arc<Route>> = self
+            .routes
+            .get(model)?
+            .iter()
+            .filter(|r| r.dialect == dialect && r.weight > 0)
+            .collect();
+        let total: u64 = candidates.iter().map(|r| u64::from(r.weight)).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut ticket = self.next.fetch_add(1, Ordering::Relaxed) as u64 % total;
+        for r in &candidates {
+            if ticket < u64::from(r.weight) {
+                return Some((*r).clone());
+            }
+            ticket -= u64::from(r.weight);
+        }
+        None
+    }
+}
+
+fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
+    let base_url = if ch.config.base_url.starts_with("fake://") {
+        fake_base
+            .ok_or_else(|| {
+                format!(
+                    "channel {:?} uses fake:// but no fake upstream runs",
+                    ch.name
+                )
+            })?
+            .trim_end_matches('/')
+            .to_owned()
+    } else {
+        ch.config.base_url.trim_end_matches('/').to_owned()
+    };
+    let dialect = ch.config.vendor.dialect();
+    let credential = ch
+        .credential
+        .as_deref()
+        .map(|c| {
+            let v = match dialect {
+                Dialect::OpenAi => format!("Bearer {c}"),
+                _ => c.to_owned(),
+            };
+            let mut v = HeaderValue::try_from(v).map_err(|_| {
+                format!(
+                    "channel {:?}: credential is not a valid header value",
+                    ch.name
+                )
+            })?;
+            v.set_sensitive(true);
+            Ok::<_, String>(v)
+        })
+        .transpose()?;
+    Ok(Route {
+        name: ch.name.clone(),
+        dialect,
+        base_url,
+        credential,
+        weight: ch.config.weight,
+    })
+}

@@ -1,0 +1,704 @@
+//! The proxy's configuration file (SPEC P3): TOML, read with serde.
+//!
+//! A bad file fails at start with the file, the line and the reason: syntax and type
+//! errors come from the TOML parser with their position; references that do not
+//! resolve (an unknown policy, tenant or model) are reported at the line of the
+//! reference. See `examples/demo.toml` for a complete file and the README for the
+//! reference.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate_core::{Dialect, Money, Policy, Price, Tier};
+use toml::Spanned;
+
+/// A configuration error: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, if the configuration came from one.
+    pub file: Option<PathBuf>,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self
+            .file
+            .as_deref()
+            .map_or_else(|| "<config>".to_owned(), |p| p.display().to_string());
+        match self.line {
+            Some(l) => write!(f, "{file}:{l}: {}", self.reason),
+            None => write!(f, "{file}: {}", self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Duration written as `"1m"`, `"1h"`, `"24h"`, `"1d"`, `"90s"`, `"250ms"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map(Span)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+    }
+}
+
+/// One tier in the file: `{ window = "1m", limit = 60 }`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    /// Window length.
+    pub window: Span,
+    /// Units per window.
+    pub limit: u64,
+}
+
+/// A policy (SPEC §0, §2, §3).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// In-flight requests; 0 = unlimited.
+    pub concurrency: u32,
+    /// Request tiers.
+    pub requests: Vec<TierConfig>,
+    /// Token tiers.
+    pub tokens: Vec<TierConfig>,
+    /// Image tiers.
+    pub images: Vec<TierConfig>,
+    /// Video tiers.
+    pub videos: Vec<TierConfig>,
+    /// Cumulative spend cap in minor units.
+    pub amount_cap: Option<Money>,
+    /// Requests started in the last 60 s.
+    pub rolling_rpm: Option<u32>,
+}
+
+impl PolicyConfig {
+    fn to_policy(&self) -> Result<Policy, String> {
+        let tiers = |v: &[TierConfig]| -> Vec<Tier> {
+            v.iter().map(|t| Tier::new(t.window.0, t.limit)).collect()
+        };
+        let p = Policy {
+            concurrency: self.concurrency,
+            requests: tiers(&self.requests),
+            tokens: tiers(&self.tokens),
+            images: tiers(&self.images),
+            videos: tiers(&self.videos),
+            amount_cap: self.amount_cap,
+            rolling_rpm: self.rolling_rpm,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+/// A subscription of a key.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionConfig {
+    /// Name of the plan's policy.
+    pub policy: Spanned<String>,
+    /// RFC 3339 end of the subscription, e.g. `2027-01-01T00:00:00Z`.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// Fall through to the key's own policy and bill the balance when the plan is used up.
+    #[serde(default)]
+    pub pay_as_you_go: bool,
+}
+
+/// An API key of a client.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// The key itself (demo files only)…
+    #[serde(default)]
+    pub key: Option<String>,
+    /// …or the environment variable holding it.
+    #[serde(default)]
+    pub key_env: Option<String>,
+    /// Tenant the key belongs to.
+    #[serde(default)]
+    pub tenant: Option<Spanned<String>>,
+    /// The key's own policy.
+    #[serde(default)]
+    pub policy: Option<Spanned<String>>,
+    /// A subscription.
+    #[serde(default)]
+    pub subscription: Option<SubscriptionConfig>,
+    /// Spend cap in minor units.
+    #[serde(default)]
+    pub spend_cap: Option<Money>,
+    /// Models the key may use; empty = all.
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+/// A tenant (account).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Balance in minor units.
+    pub balance: Money,
+    /// Weight in the capacity queue's fair share.
+    pub weight: Option<u32>,
+}
+
+/// Upstream limits at one granularity (SPEC U1).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamLimits {
+    /// Requests per minute.
+    pub rpm: Option<u64>,
+    /// Requests per hour.
+    pub rph: Option<u64>,
+    /// Requests per day.
+    pub rpd: Option<u64>,
+    /// Tokens per minute.
+    pub tpm: Option<u64>,
+    /// Input tokens per minute.
+    pub itpm: Option<u64>,
+    /// Output tokens per minute.
+    pub otpm: Option<u64>,
+}
+
+/// The provider family of a channel.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    /// OpenAI.
+    Openai,
+    /// Anthropic.
+    Anthropic,
+    /// Google Gemini.
+    Gemini,
+}
+
+impl Vendor {
+    /// The API format the vendor speaks.
+    pub fn dialect(self) -> Dialect {
+        match self {
+            Vendor::Openai => Dialect::OpenAi,
+            Vendor::Anthropic => Dialect::Anthropic,
+            Vendor::Gemini => Dialect::Gemini,
+        }
+    }
+}
+
+/// One upstream link (SPEC §0 "channel").
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// Provider family; also its API format.
+    pub vendor: Vendor,
+    /// Base URL, e.g. `https://api.openai.com`. The demo writes `fake://` for the
+    /// bundled fake upstream.
+    pub base_url: String,
+    /// Environment variable holding the provider credential.
+    #[serde(default)]
+    pub credential_env: Option<String>,
+    /// The credential itself (demo and tests only; prefer `credential_env`).
+    #[serde(default)]
+    pub credential: Option<String>,
+    /// Models served.
+    pub models: Vec<Spanned<String>>,
+    /// Failover group.
+    #[serde(default = "default_group")]
+    pub group: String,
+    /// Share of new conversations.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Most in-flight requests (0 = unlimited).
+    #[serde(default)]
+    pub capacity: u32,
+    /// Limits of the credential.
+    #[serde(default)]
+    pub limits: UpstreamLimits,
+    /// Limits per model on this credential.
+    #[serde(default)]
+    pub model_limits: BTreeMap<String, UpstreamLimits>,
+}
+
+fn default_group() -> String {
+    "default".to_owned()
+}
+fn one() -> u32 {
+    1
+}
+
+/// A model: price and capabilities.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Price in minor units.
+    pub price: Price,
+    /// Default max output when the request names none.
+    pub max_output_tokens: Option<u64>,
+    /// Context window.
+    pub context_window: Option<u64>,
+    /// Capabilities: `tools`, `structured_output`, `vision`, `video`.
+    pub capabilities: Vec<String>,
+}
+
+/// Where limit state lives.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `memory` (default) or a `redis://` URL.
+    #[serde(default = "memory")]
+    pub url: String,
+    /// Most subjects kept in memory per kind of state.
+    #[serde(default = "capacity")]
+    pub capacity: usize,
+}
+
+fn memory() -> String {
+    "memory".to_owned()
+}
+fn capacity() -> usize {
+    tollgate_core::store::memory::DEFAULT_CAPACITY
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: memory(),
+            capacity: capacity(),
+        }
+    }
+}
+
+/// Server settings.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// Upstream response-head timeout.
+    pub upstream_timeout: Span,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 4 << 20,
+            upstream_timeout: Span(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// Settings of the user-policy layers.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Slot lease TTL (C4).
+    pub lease_ttl: Span,
+    /// Wait for a slot (C2); zero = refuse at once.
+    pub slot_max_wait: Span,
+    /// Wait for room in the rolling window (W10).
+    pub rolling_max_wait: Span,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Span(Duration::from_secs(600)),
+            slot_max_wait: Span(Duration::ZERO),
+            rolling_max_wait: Span(Duration::ZERO),
+        }
+    }
+}
+
+/// The file as written.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawConfig {
+    /// Server settings.
+    pub server: ServerConfig,
+    /// Store settings.
+    pub store: StoreConfig,
+    /// User-policy layer settings.
+    pub limits: LimitsConfig,
+    /// Policies by name.
+    pub policies: BTreeMap<String, PolicyConfig>,
+    /// Tenants by name.
+    pub tenants: BTreeMap<String, TenantConfig>,
+    /// API keys by a label.
+    pub keys: BTreeMap<String, KeyConfig>,
+    /// Channels by name.
+    pub channels: BTreeMap<String, ChannelConfig>,
+    /// Models by id.
+    pub models: BTreeMap<String, ModelConfig>,
+}
+
+/// A resolved API key.
+#[derive(Clone, Debug)]
+pub struct KeyEntry {
+    /// The label in the file (never the secret).
+    pub label: Arc<str>,
+    /// The subject the layers limit.
+    pub subject: tollgate_core::Subject,
+    /// Spend cap.
+    pub spend_cap: Option<Money>,
+    /// Allowed models; empty = all.
+    pub models: Vec<String>,
+}
+
+/// A resolved channel.
+#[derive(Clone, Debug)]
+pub struct Channel {
+    /// Name in the file.
+    pub name: Arc<str>,
+    /// The file's settings.
+    pub config: ChannelConfig,
+    /// The credential, read from the environment.
+    pub credential: Option<String>,
+}
+
+/// The configuration, checked and resolved.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file as written.
+    pub raw: RawConfig,
+    /// Keys by secret.
+    pub keys: BTreeMap<String, KeyEntry>,
+    /// Channels by name.
+    pub channels: Vec<Channel>,
+    /// Where it came from.
+    pub source: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads and checks a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_owned()),
+            line: None,
+            reason: format!("cannot read: {e}"),
+        })?;
+        let mut c = Self::parse(&text).map_err(|mut e| {
+            e.file = Some(path.to_owned());
+            e
+        })?;
+        c.source = Some(path.to_owned());
+        Ok(c)
+    }
+
+    /// Parses and checks TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+            file: None,
+            line: e.span().map(|s| line_of(text, s.start)),
+            reason: e.message().to_owned(),
+        })?;
+        resolve(raw, text)
+    }
+
+    /// The policy named `name`.
+    pub fn policy(&self, name: &str) -> Option<Policy> {
+        self.raw.policies.get(name).and_then(|p| p.to_policy().ok())
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
+    let err = |span: Option<std::ops::Range<usize>>, reason: String| ConfigError {
+        file: None,
+        line: span.map(|s| line_of(text, s.start)),
+        reason,
+    };
+    let mut policies = BTreeMap::new();
+    for (name, p) in &raw.policies {
+        let policy = p.to_policy().map_err(|r| {
+            err(
+                find_table(text, "policies", name),
+                format!("policy {name:?}: {r}"),
+            )
+        })?;
+        policies.insert(name.clone(), Arc::new(policy));
+    }
+    let policy_ref = |r: &Spanned<String>| {
+        policies.get(r.get_ref()).cloned().ok_or_else(|| {
+            err(
+                Some(r.span()),
+                format!(
+                    "unknown policy {:?} (defined: {})",
+                    r.get_ref(),
+                    names(raw.policies.keys())
+                ),
+            )
+        })
+    };
+
+    let mut keys = BTreeMap::new();
+    for (label, k) in &raw.keys {
+        let at = find_table(text, "keys", label);
+        let secret = match (&k.key, &k.key_env) {
+            (Some(s), None) => s.clone(),
+            (None, Some(var)) => std::env::var(var).map_err(|_| {
+                err(
+                    at.clone(),
+                    format!("key {label:?}: environment variable {var} is not set"),
+                )
+            })?,
+            _ => {
+                return Err(err(
+                    at,
+                    format!("key {label:?}: set exactly one of `key` or `key_env`"),
+                ));
+            }
+        };
+        if secret.trim().is_empty() {
+            return Err(err(at, format!("key {label:?}: the key is empty")));
+        }
+        let mut subject = tollgate_core::Subject::new(secret.as_str());
+        if let Some(t) = &k.tenant {
+            if !raw.tenants.contains_key(t.get_ref()) {
+                return Err(err(
+                    Some(t.span()),
+                    format!(
+                        "unknown tenant {:?} (defined: {})",
+                        t.get_ref(),
+                        names(raw.tenants.keys())
+                    ),
+                ));
+            }
+            subject.tenant = Some(t.get_ref().as_str().into());
+        }
+        if let Some(p) = &k.policy {
+            subject.policy = Some(policy_ref(p)?);
+        }
+        if let Some(s) = &k.subscription {
+            let expires_at = match &s.expires_at {
+                None => None,
+                Some(t) => Some(
+                    humantime::parse_rfc3339_weak(t)
+                        .map_err(|e| {
+                            err(
+                                at.clone(),
+                                format!("key {label:?}: subscription expires_at {t:?}: {e}"),
+                            )
+                        })?
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(tollgate_core::clock::millis)
+                        .unwrap_or(0),
+                ),
+            };
+            subject.subscription = Some(tollgate_core::Subscription {
+                policy: policy_ref(&s.policy)?,
+                expires_at,
+                pay_as_you_go: s.pay_as_you_go,
+            });
+        }
+        if keys.contains_key(&secret) {
+            return Err(err(
+                at,
+                format!("key {label:?}: the same key is configured twice"),
+            ));
+        }
+        keys.insert(
+            secret,
+            KeyEntry {
+                label: label.as_str().into(),
+                subject,
+                spend_cap: k.spend_cap,
+                models: k.models.clone(),
+            },
+        );
+    }
+
+    let mut channels = Vec::new();
+    for (name, c) in &raw.channels {
+        let at = find_table(text, "channels", name);
+        for m in &c.models {
+            if !raw.models.contains_key(m.get_ref()) {
+                return Err(err(
+                    Some(m.span()),
+                    format!(
+                        "channel {name:?}: model {:?} has no [models] entry (price and capabilities)",
+                        m.get_ref()
+                    ),
+                ));
+            }
+        }
+        let ok_scheme = c.base_url.starts_with("http://")
+            || c.base_url.starts_with("https://")
+            || c.base_url.starts_with("fake://");
+        if !ok_scheme {
+            return Err(err(
+                at,
+                format!("channel {name:?}: base_url must be http(s)://…"),
+            ));
+        }
+        let credential = match (&c.credential, &c.credential_env) {
+            (Some(s), None) => Some(s.clone()),
+            (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+                err(
+                    at.clone(),
+                    format!("channel {name:?}: environment variable {var} is not set"),
+                )
+            })?),
+            (None, None) => None,
+            _ => {
+                return Err(err(
+                    at,
+                    format!(
+                        "channel {name:?}: set at most one of `credential` or `credential_env`"
+                    ),
+                ));
+            }
+        };
+        channels.push(Channel {
+            name: name.as_str().into(),
+            config: c.clone(),
+            credential,
+        });
+    }
+    Ok(Config {
+        raw,
+        keys,
+        channels,
+        source: None,
+    })
+}
+
+fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<&str> = it.map(String::as_str).collect();
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The span of the `[section.name]` header (or `name = {` inline) in the text, for
+/// errors about a whole entry.
+fn find_table(text: &str, section: &str, name: &str) -> Option<std::ops::Range<usize>> {
+    let candidates = [
+        format!("[{section}.{name}]"),
+        format!("[{section}.\"{name}\"]"),
+        format!("[{section}.'{name}']"),
+    ];
+    candidates
+        .iter()
+        .filter_map(|c| text.find(c.as_str()).map(|i| i..i + c.len()))
+        .min_by_key(|r| r.start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[policies.basic]
+concurrency = 2
+requests = [{ window = "1m", limit = 60 }, { window = "1d", limit = 5000 }]
+tokens = [{ window = "1m", limit = 100000 }]
+
+[tenants.acme]
+balance = 1000
+
+[keys.alice]
+key = "sk-alice"
+tenant = "acme"
+policy = "basic"
+subscription = { policy = "basic", expires_at = "2030-01-01T00:00:00Z", pay_as_you_go = true }
+
+[channels.one]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+credential = "sk-upstream"
+models = ["gpt-x"]
+
+[models.gpt-x]
+price = { input_per_mtok = 10, output_per_mtok = 20 }
+"#;
+
+    #[test]
+    fn p3_good_file_resolves() {
+        let c = Config::parse(GOOD).unwrap();
+        let k = &c.keys["sk-alice"];
+        assert_eq!(&*k.label, "alice");
+        assert_eq!(k.subject.policy.as_ref().unwrap().requests.len(), 2);
+        let sub = k.subject.subscription.as_ref().unwrap();
+        assert!(sub.pay_as_you_go);
+        assert_eq!(sub.expires_at, Some(1_893_456_000_000));
+        assert_eq!(c.channels[0].credential.as_deref(), Some("sk-upstream"));
+    }
+
+    #[test]
+    fn p3_syntax_error_names_the_line() {
+        let bad = GOOD.replace("concurrency = 2", "concurrency = \"two\"");
+        let e = Config::parse(&bad).unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.to_string().contains("invalid type"), "{e}");
+    }
+
+    #[test]
+    fn p3_unknown_policy_reference_names_its_line() {
+        let bad = GOOD.replace("policy = \"basic\"\n", "policy = \"gold\"\n");
+        let e = Config::parse(&bad).unwrap_err();
+        assert_eq!(e.line, Some(13), "{e}");
+        assert!(e.reason.contains("unknown policy \"gold\""), "{e}");
+    }
+
+    #[test]
+    fn p3_unknown_field_and_bad_duration_are_refused() {
+        let e = Config::parse(&GOOD.replace("concurrency = 2", "concurency = 2")).unwrap_err();
+        assert!(e.reason.contains("unknown field"), "{e}");
+        let e = Config::parse(&GOOD.replace("\"1d\"", "\"1 fortnight\"")).unwrap_err();
+        assert!(e.reason.contains("invalid duration"), "{e}");
+        assert_eq!(e.line, Some(4));
+    }
+
+    #[test]
+    fn p3_channel_model_needs_a_price_entry() {
+        let e = Config::parse(&GOOD.replace("models = [\"gpt-x\"]", "models = [\"gpt-y\"]"))
+            .unwrap_err();
+        assert!(e.reason.contains("gpt-y"), "{e}");
+        assert_eq!(e.line, Some(19));
+    }
+
+    #[test]
+    fn p3_missing_env_credential_is_reported() {
+        let e = Config::parse(&GOOD.replace(
+            "credential = \"sk-upstream\"",
+            "credential_env = \"TOLLGATE_TEST_SURELY_UNSET\"",
+        ))
+        .unwrap_err();
+        assert!(e.reason.contains("TOLLGATE_TEST_SURELY_UNSET"), "{e}");
+        assert_eq!(e.line, Some(15));
+    }
+
+    #[test]
+    fn p3_error_display_has_file_line_reason() {
+        let dir = std::env::temp_dir().join(format!("tollgate-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("bad.toml");
+        std::fs::write(&f, "[server]\nlisten = 5\n").unwrap();
+        let e = Config::load(&f).unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with(&format!("{}:2: ", f.display())), "{s}");
+    }
+}

@@ -1,0 +1,278 @@
+//! Sends a prepared request to a channel and streams the answer back, watching it for
+//! usage (SPEC P2, W5).
+
+use crate::catalog::{Catalog, Route};
+use crate::prepare::Facts;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tollgate::BoxError;
+use tollgate_core::{Dialect, GatewayCode, LayerKind, Price, Rejection, UsageRecorder};
+use tollgate_dialects::UsageWatcher;
+use tower::Service;
+
+/// The pooled upstream client: HTTP/1 and HTTP/2, plain or TLS (rustls, webpki
+/// roots). It never retries by itself (SPEC F7: one retry budget, in one place).
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A new pooled client.
+pub fn http_client() -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(256)
+        .build(https)
+}
+
+/// The innermost service of the proxy: forwards to a channel.
+#[derive(Clone)]
+pub struct Forward {
+    client: HttpClient,
+    catalog: Arc<Catalog>,
+}
+
+impl Forward {
+    /// A forwarder on `client` and `catalog`.
+    pub fn new(client: HttpClient, catalog: Arc<Catalog>) -> Self {
+        Self { client, catalog }
+    }
+}
+
+fn upstream_failed(why: &str) -> BoxError {
+    tracing::warn!("upstream attempt failed: {why}");
+    Box::new(Rejection::new(
+        GatewayCode::UpstreamFailed,
+        LayerKind::Failover,
+    ))
+}
+
+/// Headers a client must not pass to a provider: its own credentials, hop-by-hop
+/// headers, and what the client library recomputes.
+const STRIP: [HeaderName; 10] = [
+    header::AUTHORIZATION,
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("x-goog-api-key"),
+    header::HOST,
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::CONTENT_LENGTH,
+];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    for name in STRIP.iter() {
+        h.remove(name);
+    }
+    h.remove("keep-alive");
+    h.remove("proxy-connection");
+    h.remove("proxy-authorization");
+}
+
+/// The upstream URI: the channel's base URL + the client's path and query, without a
+/// `key=` query parameter (a Gemini client credential).
+fn upstream_uri(route: &Route, uri: &Uri) -> Result<Uri, BoxError> {
+    let mut s = String::with_capacity(route.base_url.len() + 64);
+    s.push_str(&route.base_url);
+    s.push_str(uri.path());
+    if let Some(q) = uri.query() {
+        let kept: Vec<&str> = q.split('&').filter(|kv| !kv.starts_with("key=")).collect();
+        if !kept.is_empty() {
+            s.push('?');
+            s.push_str(&kept.join("&"));
+        }
+    }
+    s.parse()
+        .map_err(|_| upstream_failed("invalid upstream URI"))
+}
+
+fn inject_credential(route: &Route, h: &mut HeaderMap) {
+    let Some(cred) = route.credential.clone() else {
+        return;
+    };
+    match route.dialect {
+        Dialect::OpenAi | Dialect::Native => {
+            h.insert(header::AUTHORIZATION, cred);
+        }
+        Dialect::Anthropic => {
+            h.insert("x-api-key", cred);
+            h.entry("anthropic-version")
+                .or_insert(HeaderValue::from_static("2023-06-01"));
+        }
+        Dialect::Gemini => {
+            h.insert("x-goog-api-key", cred);
+        }
+    }
+}
+
+impl Service<Request<Full<Bytes>>> for Forward {
+    type Response = Response<ForwardBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ForwardBody>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // The pooled client is always ready; connections are made per request.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
+        let client = self.client.clone();
+        let catalog = self.catalog.clone();
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let facts = parts
+                .extensions
+                .get::<Facts>()
+                .cloned()
+                .ok_or("forwarder called without prepared facts")?;
+            let dialect = parts
+                .extensions
+                .get::<Dialect>()
+                .copied()
+                .unwrap_or(Dialect::Native);
+            let model = &facts.0.model;
+            let Some(route) = catalog.pick(model, dialect) else {
+                return Err(Box::new(Rejection::new(
+                    GatewayCode::NoUpstream,
+                    LayerKind::UpstreamLimit,
+                )) as BoxError);
+            };
+            let price = catalog.model(model).map(|m| m.price).unwrap_or_default();
+            let recorder = parts.extensions.get::<UsageRecorder>().cloned();
+            let uri = upstream_uri(&route, &parts.uri)?;
+            let mut headers = std::mem::take(&mut parts.headers);
+            strip_hop_by_hop(&mut headers);
+            inject_credential(&route, &mut headers);
+            let mut up = Request::builder()
+                .method(parts.method.clone())
+                .uri(uri)
+                .body(body)
+                .map_err(|_| upstream_failed("invalid upstream request"))?;
+            *up.headers_mut() = headers;
+            let res = match tokio::time::timeout(catalog.upstream_timeout, client.request(up)).await
+            {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
+                    return Err(upstream_failed("connection"));
+                }
+                Err(_) => {
+                    tracing::warn!(channel = %route.name, "upstream response head timed out");
+                    return Err(upstream_failed("timeout"));
+                }
+            };
+            let (mut rparts, incoming) = res.into_parts();
+            strip_hop_by_hop(&mut rparts.headers);
+            let success = rparts.status.is_success();
+            let body = ForwardBody {
+                inner: incoming,
+                watch: (success && recorder.is_some()).then(|| Watch {
+                    watcher: UsageWatcher::new(dialect, facts.0.stream),
+                    recorder: recorder.expect("checked"),
+                    price,
+                    done: false,
+                }),
+            };
+            Ok(Response::from_parts(rparts, body))
+        })
+    }
+}
+
+struct Watch {
+    watcher: UsageWatcher,
+    recorder: UsageRecorder,
+    price: Price,
+    done: bool,
+}
+
+impl Watch {
+    /// Records the usage seen so far; at the end of the body, the final usage.
+    fn record(&mut self, at_end: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let usage = if at_end {
+            self.watcher.finish()
+        } else {
+            self.watcher.usage_so_far()
+        };
+        if let Some(mut u) = usage {
+            u.cost = Some(self.price.cost(&u));
+            self.recorder.record(u);
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // A body dropped before its end (client gone, stream cut): what was seen.
+        self.record(false);
+    }
+}
+
+pin_project! {
+    /// The upstream's response body, passed through frame by frame (backpressure is
+    /// the client's), watched for usage which is recorded before the end is yielded.
+    pub struct ForwardBody {
+        #[pin]
+        inner: hyper::body::Incoming,
+        watch: Option<Watch>,
+    }
+}
+
+impl Body for ForwardBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.project();
+        let mut inner = this.inner;
+        let res = std::task::ready!(inner.as_mut().poll_frame(cx));
+        if let Some(w) = this.watch.as_mut() {
+            match &res {
+                Some(Ok(frame)) => {
+                    if let Some(d) = frame.data_ref() {
+                        w.watcher.observe(d);
+                    }
+                    // Outer layers settle as soon as the end is visible: record first.
+                    if inner.is_end_stream() {
+                        w.record(true);
+                    }
+                }
+                None => w.record(true),
+                Some(Err(_)) => w.record(false),
+            }
+        }
+        Poll::Ready(res)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,24 @@
+//! The ready tollgate gateway (SPEC §10): an axum router built from the tollgate
+//! layers, a TOML configuration, and a pooled upstream client.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate_proxy::{Config, Gateway};
+//! let config = Config::load("tollgate.toml".as_ref())?;
+//! let listen = config.raw.server.listen;
+//! let app = Gateway::new(config, tollgate::core::MemoryStore::new()).router()?;
+//! let listener = tokio::net::TcpListener::bind(listen).await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod auth;
+pub mod catalog;
+pub mod config;
+pub mod forward;
+pub mod prepare;
+
+pub use app::Gateway;
+pub use config::{Config, ConfigError};

@@ -1,0 +1,140 @@
+//! Reads the request body (bounded), learns the model and the demand, and refuses bad
+//! input with a clear error before anything is counted against the windows.
+
+use crate::catalog::{Catalog, FALLBACK_MAX_OUTPUT};
+use crate::config::KeyEntry;
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full, Limited};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tollgate::BoxError;
+use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
+use tollgate_dialects::{RequestFacts, inspect_request};
+use tower::{Layer, Service};
+
+/// What the proxy learned about a request, for the layers and the forwarder.
+#[derive(Clone, Debug)]
+pub struct Facts(pub Arc<RequestFacts>);
+
+/// Applies [`Prepare`].
+#[derive(Clone)]
+pub struct PrepareLayer {
+    catalog: Arc<Catalog>,
+}
+
+impl PrepareLayer {
+    /// A layer on `catalog`.
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        Self { catalog }
+    }
+}
+
+impl<S> Layer<S> for PrepareLayer {
+    type Service = Prepare<S>;
+    fn layer(&self, inner: S) -> Prepare<S> {
+        Prepare {
+            inner,
+            catalog: self.catalog.clone(),
+        }
+    }
+}
+
+/// Buffers the body within `max_body_bytes` (413 beyond: the body is needed whole
+/// to estimate the demand and, later, to replay an attempt), inspects it in the
+/// client's dialect (400 malformed, 404 unknown model, 403 model not allowed), and
+/// puts [`Facts`], the [`Demand`](tollgate_core::Demand) and the [`Dialect`] in the
+/// request's extensions.
+#[derive(Clone)]
+pub struct Prepare<S> {
+    inner: S,
+    catalog: Arc<Catalog>,
+}
+
+fn reject(code: GatewayCode, message: impl Into<String>) -> BoxError {
+    Box::new(Rejection::new(code, LayerKind::Request).with_message(message.into()))
+}
+
+impl<S, B> Service<Request<B>> for Prepare<S>
+where
+    S: Service<Request<Full<Bytes>>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let catalog = self.catalog.clone();
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let dialect = parts
+                .extensions
+                .get::<Dialect>()
+                .copied()
+                .unwrap_or_else(|| Dialect::from_path(parts.uri.path()));
+            let bytes = match Limited::new(body, catalog.max_body_bytes).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return Err(reject(
+                        GatewayCode::PayloadTooLarge,
+                        format!(
+                            "The request body is larger than {} bytes.",
+                            catalog.max_body_bytes
+                        ),
+                    ));
+                }
+                Err(_) => {
+                    return Err(reject(
+                        GatewayCode::InvalidRequest,
+                        "The request body could not be read.",
+                    ));
+                }
+            };
+            let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
+            let facts = inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
+                .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
+            let Some(model) = catalog.model(&facts.model) else {
+                return Err(reject(
+                    GatewayCode::NotFound,
+                    format!("The model `{}` does not exist.", facts.model),
+                ));
+            };
+            if let Some(key) = parts.extensions.get::<KeyEntry>() {
+                if !key.models.is_empty() && !key.models.iter().any(|m| m == &facts.model) {
+                    return Err(reject(
+                        GatewayCode::Forbidden,
+                        format!("This API key may not use the model `{}`.", facts.model),
+                    ));
+                }
+            }
+            let max_output = if facts.max_output_tokens == 0 {
+                FALLBACK_MAX_OUTPUT
+            } else {
+                facts.max_output_tokens
+            };
+            let demand =
+                model
+                    .price
+                    .demand(facts.input_tokens, max_output, facts.images, facts.videos);
+            parts.extensions.insert(demand);
+            parts.extensions.insert(dialect);
+            parts.extensions.insert(Facts(Arc::new(facts)));
+            inner
+                .call(Request::from_parts(parts, Full::new(bytes)))
+                .await
+                .map_err(Into::into)
+        })
+    }
+}
