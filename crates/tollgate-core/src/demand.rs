@@ -63,26 +63,85 @@ impl Usage {
     }
 }
 
+/// The model a request is for (request extension), for usage records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelId(pub Arc<str>);
+
+/// How much is known about what a request used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UsageReport {
+    /// The provider's final usage figures: settle with them.
+    Complete(Usage),
+    /// Only part of the answer was seen (a stream cut short, an in-stream error):
+    /// the figures are a lower bound; billing leaves the attempt for reconciliation
+    /// (B4, F3).
+    Partial(Usage),
+    /// The request may have reached the provider but its outcome is unknown (timeout,
+    /// connection lost): never written as zero (B4).
+    Unknown,
+}
+
+impl UsageReport {
+    /// The usage figures, complete or partial.
+    pub fn usage(&self) -> Option<Usage> {
+        match self {
+            UsageReport::Complete(u) | UsageReport::Partial(u) => Some(*u),
+            UsageReport::Unknown => None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Recorded {
+    report: Option<UsageReport>,
+    channel: Option<Arc<str>>,
+}
+
 /// A shared slot for the actual usage of one request.
 ///
 /// Layers that settle put one in the request's extensions (reusing an existing one);
 /// the code that produces the response calls [`record`](Self::record) once the usage is
-/// known — at the latest before the response body yields its end.
+/// known — at the latest before the response body yields its end — or
+/// [`record_partial`](Self::record_partial) / [`mark_unknown`](Self::mark_unknown)
+/// when the answer was cut short.
 #[derive(Clone, Debug, Default)]
-pub struct UsageRecorder(Arc<Mutex<Option<Usage>>>);
+pub struct UsageRecorder(Arc<Mutex<Recorded>>);
 
 impl UsageRecorder {
     /// A recorder holding nothing yet.
     pub fn new() -> Self {
         Self::default()
     }
-    /// Records (replaces) the usage.
-    pub fn record(&self, usage: Usage) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(usage);
+    fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
-    /// The usage recorded so far, if any.
+    /// Records the provider's final usage (replaces anything recorded before).
+    pub fn record(&self, usage: Usage) {
+        self.with(|r| r.report = Some(UsageReport::Complete(usage)));
+    }
+    /// Records what was seen of a usage that did not complete.
+    pub fn record_partial(&self, usage: Usage) {
+        self.with(|r| r.report = Some(UsageReport::Partial(usage)));
+    }
+    /// The outcome is unknown: keep everything reserved.
+    pub fn mark_unknown(&self) {
+        self.with(|r| r.report = Some(UsageReport::Unknown));
+    }
+    /// Names the channel that served the request (for usage records).
+    pub fn set_channel(&self, channel: Arc<str>) {
+        self.with(|r| r.channel = Some(channel));
+    }
+    /// The usage figures recorded so far (complete or partial), if any.
     pub fn get(&self) -> Option<Usage> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.with(|r| r.report.and_then(|x| x.usage()))
+    }
+    /// Everything known about the outcome; `None` if nothing was recorded.
+    pub fn report(&self) -> Option<UsageReport> {
+        self.with(|r| r.report)
+    }
+    /// The channel, if one was named.
+    pub fn channel(&self) -> Option<Arc<str>> {
+        self.with(|r| r.channel.clone())
     }
 }
 
@@ -102,5 +161,9 @@ mod tests {
             ..Usage::default()
         });
         assert_eq!(r.get().unwrap().total_tokens(), 9);
+        r.record_partial(Usage::default());
+        assert!(matches!(r2.report(), Some(UsageReport::Partial(_))));
+        r.mark_unknown();
+        assert_eq!(r2.get(), None);
     }
 }

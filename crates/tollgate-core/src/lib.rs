@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+pub mod billing;
 pub mod clock;
 pub mod demand;
 pub mod dialect;
@@ -25,8 +26,12 @@ pub mod window;
 #[cfg(test)]
 mod window_tests;
 
+pub use billing::{
+    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
+    Ledger, Refusal,
+};
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
-pub use demand::{Demand, Usage, UsageRecorder};
+pub use demand::{Demand, ModelId, Usage, UsageRecorder, UsageReport};
 pub use dialect::Dialect;
 pub use money::Money;
 pub use policy::{AnchorGroup, Dimension, Policy, Tier};
@@ -37,7 +42,8 @@ pub use rejection::{
 pub use slots::{Lease, LeaseId, LeaseSet};
 pub use store::memory::MemoryStore;
 pub use store::{
-    Admission, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult, WindowStore,
+    Admission, BillingStore, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult,
+    WindowStore,
 };
-pub use subject::{Fallback, Resolved, Scope, Subject, SubjectKey, Subscription};
+pub use subject::{AdmittedUnder, Fallback, Resolved, Scope, Subject, SubjectKey, Subscription};
 pub use window::{Exceeded, ExceededLimit, LimitView, Outcome, ScopeState, WindowTicket};

@@ -161,6 +161,12 @@ impl Scope {
     }
 }
 
+/// Put in a request's extensions by the window layer: the policy scope the request
+/// was admitted under. `Key` after a subscription fell through to pay-as-you-go (W8),
+/// which billing then charges to the balance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmittedUnder(pub Scope);
+
 /// What to do when the primary policy rejects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fallback<'a> {

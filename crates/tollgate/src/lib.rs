@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | [`ConcurrencySlotLayer`] | `slots` | per-subject in-flight slots, leases that heal (C1–C5) |
 //! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
+//! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B6) |
 //! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
 //!
 //! # What the layers read from a request
@@ -35,10 +36,12 @@
 
 pub mod body;
 pub mod extract;
-#[cfg(any(feature = "slots", feature = "windows"))]
+#[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
 pub mod failure;
 mod spawn;
 
+#[cfg(feature = "billing")]
+pub mod billing;
 #[cfg(feature = "errors")]
 pub mod error_map;
 #[cfg(feature = "slots")]
@@ -49,10 +52,12 @@ pub mod time;
 pub mod window;
 
 pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
-#[cfg(any(feature = "slots", feature = "windows"))]
+#[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
 pub use failure::{FailureMode, FailureStats};
 pub use tollgate_core as core;
 
+#[cfg(feature = "billing")]
+pub use billing::{BillingGate, BillingGateLayer, BillingProfile, UsageRecord, UsageSink};
 #[cfg(feature = "errors")]
 pub use error_map::{ErrorMapping, ErrorMappingLayer};
 #[cfg(feature = "slots")]

@@ -12,9 +12,14 @@
 //! evicts by a caller-defined "idle" test first and mutates entries in place under
 //! the same lock as the decision.
 
-use super::{Admission, SlotDecision, SlotStore, StoreResult, WindowStore};
+use super::{Admission, BillingStore, SlotDecision, SlotStore, StoreResult, WindowStore};
+use crate::billing::{
+    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
+    Ledger,
+};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::demand::Demand;
+use crate::money::Money;
 use crate::policy::Policy;
 use crate::slots::{LeaseId, LeaseSet};
 use crate::subject::{Scope, SubjectKey};
@@ -202,6 +207,9 @@ struct Inner<C> {
     slots: ShardedMap<LeaseSet>,
     windows: ShardedMap<SubjectWindows>,
     next_lease: AtomicU64,
+    // One lock for the books: money decisions are rarer than limit decisions and
+    // must see balances, spend and budgets together.
+    ledger: Mutex<Ledger>,
 }
 
 /// The in-memory store: implements every store trait of this crate.
@@ -265,6 +273,7 @@ impl<C: Clock> MemoryStore<C> {
                 slots: ShardedMap::new(capacity),
                 windows: ShardedMap::new(capacity),
                 next_lease: AtomicU64::new(1),
+                ledger: Mutex::default(),
             }),
         }
     }
@@ -373,6 +382,54 @@ impl<C: Clock> MemoryStore<C> {
             })
             .flatten()
             .unwrap_or_else(|| ScopeState::default().view(policy, now))
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// Runs `f` on the books.
+    pub fn with_ledger<R>(&self, f: impl FnOnce(&mut Ledger, Millis) -> R) -> R {
+        let now = self.inner.clock.now();
+        f(
+            &mut self.inner.ledger.lock().unwrap_or_else(|e| e.into_inner()),
+            now,
+        )
+    }
+}
+
+impl<C: Clock> BillingStore for MemoryStore<C> {
+    type Future<T: Send + 'static> = Ready<StoreResult<T>>;
+
+    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
+        ready(Ok(self.with_ledger(|l, now| l.admit(req, now))))
+    }
+    fn settle_attempt(
+        &self,
+        attempt: &AttemptId,
+        outcome: BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        ready(Ok(
+            self.with_ledger(|l, now| l.settle(attempt, outcome, now))
+        ))
+    }
+    fn account(
+        &self,
+        tenant: Option<&str>,
+        key: &SubjectKey,
+        budgets: &[Budget],
+    ) -> Self::Future<AccountView> {
+        ready(Ok(
+            self.with_ledger(|l, now| l.account(tenant, key, budgets, now))
+        ))
+    }
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+        self.with_ledger(|l, _| l.seed_balance(tenant, amount));
+        ready(Ok(()))
+    }
+    fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
+        ready(Ok(self.with_ledger(|l, _| l.credit(tenant, amount))))
+    }
+    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
+        ready(Ok(self.with_ledger(|l, _| l.pending())))
     }
 }
 

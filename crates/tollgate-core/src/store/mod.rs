@@ -17,7 +17,11 @@
 pub mod conformance;
 pub mod memory;
 
+use crate::billing::{
+    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
+};
 use crate::demand::Demand;
+use crate::money::Money;
 use crate::policy::Policy;
 use crate::slots::LeaseId;
 use crate::subject::{Scope, SubjectKey};
@@ -137,4 +141,32 @@ pub trait WindowStore: Clone + Send + Sync + 'static {
         scope: Scope,
         policy: &Arc<Policy>,
     ) -> Self::Future<Vec<LimitView>>;
+}
+
+/// Balances, key spend, budgets and per-attempt settlement (B*).
+pub trait BillingStore: Clone + Send + Sync + 'static {
+    /// The future every call returns.
+    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + Unpin + 'static;
+
+    /// Eligibility and budget reservation at request start (B1, B3). One round trip.
+    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision>;
+    /// Settles an attempt once (B2, B4); `None` if it was already final or unknown.
+    fn settle_attempt(
+        &self,
+        attempt: &AttemptId,
+        outcome: BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>>;
+    /// Money of a tenant and key, and the given budgets (the usage view).
+    fn account(
+        &self,
+        tenant: Option<&str>,
+        key: &SubjectKey,
+        budgets: &[Budget],
+    ) -> Self::Future<AccountView>;
+    /// Sets a tenant's balance unless it already has one.
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()>;
+    /// Adds to a tenant's balance; returns the new balance.
+    fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money>;
+    /// Attempts pending reconciliation, with their amounts.
+    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>>;
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{
-    Admission, Clock, Demand, Dimension, Exceeded, Fallback, LayerKind, Policy, RateLimitInfo,
-    Rejection, Scope, StoreResult, Subject, UsageRecorder, WindowStore, window_rejection,
+    Admission, AdmittedUnder, Clock, Demand, Dimension, Exceeded, Fallback, LayerKind, Policy,
+    RateLimitInfo, Rejection, Scope, StoreResult, Subject, UsageRecorder, WindowStore,
+    window_rejection,
 };
 
 /// What to do next with a request.
@@ -37,6 +38,13 @@ pub(crate) struct Admit<St, X, C> {
     demand: Demand,
     recorder: UsageRecorder,
     wait_started: Option<Instant>,
+}
+
+impl<St, X, C> Admit<St, X, C> {
+    /// The scope the request is being admitted under (recorded for billing, W8).
+    pub(crate) fn admitted_under(&self) -> AdmittedUnder {
+        AdmittedUnder(self.scope)
+    }
 }
 
 impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
@@ -123,7 +131,10 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
                         self.wait_started = None;
                         Step::Ask(self.ask())
                     }
-                    _ => Step::Unlimited,
+                    _ => {
+                        self.scope = Scope::Key;
+                        Step::Unlimited
+                    }
                 };
             }
         }

@@ -86,14 +86,16 @@ where
         },
         Step::Reject(r) => State::Rejected { rejection: Some(r) },
         Step::Admitted(guard) => {
-            let req = d.req.take().expect("request taken once");
+            let mut req = d.req.take().expect("request taken once");
+            req.extensions_mut().insert(d.admit.admitted_under());
             State::Called {
                 fut: d.svc.call(req),
                 guard: Some(guard),
             }
         }
         Step::Unlimited => {
-            let req = d.req.take().expect("request taken once");
+            let mut req = d.req.take().expect("request taken once");
+            req.extensions_mut().insert(d.admit.admitted_under());
             State::Called {
                 fut: d.svc.call(req),
                 guard: None,

@@ -90,9 +90,13 @@ where
                     }
                 },
                 Step::Admitted(guard) => {
+                    req.extensions_mut().insert(admit.admitted_under());
                     return ResponseFuture::called(self.inner.call(req), Some(guard));
                 }
-                Step::Unlimited => return ResponseFuture::called(self.inner.call(req), None),
+                Step::Unlimited => {
+                    req.extensions_mut().insert(admit.admitted_under());
+                    return ResponseFuture::called(self.inner.call(req), None);
+                }
                 Step::Reject(r) => return ResponseFuture::rejected(r),
                 sleep @ Step::Sleep(_) => {
                     return ResponseFuture::deferred(sleep, self.defer(req, admit));

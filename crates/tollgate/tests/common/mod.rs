@@ -11,6 +11,10 @@ use tokio::sync::mpsc;
 use tollgate::BoxError;
 use tollgate::core::window::{LimitView, Outcome};
 use tollgate::core::{
+    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
+    BillingStore, Budget, Money,
+};
+use tollgate::core::{
     Admission, Demand, LeaseId, Millis, Policy, Rejection, Scope, SlotDecision, SlotStore,
     StoreError, StoreErrorKind, StoreResult, Subject, SubjectKey, WindowStore, WindowTicket,
 };
@@ -122,6 +126,32 @@ impl WindowStore for DeadStore {
         _: Scope,
         _: &std::sync::Arc<Policy>,
     ) -> Self::Future<Vec<LimitView>> {
+        dead()
+    }
+}
+
+impl BillingStore for DeadStore {
+    type Future<T: Send + 'static> = Ready<StoreResult<T>>;
+    fn check_and_reserve(&self, _: &BillingRequest) -> Self::Future<BillingDecision> {
+        dead()
+    }
+    fn settle_attempt(
+        &self,
+        _: &AttemptId,
+        _: BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        dead()
+    }
+    fn account(&self, _: Option<&str>, _: &SubjectKey, _: &[Budget]) -> Self::Future<AccountView> {
+        dead()
+    }
+    fn seed_balance(&self, _: &str, _: Money) -> Self::Future<()> {
+        dead()
+    }
+    fn credit(&self, _: &str, _: Money) -> Self::Future<Money> {
+        dead()
+    }
+    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
         dead()
     }
 }

@@ -1,0 +1,183 @@
+//! Balance and spend-cap gate, money budgets and per-attempt settlement (SPEC B1–B6).
+//!
+//! At `call` the layer asks the [`BillingStore`] once whether the request may run
+//! (B1: balance > 0, key spend below its cap) and reserves its money upper bound in
+//! every budget it draws on (B3). When the response body ends the attempt is settled
+//! by its id (B4) from the [`UsageReport`] in the request's [`UsageRecorder`]: a
+//! complete report with a cost settles at that cost; a partial or unknown one stays
+//! *pending reconciliation* with its upper bound — never zero. A request refused
+//! further in is refunded (L5). Every settled or pending attempt is emitted as a
+//! [`UsageRecord`] through the [`UsageSink`] the application plugs in (B6).
+//!
+//! If the store cannot answer, the layer fails closed with 503 + Retry-After: no call
+//! that cannot be billed is sent (B5).
+//!
+//! A request admitted under an active subscription (see
+//! [`AdmittedUnder`](tollgate_core::AdmittedUnder), set by the window layer) is not
+//! charged to the balance; one that fell through to pay-as-you-go is (W8).
+//!
+//! The request's extensions supply: the [`Subject`](tollgate_core::Subject) (its tenant
+//! pays), an optional [`BillingProfile`] (spend cap, budgets), the
+//! [`Demand`](tollgate_core::Demand) (its `money` is the upper bound) and, for records,
+//! the [`ModelId`](tollgate_core::ModelId).
+//!
+//! [`BillingStore`]: tollgate_core::BillingStore
+//! [`UsageReport`]: tollgate_core::UsageReport
+//! [`UsageRecorder`]: tollgate_core::UsageRecorder
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::BillingGateLayer;
+pub use service::BillingGate;
+
+use crate::body::Hold;
+use crate::spawn::detach;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tollgate_core::{
+    AttemptId, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money, SubjectKey,
+    Usage, UsageRecorder, UsageReport,
+};
+
+/// Per-request billing settings (request extension): the key's spend cap and the
+/// budgets the request draws on.
+#[derive(Clone, Debug, Default)]
+pub struct BillingProfile {
+    /// The key's spend cap.
+    pub spend_cap: Option<Money>,
+    /// Budgets to reserve the upper bound in (B3).
+    pub budgets: Arc<[Budget]>,
+}
+
+/// The attempt a request is billed as (request extension, set by the layer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt(pub AttemptId);
+
+/// One settled or pending attempt (B6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageRecord {
+    /// When it was settled (ms on the layer's clock).
+    pub at: Millis,
+    /// The key it ran under (the subject key, never a secret in the proxy).
+    pub key: SubjectKey,
+    /// The tenant.
+    pub tenant: Option<Arc<str>>,
+    /// The model.
+    pub model: Option<Arc<str>>,
+    /// The channel that served it.
+    pub channel: Option<Arc<str>>,
+    /// The attempt.
+    pub attempt: AttemptId,
+    /// The request's idempotency key (its `x-request-id`).
+    pub idempotency_key: Option<Arc<str>>,
+    /// Token and media figures, when known.
+    pub usage: Option<Usage>,
+    /// How it ended.
+    pub outcome: AttemptState,
+    /// Whether the balance pays (false when a subscription covers it).
+    pub billed_to_balance: bool,
+}
+
+impl UsageRecord {
+    /// The money this record stands for: the cost, or the pending upper bound.
+    pub fn amount(&self) -> Money {
+        match self.outcome {
+            AttemptState::Settled(c) | AttemptState::Pending(c) => c,
+            AttemptState::Open | AttemptState::Refunded => 0,
+        }
+    }
+}
+
+/// Where usage records go: the application's durable ledger (B6).
+pub trait UsageSink: Send + Sync + 'static {
+    /// Takes one record. Called off the response path; must not block for long.
+    fn record(&self, record: UsageRecord);
+}
+
+impl UsageSink for () {
+    fn record(&self, _: UsageRecord) {}
+}
+
+impl<F: Fn(UsageRecord) + Send + Sync + 'static> UsageSink for F {
+    fn record(&self, record: UsageRecord) {
+        self(record)
+    }
+}
+
+/// A new attempt id: a per-process random prefix and a counter.
+pub(crate) fn next_attempt_id() -> AttemptId {
+    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let p = PREFIX.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    format!("att-{p:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
+}
+
+/// What settling an attempt needs, before it is admitted.
+pub(crate) struct Settlement<St> {
+    pub(crate) store: St,
+    pub(crate) sink: Arc<dyn UsageSink>,
+    pub(crate) recorder: UsageRecorder,
+    pub(crate) template: UsageRecord,
+}
+
+impl<St: BillingStore> Settlement<St> {
+    /// The attempt was admitted: settle it when the guard drops.
+    pub(crate) fn admitted(self) -> BillingGuard<St> {
+        BillingGuard {
+            s: self,
+            refund: false,
+        }
+    }
+}
+
+/// An admitted attempt: settled when dropped.
+pub struct BillingGuard<St: BillingStore> {
+    s: Settlement<St>,
+    pub(crate) refund: bool,
+}
+
+impl<St: BillingStore> Hold for BillingGuard<St> {}
+
+impl<St: BillingStore> Drop for BillingGuard<St> {
+    fn drop(&mut self) {
+        let (outcome, usage) = if self.refund {
+            (BillingOutcome::Refund, None)
+        } else {
+            match self.s.recorder.report() {
+                Some(UsageReport::Complete(u)) => match u.cost {
+                    Some(cost) => (BillingOutcome::Settled(cost), Some(u)),
+                    // Figures without a price: the cost is not known (B4).
+                    None => (BillingOutcome::Pending, Some(u)),
+                },
+                Some(UsageReport::Partial(u)) => (BillingOutcome::Pending, Some(u)),
+                Some(UsageReport::Unknown) | None => (BillingOutcome::Pending, None),
+            }
+        };
+        let mut record = self.s.template.clone();
+        record.usage = usage;
+        record.channel = self.s.recorder.channel();
+        let sink = self.s.sink.clone();
+        let settle = self.s.store.settle_attempt(&record.attempt, outcome);
+        detach(
+            Box::pin(async move {
+                let state = settle.await?;
+                if let Some(state) = state {
+                    if state != AttemptState::Refunded {
+                        record.outcome = state;
+                        sink.record(record);
+                    }
+                }
+                Ok(())
+            }),
+            "billing settlement",
+        );
+    }
+}
