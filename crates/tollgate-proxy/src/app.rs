@@ -13,9 +13,9 @@ use axum::routing::{get, post_service};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate::core::{Dialect, LimitView, Scope, SlotStore, WindowStore};
+use tollgate::core::{BillingStore, Dialect, LimitView, Scope, SlotStore, WindowStore};
 use tollgate::error_map::render;
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use tollgate::{AnchoredWindowLayer, BillingGateLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -41,7 +41,7 @@ pub struct Gateway<St> {
 
 impl<St> Gateway<St>
 where
-    St: SlotStore + WindowStore,
+    St: SlotStore + WindowStore + BillingStore,
 {
     /// A gateway on `config` whose limits live in `store`.
     pub fn new(config: Config, store: St) -> Self {
@@ -59,16 +59,51 @@ where
         self
     }
 
-    /// The router. Fails if the configuration cannot be served (e.g. a `fake://`
-    /// channel with no fake upstream).
+    /// Seeds tenant balances from the configuration (a tenant that already has a
+    /// balance keeps it), then builds the router.
+    pub async fn build(self) -> Result<Router, String> {
+        for (name, t) in &self.config.raw.tenants {
+            self.store
+                .seed_balance(name, t.balance)
+                .await
+                .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
+        }
+        self.router()
+    }
+
+    /// The router. Balances are seeded here when the store answers at once (the
+    /// in-memory store); with a remote store use [`Gateway::build`]. Fails if the
+    /// configuration cannot be served (e.g. a `fake://` channel with no fake
+    /// upstream, or a usage log that cannot be opened).
     pub fn router(self) -> Result<Router, String> {
+        for (name, t) in &self.config.raw.tenants {
+            let mut seed = self.store.seed_balance(name, t.balance);
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if std::pin::Pin::new(&mut seed).poll(&mut cx).is_pending() {
+                tokio::spawn(seed);
+            }
+        }
         let catalog = Arc::new(Catalog::new(&self.config, self.fake_base.as_deref())?);
-        let keys = KeyTable::new(self.config.keys.clone());
+        let tasks = self
+            .config
+            .raw
+            .tasks
+            .iter()
+            .map(|(n, t)| (n.clone(), crate::config::task_budget(n, t)));
+        let keys = KeyTable::new(self.config.keys.clone(), tasks);
+        let sink: Arc<dyn tollgate::UsageSink> = match &self.config.raw.server.usage_log {
+            Some(path) => Arc::new(
+                crate::sink::JsonLines::open(path)
+                    .map_err(|e| format!("usage log {}: {e}", path.display()))?,
+            ),
+            None => Arc::new(()),
+        };
         let limits = &self.config.raw.limits;
         let auth_keys = keys.clone();
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
         // slot (taken right after identification, C2) → read and inspect the body →
-        // windows (need the demand) → forward.
+        // windows (need the demand) → billing (needs to know whether the subscription
+        // covered the request, W8) → forward.
         let stack = ServiceBuilder::new()
             .layer(ErrorMappingLayer::new())
             .layer(FilterLayer::new(move |req| auth_keys.authenticate(req)))
@@ -79,6 +114,7 @@ where
             )
             .layer(PrepareLayer::new(catalog.clone()))
             .layer(AnchoredWindowLayer::new(self.store.clone()).max_wait(limits.rolling_max_wait.0))
+            .layer(BillingGateLayer::new(self.store.clone()).shared_sink(sink))
             .service(Forward::new(self.client.clone(), catalog.clone()));
 
         let ops = Arc::new(Ops {
@@ -168,7 +204,7 @@ fn limit_json(v: &LimitView) -> Value {
 
 /// `GET /usage` (SPEC P4): the calling key's limits as the gateway sees them — the
 /// source of truth rejections point to.
-async fn usage<St: SlotStore + WindowStore>(
+async fn usage<St: SlotStore + WindowStore + BillingStore>(
     State(ops): State<Arc<Ops<St>>>,
     req: Request,
 ) -> Response {
@@ -219,6 +255,31 @@ async fn usage<St: SlotStore + WindowStore>(
         add(Scope::Key, p, json!({}), views);
     }
     let in_flight = ops.store.in_flight(&subject.key).await.ok();
+    let money = ops
+        .store
+        .account(
+            subject.tenant.as_deref(),
+            &subject.key,
+            &entry.billing.budgets,
+        )
+        .await
+        .ok();
+    let money = money.map(|m| {
+        json!({
+            "balance": m.balance,
+            "tenant_pending_reconciliation": m.tenant_pending,
+            "key_spent": m.key_spent,
+            "key_pending_reconciliation": m.key_pending,
+            "spend_cap": entry.spend_cap,
+            "budgets": m.budgets.iter().map(|b| json!({
+                "id": &*b.id,
+                "limit": b.limit,
+                "spent": b.spent,
+                "reserved": b.reserved,
+                "resets_at": b.resets_at.map(|ms| ms.div_ceil(1000)),
+            })).collect::<Vec<_>>(),
+        })
+    });
     (
         StatusCode::OK,
         axum::Json(json!({
@@ -226,7 +287,7 @@ async fn usage<St: SlotStore + WindowStore>(
             "tenant": subject.tenant.as_deref(),
             "in_flight": in_flight,
             "concurrency_limit": subject.concurrency_limit(now),
-            "spend_cap": entry.spend_cap,
+            "money": money,
             "policies": policies,
         })),
     )

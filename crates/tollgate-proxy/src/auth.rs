@@ -4,29 +4,57 @@ use crate::config::KeyEntry;
 use http::{HeaderMap, Request, Uri};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tollgate_core::{GatewayCode, LayerKind, Rejection};
+use tollgate_core::{Budget, GatewayCode, LayerKind, Rejection};
 
 /// Keys by secret. Looked up by hash, so a lookup's time does not depend on how much
 /// of a wrong key matches a right one.
 #[derive(Clone, Debug, Default)]
-pub struct KeyTable(Arc<HashMap<String, KeyEntry>>);
+pub struct KeyTable {
+    keys: Arc<HashMap<String, KeyEntry>>,
+    tasks: Arc<HashMap<String, Budget>>,
+}
+
+/// The request header naming a task budget (B3).
+pub const TASK_HEADER: &str = "x-tollgate-task";
 
 impl KeyTable {
-    /// A table of `keys`.
-    pub fn new(keys: impl IntoIterator<Item = (String, KeyEntry)>) -> Self {
-        Self(Arc::new(keys.into_iter().collect()))
+    /// A table of `keys`, with the task budgets a request may name.
+    pub fn new(
+        keys: impl IntoIterator<Item = (String, KeyEntry)>,
+        tasks: impl IntoIterator<Item = (String, Budget)>,
+    ) -> Self {
+        Self {
+            keys: Arc::new(keys.into_iter().collect()),
+            tasks: Arc::new(tasks.into_iter().collect()),
+        }
     }
 
     /// The entry of a request's key, or 40101.
     pub fn identify(&self, headers: &HeaderMap, uri: &Uri) -> Result<&KeyEntry, Rejection> {
         client_key(headers, uri)
-            .and_then(|k| self.0.get(k))
+            .and_then(|k| self.keys.get(k))
             .ok_or_else(|| Rejection::new(GatewayCode::Unauthenticated, LayerKind::Identity))
     }
 
-    /// Puts the key's `KeyEntry` and `Subject` in the request's extensions.
+    /// Puts the key's `KeyEntry`, `Subject` and `BillingProfile` (with the task budget
+    /// the request names, if any) in the request's extensions.
     pub fn authenticate<B>(&self, mut req: Request<B>) -> Result<Request<B>, Rejection> {
         let entry = self.identify(req.headers(), req.uri())?.clone();
+        let mut billing = entry.billing.clone();
+        if let Some(task) = req.headers().get(TASK_HEADER) {
+            let budget = task
+                .to_str()
+                .ok()
+                .and_then(|t| self.tasks.get(t))
+                .ok_or_else(|| {
+                    Rejection::new(GatewayCode::InvalidRequest, LayerKind::Request)
+                        .with_message(format!("Unknown task in the {TASK_HEADER} header."))
+                })?;
+            let mut all: Vec<Budget> = billing.budgets.to_vec();
+            all.push(budget.clone());
+            billing.budgets = all.into();
+        }
+        req.extensions_mut().insert(billing);
         req.extensions_mut().insert(entry.subject.clone());
         req.extensions_mut().insert(entry);
         Ok(req)

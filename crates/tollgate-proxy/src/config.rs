@@ -145,14 +145,40 @@ pub struct KeyConfig {
     pub models: Vec<String>,
 }
 
+/// A money budget (B3).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Name, unique within its tenant.
+    pub name: String,
+    /// Most money per period (minor units).
+    pub limit: Money,
+    /// Period, anchored at first use; absent = never resets.
+    #[serde(default)]
+    pub period: Option<Span>,
+}
+
 /// A tenant (account).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantConfig {
-    /// Balance in minor units.
+    /// Starting balance in minor units (seeded once: a running balance is kept).
     pub balance: Money,
     /// Weight in the capacity queue's fair share.
     pub weight: Option<u32>,
+    /// Money budgets every request of the tenant draws on.
+    pub budgets: Vec<BudgetConfig>,
+}
+
+/// A task budget, chosen per request with the `x-tollgate-task` header (B3).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TaskConfig {
+    /// Most money per period (minor units).
+    pub budget: Money,
+    /// Period, anchored at first use; absent = never resets.
+    #[serde(default)]
+    pub period: Option<Span>,
 }
 
 /// Upstream limits at one granularity (SPEC U1).
@@ -289,6 +315,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Upstream response-head timeout.
     pub upstream_timeout: Span,
+    /// JSON-lines file every settled or pending attempt is appended to (B6).
+    pub usage_log: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -297,6 +325,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 4 << 20,
             upstream_timeout: Span(Duration::from_secs(600)),
+            usage_log: None,
         }
     }
 }
@@ -343,17 +372,22 @@ pub struct RawConfig {
     pub channels: BTreeMap<String, ChannelConfig>,
     /// Models by id.
     pub models: BTreeMap<String, ModelConfig>,
+    /// Task budgets by name.
+    pub tasks: BTreeMap<String, TaskConfig>,
 }
 
 /// A resolved API key.
 #[derive(Clone, Debug)]
 pub struct KeyEntry {
-    /// The label in the file (never the secret).
+    /// The label in the file (never the secret): the subject key limits, usage
+    /// records and logs use.
     pub label: Arc<str>,
     /// The subject the layers limit.
     pub subject: tollgate_core::Subject,
     /// Spend cap.
     pub spend_cap: Option<Money>,
+    /// Spend cap and tenant budgets, for the billing layer.
+    pub billing: tollgate::BillingProfile,
     /// Allowed models; empty = all.
     pub models: Vec<String>,
 }
@@ -472,7 +506,9 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         if secret.trim().is_empty() {
             return Err(err(at, format!("key {label:?}: the key is empty")));
         }
-        let mut subject = tollgate_core::Subject::new(secret.as_str());
+        // Limits are kept under the label, so no secret ever reaches a store key, a
+        // usage record or a log line.
+        let mut subject = tollgate_core::Subject::new(label.as_str());
         if let Some(t) = &k.tenant {
             if !raw.tenants.contains_key(t.get_ref()) {
                 return Err(err(
@@ -517,12 +553,22 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                 format!("key {label:?}: the same key is configured twice"),
             ));
         }
+        let budgets: Vec<tollgate_core::Budget> = k
+            .tenant
+            .as_ref()
+            .and_then(|t| raw.tenants.get(t.get_ref()).map(|tc| (t.get_ref(), tc)))
+            .map(|(t, tc)| tenant_budgets(t, tc))
+            .unwrap_or_default();
         keys.insert(
             secret,
             KeyEntry {
                 label: label.as_str().into(),
                 subject,
                 spend_cap: k.spend_cap,
+                billing: tollgate::BillingProfile {
+                    spend_cap: k.spend_cap,
+                    budgets: budgets.into(),
+                },
                 models: k.models.clone(),
             },
         );
@@ -581,6 +627,27 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         channels,
         source: None,
     })
+}
+
+/// The budgets of a tenant, with ids unique across tenants.
+pub fn tenant_budgets(tenant: &str, t: &TenantConfig) -> Vec<tollgate_core::Budget> {
+    t.budgets
+        .iter()
+        .map(|b| tollgate_core::Budget {
+            id: format!("tenant:{tenant}:{}", b.name).into(),
+            limit: b.limit,
+            period_ms: b.period.map(|p| tollgate_core::clock::millis(p.0)),
+        })
+        .collect()
+}
+
+/// The budget of a task.
+pub fn task_budget(name: &str, t: &TaskConfig) -> tollgate_core::Budget {
+    tollgate_core::Budget {
+        id: format!("task:{name}").into(),
+        limit: t.budget,
+        period_ms: t.period.map(|p| tollgate_core::clock::millis(p.0)),
+    }
 }
 
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
-use tollgate_core::{Dialect, GatewayCode, LayerKind, Price, Rejection, UsageRecorder};
+use tollgate_core::{Dialect, GatewayCode, LayerKind, Price, Rejection, Usage, UsageRecorder};
 use tollgate_dialects::UsageWatcher;
 use tower::Service;
 
@@ -167,15 +167,28 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 .body(body)
                 .map_err(|_| upstream_failed("invalid upstream request"))?;
             *up.headers_mut() = headers;
+            if let Some(r) = &recorder {
+                r.set_channel(route.name.clone());
+            }
             let res = match tokio::time::timeout(catalog.upstream_timeout, client.request(up)).await
             {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
+                    // A refused connection never reached the provider; anything later
+                    // may have (B4).
+                    if !e.is_connect() {
+                        if let Some(r) = &recorder {
+                            r.mark_unknown();
+                        }
+                    }
                     return Err(upstream_failed("connection"));
                 }
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
+                    if let Some(r) = &recorder {
+                        r.mark_unknown();
+                    }
                     return Err(upstream_failed("timeout"));
                 }
             };
@@ -184,9 +197,10 @@ impl Service<Request<Full<Bytes>>> for Forward {
             let success = rparts.status.is_success();
             let body = ForwardBody {
                 inner: incoming,
-                watch: (success && recorder.is_some()).then(|| Watch {
-                    watcher: UsageWatcher::new(dialect, facts.0.stream),
-                    recorder: recorder.expect("checked"),
+                watch: recorder.map(|recorder| Watch {
+                    // A provider error answer is not billed and uses no tokens.
+                    watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
+                    recorder,
                     price,
                     done: false,
                 }),
@@ -197,27 +211,44 @@ impl Service<Request<Full<Bytes>>> for Forward {
 }
 
 struct Watch {
-    watcher: UsageWatcher,
+    /// `None` for a provider error answer.
+    watcher: Option<UsageWatcher>,
     recorder: UsageRecorder,
     price: Price,
     done: bool,
 }
 
 impl Watch {
-    /// Records the usage seen so far; at the end of the body, the final usage.
+    /// Records what is known once, at the end of the body or when it is dropped
+    /// before its end (client gone, stream cut).
     fn record(&mut self, at_end: bool) {
         if self.done {
             return;
         }
         self.done = true;
-        let usage = if at_end {
-            self.watcher.finish()
-        } else {
-            self.watcher.usage_so_far()
+        let Some(w) = self.watcher.as_mut() else {
+            if at_end {
+                self.recorder.record(Usage {
+                    cost: Some(0),
+                    ..Usage::default()
+                });
+            } else {
+                self.recorder.mark_unknown();
+            }
+            return;
         };
-        if let Some(mut u) = usage {
+        let priced = |mut u: Usage| {
             u.cost = Some(self.price.cost(&u));
-            self.recorder.record(u);
+            u
+        };
+        match (at_end, at_end.then(|| w.finish()).flatten()) {
+            (true, Some(u)) => self.recorder.record(priced(u)),
+            // Ended, but the provider reported no usage: the cost is unknown.
+            (true, None) => self.recorder.mark_unknown(),
+            (false, _) => match w.usage_so_far() {
+                Some(u) => self.recorder.record_partial(priced(u)),
+                None => self.recorder.mark_unknown(),
+            },
         }
     }
 }
@@ -253,8 +284,8 @@ impl Body for ForwardBody {
         if let Some(w) = this.watch.as_mut() {
             match &res {
                 Some(Ok(frame)) => {
-                    if let Some(d) = frame.data_ref() {
-                        w.watcher.observe(d);
+                    if let (Some(d), Some(watcher)) = (frame.data_ref(), w.watcher.as_mut()) {
+                        watcher.observe(d);
                     }
                     // Outer layers settle as soon as the end is visible: record first.
                     if inner.is_end_stream() {

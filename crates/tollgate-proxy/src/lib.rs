@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod config;
 pub mod forward;
 pub mod prepare;
+pub mod sink;
 
 pub use app::Gateway;
 pub use config::{Config, ConfigError};

@@ -124,17 +124,58 @@ where
             } else {
                 facts.max_output_tokens
             };
+            // An OpenAI stream reports usage only when asked to: ask, so the stream can
+            // be settled at its real cost instead of staying pending (B4). The client
+            // then also receives the final usage chunk (`choices: []`), which OpenAI's
+            // SDKs accept.
+            let bytes = if dialect == Dialect::OpenAi && facts.stream && !facts.usage_reported {
+                ask_for_stream_usage(&bytes).unwrap_or(bytes)
+            } else {
+                bytes
+            };
             let demand =
                 model
                     .price
                     .demand(facts.input_tokens, max_output, facts.images, facts.videos);
             parts.extensions.insert(demand);
             parts.extensions.insert(dialect);
+            parts
+                .extensions
+                .insert(tollgate_core::ModelId(facts.model.as_str().into()));
             parts.extensions.insert(Facts(Arc::new(facts)));
             inner
                 .call(Request::from_parts(parts, Full::new(bytes)))
                 .await
                 .map_err(Into::into)
         })
+    }
+}
+
+/// The body with `stream_options.include_usage = true`; `None` if it is not a JSON
+/// object (inspection already accepted it, so this does not happen in practice).
+fn ask_for_stream_usage(body: &[u8]) -> Option<Bytes> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let obj = v.as_object_mut()?;
+    let opts = obj
+        .entry("stream_options")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    opts.as_object_mut()?
+        .insert("include_usage".into(), serde_json::Value::Bool(true));
+    serde_json::to_vec(&v).ok().map(Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_stream_is_asked_for_usage() {
+        let b = ask_for_stream_usage(br#"{"model":"m","stream":true,"stream_options":{"x":1}}"#)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["stream_options"]["x"], 1);
+        assert_eq!(v["model"], "m");
+        assert!(ask_for_stream_usage(b"[1]").is_none());
     }
 }
