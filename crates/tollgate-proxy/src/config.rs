@@ -744,7 +744,7 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         let e = Config::parse(&GOOD.replace("models = [\"gpt-x\"]", "models = [\"gpt-y\"]"))
             .unwrap_err();
         assert!(e.reason.contains("gpt-y"), "{e}");
-        assert_eq!(e.line, Some(19));
+        assert_eq!(e.line, Some(20));
     }
 
     #[test]
@@ -755,7 +755,7 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         ))
         .unwrap_err();
         assert!(e.reason.contains("TOLLGATE_TEST_SURELY_UNSET"), "{e}");
-        assert_eq!(e.line, Some(15));
+        assert_eq!(e.line, Some(16));
     }
 
     #[test]
