@@ -1,0 +1,46 @@
+-- WindowStore::settle (W5, W6, L5): ScopeState::settle. Corrections go only to the windows
+-- the request was counted in; a window that rolled (or a group that re-anchored) since is
+-- left alone.
+-- ARGV[1]  time (see time.lua)
+-- ARGV[2]  doubles: [1] amount ttl ms, [2] admitted_at, [3..5] anchors (-1 = none),
+--          [6] tokens, [7] images, [8] videos (the reserved demand), [9] amount (0/1),
+--          [10] money, [11] rolling (0/1), [12] refund (0/1), [13] actual tokens, [14] cost
+local now = now_ms(ARGV[1])
+local B = doubles(ARGV[2])
+local at, tok, img, vid = B[2], B[6], B[7], B[8]
+local refund = B[12] == 1
+local S = load_state(KEYS[1])
+for so = 11, 10 + 4 * S[10], 4 do
+  local d = S[so]
+  local g, reserved = 1, 1
+  if d == 2 then reserved = tok elseif d == 3 then g, reserved = 2, img
+  elseif d == 4 then g, reserved = 3, vid end
+  local a = B[2 + g]
+  if a >= 0 and S[6 + g] == a then
+    local w = S[so + 1]
+    local k, kn = 0, 0
+    if at > a then k = floor((at - a) / w) end
+    if now > a then kn = floor((now - a) / w) end
+    if S[so + 2] == k and kn == k then
+      local actual = reserved
+      if refund then actual = 0 elseif d == 2 then actual = B[13] end
+      local u = S[so + 3] - reserved
+      if u < 0 then u = 0 end
+      S[so + 3] = u + actual
+    end
+  end
+end
+if B[9] == 1 then
+  local rs = S[4] - B[10]
+  if rs < 0 then rs = 0 end
+  S[4] = rs
+  if not refund and B[14] > 0 then S[3] = S[3] + B[14] end
+end
+if S[2] > 0 then S[2] = S[2] - 1 end
+if B[11] == 1 and refund and S[6] > now then
+  -- The refunded request's start leaves the rolling log (one entry of that time).
+  local m = redis.call('ZRANGEBYSCORE', KEYS[2], at, at, 'LIMIT', 0, 1)
+  if m[1] then redis.call('ZREM', KEYS[2], m[1]) end
+end
+save(KEYS[1], S, now, B[1], false)
+return 1

@@ -1,0 +1,158 @@
+//! Settings of a [`RedisStore`](crate::RedisStore).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use tollgate_core::ManualClock;
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "tollgate";
+/// Default deadline of one store call (D4; Envoy's rate-limit filter uses the same).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
+/// Default life of amount-cap state after its last change (W6): 400 days.
+pub const DEFAULT_AMOUNT_TTL: Duration = Duration::from_secs(400 * 86_400);
+/// Default timeout of one connection attempt.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Default longest pause between two reconnection attempts.
+pub const DEFAULT_RECONNECT_MAX_DELAY: Duration = Duration::from_millis(100);
+
+/// How a [`RedisStore`](crate::RedisStore) names its keys, bounds its calls and
+/// reconnects.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_redis::RedisStoreOptions;
+/// let options = RedisStoreOptions::default()
+///     .prefix("gw")
+///     .deadline(Duration::from_millis(30))
+///     .instance_id("gateway-1");
+/// assert_eq!(options.get_prefix(), "gw");
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisStoreOptions {
+    pub(crate) prefix: String,
+    pub(crate) deadline: Duration,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) amount_ttl: Duration,
+    pub(crate) time: TimeSource,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) reconnect_max_delay: Duration,
+    pub(crate) pipeline_buffer: usize,
+}
+
+/// Where the scripts take the time of a decision from.
+#[derive(Clone, Debug)]
+pub(crate) enum TimeSource {
+    /// The server's `TIME` (production).
+    Server,
+    /// The server's `TIME` plus an offset in ms (tests).
+    Offset(Arc<AtomicU64>),
+    /// A manual clock (tests).
+    Manual(ManualClock),
+}
+
+impl TimeSource {
+    /// The scripts' time argument: an offset, or `=<ms>` for an absolute time.
+    pub(crate) fn arg(&self) -> String {
+        use std::sync::atomic::Ordering;
+        use tollgate_core::Clock;
+        match self {
+            TimeSource::Server => "0".to_owned(),
+            TimeSource::Offset(o) => o.load(Ordering::SeqCst).to_string(),
+            TimeSource::Manual(c) => format!("={}", c.now()),
+        }
+    }
+}
+
+impl Default for RedisStoreOptions {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            deadline: DEFAULT_DEADLINE,
+            instance_id: None,
+            amount_ttl: DEFAULT_AMOUNT_TTL,
+            time: TimeSource::Server,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            reconnect_max_delay: DEFAULT_RECONNECT_MAX_DELAY,
+            pipeline_buffer: 1024,
+        }
+    }
+}
+
+impl RedisStoreOptions {
+    /// Key prefix (default `tollgate`): keys are `<prefix>:{<subject>}:…`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Deadline of every store call, from the moment the call is made (default 20 ms,
+    /// D4). A call that has no answer by then returns
+    /// [`StoreErrorKind::Timeout`](tollgate_core::StoreErrorKind::Timeout).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Identifies this gateway instance in lease members (`<instance-id>:<n>`). Must be
+    /// unique among the instances sharing the Redis; default: random.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// How long amount-cap state (W6: spend and in-flight reservations, which never
+    /// reset by themselves) is kept after its last change (default 400 days). A subject
+    /// idle for longer starts again from zero spend; keep the durable record of spend in
+    /// the billing ledger.
+    pub fn amount_ttl(mut self, ttl: Duration) -> Self {
+        self.amount_ttl = ttl;
+        self
+    }
+
+    /// **Tests only.** Milliseconds added to the Redis server's `TIME` in every script,
+    /// read at each call, so a test can move the store's time forward instantly. Stores
+    /// sharing one Redis must share one offset.
+    pub fn time_offset(mut self, offset: Arc<AtomicU64>) -> Self {
+        self.time = TimeSource::Offset(offset);
+        self
+    }
+
+    /// **Tests only.** Decide at the time of `clock` instead of the server's `TIME`, so a
+    /// test can land exactly on a window or lease boundary and compare decisions with the
+    /// in-memory store. Key expiries still run on the server's real time: a test must
+    /// not let more real time pass than the windows and leases it relies on last.
+    pub fn manual_clock(mut self, clock: ManualClock) -> Self {
+        self.time = TimeSource::Manual(clock);
+        self
+    }
+
+    /// Timeout of one connection attempt (default 500 ms).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Longest pause between reconnection attempts (default 100 ms), which bounds how
+    /// long after Redis comes back decisions resume (T5).
+    pub fn reconnect_max_delay(mut self, delay: Duration) -> Self {
+        self.reconnect_max_delay = delay;
+        self
+    }
+
+    /// Commands that may be queued on the connection at once (default 1024).
+    pub fn pipeline_buffer(mut self, size: usize) -> Self {
+        self.pipeline_buffer = size.max(1);
+        self
+    }
+
+    /// The key prefix.
+    pub fn get_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The per-call deadline.
+    pub fn get_deadline(&self) -> Duration {
+        self.deadline
+    }
+}

@@ -1,0 +1,464 @@
+//! [`RedisStore`]: the store traits of tollgate-core on Redis.
+
+use crate::codec::{self, AdmitReply, Doubles};
+use crate::options::{RedisStoreOptions, TimeSource};
+use crate::scripts::{SCRIPTS, Scripts};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+use tollgate_core::{
+    Admission, Demand, LeaseId, LimitView, Millis, Outcome, Policy, Scope, SlotDecision, SlotStore,
+    StoreError, StoreErrorKind, StoreResult, SubjectKey, WindowStore, WindowTicket,
+};
+
+/// The future of every [`RedisStore`] call: one round trip bounded by the store's
+/// deadline. `Send`, `Unpin` and `'static`, so a layer can poll it in place or spawn it.
+#[must_use = "futures do nothing unless polled"]
+pub struct RedisStoreFuture<T>(Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'static>>);
+
+impl<T> RedisStoreFuture<T> {
+    fn new(f: impl Future<Output = StoreResult<T>> + Send + 'static) -> Self {
+        Self(Box::pin(f))
+    }
+}
+
+impl<T> Future for RedisStoreFuture<T> {
+    type Output = StoreResult<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl<T> fmt::Debug for RedisStoreFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RedisStoreFuture")
+    }
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    prefix: String,
+    instance: String,
+    next_lease: AtomicU64,
+    deadline: Duration,
+    connect_timeout: Duration,
+    amount_ttl_ms: Millis,
+    time: TimeSource,
+}
+
+/// Slot leases and anchored windows in Redis, shared by every gateway instance that
+/// uses the same server (D1–D5). Cheap to clone.
+///
+/// Every decision is one round trip: one Lua script called by SHA (`EVALSHA`), reloaded
+/// transparently after `NOSCRIPT`, reading the time from the server (`TIME`); a release
+/// is one `ZREM`. Every call has its own deadline and fails with a [`StoreError`] —
+/// [`Timeout`](StoreErrorKind::Timeout) or [`Unavailable`](StoreErrorKind::Unavailable)
+/// — instead of waiting on a dead or stalled server; the connection is re-established
+/// in the background.
+///
+/// Keys, hash-tagged per subject so each script touches one Cluster slot:
+///
+/// | key | type | holds | expires |
+/// |---|---|---|---|
+/// | `<prefix>:{<subject>}:slots` | ZSET | one member `<instance-id>:<lease>` per slot, score = expiry (ms) | 1 s after its longest lease |
+/// | `<prefix>:{<subject>}:win:<scope>` | string (little-endian doubles) | window state of the `key` or `sub` (subscription) policy: anchors, per-tier window index and count, spend, reservations, pending count | see below |
+/// | `<prefix>:{<subject>}:win:<scope>:roll` | ZSET | rolling-window starts (W10), score = start time | at least 65 s after the last start (renewed to 120 s about once a minute) |
+///
+/// Window state is deleted as soon as it is idle (dropping it changes no decision) and
+/// otherwise expires 5 s after the longest window it counts in (at least 5 s after its
+/// last rolling start leaves the 60 s window); while any money is spent or reserved
+/// under an amount cap it lives [`amount_ttl`](RedisStoreOptions::amount_ttl) after its
+/// last change instead.
+///
+/// The subject key appears in Redis key names as given: have the extractor use a key
+/// id rather than a secret.
+///
+/// Must be created and used inside a Tokio runtime.
+///
+/// ```no_run
+/// use tollgate_core::{SlotDecision, SlotStore, SubjectKey};
+/// use tollgate_redis::{RedisStore, RedisStoreOptions};
+/// # async fn run() -> Result<(), tollgate_core::StoreError> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379", RedisStoreOptions::default()).await?;
+/// let key = SubjectKey::from("api-key-1");
+/// if let SlotDecision::Acquired(lease) = store.acquire(&key, 3, 600_000).await? {
+///     store.release(&key, lease).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("instance", &self.inner.instance)
+            .field("deadline", &self.inner.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+fn scripts() -> &'static Scripts {
+    &SCRIPTS
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`), loads the scripts and returns the
+    /// store. Fails if Redis cannot be reached within the options' connect timeout; use
+    /// [`connect_lazy`](Self::connect_lazy) to start while Redis is down.
+    pub async fn connect(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
+        let store = Self::connect_lazy(url, options)?;
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// A store that connects on first use and reconnects by itself; no I/O here. Calls
+    /// fail with [`StoreError`] until Redis answers. Must be called inside a Tokio
+    /// runtime.
+    pub fn connect_lazy(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::new(StoreErrorKind::Protocol, format!("redis url: {e}")))?;
+        Self::from_client(client, options)
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) with a client configured by the caller
+    /// (TLS, credentials, RESP version). Must be called inside a Tokio runtime.
+    pub fn from_client(client: redis::Client, options: RedisStoreOptions) -> StoreResult<Self> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "RedisStore must be created inside a Tokio runtime",
+            ));
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_min_delay(Duration::from_millis(10))
+            .set_exponent_base(2.0)
+            .set_max_delay(options.reconnect_max_delay)
+            .set_number_of_retries(8)
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_pipeline_buffer_size(options.pipeline_buffer);
+        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
+        let instance = options.instance_id.unwrap_or_else(random_instance_id);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                conn,
+                prefix: options.prefix,
+                instance,
+                // A random start in [1, 2^62): two stores never hand out the same id, so
+                // a lease released through the wrong store frees nothing.
+                next_lease: AtomicU64::new((random_u64() >> 2).max(1)),
+                deadline: options.deadline,
+                connect_timeout: options.connect_timeout,
+                amount_ttl_ms: tollgate_core::clock::millis(options.amount_ttl),
+                time: options.time,
+            }),
+        })
+    }
+
+    /// Loads every script into the server's script cache (`SCRIPT LOAD`), bounded by
+    /// the connect timeout. [`connect`](Self::connect) does it; calls also reload a
+    /// missing script by themselves (after a restart or `SCRIPT FLUSH`).
+    pub async fn load_scripts(&self) -> StoreResult<()> {
+        let s = scripts();
+        let mut pipe = redis::pipe();
+        for src in &s.sources {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(src.as_str());
+        }
+        let mut conn = self.inner.conn.clone();
+        let limit = self.inner.connect_timeout.max(self.inner.deadline);
+        let hashes: Vec<String> =
+            match tokio::time::timeout(limit, pipe.query_async(&mut conn)).await {
+                Err(_) => return Err(timeout(limit)),
+                Ok(r) => r.map_err(map_err)?,
+            };
+        if hashes.iter().map(String::as_str).ne(s.hashes()) {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                format!("SCRIPT LOAD returned unexpected hashes {hashes:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The id of this instance in lease members.
+    pub fn instance_id(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// The per-call deadline.
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
+    }
+
+    /// The key of `key`'s slot leases: `<prefix>:{<subject>}:slots`.
+    pub fn slots_key(&self, key: &SubjectKey) -> String {
+        format!("{}:{{{}}}:slots", self.inner.prefix, key.as_str())
+    }
+
+    /// The key of `key`'s window state under `scope`: `<prefix>:{<subject>}:win:<scope>`
+    /// (`key` or `sub`).
+    pub fn window_key(&self, key: &SubjectKey, scope: Scope) -> String {
+        format!(
+            "{}:{{{}}}:win:{}",
+            self.inner.prefix,
+            key.as_str(),
+            scope.as_str()
+        )
+    }
+
+    /// The key of the rolling log (W10) of `key` under `scope`:
+    /// `<prefix>:{<subject>}:win:<scope>:roll`.
+    pub fn rolling_key(&self, key: &SubjectKey, scope: Scope) -> String {
+        let mut k = self.window_key(key, scope);
+        k.push_str(":roll");
+        k
+    }
+
+    fn window_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
+        let state = self.window_key(key, scope);
+        let roll = format!("{state}:roll");
+        vec![state, roll]
+    }
+
+    /// The lease member of `lease`: `<instance-id>:<lease>`.
+    fn member(&self, lease: LeaseId) -> String {
+        format!("{}:{lease}", self.inner.instance)
+    }
+
+    /// The scripts' time argument (ARGV[1]).
+    fn time(&self) -> String {
+        self.inner.time.arg()
+    }
+
+    /// Runs `script` on `key` with `args` under the deadline and decodes its reply.
+    fn eval<R, T>(
+        &self,
+        script: &'static Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+        blob: Option<Doubles>,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
+        let deadline = Instant::now() + self.inner.deadline;
+        let limit = self.inner.deadline;
+        let mut conn = self.inner.conn.clone();
+        RedisStoreFuture::new(async move {
+            let mut call = script.prepare_invoke();
+            for k in &keys {
+                call.key(k.as_str());
+            }
+            for a in &args {
+                call.arg(a.as_str());
+            }
+            if let Some(b) = &blob {
+                call.arg(b.bytes());
+            }
+            // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
+            match timeout_at(deadline, call.invoke_async::<R>(&mut conn)).await {
+                Err(_) => Err(timeout(limit)),
+                Ok(Err(e)) => Err(map_err(e)),
+                Ok(Ok(r)) => decode(r),
+            }
+        })
+    }
+}
+
+fn timeout(limit: Duration) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Timeout,
+        format!("no answer from redis within {} ms", limit.as_millis()),
+    )
+}
+
+/// Classifies a client error: connection trouble is `Unavailable`, an I/O timeout is
+/// `Timeout`, anything the server or a script answered wrongly is `Protocol`.
+fn map_err(e: RedisError) -> StoreError {
+    let kind = if e.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        StoreErrorKind::Unavailable
+    } else {
+        match e.kind() {
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::ReadOnly,
+            )
+            | ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::AuthenticationFailed => StoreErrorKind::Unavailable,
+            _ => StoreErrorKind::Protocol,
+        }
+    };
+    StoreError::new(kind, format!("redis: {e}"))
+}
+
+/// 64 random bits (std's per-process random hasher keys, the time and the pid).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn random_instance_id() -> String {
+    format!("{:016x}", random_u64())
+}
+
+fn count(v: i64, what: &str) -> StoreResult<u32> {
+    u32::try_from(v).map_err(|_| {
+        StoreError::new(
+            StoreErrorKind::Protocol,
+            format!("{what}: unexpected count {v}"),
+        )
+    })
+}
+
+impl SlotStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
+        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let args = vec![
+            self.time(),
+            limit.to_string(),
+            ttl.to_string(),
+            self.member(id),
+        ];
+        self.eval(
+            &scripts().acquire,
+            vec![self.slots_key(key)],
+            args,
+            None,
+            move |r: (i64, i64)| match r {
+                (1, _) => Ok(SlotDecision::Acquired(id)),
+                (0, n) => Ok(SlotDecision::Full {
+                    in_flight: count(n, "acquire")?,
+                }),
+                r => Err(StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("acquire: unexpected reply {r:?}"),
+                )),
+            },
+        )
+    }
+
+    fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        let args = vec![self.time(), ttl.to_string(), self.member(lease)];
+        self.eval(
+            &scripts().renew,
+            vec![self.slots_key(key)],
+            args,
+            None,
+            |r: i64| Ok(r == 1),
+        )
+    }
+
+    fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
+        // One ZREM: atomic by itself, needs no time and no script.
+        let deadline = Instant::now() + self.inner.deadline;
+        let limit = self.inner.deadline;
+        let mut conn = self.inner.conn.clone();
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(self.slots_key(key)).arg(self.member(lease));
+        RedisStoreFuture::new(async move {
+            match timeout_at(deadline, cmd.query_async::<i64>(&mut conn)).await {
+                Err(_) => Err(timeout(limit)),
+                Ok(Err(e)) => Err(map_err(e)),
+                Ok(Ok(_)) => Ok(()),
+            }
+        })
+    }
+
+    fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
+        self.eval(
+            &scripts().in_flight,
+            vec![self.slots_key(key)],
+            vec![self.time()],
+            None,
+            |r: i64| count(r, "in_flight"),
+        )
+    }
+}
+
+impl WindowStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn admit(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+        demand: &Demand,
+    ) -> Self::Future<Admission> {
+        let blob = codec::admit_args(self.inner.amount_ttl_ms, policy, demand);
+        let (policy, demand) = (policy.clone(), *demand);
+        self.eval(
+            &scripts().admit,
+            self.window_keys(key, scope),
+            vec![self.time()],
+            Some(blob),
+            move |r: Vec<i64>| {
+                Ok(match codec::admit_reply(&r, &policy, &demand)? {
+                    AdmitReply::Admitted(t) => Admission::Admitted(t),
+                    AdmitReply::Exceeded(e) => Admission::Exceeded(e),
+                })
+            },
+        )
+    }
+
+    fn settle(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: WindowTicket,
+        outcome: Outcome,
+    ) -> Self::Future<()> {
+        let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
+        self.eval(
+            &scripts().settle,
+            self.window_keys(key, scope),
+            vec![self.time()],
+            Some(blob),
+            |_: i64| Ok(()),
+        )
+    }
+
+    fn view(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>> {
+        let blob = codec::admit_args(0, policy, &Demand::default());
+        let policy = policy.clone();
+        self.eval(
+            &scripts().view,
+            self.window_keys(key, scope),
+            vec![self.time()],
+            Some(blob),
+            move |r: Vec<i64>| codec::view_reply(&r, &policy),
+        )
+    }
+}

@@ -1,0 +1,228 @@
+//! One decision = one round trip (D2, T3), counted by the server: `INFO commandstats`
+//! after `CONFIG RESETSTAT` shows exactly one command from the client per decision —
+//! one `EVALSHA` (one `ZREM` for a release), admitted or denied. The commands a script
+//! runs inside the server (`TIME`, `GET`, `SET`, `Z*`, …) are counted by Redis too, and
+//! are listed apart. Also prints the scripts' server time per call (T3: ≤ 10 µs).
+
+mod common;
+
+use common::{RedisServer, command_calls};
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate_core::{
+    Admission, Demand, Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, Tier, Usage,
+    WindowStore,
+};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
+
+/// What scripts call inside the server: not round trips.
+const IN_SCRIPT: &[&str] = &[
+    "time",
+    "get",
+    "set",
+    "del",
+    "zremrangebyscore",
+    "zcard",
+    "zadd",
+    "zrange",
+    "zscore",
+    "zcount",
+    "pexpire",
+    "pttl",
+];
+
+/// Test plumbing, not the store's.
+const HARNESS: &[&str] = &["config|resetstat", "info"];
+
+struct Counter<'a> {
+    server: &'a RedisServer,
+}
+
+impl Counter<'_> {
+    fn reset(&self) {
+        self.server.cli(&["CONFIG", "RESETSTAT"]);
+    }
+
+    /// The client's commands since the reset: (command, calls), sorted.
+    fn client_commands(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<_> = command_calls(&self.server.cli(&["INFO", "commandstats"]))
+            .into_iter()
+            .filter(|(c, _, _)| !IN_SCRIPT.contains(&c.as_str()) && !HARNESS.contains(&c.as_str()))
+            .map(|(c, n, _)| (c, n))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[track_caller]
+    fn assert_one(&self, command: &str, what: &str) {
+        assert_eq!(
+            self.client_commands(),
+            [(command.to_owned(), 1)],
+            "{what}: one decision, one command"
+        );
+        self.reset();
+    }
+}
+
+/// A full user policy: two request tiers, two token tiers, images, an amount cap and
+/// the rolling window.
+fn full_policy() -> Arc<Policy> {
+    Arc::new(
+        Policy::default()
+            .with_requests(Tier::per_minute(60))
+            .with_requests(Tier::per_day(5_000))
+            .with_tokens(Tier::per_minute(100_000))
+            .with_tokens(Tier::per_day(1_000_000))
+            .with_images(Tier::per_hour(10))
+            .with_amount_cap(10_000_000)
+            .with_rolling_rpm(30),
+    )
+}
+
+#[tokio::test]
+async fn t3_every_decision_is_one_round_trip() {
+    let server = RedisServer::start();
+    let s = RedisStore::connect(
+        &server.url(),
+        RedisStoreOptions::default().deadline(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let c = Counter { server: &server };
+    let key = SubjectKey::from("rt");
+    let p = full_policy();
+    let d = Demand {
+        money: 1_000,
+        ..Demand::tokens(500)
+    };
+    c.reset();
+
+    let Admission::Admitted(t) = s.admit(&key, Scope::Key, &p, &d).await.unwrap() else {
+        panic!("first admit");
+    };
+    c.assert_one("evalsha", "admit, admitted");
+    let tight = Arc::new(Policy::default().with_requests(Tier::per_minute(1)));
+    s.admit(&key, Scope::Subscription, &tight, &d)
+        .await
+        .unwrap();
+    c.reset();
+    let Admission::Exceeded(_) = s
+        .admit(&key, Scope::Subscription, &tight, &d)
+        .await
+        .unwrap()
+    else {
+        panic!("second admit under a limit of 1");
+    };
+    c.assert_one("evalsha", "admit, denied");
+    s.view(&key, Scope::Key, &p).await.unwrap();
+    c.assert_one("evalsha", "view");
+    let usage = Usage {
+        input_tokens: 100,
+        output_tokens: 50,
+        cost: Some(700),
+        ..Usage::default()
+    };
+    s.settle(&key, Scope::Key, t, Outcome::Completed(Some(usage)))
+        .await
+        .unwrap();
+    c.assert_one("evalsha", "settle");
+
+    let SlotDecision::Acquired(l) = s.acquire(&key, 1, 60_000).await.unwrap() else {
+        panic!("acquire");
+    };
+    c.assert_one("evalsha", "acquire, taken");
+    assert!(matches!(
+        s.acquire(&key, 1, 60_000).await.unwrap(),
+        SlotDecision::Full { .. }
+    ));
+    c.assert_one("evalsha", "acquire, full");
+    assert!(s.renew(&key, l, 60_000).await.unwrap());
+    c.assert_one("evalsha", "renew");
+    assert_eq!(s.in_flight(&key).await.unwrap(), 1);
+    c.assert_one("evalsha", "in_flight");
+    s.release(&key, l).await.unwrap();
+    c.assert_one("zrem", "release");
+}
+
+/// Server time per call of the admission script (`usec_per_call` of `EVALSHA`), for a
+/// full policy, admitted and denied; printed, and bounded loosely (the 10 µs target of
+/// T3 is for the benchmarks to show on a quiet machine).
+#[tokio::test]
+async fn t3_script_server_time_per_decision() {
+    let server = RedisServer::start();
+    let s = RedisStore::connect(
+        &server.url(),
+        RedisStoreOptions::default().deadline(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let c = Counter { server: &server };
+    let p = full_policy();
+    let d = Demand {
+        money: 1_000,
+        ..Demand::tokens(500)
+    };
+    let usec = |what: &str| {
+        let stats = command_calls(&server.cli(&["INFO", "commandstats"]));
+        let (_, calls, usec) = stats
+            .iter()
+            .find(|(c, _, _)| c == "evalsha")
+            .cloned()
+            .unwrap_or_else(|| panic!("no evalsha in {stats:?}"));
+        eprintln!("{what}: {calls} calls, {usec:.2} µs of server time per call");
+        usec
+    };
+    const N: usize = 500;
+
+    // Admitted: distinct keys, each admitted once (a fresh state written).
+    c.reset();
+    let mut tickets = Vec::new();
+    for i in 0..N {
+        let key = SubjectKey::from(format!("perf:{i}"));
+        match s.admit(&key, Scope::Key, &p, &d).await.unwrap() {
+            Admission::Admitted(t) => tickets.push((key, t)),
+            Admission::Exceeded(e) => panic!("{e:?}"),
+        }
+    }
+    let admitted = usec("admit (admitted, full policy)");
+    // Admitted again on existing state (read, update, write back).
+    c.reset();
+    for (key, _) in &tickets {
+        s.admit(key, Scope::Key, &p, &d).await.unwrap();
+    }
+    let admitted_again = usec("admit (admitted, existing state)");
+    // Settled.
+    c.reset();
+    for (key, t) in tickets {
+        s.settle(&key, Scope::Key, t, Outcome::Completed(None))
+            .await
+            .unwrap();
+    }
+    let settled = usec("settle");
+    // Denied: one key over its rolling limit.
+    let key = SubjectKey::from("perf:denied");
+    for _ in 0..30 {
+        s.admit(&key, Scope::Key, &p, &d).await.unwrap();
+    }
+    c.reset();
+    for _ in 0..N {
+        assert!(matches!(
+            s.admit(&key, Scope::Key, &p, &d).await.unwrap(),
+            Admission::Exceeded(_)
+        ));
+    }
+    let denied = usec("admit (denied, 30 starts in the rolling log)");
+    // Slots.
+    c.reset();
+    let key = SubjectKey::from("perf:slots");
+    for _ in 0..N {
+        if let SlotDecision::Acquired(l) = s.acquire(&key, 3, 60_000).await.unwrap() {
+            s.release(&key, l).await.unwrap();
+        }
+    }
+    let acquire = usec("acquire");
+    for u in [admitted, admitted_again, settled, denied, acquire] {
+        assert!(u < 200.0, "a script took {u} µs of server time per call");
+    }
+}

@@ -1,0 +1,178 @@
+//! Limits do not multiply with instances (T4, ENGINEERING rule 15): two `RedisStore`s —
+//! two connections, two instance ids — on one Redis enforce one set of limits under
+//! concurrent load.
+
+mod common;
+
+use common::RedisServer;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+use tollgate_core::{
+    Admission, Demand, Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, Tier,
+    WindowStore,
+};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
+
+/// Two instances; a generous deadline: these tests count decisions, not latency.
+async fn two_instances(server: &RedisServer) -> [RedisStore; 2] {
+    let options = |id: &str| {
+        RedisStoreOptions::default()
+            .deadline(Duration::from_secs(2))
+            .instance_id(id)
+    };
+    [
+        RedisStore::connect(&server.url(), options("gw-a"))
+            .await
+            .unwrap(),
+        RedisStore::connect(&server.url(), options("gw-b"))
+            .await
+            .unwrap(),
+    ]
+}
+
+/// C1, T4: a burst of 2 × 100 simultaneous acquires over both instances takes exactly
+/// the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t4_burst_of_acquires_on_two_instances_takes_exactly_the_limit() {
+    const LIMIT: u32 = 5;
+    let server = RedisServer::start();
+    let stores = two_instances(&server).await;
+    let key = SubjectKey::from("burst");
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let (s, key) = (stores[i % 2].clone(), key.clone());
+            tokio::spawn(async move { (i % 2, s.acquire(&key, LIMIT, 60_000).await.unwrap()) })
+        })
+        .collect();
+    let mut leases = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            (i, SlotDecision::Acquired(l)) => leases.push((i, l)),
+            (_, SlotDecision::Full { in_flight }) => assert_eq!(in_flight, LIMIT),
+        }
+    }
+    assert_eq!(leases.len(), LIMIT as usize);
+    assert_eq!(stores[1].in_flight(&key).await.unwrap(), LIMIT);
+    // Lease ids never coincide between instances: a lease released through the wrong
+    // instance frees nothing.
+    for &(i, l) in &leases {
+        stores[1 - i].release(&key, l).await.unwrap();
+    }
+    assert_eq!(stores[0].in_flight(&key).await.unwrap(), LIMIT);
+    for (i, l) in leases {
+        stores[i].release(&key, l).await.unwrap();
+    }
+    assert_eq!(stores[0].in_flight(&key).await.unwrap(), 0);
+}
+
+/// C1, C3, T4: 2 × 40 workers acquire, hold for a moment and release, until each has
+/// held a slot 5 times, on both instances: the number held never exceeds the limit, and
+/// every slot is given back at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t4_churn_on_two_instances_never_exceeds_the_limit() {
+    const LIMIT: u32 = 4;
+    let server = RedisServer::start();
+    let stores = two_instances(&server).await;
+    let key = SubjectKey::from("churn");
+    let held = Arc::new(AtomicU32::new(0));
+    let peak = Arc::new(AtomicU32::new(0));
+    let taken = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..80u64)
+        .map(|w| {
+            let s = stores[(w % 2) as usize].clone();
+            let (key, held, peak, taken) = (key.clone(), held.clone(), peak.clone(), taken.clone());
+            tokio::spawn(async move {
+                // Until this worker has held a slot 5 times.
+                let mut n = 0u64;
+                while n < 5 {
+                    if let SlotDecision::Acquired(l) = s.acquire(&key, LIMIT, 60_000).await.unwrap()
+                    {
+                        // Counted only while certainly held: between the acquire's answer
+                        // and the release's call.
+                        let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        taken.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_micros((w * 7 + n * 13) % 1_500)).await;
+                        held.fetch_sub(1, Ordering::SeqCst);
+                        s.release(&key, l).await.unwrap();
+                        n += 1;
+                    } else {
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= LIMIT, "{peak} slots held at once, limit {LIMIT}");
+    assert_eq!(peak, LIMIT, "the load never filled the limit: a weak test");
+    assert_eq!(taken.load(Ordering::Relaxed), 400);
+    assert_eq!(stores[0].in_flight(&key).await.unwrap(), 0);
+}
+
+/// W1, W4, T4: 2 × 100 simultaneous admits over both instances: exactly the request
+/// limit is admitted; with a token tier tighter than the request tier, exactly as many
+/// as the tokens allow. Refunds give everything back on either instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t4_admits_on_two_instances_never_exceed_a_window() {
+    let server = RedisServer::start();
+    let stores = two_instances(&server).await;
+    for (name, policy, expected) in [
+        (
+            "requests",
+            Policy::default().with_requests(Tier::per_minute(10)),
+            10,
+        ),
+        (
+            "tokens",
+            Policy::default()
+                .with_requests(Tier::per_minute(100))
+                .with_tokens(Tier::per_minute(1_000)),
+            33, // 33 × 30 = 990 ≤ 1000 < 34 × 30
+        ),
+        (
+            "amount",
+            Policy::default().with_amount_cap(1_000),
+            // Admitted while spend + reservations < cap: 0, 70, …, 980 → 15.
+            15,
+        ),
+    ] {
+        let policy = Arc::new(policy);
+        let key = SubjectKey::from(format!("windows:{name}"));
+        let demand = Demand {
+            money: 70,
+            ..Demand::tokens(30)
+        };
+        let tasks: Vec<_> = (0..200)
+            .map(|i| {
+                let (s, key, policy) = (stores[i % 2].clone(), key.clone(), policy.clone());
+                tokio::spawn(async move {
+                    (
+                        i % 2,
+                        s.admit(&key, Scope::Key, &policy, &demand).await.unwrap(),
+                    )
+                })
+            })
+            .collect();
+        let mut tickets = Vec::new();
+        for t in tasks {
+            if let (i, Admission::Admitted(ticket)) = t.await.unwrap() {
+                tickets.push((i, ticket));
+            }
+        }
+        assert_eq!(tickets.len(), expected, "{name}");
+        for (i, ticket) in tickets {
+            // Settled on the other instance than the one that admitted.
+            stores[1 - i]
+                .settle(&key, Scope::Key, ticket, Outcome::Refund)
+                .await
+                .unwrap();
+        }
+        let view = stores[0].view(&key, Scope::Key, &policy).await.unwrap();
+        assert!(view.iter().all(|l| l.used == 0), "{name}: {view:?}");
+    }
+}
