@@ -6,21 +6,25 @@
 //! ```
 //!
 //! Flags: `--config PATH` (default: the bundled `examples/demo.toml`), `--listen
-//! ADDR` (overrides `[server] listen`), `--fake-upstream ADDR` (where the bundled fake
+//! ADDR` (overrides `[server] listen`), `--store URL` (overrides `[store] url`:
+//! `memory` or `redis://host:port`), `--fake-upstream ADDR` (where the bundled fake
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate::core::MemoryStore;
+use tollgate::core::{BillingStore, MemoryStore, SlotStore, WindowStore};
 use tollgate_fake_upstream::FakeUpstream;
+use tollgate_proxy::store::Split;
 use tollgate_proxy::{Config, Gateway};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
 
 const DEMO: &str = include_str!("demo.toml");
 
 struct Args {
     config: Option<PathBuf>,
     listen: Option<SocketAddr>,
+    store: Option<String>,
     fake: SocketAddr,
 }
 
@@ -28,6 +32,7 @@ fn args() -> Result<Args, String> {
     let mut a = Args {
         config: None,
         listen: None,
+        store: None,
         fake: SocketAddr::from(([127, 0, 0, 1], 0)),
     };
     let mut it = std::env::args().skip(1);
@@ -36,6 +41,7 @@ fn args() -> Result<Args, String> {
         match flag.as_str() {
             "--config" => a.config = Some(value()?.into()),
             "--listen" => a.listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?),
+            "--store" => a.store = Some(value()?),
             "--fake-upstream" => {
                 a.fake = value()?
                     .parse()
@@ -76,11 +82,49 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         None => Config::parse(DEMO).map_err(|e| format!("bundled demo.toml: {e}"))?,
     };
     let listen = args.listen.unwrap_or(config.raw.server.listen);
+    let url = args
+        .store
+        .clone()
+        .unwrap_or_else(|| config.raw.store.url.clone());
+    if url == "memory" {
+        let store = MemoryStore::with_clock_and_capacity(
+            tollgate::core::SystemClock::new(),
+            config.raw.store.capacity,
+        );
+        serve(&args, config, listen, store, "in-memory store").await
+    } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let opts = RedisStoreOptions::default()
+            .prefix(config.raw.store.prefix.clone())
+            .deadline(config.raw.store.deadline.0);
+        // Lazy: the gateway starts while Redis is down and each layer applies its
+        // failure mode until it is back (D4).
+        let limits = RedisStore::connect_lazy(&url, opts)?;
+        // Billing stays in this process until the Redis billing store lands.
+        let store = Split {
+            limits,
+            billing: MemoryStore::new(),
+        };
+        serve(&args, config, listen, store, "Redis store").await
+    } else {
+        Err(format!("unknown store {url:?}: use `memory` or a redis:// URL").into())
+    }
+}
+
+async fn serve<St>(
+    args: &Args,
+    config: Config,
+    listen: SocketAddr,
+    store: St,
+    what: &str,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    St: SlotStore + WindowStore + BillingStore,
+{
     let uses_fake = config
         .channels
         .iter()
         .any(|c| c.config.base_url.starts_with("fake://"));
-    let mut gateway = Gateway::new(config, MemoryStore::new());
+    let mut gateway = Gateway::new(config, store);
     let _fake = if uses_fake {
         let fake = FakeUpstream::start_on(args.fake).await?;
         println!("fake upstream on {}", fake.base_url());
@@ -89,10 +133,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         None
     };
-    let app = gateway.router()?;
+    let app = gateway.build().await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let url = format!("http://{}", listener.local_addr()?);
-    println!("tollgate listening on {url}");
+    println!("tollgate listening on {url} ({what})");
     if args.config.is_none() {
         println!("demo keys: sk-demo-free, sk-demo-pro, sk-demo-plan, sk-demo-payg (see README)");
         println!(

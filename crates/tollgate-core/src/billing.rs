@@ -308,6 +308,11 @@ impl Ledger {
                 for b in a.budgets.iter() {
                     let s = self.budgets.entry(b.id.clone()).or_default();
                     s.reserved = s.reserved.saturating_sub(money).max(0);
+                    // A refund leaves no trace: a period only this attempt had started
+                    // has not started (L5).
+                    if s.spent == 0 && s.reserved == 0 {
+                        s.start = None;
+                    }
                 }
                 AttemptState::Refunded
             }

@@ -99,6 +99,7 @@ where
             None => Arc::new(()),
         };
         let limits = &self.config.raw.limits;
+        let modes = &self.config.raw.store;
         let auth_keys = keys.clone();
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
         // slot (taken right after identification, C2) → read and inspect the body →
@@ -110,11 +111,20 @@ where
             .layer(
                 ConcurrencySlotLayer::new(self.store.clone())
                     .lease_ttl(limits.lease_ttl.0)
-                    .max_wait(limits.slot_max_wait.0),
+                    .max_wait(limits.slot_max_wait.0)
+                    .failure_mode(modes.slots_failure.into()),
             )
             .layer(PrepareLayer::new(catalog.clone()))
-            .layer(AnchoredWindowLayer::new(self.store.clone()).max_wait(limits.rolling_max_wait.0))
-            .layer(BillingGateLayer::new(self.store.clone()).shared_sink(sink))
+            .layer(
+                AnchoredWindowLayer::new(self.store.clone())
+                    .max_wait(limits.rolling_max_wait.0)
+                    .failure_mode(modes.windows_failure.into()),
+            )
+            .layer(
+                BillingGateLayer::new(self.store.clone())
+                    .shared_sink(sink)
+                    .failure_mode(modes.billing_failure.into()),
+            )
             .service(Forward::new(self.client.clone(), catalog.clone()));
 
         let ops = Arc::new(Ops {

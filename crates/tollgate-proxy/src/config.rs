@@ -277,30 +277,55 @@ pub struct ModelConfig {
     pub capabilities: Vec<String>,
 }
 
-/// Where limit state lives.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    /// `memory` (default) or a `redis://` URL.
-    #[serde(default = "memory")]
-    pub url: String,
-    /// Most subjects kept in memory per kind of state.
-    #[serde(default = "capacity")]
-    pub capacity: usize,
+/// What a layer does when its store cannot answer (D4).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureModeConfig {
+    /// Admit, log, count.
+    Open,
+    /// Refuse with 503 + Retry-After.
+    Closed,
 }
 
-fn memory() -> String {
-    "memory".to_owned()
+impl From<FailureModeConfig> for tollgate::FailureMode {
+    fn from(m: FailureModeConfig) -> Self {
+        match m {
+            FailureModeConfig::Open => tollgate::FailureMode::Open,
+            FailureModeConfig::Closed => tollgate::FailureMode::Closed,
+        }
+    }
 }
-fn capacity() -> usize {
-    tollgate_core::store::memory::DEFAULT_CAPACITY
+
+/// Where limit state lives.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `memory` (default) or a `redis://` URL.
+    pub url: String,
+    /// Most subjects kept in memory per kind of state.
+    pub capacity: usize,
+    /// Redis key prefix.
+    pub prefix: String,
+    /// Deadline of every store call (D4).
+    pub deadline: Span,
+    /// Slots when the store fails: `open` (default) or `closed`.
+    pub slots_failure: FailureModeConfig,
+    /// Windows when the store fails: `open` (default) or `closed`.
+    pub windows_failure: FailureModeConfig,
+    /// Billing when the store fails: `closed` (default, B5) or `open`.
+    pub billing_failure: FailureModeConfig,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
-            url: memory(),
-            capacity: capacity(),
+            url: "memory".to_owned(),
+            capacity: tollgate_core::store::memory::DEFAULT_CAPACITY,
+            prefix: "tollgate".to_owned(),
+            deadline: Span(Duration::from_millis(20)),
+            slots_failure: FailureModeConfig::Open,
+            windows_failure: FailureModeConfig::Open,
+            billing_failure: FailureModeConfig::Closed,
         }
     }
 }

@@ -194,6 +194,11 @@ impl Service<Request<Full<Bytes>>> for Forward {
             };
             let (mut rparts, incoming) = res.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
+            // The answer carries the gateway's request id (E3); the provider's is kept
+            // for support under its own name.
+            if let Some(theirs) = rparts.headers.remove("x-request-id") {
+                rparts.headers.insert("x-upstream-request-id", theirs);
+            }
             let success = rparts.status.is_success();
             let body = ForwardBody {
                 inner: incoming,

@@ -20,6 +20,7 @@ pub mod config;
 pub mod forward;
 pub mod prepare;
 pub mod sink;
+pub mod store;
 
 pub use app::Gateway;
 pub use config::{Config, ConfigError};

@@ -170,6 +170,8 @@ fn bench_decision(c: &mut Criterion) {
 
 fn layers(c: &mut Criterion) {
     bench_decision(c);
+    // The cost of building the request and dropping the response, with no layer.
+    bench_stack(c, "no_layer", tower::layer::util::Identity::new);
     bench_stack(c, "slot_layer", || {
         ConcurrencySlotLayer::new(MemoryStore::new())
     });

@@ -114,9 +114,12 @@ where
                             None => HoldBody::unguarded(b),
                         })),
                         Err(e) => {
-                            // L5: refused further in → the attempt costs nothing.
+                            // L5: refused further in → the attempt costs nothing,
+                            // unless it may have reached the provider: then it stays
+                            // pending reconciliation (B4).
                             if let Some(g) = guard.as_mut() {
-                                if e.downcast_ref::<Rejection>().is_some() {
+                                if e.downcast_ref::<Rejection>().is_some() && !g.reached_provider()
+                                {
                                     g.refund = true;
                                 }
                             }

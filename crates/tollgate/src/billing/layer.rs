@@ -44,6 +44,11 @@ impl<St, C> BillingGateLayer<St, C> {
         self.sink = Arc::new(sink);
         self
     }
+    /// Where usage records go, as a shared sink.
+    pub fn shared_sink(mut self, sink: Arc<dyn UsageSink>) -> Self {
+        self.sink = sink;
+        self
+    }
     /// Failure mode; closed by default and for good reason (B5).
     pub fn failure_mode(mut self, m: FailureMode) -> Self {
         self.failure_mode = m;

@@ -144,6 +144,13 @@ pub struct BillingGuard<St: BillingStore> {
     pub(crate) refund: bool,
 }
 
+impl<St: BillingStore> BillingGuard<St> {
+    /// Whether anything was recorded about a provider answer (or its loss).
+    pub(crate) fn reached_provider(&self) -> bool {
+        self.s.recorder.report().is_some()
+    }
+}
+
 impl<St: BillingStore> Hold for BillingGuard<St> {}
 
 impl<St: BillingStore> Drop for BillingGuard<St> {

@@ -71,7 +71,11 @@ pub fn render(rejection: &Rejection, dialect: Dialect, request_id: &str) -> Resp
     if !rejection.should_retry() {
         h.insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
     }
-    if let Ok(id) = HeaderValue::from_str(request_id) {
+    // An empty id leaves the header to an outer request-id layer.
+    if let Some(id) = Some(request_id)
+        .filter(|id| !id.is_empty())
+        .and_then(|id| HeaderValue::from_str(id).ok())
+    {
         h.insert(X_REQUEST_ID, id);
     }
     res

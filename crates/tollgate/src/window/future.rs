@@ -143,9 +143,12 @@ where
                             None => HoldBody::unguarded(b),
                         })),
                         Err(e) => {
-                            // L5: refused further in → this request consumed nothing.
+                            // L5: refused further in → this request consumed nothing,
+                            // unless it may have reached the provider (B4).
                             if let Some(g) = guard.as_mut() {
-                                if e.downcast_ref::<Rejection>().is_some() {
+                                if e.downcast_ref::<Rejection>().is_some()
+                                    && g.recorder.report().is_none()
+                                {
                                     g.refund = true;
                                 }
                             }

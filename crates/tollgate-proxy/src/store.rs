@@ -1,0 +1,95 @@
+//! Choosing where the proxy's state lives: the in-memory store, or Redis.
+
+use std::sync::Arc;
+use tollgate::core::{
+    AccountView, Admission, AttemptId, AttemptState, BillingDecision, BillingOutcome,
+    BillingRequest, BillingStore, Budget, Demand, LeaseId, LimitView, Millis, Money, Outcome,
+    Policy, Scope, SlotDecision, SlotStore, SubjectKey, WindowStore, WindowTicket,
+};
+
+/// Limits in one store, money in another: every store trait, delegated. Lets a
+/// deployment keep limits in Redis while billing stays in a store of its own.
+#[derive(Clone)]
+pub struct Split<L, B> {
+    /// Slots and windows.
+    pub limits: L,
+    /// Balances, spend, budgets.
+    pub billing: B,
+}
+
+impl<L: SlotStore, B: Clone + Send + Sync + 'static> SlotStore for Split<L, B> {
+    type Future<T: Send + 'static> = L::Future<T>;
+    fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
+        self.limits.acquire(key, limit, ttl)
+    }
+    fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        self.limits.renew(key, lease, ttl)
+    }
+    fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
+        self.limits.release(key, lease)
+    }
+    fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
+        self.limits.in_flight(key)
+    }
+}
+
+impl<L: WindowStore, B: Clone + Send + Sync + 'static> WindowStore for Split<L, B> {
+    type Future<T: Send + 'static> = L::Future<T>;
+    fn admit(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+        demand: &Demand,
+    ) -> Self::Future<Admission> {
+        self.limits.admit(key, scope, policy, demand)
+    }
+    fn settle(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: WindowTicket,
+        outcome: Outcome,
+    ) -> Self::Future<()> {
+        self.limits.settle(key, scope, ticket, outcome)
+    }
+    fn view(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>> {
+        self.limits.view(key, scope, policy)
+    }
+}
+
+impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L, B> {
+    type Future<T: Send + 'static> = B::Future<T>;
+    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
+        self.billing.check_and_reserve(req)
+    }
+    fn settle_attempt(
+        &self,
+        attempt: &AttemptId,
+        outcome: BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        self.billing.settle_attempt(attempt, outcome)
+    }
+    fn account(
+        &self,
+        tenant: Option<&str>,
+        key: &SubjectKey,
+        budgets: &[Budget],
+    ) -> Self::Future<AccountView> {
+        self.billing.account(tenant, key, budgets)
+    }
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+        self.billing.seed_balance(tenant, amount)
+    }
+    fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
+        self.billing.credit(tenant, amount)
+    }
+    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
+        self.billing.pending()
+    }
+}
