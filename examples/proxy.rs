@@ -13,8 +13,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tollgate::core::store::fallback::LocalFallback;
 use tollgate::core::{BillingStore, MemoryStore, SlotStore, WindowStore};
 use tollgate_fake_upstream::FakeUpstream;
+use tollgate_proxy::config::FailureModeConfig;
 use tollgate_proxy::store::Split;
 use tollgate_proxy::{Config, Gateway};
 use tollgate_redis::{RedisStore, RedisStoreOptions};
@@ -99,6 +101,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         // Lazy: the gateway starts while Redis is down and each layer applies its
         // failure mode until it is back (D4).
         let limits = RedisStore::connect_lazy(&url, opts)?;
+        let sc = &config.raw.store;
+        let local_slots = sc.slots_failure == FailureModeConfig::Local;
+        let local_windows = sc.windows_failure == FailureModeConfig::Local;
+        let limits = LocalFallback::new(limits, sc.instances, local_slots, local_windows);
         // Billing stays in this process until the Redis billing store lands.
         let store = Split {
             limits,

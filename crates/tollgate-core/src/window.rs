@@ -185,6 +185,9 @@ pub struct WindowTicket {
     pub money: Money,
     /// Whether an entry was added to the rolling log.
     pub rolling: bool,
+    /// Issued by the local fallback store while the shared store was down (D4
+    /// `local` mode): settle it there.
+    pub fallback: bool,
 }
 
 /// How a request ended, for settlement.
@@ -397,6 +400,7 @@ impl ScopeState {
             amount,
             money,
             rolling,
+            fallback: false,
         }
     }
 

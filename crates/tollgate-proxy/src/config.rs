@@ -285,12 +285,17 @@ pub enum FailureModeConfig {
     Open,
     /// Refuse with 503 + Retry-After.
     Closed,
+    /// Decide in this process with limits divided by `[store] instances` (slots and
+    /// windows only).
+    Local,
 }
 
 impl From<FailureModeConfig> for tollgate::FailureMode {
     fn from(m: FailureModeConfig) -> Self {
         match m {
-            FailureModeConfig::Open => tollgate::FailureMode::Open,
+            // With `local`, the store itself falls back and the layer sees no error;
+            // should the local store ever fail, admit.
+            FailureModeConfig::Open | FailureModeConfig::Local => tollgate::FailureMode::Open,
             FailureModeConfig::Closed => tollgate::FailureMode::Closed,
         }
     }
@@ -314,6 +319,8 @@ pub struct StoreConfig {
     pub windows_failure: FailureModeConfig,
     /// Billing when the store fails: `closed` (default, B5) or `open`.
     pub billing_failure: FailureModeConfig,
+    /// Gateway instances sharing the store: `local` mode divides limits by it.
+    pub instances: u32,
 }
 
 impl Default for StoreConfig {
@@ -326,6 +333,7 @@ impl Default for StoreConfig {
             slots_failure: FailureModeConfig::Open,
             windows_failure: FailureModeConfig::Open,
             billing_failure: FailureModeConfig::Closed,
+            instances: 1,
         }
     }
 }
@@ -510,6 +518,13 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         })
     };
 
+    if raw.store.billing_failure == FailureModeConfig::Local {
+        return Err(err(
+            find_key(text, "billing_failure"),
+            "store.billing_failure cannot be `local`: money must not be decided per instance (B5)"
+                .into(),
+        ));
+    }
     let mut keys = BTreeMap::new();
     for (label, k) in &raw.keys {
         let at = find_table(text, "keys", label);
@@ -673,6 +688,11 @@ pub fn task_budget(name: &str, t: &TaskConfig) -> tollgate_core::Budget {
         limit: t.budget,
         period_ms: t.period.map(|p| tollgate_core::clock::millis(p.0)),
     }
+}
+
+/// The span of `key =` in the text.
+fn find_key(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    text.find(key).map(|i| i..i + key.len())
 }
 
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {

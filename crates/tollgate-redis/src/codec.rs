@@ -161,6 +161,7 @@ pub(crate) fn admit_reply(r: &[i64], p: &Policy, d: &Demand) -> StoreResult<Admi
                 amount,
                 money: if amount { d.money.max(0) } else { 0 },
                 rolling: p.rolling_rpm.is_some_and(|n| n > 0),
+                fallback: false,
             }))
         }
         0 => {
@@ -342,6 +343,7 @@ mod tests {
             amount: true,
             money: 40,
             rolling: true,
+            fallback: false,
         };
         let used = tollgate_core::Usage {
             input_tokens: 5,

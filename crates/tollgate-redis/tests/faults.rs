@@ -64,6 +64,7 @@ async fn every_call_fails_fast(s: &RedisStore, key: &SubjectKey, what: &str) {
         amount: false,
         money: 0,
         rolling: false,
+        fallback: false,
     };
     for round in 0..5 {
         let what = |call: &str| format!("{what}, round {round}: {call}");

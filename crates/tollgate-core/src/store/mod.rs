@@ -15,6 +15,7 @@
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod fallback;
 pub mod memory;
 
 use crate::billing::{
