@@ -36,6 +36,14 @@ impl<B: Body, G: Hold> HoldBody<B, G> {
         Self { inner, guard }
     }
 
+    /// Wraps `inner` holding `guard` if there is one.
+    pub fn holding(inner: B, guard: Option<G>) -> Self {
+        match guard {
+            Some(g) => Self::new(inner, g),
+            None => Self::unguarded(inner),
+        }
+    }
+
     /// Wraps `inner` holding nothing (the layer had nothing to hold for this request).
     pub fn unguarded(inner: B) -> Self {
         Self { inner, guard: None }

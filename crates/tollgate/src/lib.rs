@@ -38,6 +38,7 @@ pub mod body;
 pub mod extract;
 #[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
 pub mod failure;
+#[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
 mod spawn;
 
 #[cfg(feature = "billing")]

@@ -196,12 +196,7 @@ where
                     };
                     let res = res.map_err(Into::into);
                     let guard = guard.take();
-                    return Poll::Ready(res.map(|r| {
-                        r.map(|b| match guard {
-                            Some(g) => HoldBody::new(b, g),
-                            None => HoldBody::unguarded(b),
-                        })
-                    }));
+                    return Poll::Ready(res.map(|r| r.map(|b| HoldBody::holding(b, guard))));
                 }
             };
             state.set(next);

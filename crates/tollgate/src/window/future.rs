@@ -138,10 +138,7 @@ where
                     let res = ready!(fut.poll(cx)).map_err(Into::into);
                     let mut guard = guard.take();
                     return Poll::Ready(match res {
-                        Ok(r) => Ok(r.map(|b| match guard {
-                            Some(g) => HoldBody::new(b, g),
-                            None => HoldBody::unguarded(b),
-                        })),
+                        Ok(r) => Ok(r.map(|b| HoldBody::holding(b, guard))),
                         Err(e) => {
                             // L5: refused further in → this request consumed nothing,
                             // unless it may have reached the provider (B4).
