@@ -7,7 +7,8 @@
 //!
 //! Flags: `--config PATH` (default: the bundled `examples/demo.toml`), `--listen
 //! ADDR` (overrides `[server] listen`), `--store URL` (overrides `[store] url`:
-//! `memory` or `redis://host:port`), `--fake-upstream ADDR` (where the bundled fake
+//! `memory` or `redis://host:port`), `--bare` (no slots, windows or billing: the
+//! baseline forwarder the benchmarks compare against), `--fake-upstream ADDR` (where the bundled fake
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
 
 use std::net::SocketAddr;
@@ -28,6 +29,7 @@ struct Args {
     listen: Option<SocketAddr>,
     store: Option<String>,
     fake: SocketAddr,
+    bare: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -36,6 +38,7 @@ fn args() -> Result<Args, String> {
         listen: None,
         store: None,
         fake: SocketAddr::from(([127, 0, 0, 1], 0)),
+        bare: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -44,6 +47,7 @@ fn args() -> Result<Args, String> {
             "--config" => a.config = Some(value()?.into()),
             "--listen" => a.listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?),
             "--store" => a.store = Some(value()?),
+            "--bare" => a.bare = true,
             "--fake-upstream" => {
                 a.fake = value()?
                     .parse()
@@ -130,7 +134,7 @@ where
         .channels
         .iter()
         .any(|c| c.config.base_url.starts_with("fake://"));
-    let mut gateway = Gateway::new(config, store);
+    let mut gateway = Gateway::new(config, store).limits(!args.bare);
     let _fake = if uses_fake {
         let fake = FakeUpstream::start_on(args.fake).await?;
         println!("fake upstream on {}", fake.base_url());

@@ -37,6 +37,7 @@ pub struct Gateway<St> {
     store: St,
     client: HttpClient,
     fake_base: Option<String>,
+    limits: bool,
 }
 
 impl<St> Gateway<St>
@@ -50,12 +51,21 @@ where
             store,
             client: http_client(),
             fake_base: None,
+            limits: true,
         }
     }
 
     /// Points `fake://` channels at the bundled fake upstream at `base_url`.
     pub fn fake_upstream(mut self, base_url: impl Into<String>) -> Self {
         self.fake_base = Some(base_url.into());
+        self
+    }
+
+    /// With `false`, a bare forwarder: authentication, body inspection and forwarding
+    /// only — no slots, windows or billing. The baseline the benchmarks compare the
+    /// full stack against (SPEC T2).
+    pub fn limits(mut self, on: bool) -> Self {
+        self.limits = on;
         self
     }
 
@@ -105,37 +115,49 @@ where
         // slot (taken right after identification, C2) → read and inspect the body →
         // windows (need the demand) → billing (needs to know whether the subscription
         // covered the request, W8) → forward.
-        let stack = ServiceBuilder::new()
-            .layer(ErrorMappingLayer::new())
-            .layer(FilterLayer::new(move |req| auth_keys.authenticate(req)))
-            .layer(
-                ConcurrencySlotLayer::new(self.store.clone())
-                    .lease_ttl(limits.lease_ttl.0)
-                    .max_wait(limits.slot_max_wait.0)
-                    .failure_mode(modes.slots_failure.into()),
+        let forward = Forward::new(self.client.clone(), catalog.clone());
+        let prepare = PrepareLayer::new(catalog.clone());
+        let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
+        let api = if self.limits {
+            api_routes(
+                ServiceBuilder::new()
+                    .layer(ErrorMappingLayer::new())
+                    .layer(auth)
+                    .layer(
+                        ConcurrencySlotLayer::new(self.store.clone())
+                            .lease_ttl(limits.lease_ttl.0)
+                            .max_wait(limits.slot_max_wait.0)
+                            .failure_mode(modes.slots_failure.into()),
+                    )
+                    .layer(prepare)
+                    .layer(
+                        AnchoredWindowLayer::new(self.store.clone())
+                            .max_wait(limits.rolling_max_wait.0)
+                            .failure_mode(modes.windows_failure.into()),
+                    )
+                    .layer(
+                        BillingGateLayer::new(self.store.clone())
+                            .shared_sink(sink)
+                            .failure_mode(modes.billing_failure.into()),
+                    )
+                    .service(forward),
             )
-            .layer(PrepareLayer::new(catalog.clone()))
-            .layer(
-                AnchoredWindowLayer::new(self.store.clone())
-                    .max_wait(limits.rolling_max_wait.0)
-                    .failure_mode(modes.windows_failure.into()),
+        } else {
+            api_routes(
+                ServiceBuilder::new()
+                    .layer(ErrorMappingLayer::new())
+                    .layer(auth)
+                    .layer(prepare)
+                    .service(forward),
             )
-            .layer(
-                BillingGateLayer::new(self.store.clone())
-                    .shared_sink(sink)
-                    .failure_mode(modes.billing_failure.into()),
-            )
-            .service(Forward::new(self.client.clone(), catalog.clone()));
+        };
 
         let ops = Arc::new(Ops {
             store: self.store,
             keys,
             catalog,
         });
-        Ok(Router::new()
-            .route("/v1/chat/completions", post_service(stack.clone()))
-            .route("/v1/messages", post_service(stack.clone()))
-            .route("/v1beta/models/{model_action}", post_service(stack))
+        Ok(api
             .route("/v1/models", get(list_models::<St>))
             .route("/usage", get(usage::<St>))
             .route("/healthz", get(|| async { "ok" }))
@@ -149,6 +171,20 @@ where
                     .layer(CatchPanicLayer::custom(panic_response)),
             ))
     }
+}
+
+/// The model routes on one service stack.
+fn api_routes<S, St>(stack: S) -> Router<Arc<Ops<St>>>
+where
+    S: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
+    S::Response: IntoResponse + 'static,
+    S::Future: Send + 'static,
+    St: Send + Sync + 'static,
+{
+    Router::new()
+        .route("/v1/chat/completions", post_service(stack.clone()))
+        .route("/v1/messages", post_service(stack.clone()))
+        .route("/v1beta/models/{model_action}", post_service(stack))
 }
 
 /// Request ids: a per-process random prefix and a counter.
