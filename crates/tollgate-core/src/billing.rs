@@ -309,7 +309,9 @@ impl Ledger {
                     let s = self.budgets.entry(b.id.clone()).or_default();
                     s.reserved = s.reserved.saturating_sub(money).max(0);
                     // A refund leaves no trace: a period only this attempt had started
-                    // has not started (L5).
+                    // has not started (L5). Judged on the current period (rolled first),
+                    // so it never depends on whether a refused request rolled it.
+                    s.roll(b.period_ms, now);
                     if s.spent == 0 && s.reserved == 0 {
                         s.start = None;
                     }
@@ -522,6 +524,37 @@ mod tests {
             l.account(None, &"k".into(), &budget, 1000).budgets[0].spent,
             0
         );
+    }
+
+    #[test]
+    fn l5_refused_request_leaves_no_trace_on_a_later_refund() {
+        // A refused request must change nothing (L5): whether one came in between or not,
+        // the refund of the last reservation in a new, empty period behaves the same.
+        let budget: Arc<[Budget]> = Arc::from(vec![Budget {
+            id: "p".into(),
+            limit: 100,
+            period_ms: Some(4_000),
+        }]);
+        let b = |a: &str, m| BillingRequest {
+            budgets: Arc::clone(&budget),
+            ..req(a, m)
+        };
+        let run = |refused_in_between: bool| {
+            let mut l = Ledger::default();
+            l.seed_balance("acme", 1_000);
+            l.admit(&b("a1", 10), 0);
+            l.settle("a1", BillingOutcome::Settled(10), 0);
+            l.admit(&b("a2", 10), 1_000);
+            if refused_in_between {
+                assert!(matches!(
+                    l.admit(&b("a3", 1_000), 5_000),
+                    BillingDecision::Refused(Refusal::Budget(_))
+                ));
+            }
+            l.settle("a2", BillingOutcome::Refund, 6_000);
+            l.account(None, &"k".into(), &budget, 7_000).budgets[0].resets_at
+        };
+        assert_eq!(run(true), run(false));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! - [`subject`] and [`policy`]: whom we limit and with what (SPEC §0).
 //! - [`window`]: anchored-window maths, the amount cap and the rolling window (W*).
 //! - [`slots`]: timestamped slot leases (C*).
+//! - [`capacity`]: per-channel capacity leases and the fair queue (Q*).
 //! - [`demand`]: what a request asks for and what it used (W5, B2).
 //! - [`rejection`]: the one typed rejection and the gateway code table (L2, E1).
 //! - [`store`]: the store traits and the in-memory store (L4).
@@ -11,6 +12,7 @@
 #![deny(unreachable_pub)]
 
 pub mod billing;
+pub mod capacity;
 pub mod clock;
 pub mod demand;
 pub mod dialect;
@@ -29,6 +31,9 @@ mod window_tests;
 pub use billing::{
     AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
     Ledger, Refusal,
+};
+pub use capacity::{
+    Candidates, CapacityStore, ChannelRef, Chosen, FairQueue, QueueFull, QueueLimits, TenantWeight,
 };
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use demand::{Demand, ModelId, Usage, UsageRecorder, UsageReport};

@@ -1,42 +1,54 @@
-//! The Redis store of tollgate: slot leases (C*) and anchored windows (W*) kept in
-//! Redis, so every gateway instance behind a load balancer enforces one set of limits
-//! (D1–D5).
+//! The Redis store of tollgate: slot leases (C*), anchored windows (W*) and billing
+//! (B*) kept in Redis, so every gateway instance behind a load balancer enforces one set
+//! of limits and one set of books (D1–D5).
 //!
-//! [`RedisStore`] implements [`SlotStore`](tollgate_core::SlotStore) and
-//! [`WindowStore`](tollgate_core::WindowStore): plug it into the layers wherever the
+//! [`RedisStore`] implements [`SlotStore`](tollgate_core::SlotStore),
+//! [`WindowStore`](tollgate_core::WindowStore) and
+//! [`BillingStore`](tollgate_core::BillingStore): plug it into the layers wherever the
 //! in-memory store goes. It passes the same conformance suite as the in-memory store.
 //!
 //! - **One decision, one round trip** (D2, T3): acquire, renew, in-flight, admit,
-//!   settle and view each run one Lua script by SHA (`EVALSHA`); a release is one
-//!   `ZREM`. A `NOSCRIPT` after a restart or `SCRIPT FLUSH` is answered by loading the
-//!   script and calling it again, within the same deadline.
+//!   settle, view and every billing call each run one Lua script by SHA (`EVALSHA`); a
+//!   release is one `ZREM`, the pending-reconciliation list one `HGETALL`. A `NOSCRIPT`
+//!   after a restart or `SCRIPT FLUSH` is answered by loading the script and calling it
+//!   again, within the same deadline.
 //! - **Server time**: the scripts read `TIME`, so instances never disagree about
-//!   windows or lease expiry.
+//!   windows, lease expiry or budget periods.
 //! - **Bounded calls** (D4): every call has its own deadline (default 20 ms) and fails
 //!   with a [`StoreError`](tollgate_core::StoreError) instead of hanging; the layers
 //!   decide what a failure means (open, closed, local).
-//! - **Cluster-ready keys** (D3): `<prefix>:{<subject>}:…`, one hash slot per subject.
+//! - **Cluster-ready keys** (D3): `<prefix>:{<subject>}:…`, one hash slot per subject;
+//!   every billing key shares one tag, `<prefix>:{billing}:…`, because one billing
+//!   decision spans tenant, key, budgets and attempt (see
+//!   [`RedisStore`'s billing section](RedisStore#billing)).
+//! - **Exact money**: integers up to 2^53 − 1 ([`MAX_EXACT_MONEY`]); beyond, a call
+//!   fails instead of rounding.
 //!
 //! The window scripts make the decisions of
-//! [`ScopeState`](tollgate_core::ScopeState), rule for rule (see `src/lua/`); the
-//! tests hold them to it with the conformance suite of tollgate-core and a
-//! decision-by-decision comparison with the in-memory store.
+//! [`ScopeState`](tollgate_core::ScopeState) and the billing scripts those of
+//! [`Ledger`](tollgate_core::Ledger), rule for rule (see `src/lua/`); the tests hold
+//! them to it with the conformance suite of tollgate-core and a decision-by-decision
+//! comparison with the in-memory store.
 //!
 //! A call that times out may still have been carried out by Redis (the answer came
 //! late): an admission's reservation then stays until its windows roll, and its money
 //! reservation under an amount cap until [`amount_ttl`](RedisStoreOptions::amount_ttl);
-//! a slot lease until its TTL.
+//! a slot lease until its TTL. A billing reservation stays with its attempt until the
+//! attempt is settled: settling is idempotent per attempt id, so a caller that gave up
+//! on a reservation can send a refund for it (an attempt never reserved is ignored).
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+mod billing;
 mod codec;
 mod options;
 mod scripts;
 mod store;
 
+pub use billing::MAX_EXACT_MONEY;
 pub use options::{
-    DEFAULT_AMOUNT_TTL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE, DEFAULT_PREFIX,
-    DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
+    DEFAULT_AMOUNT_TTL, DEFAULT_BILLING_TAG, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE,
+    DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
 };
 pub use redis;
 pub use store::{RedisStore, RedisStoreFuture};

@@ -7,6 +7,8 @@ use tollgate_core::ManualClock;
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "tollgate";
+/// Default hash tag of every billing key (`<prefix>:{billing}:…`).
+pub const DEFAULT_BILLING_TAG: &str = "billing";
 /// Default deadline of one store call (D4; Envoy's rate-limit filter uses the same).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
 /// Default life of amount-cap state after its last change (W6): 400 days.
@@ -31,6 +33,7 @@ pub const DEFAULT_RECONNECT_MAX_DELAY: Duration = Duration::from_millis(100);
 #[derive(Clone, Debug)]
 pub struct RedisStoreOptions {
     pub(crate) prefix: String,
+    pub(crate) billing_tag: String,
     pub(crate) deadline: Duration,
     pub(crate) instance_id: Option<String>,
     pub(crate) amount_ttl: Duration,
@@ -68,6 +71,7 @@ impl Default for RedisStoreOptions {
     fn default() -> Self {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
+            billing_tag: DEFAULT_BILLING_TAG.to_owned(),
             deadline: DEFAULT_DEADLINE,
             instance_id: None,
             amount_ttl: DEFAULT_AMOUNT_TTL,
@@ -83,6 +87,26 @@ impl RedisStoreOptions {
     /// Key prefix (default `tollgate`): keys are `<prefix>:{<subject>}:…`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Hash tag of every billing key (default `billing`): keys are
+    /// `<prefix>:{<tag>}:tenant:<t>`, `…:key:<k>`, `…:budget:<id>`, `…:attempt:<id>` and
+    /// `…:pending`, all on one Redis Cluster slot (see
+    /// [`RedisStore`](crate::RedisStore#billing) for why). Gateways that keep separate
+    /// books on one Cluster can spread them over slots with different tags. Must not
+    /// contain `{` or `}` (they are removed).
+    pub fn billing_tag(mut self, tag: impl Into<String>) -> Self {
+        let tag: String = tag
+            .into()
+            .chars()
+            .filter(|c| !matches!(c, '{' | '}'))
+            .collect();
+        self.billing_tag = if tag.is_empty() {
+            DEFAULT_BILLING_TAG.to_owned()
+        } else {
+            tag
+        };
         self
     }
 
@@ -105,6 +129,10 @@ impl RedisStoreOptions {
     /// reset by themselves) is kept after its last change (default 400 days). A subject
     /// idle for longer starts again from zero spend; keep the durable record of spend in
     /// the billing ledger.
+    ///
+    /// Money budgets (B3) are kept as long after their last change (0: forever); a
+    /// budget idle for longer starts again from zero with a new period anchor. Balances
+    /// and key spend never expire.
     pub fn amount_ttl(mut self, ttl: Duration) -> Self {
         self.amount_ttl = ttl;
         self

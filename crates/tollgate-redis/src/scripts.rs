@@ -14,6 +14,13 @@ const SLOT_IN_FLIGHT: &str = include_str!("lua/slot_in_flight.lua");
 const WINDOW_ADMIT: &str = include_str!("lua/window_admit.lua");
 const WINDOW_SETTLE: &str = include_str!("lua/window_settle.lua");
 const WINDOW_VIEW: &str = include_str!("lua/window_view.lua");
+/// Shared helpers of the billing scripts: the port of `Ledger`.
+const BILLING_PRELUDE: &str = include_str!("lua/billing_prelude.lua");
+const BILLING_RESERVE: &str = include_str!("lua/billing_reserve.lua");
+const BILLING_SETTLE: &str = include_str!("lua/billing_settle.lua");
+const BILLING_ACCOUNT: &str = include_str!("lua/billing_account.lua");
+const BILLING_SEED: &str = include_str!("lua/billing_seed.lua");
+const BILLING_CREDIT: &str = include_str!("lua/billing_credit.lua");
 
 /// Every script of the store.
 pub(crate) struct Scripts {
@@ -23,6 +30,11 @@ pub(crate) struct Scripts {
     pub(crate) admit: Script,
     pub(crate) settle: Script,
     pub(crate) view: Script,
+    pub(crate) reserve: Script,
+    pub(crate) settle_attempt: Script,
+    pub(crate) account: Script,
+    pub(crate) seed: Script,
+    pub(crate) credit: Script,
     /// Source of each script, for `SCRIPT LOAD`.
     pub(crate) sources: Vec<String>,
 }
@@ -35,6 +47,10 @@ fn window(op: &str) -> String {
     [TIME, WINDOW_PRELUDE, op].concat()
 }
 
+fn billing(op: &str) -> String {
+    [TIME, BILLING_PRELUDE, op].concat()
+}
+
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     let sources = vec![
         slot(SLOT_ACQUIRE),
@@ -43,6 +59,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         window(WINDOW_ADMIT),
         window(WINDOW_SETTLE),
         window(WINDOW_VIEW),
+        billing(BILLING_RESERVE),
+        billing(BILLING_SETTLE),
+        billing(BILLING_ACCOUNT),
+        billing(BILLING_SEED),
+        billing(BILLING_CREDIT),
     ];
     Scripts {
         acquire: Script::new(&sources[0]),
@@ -51,13 +72,18 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         admit: Script::new(&sources[3]),
         settle: Script::new(&sources[4]),
         view: Script::new(&sources[5]),
+        reserve: Script::new(&sources[6]),
+        settle_attempt: Script::new(&sources[7]),
+        account: Script::new(&sources[8]),
+        seed: Script::new(&sources[9]),
+        credit: Script::new(&sources[10]),
         sources,
     }
 });
 
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
-    pub(crate) fn hashes(&self) -> [&str; 6] {
+    pub(crate) fn hashes(&self) -> [&str; 11] {
         [
             self.acquire.get_hash(),
             self.renew.get_hash(),
@@ -65,6 +91,11 @@ impl Scripts {
             self.admit.get_hash(),
             self.settle.get_hash(),
             self.view.get_hash(),
+            self.reserve.get_hash(),
+            self.settle_attempt.get_hash(),
+            self.account.get_hash(),
+            self.seed.get_hash(),
+            self.credit.get_hash(),
         ]
     }
 }

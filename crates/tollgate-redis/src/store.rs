@@ -24,7 +24,7 @@ use tollgate_core::{
 pub struct RedisStoreFuture<T>(Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'static>>);
 
 impl<T> RedisStoreFuture<T> {
-    fn new(f: impl Future<Output = StoreResult<T>> + Send + 'static) -> Self {
+    pub(crate) fn new(f: impl Future<Output = StoreResult<T>> + Send + 'static) -> Self {
         Self(Box::pin(f))
     }
 }
@@ -46,6 +46,8 @@ impl<T> fmt::Debug for RedisStoreFuture<T> {
 struct Inner {
     conn: ConnectionManager,
     prefix: String,
+    /// `<prefix>:{<billing tag>}:`, the start of every billing key.
+    billing: String,
     instance: String,
     next_lease: AtomicU64,
     deadline: Duration,
@@ -54,8 +56,8 @@ struct Inner {
     time: TimeSource,
 }
 
-/// Slot leases and anchored windows in Redis, shared by every gateway instance that
-/// uses the same server (D1–D5). Cheap to clone.
+/// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
+/// that uses the same server (D1–D5). Cheap to clone.
 ///
 /// Every decision is one round trip: one Lua script called by SHA (`EVALSHA`), reloaded
 /// transparently after `NOSCRIPT`, reading the time from the server (`TIME`); a release
@@ -80,6 +82,54 @@ struct Inner {
 ///
 /// The subject key appears in Redis key names as given: have the extractor use a key
 /// id rather than a secret.
+///
+/// # Billing
+///
+/// [`BillingStore`](tollgate_core::BillingStore) makes the decisions of
+/// [`Ledger`](tollgate_core::Ledger), rule for rule (B1–B4): each call — reserve,
+/// settle, account, seed, credit — is one Lua script by SHA, on the server's `TIME`
+/// (budget periods, attempt memory); listing the attempts pending reconciliation is one
+/// `HGETALL`.
+///
+/// **One hash tag for all billing keys.** One decision reads and writes the tenant's
+/// balance, the key's spend, every budget of the request and the attempt — keys whose
+/// natural hash tags differ. They all carry one tag, `{billing}`
+/// ([`billing_tag`](RedisStoreOptions::billing_tag)), so every script touches one
+/// Cluster slot. Tagging by tenant instead (`{tenant:<t>}`) was rejected:
+/// [`settle_attempt`](tollgate_core::BillingStore::settle_attempt) and
+/// [`pending`](tollgate_core::BillingStore::pending) are keyed by attempt alone, so a
+/// settlement would first have to look up which tenant's slot holds the attempt (two
+/// round trips), a request with no tenant would have no slot, and a budget shared by
+/// tenants would split into one budget per tenant. The price: all billing traffic of a
+/// deployment is served by the one node that owns that slot. A billing call costs a few
+/// µs of server time (two calls per attempt), so one node carries tens of thousands of
+/// attempts per second; the slot and window keys, the hot path, stay spread by subject.
+/// The settlement script finds the tenant, key and budget keys in the attempt's record;
+/// they share the declared key's tag, hence its slot.
+///
+/// | key | type | holds | expires |
+/// |---|---|---|---|
+/// | `<prefix>:{billing}:tenant:<tenant>` | HASH | `bal` balance, `pend` pending reconciliation | never |
+/// | `<prefix>:{billing}:key:<subject>` | HASH | `spent` key spend, `pend` pending | never |
+/// | `<prefix>:{billing}:budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
+/// | `<prefix>:{billing}:attempt:<id>` | HASH | state, money upper bound, cost, finish time, the keys it charges | once settled or refunded: the attempt memory (24 h, [`ATTEMPT_MEMORY_MS`](tollgate_core::billing::ATTEMPT_MEMORY_MS)); open or pending: never |
+/// | `<prefix>:{billing}:pending` | HASH | attempt id → amount pending reconciliation | never |
+///
+/// A pending attempt never expires: it is reconciliation work, listed by
+/// [`pending`](tollgate_core::BillingStore::pending) until it is settled. A final
+/// attempt is remembered for the attempt memory, so a late duplicate settlement changes
+/// nothing; the scripts judge that age on their own time and the key's expiry collects
+/// the record.
+///
+/// **Numbers.** Money is stored as decimal integer strings (readable, `HINCRBY`-able)
+/// and computed on Lua numbers, which are doubles: exact up to 2^53 − 1
+/// ([`MAX_EXACT_MONEY`](crate::MAX_EXACT_MONEY)). Amounts beyond that are refused with a
+/// [`StoreError`] and a script whose result would leave the range changes nothing and
+/// fails, so money is never rounded; the billing layer fails closed instead (B5).
+///
+/// A billing call that times out may still have been carried out: settlement is
+/// idempotent per attempt, so repeating it is safe; a repeated reservation of the same
+/// attempt reserves nothing twice.
 ///
 /// Must be created and used inside a Tokio runtime.
 ///
@@ -150,9 +200,11 @@ impl RedisStore {
             .set_pipeline_buffer_size(options.pipeline_buffer);
         let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
         let instance = options.instance_id.unwrap_or_else(random_instance_id);
+        let billing = format!("{}:{{{}}}:", options.prefix, options.billing_tag);
         Ok(Self {
             inner: Arc::new(Inner {
                 conn,
+                billing,
                 prefix: options.prefix,
                 instance,
                 // A random start in [1, 2^62): two stores never hand out the same id, so
@@ -237,12 +289,44 @@ impl RedisStore {
     }
 
     /// The scripts' time argument (ARGV[1]).
-    fn time(&self) -> String {
+    pub(crate) fn time(&self) -> String {
         self.inner.time.arg()
     }
 
+    /// `<prefix>:{<billing tag>}:`, the start of every billing key.
+    pub(crate) fn billing_base(&self) -> &str {
+        &self.inner.billing
+    }
+
+    /// Life of amount-cap and budget state after its last change, in ms.
+    pub(crate) fn amount_ttl_ms(&self) -> Millis {
+        self.inner.amount_ttl_ms
+    }
+
+    /// Runs one plain command under the deadline and decodes its reply.
+    pub(crate) fn command<R, T>(
+        &self,
+        cmd: redis::Cmd,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
+        let deadline = Instant::now() + self.inner.deadline;
+        let limit = self.inner.deadline;
+        let mut conn = self.inner.conn.clone();
+        RedisStoreFuture::new(async move {
+            match timeout_at(deadline, cmd.query_async::<R>(&mut conn)).await {
+                Err(_) => Err(timeout(limit)),
+                Ok(Err(e)) => Err(map_err(e)),
+                Ok(Ok(r)) => decode(r),
+            }
+        })
+    }
+
     /// Runs `script` on `key` with `args` under the deadline and decodes its reply.
-    fn eval<R, T>(
+    pub(crate) fn eval<R, T>(
         &self,
         script: &'static Script,
         keys: Vec<String>,

@@ -1,5 +1,6 @@
 //! The store conformance suite of tollgate-core, unchanged, against Redis (L4, D1): the
-//! Redis store makes the same decisions as the in-memory store.
+//! Redis store makes the same decisions as the in-memory store — slots, windows and
+//! billing (balances, spend caps, budgets, per-attempt settlement), to the cent.
 //!
 //! Every suite function runs twice, each time on its own fresh `redis-server`:
 //! - `server_time::*`: time is the server's `TIME` plus an offset shared by the
@@ -130,6 +131,14 @@ redis_conformance!(
     w10_rolling_window,
     l5_refund_gives_everything_back,
     windows_are_per_key_and_scope,
+    b1_balance_and_spend_cap,
+    b2_settle_may_go_below_zero,
+    b3_budgets_reserve_and_roll_by_period,
+    b3_concurrent_reservations_never_exceed_budget,
+    b4_settlement_idempotent_and_pending_reconciled,
+    b4_final_attempts_remembered_for_attempt_memory,
+    w8_covered_requests_skip_balance_and_spend,
+    seed_balance_keeps_running_balance,
     // The whole suite in order on one server, the database flushed before each
     // function (by `store()`), as a long-lived gateway would see it.
     run_all,

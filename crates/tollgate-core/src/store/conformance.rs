@@ -1,21 +1,28 @@
-//! The store conformance suite: every rule of SPEC §2 (C*) and §3 (W*) that a store
-//! decides, written once against the store traits so every store implementation is
-//! held to the same contract (L4, D1).
+//! The store conformance suite: every rule of SPEC §2 (C*), §3 (W*) and §4 (B*) that a
+//! store decides, written once against the store traits so every store implementation
+//! is held to the same contract (L4, D1).
 //!
 //! A store proves itself by implementing [`Harness`] and calling each public function
 //! of this module from its own test (so a failure names the rule), or [`run_all`].
 //! Functions are named after the SPEC requirement they check.
 //!
 //! Time: the suite only moves time with [`Harness::advance`], in steps of at least
-//! 500 ms, on windows of at least 2 s and lease TTLs of 2 s, so a harness whose store
-//! reads real time (a Redis server's `TIME`, moved by sleeping or by shifting it) can
-//! run it. Such a harness declares how far its store's time may drift from the nominal
-//! schedule in [`Harness::SLACK_MS`] (it must stay below 500 ms); times and
-//! retry-afters are then compared within that slack, and the checks placed exactly on
-//! a window or TTL boundary run only for exact clocks (`SLACK_MS == 0`). Only the W10
-//! check needs more than 15 s of advanced time (a rolling window is 60 s long).
-
-use super::{Admission, SlotDecision, SlotStore, WindowStore};
+//! 500 ms, on windows and budget periods of at least 2 s and lease TTLs of 2 s, so a
+//! harness whose store reads real time (a Redis server's `TIME`, moved by sleeping or by
+//! shifting it) can run it. Such a harness declares how far its store's time may drift
+//! from the nominal schedule in [`Harness::SLACK_MS`] (it must stay below 500 ms); times
+//! and retry-afters are then compared within that slack, and the checks placed exactly
+//! on a window, period or TTL boundary run only for exact clocks (`SLACK_MS == 0`). Only
+//! the W10 check needs more than 15 s of advanced time (a rolling window is 60 s long),
+//! and the attempt-memory check two days (it cannot be slept through: shift the time).
+//!
+//! Billing figures are exact: money is integer minor units and every store must keep
+//! every cent.
+use super::{Admission, BillingStore, SlotDecision, SlotStore, WindowStore};
+use crate::billing::{
+    ATTEMPT_MEMORY_MS, AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome,
+    BillingRequest, Budget, Refusal,
+};
 use crate::clock::Millis;
 use crate::demand::{Demand, Usage};
 use crate::money::Money;
@@ -23,7 +30,10 @@ use crate::policy::{AnchorGroup, Dimension, Policy, Tier};
 use crate::slots::LeaseId;
 use crate::subject::{Scope, SubjectKey};
 use crate::window::{Exceeded, LimitView, Outcome, ROLLING_WINDOW_MS, WindowTicket};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 /// What a store implementation provides to run the suite.
@@ -33,7 +43,7 @@ use std::time::Duration;
 #[allow(async_fn_in_trait)]
 pub trait Harness {
     /// The store under test.
-    type Store: SlotStore + WindowStore;
+    type Store: SlotStore + WindowStore + BillingStore;
 
     /// Largest difference, in ms, between the store's notion of elapsed time and the
     /// sum of [`advance`](Self::advance) calls (0 for a manual clock). Must be < 500.
@@ -71,6 +81,14 @@ pub async fn run_all<H: Harness>(h: &H) {
     w10_rolling_window(h).await;
     l5_refund_gives_everything_back(h).await;
     windows_are_per_key_and_scope(h).await;
+    b1_balance_and_spend_cap(h).await;
+    b2_settle_may_go_below_zero(h).await;
+    b3_budgets_reserve_and_roll_by_period(h).await;
+    b3_concurrent_reservations_never_exceed_budget(h).await;
+    b4_settlement_idempotent_and_pending_reconciled(h).await;
+    b4_final_attempts_remembered_for_attempt_memory(h).await;
+    w8_covered_requests_skip_balance_and_spend(h).await;
+    seed_balance_keeps_running_balance(h).await;
 }
 
 // ---------------------------------------------------------------------------------
@@ -1056,6 +1074,833 @@ pub async fn windows_are_per_key_and_scope<H: Harness>(h: &H) {
 }
 
 // ---------------------------------------------------------------------------------
+// Billing (SPEC §4)
+
+fn tenant(s: &str) -> String {
+    format!("conformance:tenant:{s}")
+}
+
+fn attempt(a: &str) -> AttemptId {
+    format!("conformance:{a}").into()
+}
+
+fn budget(id: &str, limit: Money, period_ms: Option<Millis>) -> Budget {
+    Budget {
+        id: format!("conformance:{id}").into(),
+        limit,
+        period_ms,
+    }
+}
+
+fn budgets(b: &[&Budget]) -> Arc<[Budget]> {
+    b.iter().map(|&b| b.clone()).collect()
+}
+
+/// A request of attempt `a`, billed to `tenant`'s balance, counted in `key`'s spend:
+/// upper bound `money`, no spend cap, no budgets.
+fn bill(a: &str, tenant: Option<&str>, key: &SubjectKey, money: Money) -> BillingRequest {
+    BillingRequest {
+        attempt: attempt(a),
+        tenant: tenant.map(Into::into),
+        key: key.clone(),
+        spend_cap: None,
+        budgets: Arc::from(Vec::new()),
+        money,
+        bill_balance: true,
+    }
+}
+
+async fn reserve<S: BillingStore>(s: &S, r: &BillingRequest) -> BillingDecision {
+    s.check_and_reserve(r)
+        .await
+        .expect("check_and_reserve: store error")
+}
+
+async fn bill_ok<S: BillingStore>(s: &S, r: &BillingRequest) {
+    let d = reserve(s, r).await;
+    assert_eq!(d, BillingDecision::Admitted, "{r:?}");
+}
+
+async fn bill_refused<S: BillingStore>(s: &S, r: &BillingRequest, why: Refusal) {
+    let d = reserve(s, r).await;
+    assert_eq!(d, BillingDecision::Refused(why), "{r:?}");
+}
+
+async fn settle_attempt<S: BillingStore>(
+    s: &S,
+    a: &str,
+    o: BillingOutcome,
+) -> Option<AttemptState> {
+    s.settle_attempt(&attempt(a), o)
+        .await
+        .expect("settle_attempt: store error")
+}
+
+async fn account<S: BillingStore>(
+    s: &S,
+    tenant: Option<&str>,
+    k: &SubjectKey,
+    b: &[&Budget],
+) -> AccountView {
+    let b: Vec<Budget> = b.iter().map(|&b| b.clone()).collect();
+    s.account(tenant, k, &b)
+        .await
+        .expect("account: store error")
+}
+
+async fn seed<S: BillingStore>(s: &S, tenant: &str, amount: Money) {
+    s.seed_balance(tenant, amount)
+        .await
+        .expect("seed_balance: store error");
+}
+
+async fn credit<S: BillingStore>(s: &S, tenant: &str, amount: Money) -> Money {
+    s.credit(tenant, amount).await.expect("credit: store error")
+}
+
+async fn pending_list<S: BillingStore>(s: &S) -> Vec<(AttemptId, Money)> {
+    let mut v = s.pending().await.expect("pending: store error");
+    v.sort();
+    v
+}
+
+/// (balance, tenant pending, key spent, key pending).
+fn money_of(v: &AccountView) -> (Option<Money>, Money, Money, Money) {
+    (v.balance, v.tenant_pending, v.key_spent, v.key_pending)
+}
+
+/// (spent, reserved) of the `i`-th budget of the view.
+fn budget_of(v: &AccountView, i: usize) -> (Money, Money) {
+    (v.budgets[i].spent, v.budgets[i].reserved)
+}
+
+/// Polls every future until all are done, on the current task: the calls are in flight
+/// together (pipelined on a connection, interleaved in a store), as concurrent requests
+/// of a gateway are.
+async fn join_all<F: Future + Unpin>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Option<F>> = futures.into_iter().map(Some).collect();
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        let mut done = true;
+        for (f, o) in futures.iter_mut().zip(out.iter_mut()) {
+            if let Some(fut) = f {
+                match Pin::new(fut).poll(cx) {
+                    Poll::Ready(v) => {
+                        *o = Some(v);
+                        *f = None;
+                    }
+                    Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            Poll::Ready(out.iter_mut().map(|o| o.take().expect("done")).collect())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// B1: at request start a balance (less money pending reconciliation) ≤ 0 is refused,
+/// and so is a key whose spend plus pending money has reached its cap. The balance is
+/// checked first; any positive balance admits whatever the upper bound; caps are per
+/// key; a request with no tenant has no balance check; a refusal reserves nothing and
+/// starts no budget period.
+pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (t, t2) = (tenant("b1"), tenant("b1:negative"));
+    let (k0, k, k2, k3) = (
+        key("b1:balance"),
+        key("b1:capped"),
+        key("b1:other"),
+        key("b1:no-tenant"),
+    );
+    let x = budget("b1:x", 1_000, Some(4_000));
+    let with_x = |a: &str, money| BillingRequest {
+        budgets: budgets(&[&x]),
+        ..bill(a, Some(&t), &k0, money)
+    };
+
+    // A tenant with no books has no balance.
+    bill_refused(&s, &with_x("b1:a0", 5), Refusal::InsufficientBalance).await;
+    let v = account(&s, Some(&t), &k0, &[&x]).await;
+    assert_eq!(money_of(&v), (Some(0), 0, 0, 0));
+    assert_eq!(
+        (budget_of(&v, 0), v.budgets[0].resets_at),
+        ((0, 0), None),
+        "a refusal reserved money or started a budget period"
+    );
+    seed(&s, &t, 0).await;
+    bill_refused(&s, &with_x("b1:a0", 5), Refusal::InsufficientBalance).await;
+    // Any positive balance admits, whatever the upper bound (B2).
+    assert_eq!(credit(&s, &t, 1).await, 1);
+    bill_ok(&s, &with_x("b1:a1", 5)).await;
+    assert_eq!(
+        settle_attempt(&s, "b1:a1", BillingOutcome::Settled(1)).await,
+        Some(AttemptState::Settled(1))
+    );
+    bill_refused(&s, &with_x("b1:a2", 5), Refusal::InsufficientBalance).await;
+    let v = account(&s, Some(&t), &k0, &[&x]).await;
+    assert_eq!(money_of(&v), (Some(0), 0, 1, 0));
+    assert_eq!(budget_of(&v, 0), (1, 0));
+
+    // The spend cap counts spend and pending money.
+    assert_eq!(credit(&s, &t, 100).await, 100);
+    let capped = |a: &str, k: &SubjectKey, cap| BillingRequest {
+        spend_cap: Some(cap),
+        ..bill(a, Some(&t), k, 30)
+    };
+    bill_ok(&s, &capped("b1:a3", &k, 50)).await;
+    assert_eq!(
+        settle_attempt(&s, "b1:a3", BillingOutcome::Pending).await,
+        Some(AttemptState::Pending(30))
+    );
+    bill_ok(&s, &capped("b1:a4", &k, 50)).await; // 0 spent + 30 pending < 50
+    assert_eq!(
+        settle_attempt(&s, "b1:a4", BillingOutcome::Settled(20)).await,
+        Some(AttemptState::Settled(20))
+    );
+    let v = account(&s, Some(&t), &k, &[]).await;
+    assert_eq!(money_of(&v), (Some(80), 30, 20, 30));
+    // 20 spent + 30 pending = 50 = cap.
+    bill_refused(&s, &capped("b1:a5", &k, 50), Refusal::SpendCap).await;
+    bill_ok(&s, &capped("b1:a5", &k, 51)).await;
+    assert_eq!(
+        settle_attempt(&s, "b1:a5", BillingOutcome::Refund).await,
+        Some(AttemptState::Refunded)
+    );
+    // Caps are per key: another key of the tenant has spent nothing; a cap of 0 allows
+    // nothing.
+    bill_ok(&s, &capped("b1:a6", &k2, 50)).await;
+    settle_attempt(&s, "b1:a6", BillingOutcome::Refund).await;
+    bill_refused(&s, &capped("b1:a6b", &k2, 0), Refusal::SpendCap).await;
+    // No cap: no cap check.
+    bill_ok(&s, &bill("b1:a7", Some(&t), &k, 30)).await;
+    settle_attempt(&s, "b1:a7", BillingOutcome::Refund).await;
+
+    // The balance counts pending money: 30 - 30 pending = 0; checked before the cap.
+    assert_eq!(credit(&s, &t, -50).await, 30);
+    bill_refused(
+        &s,
+        &bill("b1:a8", Some(&t), &k, 1),
+        Refusal::InsufficientBalance,
+    )
+    .await;
+    bill_refused(&s, &capped("b1:a8", &k, 50), Refusal::InsufficientBalance).await;
+    // Reconciled below its upper bound: room again, under the balance and the cap.
+    assert_eq!(
+        settle_attempt(&s, "b1:a3", BillingOutcome::Settled(25)).await,
+        Some(AttemptState::Settled(25))
+    );
+    let v = account(&s, Some(&t), &k, &[]).await;
+    assert_eq!(money_of(&v), (Some(5), 0, 45, 0));
+    bill_ok(&s, &capped("b1:a8", &k, 50)).await; // 45 < 50
+    settle_attempt(&s, "b1:a8", BillingOutcome::Refund).await;
+    assert_eq!(
+        money_of(&account(&s, Some(&t), &k, &[]).await),
+        (Some(5), 0, 45, 0),
+        "a refund charged something"
+    );
+
+    // No tenant: no balance to check; the key's spend is still counted.
+    bill_ok(&s, &bill("b1:a9", None, &k3, 1)).await;
+    settle_attempt(&s, "b1:a9", BillingOutcome::Settled(1)).await;
+    assert_eq!(
+        money_of(&account(&s, None, &k3, &[]).await),
+        (None, 0, 1, 0)
+    );
+    // A negative balance.
+    seed(&s, &t2, -5).await;
+    bill_refused(
+        &s,
+        &bill("b1:a10", Some(&t2), &k3, 1),
+        Refusal::InsufficientBalance,
+    )
+    .await;
+    assert_eq!(
+        money_of(&account(&s, Some(&t2), &k3, &[]).await),
+        (Some(-5), 0, 1, 0)
+    );
+}
+
+/// B2: settlement deducts the real cost from the balance and adds it to the key's
+/// spend; a request that started with a positive balance runs to completion, so the
+/// balance may end below zero (and the next request is refused). The real cost is
+/// charged in full even above the upper bound; a negative cost charges nothing.
+pub async fn b2_settle_may_go_below_zero<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("b2");
+    let k = key("b2");
+    seed(&s, &t, 10).await;
+    bill_ok(&s, &bill("b2:a1", Some(&t), &k, 100)).await;
+    assert_eq!(
+        settle_attempt(&s, "b2:a1", BillingOutcome::Settled(37)).await,
+        Some(AttemptState::Settled(37))
+    );
+    assert_eq!(
+        money_of(&account(&s, Some(&t), &k, &[]).await),
+        (Some(-27), 0, 37, 0)
+    );
+    bill_refused(
+        &s,
+        &bill("b2:a2", Some(&t), &k, 1),
+        Refusal::InsufficientBalance,
+    )
+    .await;
+    assert_eq!(credit(&s, &t, 30).await, 3);
+    bill_ok(&s, &bill("b2:a3", Some(&t), &k, 10)).await;
+    assert_eq!(
+        settle_attempt(&s, "b2:a3", BillingOutcome::Settled(15)).await,
+        Some(AttemptState::Settled(15)),
+        "the real cost, above the upper bound, is charged in full"
+    );
+    assert_eq!(credit(&s, &t, 13).await, 1);
+    bill_ok(&s, &bill("b2:a4", Some(&t), &k, 5)).await;
+    assert_eq!(
+        settle_attempt(&s, "b2:a4", BillingOutcome::Settled(-5)).await,
+        Some(AttemptState::Settled(0)),
+        "a negative cost charges nothing"
+    );
+    assert_eq!(
+        money_of(&account(&s, Some(&t), &k, &[]).await),
+        (Some(1), 0, 52, 0)
+    );
+}
+
+/// B3: a budget reserves the upper bound atomically (all budgets of a request or
+/// none), settles to the real cost and refuses a request that does not fit. A budget
+/// period starts at the first use and rolls by whole periods from that anchor; spend
+/// starts again, reservations of attempts still open carry over, and a cost is charged
+/// to the period it settles in. A refund leaves no trace: a period only that attempt
+/// had started, or that it leaves empty, has not started (whether or not a refused
+/// request looked at the budget in between, L5). A budget with no period never resets.
+pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("b3");
+    let k = key("b3");
+    seed(&s, &t, 1_000_000).await;
+    let x = budget("b3:x", 100, Some(4_000));
+    let y = budget("b3:y", 1_000, None);
+    let z = budget("b3:z", 50, None);
+    let w = budget("b3:w", 100, Some(4_000));
+    let req = |a: &str, money, b: &[&Budget]| BillingRequest {
+        budgets: budgets(b),
+        ..bill(a, Some(&t), &k, money)
+    };
+    let all = [&x, &y, &z];
+
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!(
+        (v.budgets[0].limit, budget_of(&v, 0), v.budgets[0].resets_at),
+        (100, (0, 0), None),
+        "no use, no period"
+    );
+    bill_ok(&s, &req("b3:a1", 60, &[&x, &y])).await;
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!((budget_of(&v, 0), budget_of(&v, 1)), ((0, 60), (0, 60)));
+    let anchor = v.budgets[0].resets_at.expect("the period started") - 4_000;
+    if let Some(now) = h.now() {
+        assert_eq!(anchor, now, "the period is anchored at its first use");
+    }
+    assert_eq!(v.budgets[1].resets_at, None, "no period, no reset");
+
+    bill_refused(&s, &req("b3:a2", 60, &[&x]), Refusal::Budget(x.id.clone())).await;
+    // All or nothing: y has room, x does not; y has room, z does not.
+    bill_refused(
+        &s,
+        &req("b3:a2", 60, &[&y, &x]),
+        Refusal::Budget(x.id.clone()),
+    )
+    .await;
+    bill_refused(
+        &s,
+        &req("b3:a2", 60, &[&y, &z]),
+        Refusal::Budget(z.id.clone()),
+    )
+    .await;
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!(
+        (budget_of(&v, 0), budget_of(&v, 1), budget_of(&v, 2)),
+        ((0, 60), (0, 60), (0, 0)),
+        "a refused request reserved money"
+    );
+    assert_eq!(v.budgets[2].resets_at, None);
+    bill_ok(&s, &req("b3:a3", 40, &[&x])).await; // exactly the limit
+    bill_refused(&s, &req("b3:a4", 1, &[&x]), Refusal::Budget(x.id.clone())).await;
+    assert_eq!(
+        settle_attempt(&s, "b3:a1", BillingOutcome::Settled(10)).await,
+        Some(AttemptState::Settled(10))
+    );
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!((budget_of(&v, 0), budget_of(&v, 1)), ((10, 40), (10, 0)));
+    settle_attempt(&s, "b3:a3", BillingOutcome::Refund).await;
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!(budget_of(&v, 0), (10, 0));
+    assert_eq!(
+        v.budgets[0].resets_at,
+        Some(anchor + 4_000),
+        "spend keeps the period"
+    );
+    bill_ok(&s, &req("b3:a5", 90, &[&x])).await; // 10 + 90 = 100, open across the roll
+
+    if exact::<H>() {
+        h.advance(ms(3_999)).await;
+        let v = account(&s, None, &k, &[&x]).await;
+        assert_eq!(budget_of(&v, 0), (10, 90), "1 ms before the period ends");
+        h.advance(ms(1)).await; // exactly anchor + 4 s: the next period
+    } else {
+        h.advance(ms(4_500)).await;
+    }
+    let v = account(&s, None, &k, &[&x]).await;
+    assert_eq!(
+        budget_of(&v, 0),
+        (0, 90),
+        "spend starts again, open reservations carry over"
+    );
+    assert_eq!(v.budgets[0].resets_at, Some(anchor + 8_000));
+    bill_ok(&s, &req("b3:a6", 10, &[&x])).await;
+    bill_refused(&s, &req("b3:a7", 1, &[&x]), Refusal::Budget(x.id.clone())).await;
+    settle_attempt(&s, "b3:a5", BillingOutcome::Settled(70)).await;
+    let v = account(&s, None, &k, &[&x]).await;
+    assert_eq!(
+        budget_of(&v, 0),
+        (70, 10),
+        "charged to the period it settles in"
+    );
+    settle_attempt(&s, "b3:a6", BillingOutcome::Refund).await;
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!(budget_of(&v, 0), (70, 0));
+    assert_eq!(v.budgets[0].resets_at, Some(anchor + 8_000));
+    assert_eq!(
+        (budget_of(&v, 1), v.budgets[1].resets_at),
+        ((10, 0), None),
+        "no period: never resets"
+    );
+
+    // Skip the period [8 s, 12 s): the next one is still aligned at the anchor.
+    h.advance(ms(8_000)).await; // 12.5 s (12 s with an exact clock)
+    let v = account(&s, None, &k, &all).await;
+    assert_eq!(budget_of(&v, 0), (0, 0));
+    assert_eq!(v.budgets[0].resets_at, Some(anchor + 16_000));
+    assert_eq!(budget_of(&v, 1), (10, 0));
+
+    // A refund leaves no trace: the period only it had started has not started.
+    bill_ok(&s, &req("b3:a8", 30, &[&w])).await;
+    assert!(
+        account(&s, None, &k, &[&w]).await.budgets[0]
+            .resets_at
+            .is_some()
+    );
+    settle_attempt(&s, "b3:a8", BillingOutcome::Refund).await;
+    let v = account(&s, None, &k, &[&w]).await;
+    assert_eq!((budget_of(&v, 0), v.budgets[0].resets_at), ((0, 0), None));
+    h.advance(ms(1_000)).await;
+    bill_ok(&s, &req("b3:a9", 30, &[&w])).await;
+    let r = account(&s, None, &k, &[&w]).await.budgets[0]
+        .resets_at
+        .expect("the period started");
+    if let Some(now) = h.now() {
+        assert_eq!(r, now + 4_000);
+    }
+    let expected = if exact::<H>() { 17_000 } else { 17_500 };
+    assert_near::<H>(
+        r - anchor,
+        expected,
+        "anchored at the first use that stayed",
+    );
+    settle_attempt(&s, "b3:a9", BillingOutcome::Refund).await;
+
+    // L5: a refused request changes nothing. A refund that leaves a rolled period empty
+    // un-starts it, whether or not a refused request looked at the budget in between.
+    let v1 = budget("b3:v1", 100, Some(4_000));
+    let v2 = budget("b3:v2", 100, Some(4_000));
+    for (i, v) in [&v1, &v2].into_iter().enumerate() {
+        bill_ok(&s, &req(&format!("b3:v{i}:a"), 10, &[v])).await;
+        settle_attempt(&s, &format!("b3:v{i}:a"), BillingOutcome::Settled(10)).await;
+        bill_ok(&s, &req(&format!("b3:v{i}:b"), 10, &[v])).await;
+    }
+    h.advance(ms(4_500)).await;
+    bill_refused(
+        &s,
+        &req("b3:v0:c", 1_000, &[&v1]),
+        Refusal::Budget(v1.id.clone()),
+    )
+    .await;
+    for (i, v) in [&v1, &v2].into_iter().enumerate() {
+        settle_attempt(&s, &format!("b3:v{i}:b"), BillingOutcome::Refund).await;
+        let view = account(&s, None, &k, &[v]).await;
+        assert_eq!(
+            (budget_of(&view, 0), view.budgets[0].resets_at),
+            ((0, 0), None),
+            "{}: the refund left an empty period started",
+            v.id
+        );
+    }
+}
+
+/// B3, T4: many reservations on one small budget in flight at once never reserve more
+/// than its limit, and none that fitted is refused; many settlements of one attempt in
+/// flight at once settle it once.
+pub async fn b3_concurrent_reservations_never_exceed_budget<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("concurrent");
+    seed(&s, &t, 1_000_000).await;
+    let x = budget("concurrent:x", 100, None);
+    let req = |i: usize, wave: usize, money: Money| BillingRequest {
+        budgets: budgets(&[&x]),
+        ..bill(
+            &format!("concurrent:{wave}:{i}"),
+            Some(&t),
+            &key(&format!("concurrent:{}", i % 4)),
+            money,
+        )
+    };
+
+    // Wave 1: 64 reservations of 7 at once on a budget of 100: exactly 14 fit.
+    let reqs: Vec<_> = (0..64).map(|i| req(i, 1, 7)).collect();
+    let decisions = join_all(reqs.iter().map(|r| s.check_and_reserve(r)).collect()).await;
+    let mut admitted = Vec::new();
+    for (r, d) in reqs.iter().zip(decisions) {
+        match d.expect("check_and_reserve: store error") {
+            BillingDecision::Admitted => admitted.push(r.attempt.clone()),
+            d => assert_eq!(d, BillingDecision::Refused(Refusal::Budget(x.id.clone()))),
+        }
+    }
+    assert_eq!(admitted.len(), 14, "14 × 7 = 98 ≤ 100 < 15 × 7");
+    let v = account(&s, Some(&t), &key("concurrent:0"), &[&x]).await;
+    assert_eq!(budget_of(&v, 0), (0, 98));
+
+    // Each admitted attempt settled twice at once (two instances racing): once.
+    let outcome = |j: usize| {
+        if j % 2 == 0 {
+            BillingOutcome::Settled(5)
+        } else {
+            BillingOutcome::Refund
+        }
+    };
+    let settles: Vec<_> = admitted
+        .iter()
+        .enumerate()
+        .flat_map(|(j, a)| [(j, a), (j, a)])
+        .map(|(j, a)| s.settle_attempt(a, outcome(j)))
+        .collect();
+    let results = join_all(settles).await;
+    for (j, pair) in results.chunks_exact(2).enumerate() {
+        let done: Vec<_> = pair
+            .iter()
+            .map(|r| r.clone().expect("settle_attempt: store error"))
+            .filter(Option::is_some)
+            .collect();
+        let expected = match outcome(j) {
+            BillingOutcome::Settled(c) => AttemptState::Settled(c),
+            _ => AttemptState::Refunded,
+        };
+        assert_eq!(done, [Some(expected)], "attempt {j} settled {pair:?}");
+    }
+    let v = account(&s, Some(&t), &key("concurrent:0"), &[&x]).await;
+    assert_eq!(budget_of(&v, 0), (35, 0), "7 settled at 5, 7 refunded");
+    assert_eq!(v.balance, Some(1_000_000 - 35));
+
+    // Wave 2: 48 mixed amounts at once on the 65 left: what is admitted fits, and every
+    // refused request did not fit even beside what was admitted.
+    let reqs: Vec<_> = (0..48)
+        .map(|i| req(i, 2, 1 + (i as Money * 7) % 20))
+        .collect();
+    let decisions = join_all(reqs.iter().map(|r| s.check_and_reserve(r)).collect()).await;
+    let (mut sum, mut refused) = (0, Vec::new());
+    for (r, d) in reqs.iter().zip(decisions) {
+        match d.expect("check_and_reserve: store error") {
+            BillingDecision::Admitted => sum += r.money,
+            _ => refused.push(r.money),
+        }
+    }
+    assert!(sum <= 65, "{sum} reserved on the 65 left");
+    assert!(
+        sum > 0 && !refused.is_empty(),
+        "a weak test: {sum} {refused:?}"
+    );
+    for m in &refused {
+        assert!(sum + m > 65, "{m} was refused but fits beside {sum}");
+    }
+    let v = account(&s, None, &key("concurrent:0"), &[&x]).await;
+    assert_eq!(budget_of(&v, 0), (35, sum));
+    let refunds: Vec<_> = reqs
+        .iter()
+        .map(|r| s.settle_attempt(&r.attempt, BillingOutcome::Refund))
+        .collect();
+    join_all(refunds).await;
+    let v = account(&s, None, &key("concurrent:0"), &[&x]).await;
+    assert_eq!(budget_of(&v, 0), (35, 0));
+}
+
+/// B4: every attempt settles on its own, once, by its id: a second settlement, of any
+/// outcome, changes nothing; an unknown attempt settles nothing; admitting a known
+/// attempt again reserves nothing twice. An attempt whose result is unknown stays
+/// pending with its upper bound — counted against balance, spend and budgets and
+/// listed for reconciliation, never written as zero — until it is settled with its
+/// real cost or refunded.
+pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("b4");
+    let k = key("b4");
+    seed(&s, &t, 100).await;
+    let x = budget("b4:x", 100, None);
+    let req = |a: &str, money| BillingRequest {
+        budgets: budgets(&[&x]),
+        ..bill(a, Some(&t), &k, money)
+    };
+    let figures = |v: &AccountView| (money_of(v), budget_of(v, 0));
+
+    bill_ok(&s, &req("b4:a1", 10)).await;
+    assert_eq!(
+        settle_attempt(&s, "b4:a1", BillingOutcome::Settled(7)).await,
+        Some(AttemptState::Settled(7))
+    );
+    for o in [
+        BillingOutcome::Settled(7),
+        BillingOutcome::Settled(9),
+        BillingOutcome::Refund,
+        BillingOutcome::Pending,
+    ] {
+        assert_eq!(settle_attempt(&s, "b4:a1", o).await, None, "{o:?} again");
+    }
+    assert_eq!(
+        settle_attempt(&s, "b4:never", BillingOutcome::Settled(7)).await,
+        None
+    );
+    assert_eq!(
+        settle_attempt(&s, "b4:never", BillingOutcome::Pending).await,
+        None
+    );
+    bill_ok(&s, &req("b4:a1", 10)).await; // known: nothing reserved twice
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(93), 0, 7, 0), (7, 0)));
+
+    // Two attempts of one request, each settled on its own.
+    bill_ok(&s, &req("b4:a2", 20)).await;
+    bill_ok(&s, &req("b4:a3", 20)).await;
+    settle_attempt(&s, "b4:a2", BillingOutcome::Refund).await;
+    settle_attempt(&s, "b4:a3", BillingOutcome::Settled(12)).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(81), 0, 19, 0), (19, 0)));
+
+    // Unknown result: pending with its upper bound.
+    bill_ok(&s, &req("b4:a4", 40)).await;
+    assert_eq!(
+        settle_attempt(&s, "b4:a4", BillingOutcome::Pending).await,
+        Some(AttemptState::Pending(40))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(
+        figures(&v),
+        ((Some(81), 40, 19, 40), (19, 40)),
+        "budgets keep the reservation"
+    );
+    assert_eq!(pending_list(&s).await, [(attempt("b4:a4"), 40)]);
+    assert_eq!(
+        settle_attempt(&s, "b4:a4", BillingOutcome::Pending).await,
+        None
+    );
+    bill_ok(&s, &req("b4:a4", 40)).await; // known: nothing reserved twice
+    bill_refused(&s, &req("b4:a5", 50), Refusal::Budget(x.id.clone())).await; // 19 + 40 + 50
+    // Pending money counts against the balance: 40 - 40 = 0.
+    assert_eq!(credit(&s, &t, -41).await, 40);
+    bill_refused(&s, &req("b4:a6", 1), Refusal::InsufficientBalance).await;
+    assert_eq!(credit(&s, &t, 41).await, 81);
+    bill_ok(&s, &req("b4:a7", 30)).await;
+    settle_attempt(&s, "b4:a7", BillingOutcome::Pending).await;
+    assert_eq!(
+        pending_list(&s).await,
+        [(attempt("b4:a4"), 40), (attempt("b4:a7"), 30)]
+    );
+
+    // Reconciled with the real cost.
+    assert_eq!(
+        settle_attempt(&s, "b4:a4", BillingOutcome::Settled(25)).await,
+        Some(AttemptState::Settled(25))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(56), 30, 44, 30), (44, 30)));
+    assert_eq!(pending_list(&s).await, [(attempt("b4:a7"), 30)]);
+    // Reconciled as never sent: everything released, nothing charged.
+    assert_eq!(
+        settle_attempt(&s, "b4:a7", BillingOutcome::Refund).await,
+        Some(AttemptState::Refunded)
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(56), 0, 44, 0), (44, 0)));
+    assert!(pending_list(&s).await.is_empty());
+    assert_eq!(
+        settle_attempt(&s, "b4:a7", BillingOutcome::Settled(1)).await,
+        None
+    );
+    assert_eq!(
+        settle_attempt(&s, "b4:a4", BillingOutcome::Settled(1)).await,
+        None
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(56), 0, 44, 0), (44, 0)));
+}
+
+/// B4: a settled or refunded attempt is remembered for the attempt memory (24 h), so a
+/// late duplicate settlement changes nothing; after that the id is unknown (and a new
+/// attempt if admitted again). A pending attempt is never forgotten.
+pub async fn b4_final_attempts_remembered_for_attempt_memory<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("b4m");
+    let k = key("b4m");
+    seed(&s, &t, 100).await;
+    let x = budget("b4m:x", 100, None);
+    let req = |a: &str| BillingRequest {
+        budgets: budgets(&[&x]),
+        ..bill(a, Some(&t), &k, 10)
+    };
+    bill_ok(&s, &req("b4m:a1")).await;
+    settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await;
+
+    h.advance(Duration::from_millis(ATTEMPT_MEMORY_MS - 1_000))
+        .await;
+    assert_eq!(
+        settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await,
+        None
+    );
+    bill_ok(&s, &req("b4m:a1")).await; // still known: nothing reserved
+    assert_eq!(budget_of(&account(&s, None, &k, &[&x]).await, 0), (5, 0));
+    bill_ok(&s, &req("b4m:a2")).await;
+    settle_attempt(&s, "b4m:a2", BillingOutcome::Pending).await;
+
+    h.advance(ms(2_000)).await; // 1 s past a1's memory
+    assert_eq!(
+        settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await,
+        None
+    );
+    // Forgotten: the same id is a new attempt.
+    bill_ok(&s, &req("b4m:a1")).await;
+    assert_eq!(budget_of(&account(&s, None, &k, &[&x]).await, 0), (5, 20));
+    assert_eq!(
+        settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await,
+        Some(AttemptState::Settled(5))
+    );
+
+    h.advance(Duration::from_millis(ATTEMPT_MEMORY_MS)).await;
+    assert_eq!(
+        pending_list(&s).await,
+        [(attempt("b4m:a2"), 10)],
+        "a pending attempt was forgotten"
+    );
+    assert_eq!(
+        settle_attempt(&s, "b4m:a2", BillingOutcome::Settled(3)).await,
+        Some(AttemptState::Settled(3))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(87), 0, 13, 0), (13, 0))
+    );
+    assert!(pending_list(&s).await.is_empty());
+}
+
+/// W8, B1: a request covered by a subscription is neither checked against nor charged
+/// to the balance or the key's spend (pending money included); budgets still are.
+pub async fn w8_covered_requests_skip_balance_and_spend<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("w8");
+    let k = key("w8");
+    seed(&s, &t, 0).await;
+    let x = budget("w8:x", 100, None);
+    let covered = |a: &str, money| BillingRequest {
+        bill_balance: false,
+        spend_cap: Some(0),
+        budgets: budgets(&[&x]),
+        ..bill(a, Some(&t), &k, money)
+    };
+    let figures = |v: &AccountView| (money_of(v), budget_of(v, 0));
+    bill_refused(
+        &s,
+        &BillingRequest {
+            bill_balance: true,
+            ..covered("w8:a0", 10)
+        },
+        Refusal::InsufficientBalance,
+    )
+    .await;
+    bill_ok(&s, &covered("w8:a1", 10)).await;
+    assert_eq!(
+        settle_attempt(&s, "w8:a1", BillingOutcome::Settled(10)).await,
+        Some(AttemptState::Settled(10))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (10, 0)));
+    bill_ok(&s, &covered("w8:a2", 10)).await;
+    assert_eq!(
+        settle_attempt(&s, "w8:a2", BillingOutcome::Pending).await,
+        Some(AttemptState::Pending(10))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (10, 10)));
+    assert_eq!(pending_list(&s).await, [(attempt("w8:a2"), 10)]);
+    settle_attempt(&s, "w8:a2", BillingOutcome::Settled(4)).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (14, 0)));
+    assert!(pending_list(&s).await.is_empty());
+    // Budgets still bind a covered request.
+    bill_refused(&s, &covered("w8:a3", 87), Refusal::Budget(x.id.clone())).await;
+    bill_ok(&s, &covered("w8:a3", 86)).await;
+    settle_attempt(&s, "w8:a3", BillingOutcome::Refund).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (14, 0)));
+}
+
+/// Seeding a balance from configuration sets it only for a tenant with no books: a
+/// running balance is never reset. Credits add (or, negative, debit) and return the new
+/// balance; a tenant first credited keeps that balance when seeded later.
+pub async fn seed_balance_keeps_running_balance<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (t, t2, t3, t4) = (
+        tenant("seed"),
+        tenant("seed:credited"),
+        tenant("seed:negative"),
+        tenant("seed:unknown"),
+    );
+    let k = key("seed");
+    let balance = |t: &str| {
+        let t = t.to_owned();
+        let (s, k) = (s.clone(), k.clone());
+        async move { account(&s, Some(&t), &k, &[]).await.balance }
+    };
+    seed(&s, &t, 100).await;
+    assert_eq!(balance(&t).await, Some(100));
+    bill_ok(&s, &bill("seed:a1", Some(&t), &k, 50)).await;
+    settle_attempt(&s, "seed:a1", BillingOutcome::Settled(30)).await;
+    assert_eq!(balance(&t).await, Some(70));
+    seed(&s, &t, 100).await;
+    assert_eq!(
+        balance(&t).await,
+        Some(70),
+        "seeding reset a running balance"
+    );
+    seed(&s, &t, 0).await;
+    assert_eq!(balance(&t).await, Some(70));
+    assert_eq!(credit(&s, &t, 5).await, 75);
+    assert_eq!(credit(&s, &t, -80).await, -5);
+    assert_eq!(balance(&t).await, Some(-5));
+    bill_refused(
+        &s,
+        &bill("seed:a2", Some(&t), &k, 1),
+        Refusal::InsufficientBalance,
+    )
+    .await;
+
+    assert_eq!(credit(&s, &t2, 5).await, 5);
+    seed(&s, &t2, 100).await;
+    assert_eq!(balance(&t2).await, Some(5));
+    seed(&s, &t3, -5).await;
+    assert_eq!(balance(&t3).await, Some(-5));
+    assert_eq!(balance(&t4).await, Some(0));
+}
+
+// ---------------------------------------------------------------------------------
 // The in-memory store against the suite.
 
 #[cfg(test)]
@@ -1132,6 +1977,14 @@ mod memory {
         w10_rolling_window,
         l5_refund_gives_everything_back,
         windows_are_per_key_and_scope,
+        b1_balance_and_spend_cap,
+        b2_settle_may_go_below_zero,
+        b3_budgets_reserve_and_roll_by_period,
+        b3_concurrent_reservations_never_exceed_budget,
+        b4_settlement_idempotent_and_pending_reconciled,
+        b4_final_attempts_remembered_for_attempt_memory,
+        w8_covered_requests_skip_balance_and_spend,
+        seed_balance_keeps_running_balance,
         run_all,
     );
 
