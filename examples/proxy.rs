@@ -108,12 +108,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let sc = &config.raw.store;
         let local_slots = sc.slots_failure == FailureModeConfig::Local;
         let local_windows = sc.windows_failure == FailureModeConfig::Local;
+        let billing = limits.clone();
         let limits = LocalFallback::new(limits, sc.instances, local_slots, local_windows);
-        // Billing stays in this process until the Redis billing store lands.
-        let store = Split {
-            limits,
-            billing: MemoryStore::new(),
-        };
+        let store = Split { limits, billing };
         serve(&args, config, listen, store, "Redis store").await
     } else {
         Err(format!("unknown store {url:?}: use `memory` or a redis:// URL").into())

@@ -6,6 +6,7 @@
 //! | [`ConcurrencySlotLayer`] | `slots` | per-subject in-flight slots, leases that heal (C1–C5) |
 //! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
 //! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B6) |
+//! | [`CapacityQueueLayer`] | `capacity` | per-channel in-flight capacity, bounded tenant-fair queue (Q1–Q5) |
 //! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
 //!
 //! # What the layers read from a request
@@ -36,13 +37,25 @@
 
 pub mod body;
 pub mod extract;
-#[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity"
+))]
 pub mod failure;
-#[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity"
+))]
 mod spawn;
 
 #[cfg(feature = "billing")]
 pub mod billing;
+#[cfg(feature = "capacity")]
+pub mod capacity;
 #[cfg(feature = "errors")]
 pub mod error_map;
 #[cfg(feature = "slots")]
@@ -53,12 +66,19 @@ pub mod time;
 pub mod window;
 
 pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
-#[cfg(any(feature = "slots", feature = "windows", feature = "billing"))]
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity"
+))]
 pub use failure::{FailureMode, FailureStats};
 pub use tollgate_core as core;
 
 #[cfg(feature = "billing")]
 pub use billing::{BillingGate, BillingGateLayer, BillingProfile, UsageRecord, UsageSink};
+#[cfg(feature = "capacity")]
+pub use capacity::{CapacityQueue, CapacityQueueLayer};
 #[cfg(feature = "errors")]
 pub use error_map::{ErrorMapping, ErrorMappingLayer};
 #[cfg(feature = "slots")]

@@ -30,10 +30,10 @@ where
 }
 
 /// Maps a store future's output to `()` so it can be detached.
-#[cfg(feature = "slots")]
+#[cfg(any(feature = "slots", feature = "billing"))]
 pub(crate) struct Discard<F>(pub(crate) F);
 
-#[cfg(feature = "slots")]
+#[cfg(any(feature = "slots", feature = "billing"))]
 impl<F, T> Future for Discard<F>
 where
     F: Future<Output = StoreResult<T>> + Unpin,

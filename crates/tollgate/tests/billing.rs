@@ -449,3 +449,73 @@ async fn b3_parallel_requests_never_overdraw_and_books_balance() {
     assert_eq!(v.budgets[0].reserved, 0);
     assert!(v.budgets[0].spent <= 5_000);
 }
+
+/// A store that does the reservation and then loses the answer (a Redis timeout after
+/// the script ran).
+#[derive(Clone)]
+struct LostAnswer(Store);
+
+impl tollgate::core::BillingStore for LostAnswer {
+    type Future<T: Send + 'static> = std::future::Ready<tollgate::core::StoreResult<T>>;
+    fn check_and_reserve(
+        &self,
+        req: &tollgate::core::BillingRequest,
+    ) -> Self::Future<tollgate::core::BillingDecision> {
+        let _ = self.0.with_ledger(|l, now| l.admit(req, now));
+        std::future::ready(Err(tollgate::core::StoreError::new(
+            tollgate::core::StoreErrorKind::Timeout,
+            "deadline passed",
+        )))
+    }
+    fn settle_attempt(
+        &self,
+        a: &tollgate::core::AttemptId,
+        o: tollgate::core::BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        self.0.settle_attempt(a, o)
+    }
+    fn account(
+        &self,
+        t: Option<&str>,
+        k: &tollgate::core::SubjectKey,
+        b: &[Budget],
+    ) -> Self::Future<tollgate::core::AccountView> {
+        self.0.account(t, k, b)
+    }
+    fn seed_balance(&self, t: &str, m: i64) -> Self::Future<()> {
+        self.0.seed_balance(t, m)
+    }
+    fn credit(&self, t: &str, m: i64) -> Self::Future<i64> {
+        self.0.credit(t, m)
+    }
+    fn pending(&self) -> Self::Future<Vec<(tollgate::core::AttemptId, i64)>> {
+        self.0.pending()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn b5_a_lost_reservation_answer_is_refunded() {
+    let st = store(1_000);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
+        id: "b".into(),
+        limit: 1000,
+        period_ms: None,
+    }]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ServiceBuilder::new()
+        .layer(BillingGateLayer::new(LostAnswer(st.clone())))
+        .service(costing(1, calls.clone()));
+    let mut r = req(&tenant_subject(), money(300));
+    r.extensions_mut().insert(BillingProfile {
+        spend_cap: None,
+        budgets: budget.clone(),
+    });
+    let e = svc.oneshot(r).await.unwrap_err();
+    assert_eq!(rejection(&e).http_status(), 503, "fails closed");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let v = st.with_ledger(|l, now| l.account(Some("acme"), &"key-1".into(), &budget, now));
+    assert_eq!(
+        v.budgets[0].reserved, 0,
+        "the reservation the answer lost is given back"
+    );
+}

@@ -93,7 +93,14 @@ where
                 StateProj::Checking { answer, deferred } => {
                     let answer = ready!(Pin::new(answer).poll(cx));
                     let mut d = deferred.take().expect("polled after completion");
-                    match decide(&d.shared, answer) {
+                    let attempt = d
+                        .settlement
+                        .as_ref()
+                        .expect("taken once")
+                        .template
+                        .attempt
+                        .clone();
+                    match decide(&d.shared, &attempt, answer) {
                         Ok(admitted) => {
                             let req = d.req.take().expect("request taken once");
                             let settlement = d.settlement.take().expect("taken once");

@@ -3,14 +3,14 @@ use super::layer::Shared;
 use super::{Attempt, BillingGuard, BillingProfile, Settlement, UsageRecord, next_attempt_id};
 use crate::BoxError;
 use crate::body::HoldBody;
-use crate::spawn::poll_now;
+use crate::spawn::{Discard, detach, poll_now};
 use http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate_core::{
-    AdmittedUnder, AttemptState, BillingDecision, BillingRequest, BillingStore, Clock, Demand,
-    GatewayCode, LayerKind, ModelId, Refusal, Rejection, Scope, StoreResult, Subject,
-    UsageRecorder,
+    AdmittedUnder, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
+    BillingStore, Clock, Demand, GatewayCode, LayerKind, ModelId, Refusal, Rejection, Scope,
+    StoreResult, Subject, UsageRecorder,
 };
 use tower_service::Service;
 
@@ -57,10 +57,21 @@ fn refusal(r: &Refusal) -> Rejection {
 
 /// What to do with the store's answer: `Ok(true)` admitted, `Ok(false)` admitted
 /// unchecked (store failed open), `Err` refuse.
-pub(crate) fn decide<St, C>(
+///
+/// A store error may hide a reservation the store did make (the answer was lost, not
+/// the work): a refund of the attempt is sent off the response path; refunding an
+/// attempt that was never reserved changes nothing.
+pub(crate) fn decide<St: BillingStore, C>(
     shared: &Shared<St, C>,
+    attempt: &AttemptId,
     answer: StoreResult<BillingDecision>,
 ) -> Result<bool, Rejection> {
+    if answer.is_err() {
+        detach(
+            Discard(shared.store.settle_attempt(attempt, BillingOutcome::Refund)),
+            "refund of an attempt whose reservation answer was lost",
+        );
+    }
     match answer {
         Ok(BillingDecision::Admitted) => Ok(true),
         Ok(BillingDecision::Refused(r)) => Err(refusal(&r)),
@@ -158,7 +169,7 @@ where
         };
         let mut answer = shared.store.check_and_reserve(&billing);
         match poll_now(&mut answer) {
-            Some(a) => match decide(shared, a) {
+            Some(a) => match decide(shared, &billing.attempt, a) {
                 Ok(true) => {
                     ResponseFuture::called(self.inner.call(req), Some(settlement.admitted()))
                 }

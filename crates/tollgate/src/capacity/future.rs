@@ -1,0 +1,495 @@
+use super::queue::{CapacityGuard, Channel, Counters, QueueTicket, Shared};
+use super::{DEADLINE_HEADER, QUEUED_MS_HEADER, busy, deadline_exceeded};
+use crate::BoxError;
+use crate::body::{Hold, HoldBody};
+use crate::spawn::poll_now;
+use http::{HeaderValue, Request, Response};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
+use tollgate_core::capacity::expected_wait_us;
+use tollgate_core::{
+    Candidates, CapacityStore, ChannelRef, Chosen, LayerKind, LeaseId, Rejection, StoreResult,
+    Subject, TenantWeight,
+};
+use tower_service::Service;
+
+/// Where the search for a channel stands.
+pub(crate) enum Probe<St: CapacityStore> {
+    /// Admitted on candidate `index`; `guard` is `None` for an unlimited channel (or a
+    /// store failure with the layer failing open).
+    Admit {
+        index: usize,
+        guard: Option<CapacityGuard<St>>,
+    },
+    /// The store is still deciding candidate `index`.
+    Ask {
+        index: usize,
+        answer: St::Future<Option<LeaseId>>,
+    },
+    /// Every candidate is full: queue.
+    AllFull,
+    /// Refused (store failure with the layer failing closed).
+    Refuse(Rejection),
+}
+
+/// Tries the candidates from `from` on, in order (Q2). A channel whose queue has
+/// waiters counts as full: a newcomer never jumps the queue.
+pub(crate) fn probe<St: CapacityStore>(
+    shared: &Arc<Shared<St>>,
+    candidates: &[ChannelRef],
+    from: usize,
+) -> Probe<St> {
+    for (index, c) in candidates.iter().enumerate().skip(from) {
+        if c.is_unlimited() {
+            return Probe::Admit { index, guard: None };
+        }
+        let ch = shared.channel(c);
+        if ch.queued() > 0 {
+            continue;
+        }
+        let mut answer = shared.store.try_acquire(&c.name, c.capacity, shared.ttl);
+        match poll_now(&mut answer) {
+            Some(a) => {
+                if let Some(p) = on_answer(shared, &ch, index, a) {
+                    return p;
+                }
+            }
+            None => return Probe::Ask { index, answer },
+        }
+    }
+    Probe::AllFull
+}
+
+/// The store's answer for candidate `index`; `None` = full, try the next.
+fn on_answer<St: CapacityStore>(
+    shared: &Arc<Shared<St>>,
+    ch: &Arc<Channel<St>>,
+    index: usize,
+    answer: StoreResult<Option<LeaseId>>,
+) -> Option<Probe<St>> {
+    match answer {
+        Ok(Some(lease)) => Some(Probe::Admit {
+            index,
+            guard: Some(CapacityGuard::new(shared.clone(), ch.clone(), lease).start()),
+        }),
+        Ok(None) => None,
+        Err(e) => Some(
+            match shared
+                .failures
+                .on_error(shared.config.failure_mode, LayerKind::CapacityQueue, &e)
+            {
+                None => Probe::Admit { index, guard: None },
+                Some(r) => Probe::Refuse(r),
+            },
+        ),
+    }
+}
+
+/// What the end of the wait answers.
+#[derive(Clone, Copy)]
+enum Expiry {
+    /// `max_wait` binds: 42910.
+    Busy,
+    /// The request's deadline binds: 50401.
+    Deadline,
+}
+
+/// A request not admitted at once: asking an asynchronous store, or queued.
+pub(crate) struct Pending<S, ReqB, St: CapacityStore> {
+    req: Option<Request<ReqB>>,
+    svc: S,
+    candidates: Candidates,
+    shared: Arc<Shared<St>>,
+    tenant: Arc<str>,
+    weight: u32,
+    started: Instant,
+    wait_until: Instant,
+    on_expiry: Expiry,
+    ticket: Option<QueueTicket<St>>,
+    polls: u32,
+}
+
+impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
+    pub(crate) fn new(
+        req: Request<ReqB>,
+        svc: S,
+        candidates: Candidates,
+        shared: Arc<Shared<St>>,
+    ) -> Box<Self> {
+        let started = Instant::now();
+        let (tenant, weight) = tenant_of(&req);
+        let max_wait = shared.config.max_wait;
+        let deadline = req
+            .headers()
+            .get(DEADLINE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .or(shared.config.default_deadline);
+        let (budget, on_expiry) = match deadline {
+            Some(d) if d < max_wait => (d, Expiry::Deadline),
+            _ => (max_wait, Expiry::Busy),
+        };
+        Box::new(Self {
+            req: Some(req),
+            svc,
+            candidates,
+            shared,
+            tenant,
+            weight,
+            started,
+            wait_until: started + budget,
+            on_expiry,
+            ticket: None,
+            polls: 0,
+        })
+    }
+}
+
+/// The request's tenant for the fair queue: `Subject.tenant`, else the subject key,
+/// else one shared anonymous tenant; and its weight (default 1).
+fn tenant_of<B>(req: &Request<B>) -> (Arc<str>, u32) {
+    let ext = req.extensions();
+    let tenant = match ext.get::<Subject>() {
+        Some(s) => s
+            .tenant
+            .clone()
+            .unwrap_or_else(|| Arc::from(s.key.as_str())),
+        None => Arc::from(""),
+    };
+    let weight = ext.get::<TenantWeight>().copied().unwrap_or_default();
+    (tenant, weight.effective())
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>>,
+        St: CapacityStore,
+    {
+        Rejected { rejection: Option<Rejection> },
+        Asking {
+            answer: St::Future<Option<LeaseId>>,
+            index: usize,
+            pending: Option<Box<Pending<S, ReqB, St>>>,
+        },
+        Queued {
+            rx: oneshot::Receiver<CapacityGuard<St>>,
+            expiry: Pin<Box<Sleep>>,
+            poll: Option<Pin<Box<Sleep>>>,
+            pending: Option<Box<Pending<S, ReqB, St>>>,
+        },
+        Called {
+            #[pin] fut: S::Future,
+            guard: Option<CapacityGuard<St>>,
+            queued_ms: Option<u64>,
+        },
+    }
+}
+
+pin_project! {
+    /// Response future of [`CapacityQueue`](super::CapacityQueue).
+    ///
+    /// Dropping it while queued takes the request out of the queue at once; dropping
+    /// it later releases the lease (L3).
+    pub struct ResponseFuture<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>>,
+        St: CapacityStore,
+    {
+        #[pin]
+        state: State<S, ReqB, St>,
+    }
+}
+
+impl<S, ReqB, St> ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    pub(crate) fn rejected(r: Rejection) -> Self {
+        Self {
+            state: State::Rejected { rejection: Some(r) },
+        }
+    }
+
+    pub(crate) fn called(
+        fut: S::Future,
+        guard: Option<CapacityGuard<St>>,
+        queued_ms: Option<u64>,
+    ) -> Self {
+        Self {
+            state: State::Called {
+                fut,
+                guard,
+                queued_ms,
+            },
+        }
+    }
+
+    pub(crate) fn pending(probe: Probe<St>, pending: Box<Pending<S, ReqB, St>>) -> Self {
+        Self {
+            state: transition(probe, pending),
+        }
+    }
+}
+
+fn transition<S, ReqB, St>(probe: Probe<St>, mut p: Box<Pending<S, ReqB, St>>) -> State<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    match probe {
+        Probe::Admit { index, guard } => admit(&mut p, index, guard, None),
+        Probe::Refuse(r) => State::Rejected { rejection: Some(r) },
+        Probe::Ask { index, answer } => State::Asking {
+            answer,
+            index,
+            pending: Some(p),
+        },
+        Probe::AllFull => enqueue(p),
+    }
+}
+
+/// Calls the inner service on candidate `index`.
+fn admit<S, ReqB, St>(
+    p: &mut Pending<S, ReqB, St>,
+    index: usize,
+    guard: Option<CapacityGuard<St>>,
+    queued_ms: Option<u64>,
+) -> State<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    let counters = &p.shared.counters;
+    Counters::bump(&counters.admitted);
+    if queued_ms.is_some() {
+        Counters::bump(&counters.admitted_after_wait);
+    }
+    let mut req = p.req.take().expect("request taken once");
+    req.extensions_mut()
+        .insert(Chosen(p.candidates.0[index].clone()));
+    State::Called {
+        fut: p.svc.call(req),
+        guard,
+        queued_ms,
+    }
+}
+
+/// Refuses at the end of the wait: 42910 or 50401 (Q3).
+fn expire<S, ReqB, St>(p: &Pending<S, ReqB, St>) -> State<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    let c = &p.shared.counters;
+    let rejection = match p.on_expiry {
+        Expiry::Busy => {
+            Counters::bump(&c.rejected_busy);
+            busy(p.shared.config.retry_after)
+        }
+        Expiry::Deadline => {
+            Counters::bump(&c.rejected_deadline);
+            deadline_exceeded()
+        }
+    };
+    State::Rejected {
+        rejection: Some(rejection),
+    }
+}
+
+/// Every candidate is full: join the queue of the one expected to free first (Q2).
+fn enqueue<S, ReqB, St>(mut p: Box<Pending<S, ReqB, St>>) -> State<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    if Instant::now() >= p.wait_until {
+        return expire(&p);
+    }
+    let channels: Vec<(usize, Arc<Channel<St>>)> = p
+        .candidates
+        .0
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.is_unlimited())
+        .map(|(i, c)| (i, p.shared.channel(c)))
+        .collect();
+    // A channel with no history yet is assumed as fast as the known ones on average.
+    let known: Vec<u64> = channels
+        .iter()
+        .filter_map(|(_, c)| c.avg_service_us())
+        .collect();
+    let default_us = match known.len() {
+        0 => 1,
+        n => known.iter().sum::<u64>() / n as u64,
+    };
+    let Some((index, ch)) = channels.into_iter().min_by_key(|(_, c)| {
+        expected_wait_us(
+            c.queued(),
+            c.capacity(),
+            c.avg_service_us().unwrap_or(default_us),
+        )
+    }) else {
+        return expire(&p);
+    };
+    let (tx, rx) = oneshot::channel();
+    match ch.push(&p.tenant, p.weight, tx) {
+        Err(_) => {
+            Counters::bump(&p.shared.counters.rejected_queue_full);
+            State::Rejected {
+                rejection: Some(busy(p.shared.config.retry_after)),
+            }
+        }
+        Ok(ticket) => {
+            let ticket = QueueTicket::new(p.shared.clone(), ch, index, ticket);
+            // A lease released between our failed try and the push is handed over now.
+            ticket.nudge();
+            p.ticket = Some(ticket);
+            let poll = next_poll(&mut p).map(|at| Box::pin(tokio::time::sleep_until(at)));
+            State::Queued {
+                rx,
+                expiry: Box::pin(tokio::time::sleep_until(p.wait_until)),
+                poll,
+                pending: Some(p),
+            }
+        }
+    }
+}
+
+/// When a waiter next polls its queue: 10 ms, doubling up to `poll_interval`.
+fn next_poll<S, ReqB, St: CapacityStore>(p: &mut Pending<S, ReqB, St>) -> Option<Instant> {
+    let max = p.shared.config.poll_interval;
+    if max.is_zero() {
+        return None;
+    }
+    let pause = Duration::from_millis(10u64 << p.polls.min(16)).min(max);
+    p.polls += 1;
+    Some(Instant::now() + pause)
+}
+
+fn served<S, ReqB, St>(
+    mut p: Box<Pending<S, ReqB, St>>,
+    guard: CapacityGuard<St>,
+) -> State<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    let mut ticket = p.ticket.take().expect("a queued request has a ticket");
+    ticket.served();
+    let waited = u64::try_from(p.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    admit(&mut p, ticket.index, Some(guard.start()), Some(waited))
+}
+
+impl<S, ReqB, St, ResB> Future for ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S::Error: Into<BoxError>,
+    St: CapacityStore,
+    ResB: http_body::Body,
+{
+    type Output = Result<Response<HoldBody<ResB, CapacityGuard<St>>>, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut state = self.as_mut().project().state;
+            let next = match state.as_mut().project() {
+                StateProj::Rejected { rejection } => {
+                    let r = rejection.take().expect("polled after completion");
+                    return Poll::Ready(Err(r.into()));
+                }
+                StateProj::Asking {
+                    answer,
+                    index,
+                    pending,
+                } => {
+                    let answer = ready!(Pin::new(answer).poll(cx));
+                    let p = pending.take().expect("polled after completion");
+                    let index = *index;
+                    let ch = p.shared.channel(&p.candidates.0[index]);
+                    let probe = match on_answer(&p.shared, &ch, index, answer) {
+                        Some(probe) => probe,
+                        None => probe(&p.shared, &p.candidates.0, index + 1),
+                    };
+                    transition(probe, p)
+                }
+                StateProj::Queued {
+                    rx,
+                    expiry,
+                    poll,
+                    pending,
+                } => loop {
+                    if let Poll::Ready(handed) = Pin::new(&mut *rx).poll(cx) {
+                        let p = pending.take().expect("polled after completion");
+                        break match handed {
+                            Ok(guard) => served(p, guard),
+                            // Unreachable while the ticket holds the channel: every
+                            // popped waiter is sent a lease.
+                            Err(_) => expire(&p),
+                        };
+                    }
+                    if expiry.as_mut().poll(cx).is_ready() {
+                        let mut p = pending.take().expect("polled after completion");
+                        // A lease handed over at the last moment still counts.
+                        if let Ok(guard) = rx.try_recv() {
+                            break served(p, guard);
+                        }
+                        if let Some(t) = p.ticket.as_mut() {
+                            // If the waiter was just popped, the lease being sent to it
+                            // goes to the next waiter once `rx` is dropped.
+                            t.leave();
+                        }
+                        break expire(&p);
+                    }
+                    let Some(timer) = poll.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let p = pending.as_mut().expect("polled after completion");
+                    if let Some(t) = p.ticket.as_ref() {
+                        t.nudge();
+                    }
+                    match next_poll(p) {
+                        Some(at) => timer.as_mut().reset(at),
+                        None => *poll = None,
+                    }
+                },
+                StateProj::Called {
+                    fut,
+                    guard,
+                    queued_ms,
+                } => {
+                    let Poll::Ready(res) = fut.poll(cx) else {
+                        if let Some(g) = guard.as_mut() {
+                            g.keep_alive(cx);
+                        }
+                        return Poll::Pending;
+                    };
+                    let res = res.map_err(Into::into);
+                    let guard = guard.take();
+                    let queued_ms = *queued_ms;
+                    return Poll::Ready(res.map(|r| {
+                        let mut r = r.map(|b| HoldBody::holding(b, guard));
+                        if let Some(ms) = queued_ms {
+                            r.headers_mut()
+                                .insert(QUEUED_MS_HEADER, HeaderValue::from(ms));
+                        }
+                        r
+                    }));
+                }
+            };
+            state.set(next);
+        }
+    }
+}

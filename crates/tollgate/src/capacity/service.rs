@@ -1,0 +1,85 @@
+use super::future::{Pending, Probe, ResponseFuture, probe};
+use super::no_upstream;
+use super::queue::{CapacityGuard, Counters, Shared};
+use crate::BoxError;
+use crate::body::HoldBody;
+use http::{Request, Response};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tollgate_core::{Candidates, CapacityStore, Chosen};
+use tower_service::Service;
+
+/// Per-channel capacity with a fair queue around a service (Q1–Q5). Built by
+/// [`CapacityQueueLayer`](super::CapacityQueueLayer).
+pub struct CapacityQueue<S, St: CapacityStore> {
+    pub(crate) inner: S,
+    pub(crate) shared: Arc<Shared<St>>,
+}
+
+impl<S: Clone, St: CapacityStore> Clone for CapacityQueue<S, St> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, St: CapacityStore> CapacityQueue<S, St> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for CapacityQueue<S, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S::Error: Into<BoxError>,
+    St: CapacityStore,
+    ResB: http_body::Body,
+{
+    type Response = Response<HoldBody<ResB, CapacityGuard<St>>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, ReqB, St>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Capacity is decided in `call`: readiness reserves nothing (ENGINEERING rule 1).
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+        let Some(candidates) = req.extensions().get::<Candidates>().cloned() else {
+            return ResponseFuture::called(self.inner.call(req), None, None);
+        };
+        if candidates.0.is_empty() {
+            return ResponseFuture::rejected(no_upstream());
+        }
+        // The in-memory store answers at once: a channel with room is decided here,
+        // with no state machine and no service clone.
+        match probe(&self.shared, &candidates.0, 0) {
+            Probe::Admit { index, guard } => {
+                Counters::bump(&self.shared.counters.admitted);
+                req.extensions_mut()
+                    .insert(Chosen(candidates.0[index].clone()));
+                ResponseFuture::called(self.inner.call(req), guard, None)
+            }
+            Probe::Refuse(r) => ResponseFuture::rejected(r),
+            next => {
+                // Take the service that was driven to readiness; leave a clone behind.
+                let clone = self.inner.clone();
+                let svc = std::mem::replace(&mut self.inner, clone);
+                let pending = Pending::new(req, svc, candidates, self.shared.clone());
+                ResponseFuture::pending(next, pending)
+            }
+        }
+    }
+}
