@@ -11,6 +11,7 @@
 //! baseline forwarder the benchmarks compare against), `--fake-upstream ADDR` (where the bundled fake
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
 
+use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -151,6 +152,11 @@ where
              -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'"
         );
     }
+    // Small stream chunks must not wait for Nagle's algorithm (a 40 ms stall per
+    // chunk against delayed ACKs).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
