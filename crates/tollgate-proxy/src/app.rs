@@ -13,9 +13,14 @@ use axum::routing::{get, post_service};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tollgate::core::MemoryStore;
+use tollgate::core::capacity::QueueLimits;
 use tollgate::core::{BillingStore, Dialect, LimitView, Scope, SlotStore, WindowStore};
 use tollgate::error_map::render;
-use tollgate::{AnchoredWindowLayer, BillingGateLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use tollgate::{
+    AnchoredWindowLayer, BillingGateLayer, CapacityQueueLayer, ConcurrencySlotLayer,
+    ErrorMappingLayer,
+};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -38,6 +43,8 @@ pub struct Gateway<St> {
     client: HttpClient,
     fake_base: Option<String>,
     limits: bool,
+    /// Channel capacity leases: per instance until a shared capacity store exists.
+    capacity: MemoryStore,
 }
 
 impl<St> Gateway<St>
@@ -52,6 +59,7 @@ where
             client: http_client(),
             fake_base: None,
             limits: true,
+            capacity: MemoryStore::new(),
         }
     }
 
@@ -110,11 +118,13 @@ where
         };
         let limits = &self.config.raw.limits;
         let modes = &self.config.raw.store;
+        let queue = &self.config.raw.queue;
         let auth_keys = keys.clone();
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
         // slot (taken right after identification, C2) → read and inspect the body →
-        // windows (need the demand) → billing (needs to know whether the subscription
-        // covered the request, W8) → forward.
+        // windows (need the demand) → capacity queue (picks the channel; queued
+        // requests hold no money, Q5/B3) → billing (needs to know whether the
+        // subscription covered the request, W8) → forward.
         let forward = Forward::new(self.client.clone(), catalog.clone());
         let prepare = PrepareLayer::new(catalog.clone());
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
@@ -134,6 +144,15 @@ where
                         AnchoredWindowLayer::new(self.store.clone())
                             .max_wait(limits.rolling_max_wait.0)
                             .failure_mode(modes.windows_failure.into()),
+                    )
+                    .layer(
+                        CapacityQueueLayer::new(self.capacity.clone())
+                            .max_wait(queue.max_wait.0)
+                            .default_deadline(queue.default_deadline.map(|d| d.0))
+                            .queue_limits(QueueLimits {
+                                max_depth: queue.max_depth,
+                                max_per_tenant: queue.max_per_tenant,
+                            }),
                     )
                     .layer(
                         BillingGateLayer::new(self.store.clone())

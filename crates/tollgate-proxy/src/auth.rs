@@ -55,6 +55,8 @@ impl KeyTable {
             billing.budgets = all.into();
         }
         req.extensions_mut().insert(billing);
+        req.extensions_mut()
+            .insert(tollgate_core::capacity::TenantWeight(entry.weight));
         req.extensions_mut().insert(entry.subject.clone());
         req.extensions_mut().insert(entry);
         Ok(req)

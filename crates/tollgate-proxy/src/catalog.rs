@@ -22,6 +22,8 @@ pub struct Route {
     pub credential: Option<HeaderValue>,
     /// Share of traffic.
     pub weight: u32,
+    /// Most in-flight requests (0 = unlimited).
+    pub capacity: u32,
 }
 
 /// Everything the request path needs to know about models and channels.
@@ -75,6 +77,33 @@ impl Catalog {
     /// Whether any channel serves `model` at all (else 50201, a configuration problem).
     pub fn has_channel(&self, model: &str) -> bool {
         self.routes.get(model).is_some_and(|r| !r.is_empty())
+    }
+
+    /// The channels that may serve `model` for a `dialect` client, in order of
+    /// preference: the weighted round-robin pick first, then the others (Q2).
+    pub fn candidates(&self, model: &str, dialect: Dialect) -> Vec<Arc<Route>> {
+        let Some(first) = self.pick(model, dialect) else {
+            return Vec::new();
+        };
+        let mut v = vec![first.clone()];
+        v.extend(
+            self.routes
+                .get(model)
+                .into_iter()
+                .flatten()
+                .filter(|r| r.dialect == dialect && r.weight > 0 && !Arc::ptr_eq(r, &first))
+                .cloned(),
+        );
+        v
+    }
+
+    /// The route of a channel by name, among those serving `model`.
+    pub fn route(&self, model: &str, name: &str) -> Option<Arc<Route>> {
+        self.routes
+            .get(model)?
+            .iter()
+            .find(|r| &*r.name == name)
+            .cloned()
     }
 
     /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
@@ -139,5 +168,6 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         base_url,
         credential,
         weight: ch.config.weight,
+        capacity: ch.config.capacity,
     })
 }

@@ -363,6 +363,31 @@ impl Default for ServerConfig {
     }
 }
 
+/// The capacity queue (SPEC Q1–Q5).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Longest wait for channel capacity (Q3), default 10 s.
+    pub max_wait: Span,
+    /// Deadline when the request names none (`x-tollgate-deadline-ms`); absent = none.
+    pub default_deadline: Option<Span>,
+    /// Most waiters per channel queue.
+    pub max_depth: usize,
+    /// Most waiters of one tenant per channel queue.
+    pub max_per_tenant: usize,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            max_wait: Span(Duration::from_secs(10)),
+            default_deadline: None,
+            max_depth: 1024,
+            max_per_tenant: 128,
+        }
+    }
+}
+
 /// Settings of the user-policy layers.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -395,6 +420,8 @@ pub struct RawConfig {
     pub store: StoreConfig,
     /// User-policy layer settings.
     pub limits: LimitsConfig,
+    /// Capacity queue settings.
+    pub queue: QueueConfig,
     /// Policies by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Tenants by name.
@@ -421,6 +448,8 @@ pub struct KeyEntry {
     pub spend_cap: Option<Money>,
     /// Spend cap and tenant budgets, for the billing layer.
     pub billing: tollgate::BillingProfile,
+    /// The tenant's weight in the capacity queue (Q4).
+    pub weight: u32,
     /// Allowed models; empty = all.
     pub models: Vec<String>,
 }
@@ -609,6 +638,12 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                     spend_cap: k.spend_cap,
                     budgets: budgets.into(),
                 },
+                weight: k
+                    .tenant
+                    .as_ref()
+                    .and_then(|t| raw.tenants.get(t.get_ref()))
+                    .and_then(|t| t.weight)
+                    .unwrap_or(1),
                 models: k.models.clone(),
             },
         );

@@ -149,7 +149,12 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 .copied()
                 .unwrap_or(Dialect::Native);
             let model = &facts.0.model;
-            let Some(route) = catalog.pick(model, dialect) else {
+            // The capacity queue chose the channel (Q2); without it, pick one here.
+            let chosen = parts
+                .extensions
+                .get::<tollgate_core::capacity::Chosen>()
+                .and_then(|c| catalog.route(model, &c.0.name));
+            let Some(route) = chosen.or_else(|| catalog.pick(model, dialect)) else {
                 return Err(Box::new(Rejection::new(
                     GatewayCode::NoUpstream,
                     LayerKind::UpstreamLimit,

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
+use tollgate_core::capacity::{Candidates, ChannelRef};
 use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
 use tollgate_dialects::{RequestFacts, inspect_request};
 use tower::{Layer, Service};
@@ -139,6 +140,17 @@ where
                     .demand(facts.input_tokens, max_output, facts.images, facts.videos);
             parts.extensions.insert(demand);
             parts.extensions.insert(dialect);
+            let candidates: Vec<ChannelRef> = catalog
+                .candidates(&facts.model, dialect)
+                .iter()
+                .map(|r| ChannelRef {
+                    name: r.name.clone(),
+                    capacity: r.capacity,
+                })
+                .collect();
+            if !candidates.is_empty() {
+                parts.extensions.insert(Candidates(candidates.into()));
+            }
             parts
                 .extensions
                 .insert(tollgate_core::ModelId(facts.model.as_str().into()));
