@@ -10,7 +10,7 @@ use tollgate_core::{Budget, GatewayCode, LayerKind, Rejection};
 /// of a wrong key matches a right one.
 #[derive(Clone, Debug, Default)]
 pub struct KeyTable {
-    keys: Arc<HashMap<String, KeyEntry>>,
+    keys: Arc<HashMap<String, Arc<KeyEntry>>>,
     tasks: Arc<HashMap<String, Budget>>,
 }
 
@@ -24,19 +24,19 @@ impl KeyTable {
         tasks: impl IntoIterator<Item = (String, Budget)>,
     ) -> Self {
         Self {
-            keys: Arc::new(keys.into_iter().collect()),
+            keys: Arc::new(keys.into_iter().map(|(k, e)| (k, Arc::new(e))).collect()),
             tasks: Arc::new(tasks.into_iter().collect()),
         }
     }
 
     /// The entry of a request's key, or 40101.
-    pub fn identify(&self, headers: &HeaderMap, uri: &Uri) -> Result<&KeyEntry, Rejection> {
+    pub fn identify(&self, headers: &HeaderMap, uri: &Uri) -> Result<&Arc<KeyEntry>, Rejection> {
         client_key(headers, uri)
             .and_then(|k| self.keys.get(k))
             .ok_or_else(|| Rejection::new(GatewayCode::Unauthenticated, LayerKind::Identity))
     }
 
-    /// Puts the key's `KeyEntry`, `Subject` and `BillingProfile` (with the task budget
+    /// Puts the key's `Arc<KeyEntry>`, `Subject` and `BillingProfile` (with the task budget
     /// the request names, if any) in the request's extensions.
     pub fn authenticate<B>(&self, mut req: Request<B>) -> Result<Request<B>, Rejection> {
         let entry = self.identify(req.headers(), req.uri())?.clone();

@@ -112,7 +112,7 @@ where
                     format!("The model `{}` does not exist.", facts.model),
                 ));
             };
-            if let Some(key) = parts.extensions.get::<KeyEntry>() {
+            if let Some(key) = parts.extensions.get::<Arc<KeyEntry>>() {
                 if !key.models.is_empty() && !key.models.iter().any(|m| m == &facts.model) {
                     return Err(reject(
                         GatewayCode::Forbidden,
