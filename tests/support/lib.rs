@@ -39,6 +39,8 @@ use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 
+pub mod redis;
+
 /// The longest any single step of a test may take.
 pub const WAIT: Duration = Duration::from_secs(5);
 

@@ -1,0 +1,2001 @@
+//! Distributed operation on the Redis store, through the ready proxy (SPEC §9, C4, D2,
+//! T4, T5; ENGINEERING rule 15; issue "Redis store").
+//!
+//! Every test starts its own `redis-server` on a free 127.0.0.1 port
+//! ([`tollgate_tests::redis::RedisServer`]), the bundled fake upstream, and gateway
+//! instances — `tollgate_proxy::Gateway` routers served on their own ports, each with
+//! its **own** `RedisStore` (own connection, own instance id) — or the `proxy` example
+//! as a separate process. Clients are real HTTP/1.1 clients on real sockets.
+//!
+//! | test | proves |
+//! |---|---|
+//! | [`t4_two_instances_share_one_set_of_limits_under_load`] | two instances enforce one set of concurrency and window limits over ≥ 100 000 requests (random durations, streams, disconnects), and in-flight returns to 0 |
+//! | [`t5_redis_killed_under_load_policy_layers_fail_open_within_deadline`] | Redis SIGKILLed under load: requests keep being served within the deadline, money kept in Redis fails closed (503), decisions resume ≤ 1 s after Redis returns |
+//! | [`t5_frozen_redis_costs_each_decision_at_most_its_deadline`] | Redis SIGSTOPped under load: the same, when calls time out instead of failing fast |
+//! | [`t5_sigkilled_instance_slots_are_reclaimed_within_the_lease_ttl`] | a SIGKILLed `proxy` process holding slots: refused until the lease TTL passes, admitted within TTL + 1 s |
+//! | [`c4_stream_longer_than_the_ttl_keeps_its_slot`] | a stream of 3 × TTL keeps its slot on another instance's view, thanks to renewal |
+//! | [`d2_instances_with_disagreeing_clocks_make_the_same_decisions`] | instances whose clocks disagree by a day make the same window and slot decisions |
+//! | [`t5_slot_acquires_that_time_out_leave_no_phantom_leases`] (ignored) | reproduces a bug: acquires that time out but still run in Redis leave leases nobody releases |
+//!
+//! The tests run one at a time ([`serial`]): they measure time on a 2-core box and
+//! must not load it for each other. (Other processes on a shared machine still can:
+//! the timing lines print the load average next to the figures.) Every wait is bounded, every loop has a count.
+//! The figures (throughput, added latency, recovery times) are printed with
+//! `eprintln!`; run with `-- --nocapture` to see them.
+//!
+//! `TOLLGATE_LOAD_REQUESTS` sets the size of the T4 load (default 100 000),
+//! `TOLLGATE_LOAD_SEED` its random seed (printed by every run, so a run can be replayed
+//! as far as the scheduling allows).
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, timeout};
+use tollgate::core::{
+    BillingStore, Demand, ManualClock, MemoryStore, Policy, Scope, SlotDecision, SlotStore,
+    SubjectKey, Tier, WindowStore,
+};
+use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use tollgate_fake_upstream::FakeUpstream;
+use tollgate_proxy::store::Split;
+use tollgate_proxy::{Config, Gateway};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
+use tollgate_tests::redis::{RedisServer, free_port};
+use tollgate_tests::{Keys, bounded, echo, fetch, request};
+use tower::ServiceBuilder;
+use tower::filter::FilterLayer;
+
+/// Bound of one request (head and body) in these tests.
+const STEP: Duration = Duration::from_secs(10);
+
+// ------------------------------------------------------------------ running a test
+
+/// One test at a time: they measure latencies and lease timings on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `test` alone (holding [`SERIAL`]) on a fresh 2-worker tokio runtime.
+fn serial<F: Future<Output = ()>>(test: F) {
+    let _alone = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(test);
+}
+
+// ------------------------------------------------------------------ configuration
+
+/// The limits of one test key `k<i>`: its policy `p<i>`, and its own model `m-<i>`
+/// served by its own channel `ch-<i>` with credential `cred-<i>`, so the fake upstream
+/// counts its in-flight calls per key.
+#[derive(Clone, Copy, Debug)]
+struct KeySpec {
+    concurrency: u32,
+    /// `(window, limit)` request tiers.
+    requests: &'static [(u64, u64)],
+    /// `(window, limit)` token tiers.
+    tokens: &'static [(u64, u64)],
+}
+
+fn secret(i: usize) -> String {
+    format!("sk-k{i}")
+}
+fn model(i: usize) -> String {
+    format!("m-{i}")
+}
+fn credential(i: usize) -> String {
+    format!("cred-{i}")
+}
+
+/// A configuration with `keys` (one tenant with a balance that never runs out), their
+/// channels on `base_url` (`fake://` or the fake's `http://` address), and `head`
+/// prepended (`[store]`, `[limits]` sections). Every channel has `capacity = 16`, above
+/// any key's concurrency: channel capacity is not enforced yet (issue 5) and would not
+/// bind here if it were, so the tests check per-key concurrency and windows only.
+fn config_text(head: &str, keys: &[KeySpec], base_url: &str) -> String {
+    let tiers = |v: &[(u64, u64)]| {
+        v.iter()
+            .map(|(w, l)| format!("{{ window = \"{w}s\", limit = {l} }}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut t = format!(
+        "{head}\n[server]\nupstream_timeout = \"30s\"\n\n[tenants.t]\nbalance = 1_000_000_000_000_000\n"
+    );
+    for (i, k) in keys.iter().enumerate() {
+        t.push_str(&format!(
+            "\n[policies.p{i}]\nconcurrency = {}\nrequests = [{}]\ntokens = [{}]\n\n\
+             [keys.k{i}]\nkey = \"{}\"\ntenant = \"t\"\npolicy = \"p{i}\"\nmodels = [\"{}\"]\n\n\
+             [channels.ch-{i}]\nvendor = \"openai\"\nbase_url = \"{base_url}\"\n\
+             credential = \"{}\"\nmodels = [\"{}\"]\ncapacity = 16\n\n\
+             [models.{}]\nprice = {{ input_per_mtok = 1, output_per_mtok = 1 }}\nmax_output_tokens = 16\n",
+            k.concurrency,
+            tiers(k.requests),
+            tiers(k.tokens),
+            secret(i),
+            model(i),
+            credential(i),
+            model(i),
+            model(i),
+        ));
+    }
+    t
+}
+
+// ------------------------------------------------------------------ gateway instances
+
+/// A gateway instance served on 127.0.0.1; the server task is aborted on drop.
+struct Instance {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Its own `RedisStore` — own connection, instance id `id` — with the configuration's
+/// prefix and deadline (as the `proxy` example builds it).
+fn redis_store(config: &Config, url: &str, id: &str) -> RedisStore {
+    let opts = RedisStoreOptions::default()
+        .prefix(config.raw.store.prefix.clone())
+        .deadline(config.raw.store.deadline.0)
+        .instance_id(id);
+    // Lazy, as the example: an instance starts while Redis is down (D4).
+    RedisStore::connect_lazy(url, opts).expect("a redis:// URL")
+}
+
+/// Serves `app` on a free port, with `TCP_NODELAY` on accepted connections as the
+/// `proxy` example sets it (small stream chunks must not wait for delayed ACKs).
+async fn serve(app: axum::Router) -> Instance {
+    use axum::serve::ListenerExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Instance { addr, task }
+}
+
+/// A `Gateway` on `text` whose store is `store(<its own RedisStore, instance id
+/// `id`>)`, pointed at `fake`. Balances are seeded through the store (`build`).
+async fn instance_on<St>(
+    text: &str,
+    url: &str,
+    id: &str,
+    fake: &FakeUpstream,
+    store: impl FnOnce(RedisStore) -> St,
+) -> Instance
+where
+    St: SlotStore + WindowStore + BillingStore,
+{
+    let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+    let redis = redis_store(&config, url, id);
+    let app = Gateway::new(config, store(redis))
+        .fake_upstream(fake.base_url())
+        .build()
+        .await
+        .expect("the gateway's router");
+    serve(app).await
+}
+
+/// A `Gateway` with everything — slots, windows and money — in Redis.
+async fn instance(text: &str, url: &str, id: &str, fake: &FakeUpstream) -> Instance {
+    instance_on(text, url, id, fake, |r| r).await
+}
+
+/// A `Gateway` with only the policy layers' state (slots, windows) in Redis; money in
+/// this instance's memory (`Split`), as the `proxy` example keeps it.
+async fn policy_instance(text: &str, url: &str, id: &str, fake: &FakeUpstream) -> Instance {
+    instance_on(text, url, id, fake, |limits| Split {
+        limits,
+        billing: MemoryStore::new(),
+    })
+    .await
+}
+
+// ------------------------------------------------------------------ client
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A pooled HTTP/1.1 client (keep-alive; a response dropped mid-body closes its
+/// connection, which is how a client disconnect is played).
+fn http_client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1024)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
+/// `POST /v1/chat/completions` for key `i` ("hi", `max_tokens` 16, streamed or not) with
+/// fake-upstream control headers.
+fn chat(
+    addr: SocketAddr,
+    i: usize,
+    stream: bool,
+    fake: &[(&str, u64)],
+) -> hyper::Request<Full<Bytes>> {
+    let mut body = json!({
+        "model": model(i),
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 16,
+    });
+    if stream {
+        body["stream"] = json!(true);
+    }
+    let mut b = hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", secret(i)));
+    for (name, v) in fake {
+        b = b.header(*name, v.to_string());
+    }
+    b.body(Full::new(Bytes::from(body.to_string())))
+        .expect("request")
+}
+
+/// The gateway code of an OpenAI-shaped error body (`"code":"42901"`), else 0.
+fn gateway_code(body: &[u8]) -> u32 {
+    let s = String::from_utf8_lossy(body);
+    s.find("\"code\":\"")
+        .map(|i| &s[i + 8..])
+        .and_then(|r| r.get(..5))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The number after the last `"field":` in `text` (JSON or SSE).
+fn last_number(text: &str, field: &str) -> Option<u64> {
+    let pat = format!("\"{field}\":");
+    let i = text.rfind(&pat)? + pat.len();
+    let digits: String = text[i..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Tokens an OpenAI answer reports (prompt + completion), if it reports them.
+fn reported_tokens(body: &[u8]) -> Option<u64> {
+    let s = String::from_utf8_lossy(body);
+    Some(last_number(&s, "prompt_tokens")? + last_number(&s, "completion_tokens")?)
+}
+
+/// Wall-clock microseconds of an `Instant` (Redis `TIME` reads the same kernel clock).
+#[derive(Clone, Copy)]
+struct Wall {
+    at: Instant,
+    us: u64,
+}
+
+impl Wall {
+    fn new() -> Self {
+        let us = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_micros() as u64;
+        Self {
+            at: Instant::now(),
+            us,
+        }
+    }
+    fn us(&self, t: Instant) -> u64 {
+        self.us + t.saturating_duration_since(self.at).as_micros() as u64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A JSON answer read to its end.
+    Plain,
+    /// A stream read to its end.
+    Stream,
+    /// A stream the client leaves after its first chunk.
+    Disconnect,
+}
+
+/// One request as the client saw it.
+#[derive(Clone, Copy, Debug)]
+struct Rec {
+    key: usize,
+    inst: usize,
+    kind: Kind,
+    /// 0: no answer (transport error or timeout).
+    status: u16,
+    /// Gateway code of a rejection, else 0.
+    code: u32,
+    /// Wall-clock µs: sent, response head, end (body read or dropped).
+    sent: u64,
+    head: u64,
+    end: u64,
+    /// Tokens reported by a 200 answer read to its end (0 otherwise).
+    tokens: u64,
+    /// A 200 answer read to its end, usage block included.
+    complete: bool,
+    /// What the fake was told to take before its head (ms).
+    latency_ms: u64,
+}
+
+/// What a request asks of the fake upstream.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    kind: Kind,
+    latency_ms: u64,
+    chunks: u64,
+    interval_ms: u64,
+}
+
+impl Shape {
+    fn plain(latency_ms: u64) -> Self {
+        Self {
+            kind: Kind::Plain,
+            latency_ms,
+            chunks: 4,
+            interval_ms: 0,
+        }
+    }
+}
+
+/// Sends one request for key `i` to `addr` and records what happened (never panics:
+/// transport errors and timeouts are recorded as status 0, with the reason in `errors`).
+async fn call(
+    client: &HttpClient,
+    addr: SocketAddr,
+    inst: usize,
+    i: usize,
+    shape: Shape,
+    wall: Wall,
+    errors: &Mutex<Vec<String>>,
+) -> Rec {
+    let stream = shape.kind != Kind::Plain;
+    let mut headers = vec![("x-fake-latency-ms", shape.latency_ms)];
+    if stream {
+        headers.push(("x-fake-chunks", shape.chunks));
+        headers.push(("x-fake-chunk-interval-ms", shape.interval_ms));
+    }
+    let req = chat(addr, i, stream, &headers);
+    let sent = Instant::now();
+    let mut rec = Rec {
+        key: i,
+        inst,
+        kind: shape.kind,
+        status: 0,
+        code: 0,
+        sent: wall.us(sent),
+        head: 0,
+        end: 0,
+        tokens: 0,
+        complete: false,
+        latency_ms: shape.latency_ms,
+    };
+    let fail = |what: String| {
+        let mut e = errors.lock().unwrap_or_else(|p| p.into_inner());
+        if e.len() < 20 {
+            e.push(what);
+        }
+    };
+    let res = match timeout(STEP, client.request(req)).await {
+        Ok(Ok(res)) => res,
+        Ok(Err(e)) => {
+            fail(format!("key {i} via {inst}: {e:?}"));
+            rec.end = wall.us(Instant::now());
+            return rec;
+        }
+        Err(_) => {
+            fail(format!("key {i} via {inst}: no head within {STEP:?}"));
+            rec.end = wall.us(Instant::now());
+            return rec;
+        }
+    };
+    rec.head = wall.us(Instant::now());
+    let status = res.status().as_u16();
+    let mut body: Incoming = res.into_body();
+    if status == 200 && shape.kind == Kind::Disconnect {
+        // Leave after the first data frame (the role chunk), mid-stream.
+        for _ in 0..16 {
+            match timeout(STEP, body.frame()).await {
+                Ok(Some(Ok(f))) if f.is_data() => break,
+                Ok(Some(Ok(_))) => continue,
+                _ => break,
+            }
+        }
+        drop(body);
+        rec.status = status;
+        rec.end = wall.us(Instant::now());
+        return rec;
+    }
+    match timeout(STEP, body.collect()).await {
+        Ok(Ok(c)) => {
+            let bytes = c.to_bytes();
+            rec.status = status;
+            if status == 200 {
+                rec.tokens = reported_tokens(&bytes).unwrap_or(0);
+                rec.complete = rec.tokens > 0
+                    && (!stream || String::from_utf8_lossy(&bytes).contains("[DONE]"));
+                if !rec.complete {
+                    fail(format!(
+                        "key {i} via {inst}: incomplete 200 answer: {}",
+                        String::from_utf8_lossy(&bytes)
+                    ));
+                }
+            } else {
+                rec.code = gateway_code(&bytes);
+            }
+        }
+        Ok(Err(e)) => fail(format!("key {i} via {inst}: body error {e:?}")),
+        Err(_) => fail(format!("key {i} via {inst}: body not read within {STEP:?}")),
+    }
+    rec.end = wall.us(Instant::now());
+    rec
+}
+
+/// `GET /usage` for key `i` on `addr` (JSON), bounded.
+async fn usage(client: &HttpClient, addr: SocketAddr, i: usize) -> Value {
+    let req = hyper::Request::get(format!("http://{addr}/usage"))
+        .header("authorization", format!("Bearer {}", secret(i)))
+        .body(Full::default())
+        .expect("request");
+    let res = bounded(STEP, "GET /usage", client.request(req))
+        .await
+        .expect("GET /usage");
+    assert_eq!(res.status(), 200, "/usage");
+    let body = bounded(STEP, "/usage body", res.into_body().collect())
+        .await
+        .expect("/usage body")
+        .to_bytes();
+    serde_json::from_slice(&body).expect("/usage JSON")
+}
+
+/// Polls `/usage` of every key on every instance (and the fake's in-flight count) until
+/// nothing is in flight, up to `within`. Returns how long it took.
+async fn in_flight_returns_to_zero(
+    client: &HttpClient,
+    instances: &[&Instance],
+    keys: usize,
+    fake: &FakeUpstream,
+    within: Duration,
+) -> Duration {
+    let start = Instant::now();
+    assert!(
+        fake.wait_idle(within).await,
+        "the fake upstream still has {} requests in flight after {within:?}",
+        fake.in_flight()
+    );
+    let mut last = Vec::new();
+    for _ in 0..(within.as_millis() / 50).max(1) {
+        last.clear();
+        for (n, inst) in instances.iter().enumerate() {
+            for i in 0..keys {
+                let v = usage(client, inst.addr, i).await;
+                if v["in_flight"] != json!(0) {
+                    last.push(format!(
+                        "instance {n} key k{i}: in_flight {}",
+                        v["in_flight"]
+                    ));
+                }
+            }
+        }
+        if last.is_empty() {
+            return start.elapsed();
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    panic!("in-flight did not return to 0 within {within:?}: {last:?}")
+}
+
+// ------------------------------------------------------------------ numbers
+
+/// A small deterministic PRNG (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in `lo..=hi`.
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.replace('_', "")
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}={v:?}: {e}")),
+    )
+}
+
+/// The `p`-quantile (0..=1) of `v` (sorted here), in the unit of `v`.
+fn quantile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let idx = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[idx]
+}
+
+/// The 1-minute load average (`/proc/loadavg`), printed next to timings: the machine
+/// may be shared.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Milliseconds the gateway added to a request: client-side time from sending to the
+/// end of the answer, less the latency the fake upstream was told to take.
+fn added_ms(r: &Rec) -> f64 {
+    (r.end.saturating_sub(r.sent)) as f64 / 1000.0 - r.latency_ms as f64
+}
+
+// ------------------------------------------------------------------ window accounting
+
+/// For one key and one tier of length `len_us` aligned at the anchor `A ∈ [a_lo, a_hi]`
+/// (wall µs): the admissions (`[sent, head]`, widened by 1 ms for Redis' ms clock)
+/// that certainly fall in one window, summed by `weight` per window index.
+/// Returns (per window sum, admissions that straddle a possible boundary).
+fn per_window(
+    admitted: &[&Rec],
+    (a_lo, a_hi): (u64, u64),
+    len_us: u64,
+    weight: impl Fn(&Rec) -> u64,
+) -> (BTreeMap<u64, u64>, usize) {
+    let mut sums = BTreeMap::new();
+    let mut straddling = 0;
+    for r in admitted {
+        let (s, h) = (r.sent.saturating_sub(1000), r.head + 1000);
+        // The anchoring admission itself is in window 0.
+        let k = if s <= a_hi {
+            if h >= a_lo + len_us {
+                straddling += 1;
+                continue;
+            }
+            0
+        } else {
+            let k = (s - a_hi) / len_us;
+            if h >= a_lo + (k + 1) * len_us {
+                straddling += 1;
+                continue;
+            }
+            k
+        };
+        *sums.entry(k).or_insert(0) += weight(r);
+    }
+    (sums, straddling)
+}
+
+// ------------------------------------------------------------------ T4
+
+/// The T4 keys. Every key has a 1 h request tier, so its anchor group (requests and
+/// tokens, W3) always has a non-empty current window during the test and never
+/// re-anchors: its 5 s windows form a fixed grid from the first admission (W2), which
+/// the client can check against. Some keys are bound by concurrency, some by their 5 s
+/// request window, some by their token window, one by its 1 h tier.
+const T4_KEYS: [KeySpec; 8] = [
+    // Bound by concurrency.
+    KeySpec {
+        concurrency: 2,
+        requests: &[(5, 100_000), (3600, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 3,
+        requests: &[(5, 100_000), (3600, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 4,
+        requests: &[(5, 100_000), (3600, 10_000_000)],
+        tokens: &[],
+    },
+    // Bound by its 5 s request window.
+    KeySpec {
+        concurrency: 2,
+        requests: &[(5, 60), (3600, 10_000_000)],
+        tokens: &[],
+    },
+    // Bound by its 5 s token window (24 tokens reserved, 17 reported per request).
+    KeySpec {
+        concurrency: 3,
+        requests: &[(5, 100_000), (3600, 10_000_000)],
+        tokens: &[(5, 1_000)],
+    },
+    // Bound by its 1 h request tier once a few hundred requests went through.
+    KeySpec {
+        concurrency: 4,
+        requests: &[(5, 100_000), (3600, 400)],
+        tokens: &[],
+    },
+    // Bound by requests and tokens in turn.
+    KeySpec {
+        concurrency: 2,
+        requests: &[(5, 80), (3600, 10_000_000)],
+        tokens: &[(5, 1_200)],
+    },
+    KeySpec {
+        concurrency: 4,
+        requests: &[(5, 100), (3600, 10_000_000)],
+        tokens: &[(5, 3_000)],
+    },
+];
+
+/// Concurrent client tasks of the T4 load.
+const T4_CLIENTS: usize = 64;
+
+/// T4, D1, rule 15: one redis-server, one fake upstream, two gateway instances with
+/// their own `RedisStore`s holding slots, windows and money; ≥ 100 000 requests from
+/// 64 client tasks alternating the instances, over 8 keys, with random latencies
+/// (0–25 ms), 20 % streams read to the end and 10 % streams the client leaves after
+/// the first chunk. The store deadline is 2 s: T4 is about decisions, and a decision
+/// that timed out would fail open and admit past the limits by design (D4; the
+/// deadline is the T5 tests' subject). Then:
+///
+/// - concurrency: the fake upstream's highest in-flight count per channel credential —
+///   one channel per key — never exceeded the key's limit. The fake counts a call from
+///   its request head until its last byte is produced, inside the gateway's slot; a
+///   call the client left is counted until the fake notices the closed connection,
+///   which can only make the check stricter;
+/// - windows: in every 5 s window of every key (a fixed grid from the key's first
+///   admission, see [`T4_KEYS`]), the 200s certainly admitted in it never exceed the
+///   request limit, and the tokens of the complete answers never exceed the token
+///   limit (each answer reports 17 tokens, under the 24 reserved for it, so the sum of
+///   reported tokens is bounded by what admission allowed); the 1 h tiers hold too;
+/// - afterwards, in-flight is 0 on both instances' `/usage` and at the fake.
+#[test]
+fn t4_two_instances_share_one_set_of_limits_under_load() {
+    serial(async {
+        let total = env_u64("TOLLGATE_LOAD_REQUESTS").unwrap_or(100_000);
+        let seed = env_u64("TOLLGATE_LOAD_SEED").unwrap_or_else(|| Wall::new().us);
+        eprintln!("T4: {total} requests, seed {seed} (TOLLGATE_LOAD_SEED={seed} to replay)");
+
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake upstream");
+        // A deadline long enough never to be hit: T4 counts decisions, and a decision
+        // that timed out would fail open (D4) and admit past the limits by design.
+        let text = config_text("[store]\ndeadline = \"2s\"\n", &T4_KEYS, "fake://");
+        let a = instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = instance(&text, &redis.url(), "gw-b", &fake).await;
+        let addrs = [a.addr, b.addr];
+        let client = http_client();
+        let wall = Wall::new();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+
+        // Warm-up: one request per key, alone, sets the key's anchor (W2) at a known
+        // moment within [sent, head].
+        let mut recs = Vec::new();
+        for i in 0..T4_KEYS.len() {
+            let r = call(
+                &client,
+                addrs[i % 2],
+                i % 2,
+                i,
+                Shape::plain(0),
+                wall,
+                &errors,
+            )
+            .await;
+            assert_eq!(
+                r.status,
+                200,
+                "warm-up of k{i}: {r:?} {:?}",
+                errors.lock().unwrap()
+            );
+            recs.push(r);
+        }
+        let anchors: Vec<(u64, u64)> = recs
+            .iter()
+            .map(|r| (r.sent.saturating_sub(1000), r.head + 1000))
+            .collect();
+
+        let next = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let tasks: Vec<JoinHandle<Vec<Rec>>> = (0..T4_CLIENTS)
+            .map(|t| {
+                let (client, next, errors) = (client.clone(), next.clone(), errors.clone());
+                let mut rng = Rng(seed ^ (t as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+                tokio::spawn(async move {
+                    let mut recs = Vec::with_capacity((total as usize / T4_CLIENTS) + 16);
+                    // Bounded: each turn takes one of `total` numbers.
+                    for _ in 0..=total {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        if n >= total {
+                            break;
+                        }
+                        let inst = (n % 2) as usize;
+                        let key = rng.below(T4_KEYS.len() as u64) as usize;
+                        let roll = rng.below(100);
+                        let kind = match roll {
+                            0..20 => Kind::Stream,
+                            20..30 => Kind::Disconnect,
+                            _ => Kind::Plain,
+                        };
+                        let shape = Shape {
+                            kind,
+                            latency_ms: rng.between(0, 25),
+                            chunks: rng.between(2, 6),
+                            interval_ms: rng.between(1, 12),
+                        };
+                        recs.push(
+                            call(&client, addrs[inst], inst, key, shape, wall, &errors).await,
+                        );
+                    }
+                    recs
+                })
+            })
+            .collect();
+        for t in tasks {
+            let mut part = bounded(Duration::from_secs(900), "a T4 client task", t)
+                .await
+                .expect("T4 client task");
+            recs.append(&mut part);
+        }
+        let elapsed = started.elapsed();
+
+        // ---- every request answered
+        let errs = errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let unanswered = recs.iter().filter(|r| r.status == 0).count();
+        assert!(
+            errs.is_empty() && unanswered == 0,
+            "{unanswered} requests without an answer; first errors: {errs:#?}"
+        );
+        let mut by_code: BTreeMap<(u16, u32), u64> = BTreeMap::new();
+        for r in &recs {
+            *by_code.entry((r.status, r.code)).or_default() += 1;
+        }
+        for (status, code) in by_code.keys() {
+            assert!(
+                *status == 200 || (*status == 429 && [42901, 42902, 42905].contains(code)),
+                "unexpected answer {status} {code}: {by_code:?}"
+            );
+        }
+
+        // ---- concurrency (C1, T4)
+        let stats = fake.stats();
+        let mut report = Vec::new();
+        for (i, k) in T4_KEYS.iter().enumerate() {
+            let max = stats.max_in_flight_for(&credential(i));
+            report.push(format!("k{i}: max in flight {max}/{}", k.concurrency));
+            assert!(
+                max <= u64::from(k.concurrency),
+                "k{i}: {max} requests in flight at the upstream at once, limit {}",
+                k.concurrency
+            );
+        }
+
+        // ---- windows (W1, W2, W4, T4)
+        // The token check below needs every answer to report at most what was reserved
+        // for it: 8 estimated input tokens ("hi") + 16 max output = 24.
+        let over: Vec<&Rec> = recs.iter().filter(|r| r.tokens > 24).collect();
+        assert!(
+            over.is_empty(),
+            "{} answers report more tokens than reserved (24): {:?}",
+            over.len(),
+            over.first()
+        );
+        let mut straddled = 0;
+        let mut busiest = Vec::new();
+        for (i, k) in T4_KEYS.iter().enumerate() {
+            let admitted: Vec<&Rec> = recs
+                .iter()
+                .filter(|r| r.key == i && r.status == 200)
+                .collect();
+            let complete: Vec<&Rec> = admitted.iter().copied().filter(|r| r.complete).collect();
+            for &(w, limit) in k.requests {
+                let (sums, s) = per_window(&admitted, anchors[i], w * 1_000_000, |_| 1);
+                straddled += s;
+                let (win, max) = sums
+                    .iter()
+                    .max_by_key(|(_, v)| **v)
+                    .map(|(a, b)| (*a, *b))
+                    .unwrap_or((0, 0));
+                busiest.push(format!("k{i} requests/{w}s: {max}/{limit}"));
+                assert!(
+                    max <= limit,
+                    "k{i}: {max} requests admitted in {w}s-window #{win}, limit {limit}: {sums:?}"
+                );
+            }
+            for &(w, limit) in k.tokens {
+                let (sums, s) = per_window(&complete, anchors[i], w * 1_000_000, |r| r.tokens);
+                straddled += s;
+                let (win, max) = sums
+                    .iter()
+                    .max_by_key(|(_, v)| **v)
+                    .map(|(a, b)| (*a, *b))
+                    .unwrap_or((0, 0));
+                busiest.push(format!("k{i} tokens/{w}s: {max}/{limit}"));
+                assert!(
+                    max <= limit,
+                    "k{i}: {max} tokens reported in {w}s-window #{win}, limit {limit}: {sums:?}"
+                );
+            }
+        }
+
+        // ---- back to 0 (T5's "in-flight counts return to 0", C3)
+        let drained = in_flight_returns_to_zero(
+            &client,
+            &[&a, &b],
+            T4_KEYS.len(),
+            &fake,
+            Duration::from_secs(10),
+        )
+        .await;
+
+        // ---- figures
+        let n = recs.len() as f64;
+        let ok = recs.iter().filter(|r| r.status == 200).count();
+        let ok_b = recs
+            .iter()
+            .filter(|r| r.status == 200 && r.inst == 1)
+            .count();
+        let disconnects = recs
+            .iter()
+            .filter(|r| r.status == 200 && r.kind == Kind::Disconnect)
+            .count();
+        let streams = recs
+            .iter()
+            .filter(|r| r.status == 200 && r.kind == Kind::Stream)
+            .count();
+        let mut added: Vec<f64> = recs
+            .iter()
+            .filter(|r| r.status == 200 && r.kind == Kind::Plain)
+            .map(added_ms)
+            .collect();
+        eprintln!(
+            "T4: {} requests in {:.1} s = {:.0} requests/s through 2 instances ({:.0} admitted/s); \
+             200: {ok} ({ok_b} through the second instance; {streams} streams read to the end, \
+             {disconnects} left mid-stream); \
+             by (status, code): {by_code:?}",
+            recs.len(),
+            elapsed.as_secs_f64(),
+            n / elapsed.as_secs_f64(),
+            ok as f64 / elapsed.as_secs_f64(),
+        );
+        // Requests answered per 10 s of the run, to tell a steady rate from a drift.
+        let t0 = wall.us(started);
+        let mut per_10s = vec![0u64; (elapsed.as_secs() / 10 + 1) as usize];
+        for r in recs.iter().filter(|r| r.end >= t0) {
+            let slot = (((r.end - t0) / 10_000_000) as usize).min(per_10s.len() - 1);
+            per_10s[slot] += 1;
+        }
+        eprintln!(
+            "T4: answered per 10 s: {per_10s:?}; 1-min load average of the machine at the end: {}",
+            load_average()
+        );
+        eprintln!(
+            "T4: added latency of admitted JSON answers (client time less the fake's latency): \
+             p50 {:.1} ms, p99 {:.1} ms",
+            quantile(&mut added, 0.5),
+            quantile(&mut added, 0.99),
+        );
+        eprintln!("T4: 0 violations; {}", report.join(", "));
+        eprintln!(
+            "T4: busiest windows: {}; {straddled} admissions straddled a possible window boundary (not counted)",
+            busiest.join(", ")
+        );
+        eprintln!(
+            "T4: fake upstream: {} calls, {} cancelled by the gateway; in-flight back to 0 within {:.0} ms",
+            stats.total_calls,
+            stats.cancelled,
+            drained.as_secs_f64() * 1000.0
+        );
+    });
+}
+
+// ------------------------------------------------------------------ T5: Redis dies
+
+/// Keys of the T5 load: keys 0–3 with concurrency 4, not bound by their windows;
+/// key 4 (concurrency 1) is the probe that tells whether Redis decides again; key 5 is
+/// the billed key of the instance whose money is in Redis.
+const T5_KEYS: [KeySpec; 6] = [
+    KeySpec {
+        concurrency: 4,
+        requests: &[(60, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 4,
+        requests: &[(60, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 4,
+        requests: &[(60, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 4,
+        requests: &[(60, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 1,
+        requests: &[(60, 10_000_000)],
+        tokens: &[],
+    },
+    KeySpec {
+        concurrency: 4,
+        requests: &[(60, 10_000_000)],
+        tokens: &[],
+    },
+];
+const PROBE: usize = 4;
+const BILLED: usize = 5;
+/// The store deadline of the T5 tests.
+const DEADLINE_MS: u64 = 20;
+/// What the fake takes for each load request.
+const T5_LATENCY_MS: u64 = 5;
+
+/// The T5 store and lease settings: a 20 ms deadline, and a lease TTL of 2 s instead
+/// of 600 s. The short TTL works around a bug (see
+/// [`t5_slot_acquires_that_time_out_leave_no_phantom_leases`]): an acquire that times
+/// out on the client but still runs in Redis — queued behind a frozen server, or slowed
+/// by the script reload after a restart — leaves a lease nobody releases, so the key
+/// stays (partly) full until the TTL.
+fn t5_head() -> String {
+    format!("[store]\ndeadline = \"{DEADLINE_MS}ms\"\n[limits]\nlease_ttl = \"2s\"\n")
+}
+const T5_LEASE_TTL: Duration = Duration::from_secs(2);
+
+/// Concurrent client tasks of the T5 load: enough to keep both instances busy, few
+/// enough that the 2-core box is not saturated by the test itself (the latency bound
+/// is about the store deadline, not about CPU queueing).
+const T5_CLIENTS: usize = 8;
+
+/// A background load on keys 0–3 through both instances until `stop` is set.
+fn t5_load(
+    client: &HttpClient,
+    addrs: [SocketAddr; 2],
+    wall: Wall,
+    stop: &Arc<AtomicBool>,
+    errors: &Arc<Mutex<Vec<String>>>,
+) -> Vec<JoinHandle<Vec<Rec>>> {
+    (0..T5_CLIENTS)
+        .map(|t| {
+            let (client, stop, errors) = (client.clone(), stop.clone(), errors.clone());
+            tokio::spawn(async move {
+                let mut recs = Vec::new();
+                // Bounded: the test stops it after a few seconds; 1 000 000 turns is a
+                // backstop.
+                for n in 0..1_000_000usize {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let inst = n % 2;
+                    let key = (n / 2 + t) % 4;
+                    let shape = Shape::plain(T5_LATENCY_MS);
+                    recs.push(call(&client, addrs[inst], inst, key, shape, wall, &errors).await);
+                }
+                recs
+            })
+        })
+        .collect()
+}
+
+/// After Redis is back: how long until a decision is taken by Redis again — the probe
+/// key (concurrency 1) refused (42901) while a stream of it is held. Polled every
+/// 20 ms, up to `within`.
+async fn decisions_resume(
+    client: &HttpClient,
+    addrs: [SocketAddr; 2],
+    wall: Wall,
+    errors: &Mutex<Vec<String>>,
+    within: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    for _ in 0..(within.as_millis() / 20) {
+        // Hold the probe's slot with a stream through instance 0 …
+        let hold = chat(
+            addrs[0],
+            PROBE,
+            true,
+            &[("x-fake-chunks", 2), ("x-fake-chunk-interval-ms", 300)],
+        );
+        let held = timeout(STEP, client.request(hold)).await;
+        let refused = match held {
+            Ok(Ok(res)) if res.status() == 429 => {
+                // A lease of an earlier probe is still there: Redis decides.
+                let body = res
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                gateway_code(&body) == 42901
+            }
+            Ok(Ok(res)) => {
+                // … and ask through instance 1.
+                let r = call(client, addrs[1], 1, PROBE, Shape::plain(0), wall, errors).await;
+                drop(res);
+                r.code == 42901
+            }
+            _ => false,
+        };
+        if refused {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > within {
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Splits `recs` by the moment they were sent: before `a`, in `[a, b)`, after `b`.
+fn phases(recs: &[Rec], a: u64, b: u64) -> (Vec<&Rec>, Vec<&Rec>, Vec<&Rec>) {
+    let before = recs.iter().filter(|r| r.sent < a).collect();
+    let during = recs.iter().filter(|r| r.sent >= a && r.sent < b).collect();
+    let after = recs.iter().filter(|r| r.sent >= b).collect();
+    (before, during, after)
+}
+
+/// B5, D4 with money in Redis and `billing_failure = "closed"` (the default): with
+/// Redis gone, 20 billed requests through `addr` are each refused 503 50301 with a
+/// Retry-After, within the three decisions' deadlines + 50 ms, and none reaches the
+/// upstream. Returns the slowest (ms).
+async fn billed_requests_refused(
+    client: &HttpClient,
+    addr: SocketAddr,
+    fake: &FakeUpstream,
+) -> f64 {
+    let calls = fake.stats().calls_for(&credential(BILLED));
+    let mut worst = 0f64;
+    for n in 0..20 {
+        let req = chat(addr, BILLED, false, &[("x-fake-latency-ms", 0)]);
+        let t = Instant::now();
+        let res = bounded(
+            STEP,
+            "a billed request with Redis down",
+            client.request(req),
+        )
+        .await
+        .expect("an answer");
+        let took = t.elapsed().as_secs_f64() * 1000.0;
+        worst = worst.max(took);
+        let status = res.status();
+        let retry_after = res.headers().get("retry-after").cloned();
+        let body = bounded(STEP, "body", res.into_body().collect())
+            .await
+            .expect("body")
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, 503, "billed request {n} with Redis down: {text}");
+        assert_eq!(gateway_code(&body), 50301, "{text}");
+        assert!(retry_after.is_some(), "503 without Retry-After: {text}");
+        assert!(
+            took <= (3 * DEADLINE_MS + 50) as f64,
+            "billed request {n} took {took:.1} ms with Redis down (slot, windows and billing \
+             decisions, each bounded by {DEADLINE_MS} ms)"
+        );
+    }
+    assert_eq!(
+        fake.stats().calls_for(&credential(BILLED)),
+        calls,
+        "a request refused by billing reached the upstream"
+    );
+    worst
+}
+
+/// p50, p99 and max of the added latency of `recs` (ms).
+fn latency_figures(recs: &[&Rec]) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = recs.iter().map(|r| added_ms(r)).collect();
+    let max = v.iter().copied().fold(f64::NAN, f64::max);
+    (quantile(&mut v, 0.5), quantile(&mut v, 0.99), max)
+}
+
+/// T5, D4: Redis SIGKILLed under load. With `[store] deadline = "20ms"` and slots and
+/// windows failing open (the defaults), requests keep being served while Redis is
+/// gone: every one answered 200, the 99th percentile of the latency the gateway adds
+/// (client time less the fake's 5 ms) within deadline + 50 ms (the slack of a loaded
+/// 2-core box; the maximum is printed). Redis restarted on the same port (empty: no
+/// persistence): decisions resume — a concurrency-1 key is refused again while held —
+/// within 1 s of Redis answering PING, and in-flight returns to 0 on both instances.
+///
+/// The two loaded instances keep money in their own memory (`Split`, as the `proxy`
+/// example does), so the load measures the policy layers. A third instance keeps its
+/// money in Redis too, with `billing_failure = "closed"` (the default, B5): while Redis
+/// is gone its billed requests are refused 503 50301 + Retry-After, within the
+/// deadlines, without reaching the upstream.
+#[test]
+fn t5_redis_killed_under_load_policy_layers_fail_open_within_deadline() {
+    serial(async {
+        let mut redis = RedisServer::start();
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake");
+        let text = config_text(&t5_head(), &T5_KEYS, "fake://");
+        let a = policy_instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = policy_instance(&text, &redis.url(), "gw-b", &fake).await;
+        let billed = instance(&text, &redis.url(), "gw-billed", &fake).await;
+        let addrs = [a.addr, b.addr];
+        let client = http_client();
+        let wall = Wall::new();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+
+        let ok = call(
+            &client,
+            billed.addr,
+            2,
+            BILLED,
+            Shape::plain(0),
+            wall,
+            &errors,
+        )
+        .await;
+        assert_eq!(
+            ok.status,
+            200,
+            "billed request with Redis up: {ok:?} {:?}",
+            errors.lock().unwrap()
+        );
+        // Redis decides before the fault.
+        let before = decisions_resume(&client, addrs, wall, &errors, Duration::from_secs(2)).await;
+        assert!(
+            before.is_some(),
+            "the probe key is not limited even with Redis up"
+        );
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = t5_load(&client, addrs, wall, &stop, &errors);
+        sleep(Duration::from_millis(1500)).await;
+
+        redis.kill();
+        let killed = Instant::now();
+        let worst_billed = billed_requests_refused(&client, billed.addr, &fake).await;
+        let rest = Duration::from_secs(2).saturating_sub(killed.elapsed());
+        sleep(rest).await;
+        let restarting = Instant::now();
+        redis.restart();
+        let up = Instant::now();
+        let resumed = decisions_resume(&client, addrs, wall, &errors, Duration::from_secs(3)).await;
+        sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut recs = Vec::new();
+        for t in load {
+            recs.append(
+                &mut bounded(STEP * 2, "a T5 client task", t)
+                    .await
+                    .expect("task"),
+            );
+        }
+
+        let errs = errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(errs.is_empty(), "requests without an answer: {errs:#?}");
+        let (up_before, down, after) = phases(&recs, wall.us(killed), wall.us(restarting));
+        let after: Vec<&Rec> = after
+            .into_iter()
+            .filter(|r| r.sent >= wall.us(up))
+            .collect();
+        assert!(
+            down.len() > 50,
+            "only {} requests while Redis was down",
+            down.len()
+        );
+        let refused: Vec<&&Rec> = down.iter().filter(|r| r.status != 200).collect();
+        assert!(
+            refused.is_empty(),
+            "{} of {} requests refused while Redis was down (slots and windows fail open): {:?}",
+            refused.len(),
+            down.len(),
+            refused.first()
+        );
+        let (p50, p99, max) = latency_figures(&down);
+        let (b50, b99, bmax) = latency_figures(&up_before);
+        let (a50, a99, amax) = latency_figures(&after);
+        eprintln!(
+            "T5 kill: added latency (ms) p50/p99/max — Redis up {b50:.1}/{b99:.1}/{bmax:.1} ({} requests), \
+             Redis killed {p50:.1}/{p99:.1}/{max:.1} ({} requests, all 200), after restart {a50:.1}/{a99:.1}/{amax:.1} ({} requests); \
+             load average {}",
+            up_before.len(),
+            down.len(),
+            after.len(),
+            load_average()
+        );
+        assert!(
+            p99 <= (DEADLINE_MS + 50) as f64,
+            "p99 added latency {p99:.1} ms with Redis killed > deadline {DEADLINE_MS} ms + 50 ms"
+        );
+        let resumed = resumed.expect("decisions did not resume within 3 s of Redis answering PING");
+        eprintln!(
+            "T5 kill: decisions resumed {:.0} ms after Redis answered PING again",
+            resumed.as_secs_f64() * 1000.0
+        );
+        assert!(
+            resumed <= Duration::from_secs(1),
+            "decisions resumed after {resumed:?}"
+        );
+        let drained = in_flight_returns_to_zero(
+            &client,
+            &[&a, &b],
+            T5_KEYS.len(),
+            &fake,
+            T5_LEASE_TTL + Duration::from_secs(2),
+        )
+        .await;
+        eprintln!(
+            "T5 kill: in-flight back to 0 {:.0} ms after the load ended; with money in Redis and \
+             billing_failure = closed, 20/20 billed requests refused 503 50301 while Redis was down \
+             (slowest {worst_billed:.1} ms)",
+            drained.as_secs_f64() * 1000.0
+        );
+    });
+}
+
+/// T5, D4: Redis frozen (SIGSTOP) under load: connections stay open and nothing is
+/// answered, so every store call runs into its deadline instead of failing fast. A
+/// request makes two decisions on Redis (slot, windows), so it may wait up to twice
+/// the deadline; the 99th percentile of the added latency stays within deadline +
+/// 50 ms all the same (slack of a loaded 2-core box), every request is answered 200,
+/// and after SIGCONT decisions resume within 1 s.
+#[test]
+fn t5_frozen_redis_costs_each_decision_at_most_its_deadline() {
+    serial(async {
+        let mut redis = RedisServer::start();
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake");
+        let text = config_text(&t5_head(), &T5_KEYS, "fake://");
+        let a = policy_instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = policy_instance(&text, &redis.url(), "gw-b", &fake).await;
+        let addrs = [a.addr, b.addr];
+        let client = http_client();
+        let wall = Wall::new();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = t5_load(&client, addrs, wall, &stop, &errors);
+        sleep(Duration::from_millis(1500)).await;
+        redis.freeze();
+        let frozen = Instant::now();
+        sleep(Duration::from_secs(2)).await;
+        let thawing = Instant::now();
+        redis.thaw();
+        let resumed = decisions_resume(&client, addrs, wall, &errors, Duration::from_secs(3)).await;
+        sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut recs = Vec::new();
+        for t in load {
+            recs.append(
+                &mut bounded(STEP * 2, "a T5 client task", t)
+                    .await
+                    .expect("task"),
+            );
+        }
+
+        let errs = errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(errs.is_empty(), "requests without an answer: {errs:#?}");
+        let (_, down, _) = phases(&recs, wall.us(frozen), wall.us(thawing));
+        assert!(
+            down.len() > 20,
+            "only {} requests while Redis was frozen",
+            down.len()
+        );
+        // Requests sent in the last deadline before SIGCONT may get their slot decision
+        // from the thawed Redis (and be refused by the leases of timed-out calls).
+        let decided_frozen = wall.us(thawing) - (DEADLINE_MS + 10) * 1000;
+        let refused: Vec<&&Rec> = down
+            .iter()
+            .filter(|r| r.sent < decided_frozen && r.status != 200)
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "{} requests refused while Redis was frozen (slots and windows fail open): {:?}",
+            refused.len(),
+            refused.first()
+        );
+        let (p50, p99, max) = latency_figures(&down);
+        eprintln!(
+            "T5 freeze: added latency (ms) with Redis frozen p50 {p50:.1}, p99 {p99:.1}, max {max:.1} \
+             ({} requests, all 200); load average {}",
+            down.len(),
+            load_average()
+        );
+        assert!(
+            p99 <= (DEADLINE_MS + 50) as f64,
+            "p99 added latency {p99:.1} ms with Redis frozen > deadline {DEADLINE_MS} ms + 50 ms"
+        );
+        let resumed = resumed.expect("decisions did not resume within 3 s of SIGCONT");
+        eprintln!(
+            "T5 freeze: decisions resumed {:.0} ms after SIGCONT",
+            resumed.as_secs_f64() * 1000.0
+        );
+        assert!(
+            resumed <= Duration::from_secs(1),
+            "decisions resumed after {resumed:?}"
+        );
+        let drained = in_flight_returns_to_zero(
+            &client,
+            &[&a, &b],
+            T5_KEYS.len(),
+            &fake,
+            T5_LEASE_TTL + Duration::from_secs(2),
+        )
+        .await;
+        eprintln!(
+            "T5 freeze: in-flight back to 0 {:.0} ms after the load ended",
+            drained.as_secs_f64() * 1000.0
+        );
+    });
+}
+
+/// **Bug reproduction** (ignored until fixed; T5 "in-flight counts return to 0", C3,
+/// D4). A slot acquire whose call times out on the client (the layer then fails open
+/// and holds no lease) may still run in Redis: queued behind a frozen server and
+/// answered after SIGCONT, or slowed past the deadline by the `NOSCRIPT` reload after a
+/// restart. The lease it creates belongs to nobody and is never released, so the key
+/// counts it in flight until the lease TTL — 600 s by default — and admits fewer
+/// requests meanwhile (a concurrency-4 key under load was seen at 3 of 4 phantom slots
+/// after a kill and restart). The lease id is chosen by the client (`<instance>:<n>`),
+/// so a timed-out acquire could be followed by a best-effort `ZREM` of that member on
+/// the same connection (executed after the late acquire).
+///
+/// Here: the T5 load, Redis frozen for 1 s, thawed, the load stopped; with the default
+/// lease TTL, in-flight should return to 0 within 2 s on both instances.
+#[test]
+#[ignore = "bug: a slot acquire that times out but still runs in Redis leaves a lease nobody releases until the lease TTL (600 s)"]
+fn t5_slot_acquires_that_time_out_leave_no_phantom_leases() {
+    serial(async {
+        let mut redis = RedisServer::start();
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake");
+        let head = format!("[store]\ndeadline = \"{DEADLINE_MS}ms\"\n");
+        let text = config_text(&head, &T5_KEYS, "fake://");
+        let a = policy_instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = policy_instance(&text, &redis.url(), "gw-b", &fake).await;
+        let client = http_client();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = t5_load(&client, [a.addr, b.addr], Wall::new(), &stop, &errors);
+        sleep(Duration::from_millis(1000)).await;
+        redis.freeze();
+        sleep(Duration::from_millis(1000)).await;
+        redis.thaw();
+        sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        for t in load {
+            let _ = bounded(STEP * 2, "a T5 client task", t).await;
+        }
+        in_flight_returns_to_zero(
+            &client,
+            &[&a, &b],
+            T5_KEYS.len(),
+            &fake,
+            Duration::from_secs(2),
+        )
+        .await;
+    });
+}
+
+// ------------------------------------------------------------------ T5: an instance dies
+
+/// The workspace root (this package lives in `<root>/tests`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned()
+}
+
+/// The newest modification time of the sources the example is built from (a bounded
+/// walk of `examples/` and every crate's `src/`, plus the manifests).
+fn newest_source() -> SystemTime {
+    fn walk(dir: &Path, depth: u32, budget: &mut u32, newest: &mut SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                if depth > 0
+                    && !e.file_name().to_string_lossy().starts_with('.')
+                    && e.file_name() != "target"
+                {
+                    walk(&path, depth - 1, budget, newest);
+                }
+            } else if path
+                .extension()
+                .is_some_and(|x| x == "rs" || x == "toml" || x == "lua" || x == "lock")
+                && let Ok(m) = meta.modified()
+            {
+                *newest = (*newest).max(m);
+            }
+        }
+    }
+    let root = root();
+    let mut newest = SystemTime::UNIX_EPOCH;
+    let mut budget = 20_000;
+    for f in ["Cargo.toml", "Cargo.lock"] {
+        if let Ok(m) = std::fs::metadata(root.join(f)).and_then(|m| m.modified()) {
+            newest = newest.max(m);
+        }
+    }
+    walk(&root.join("examples"), 2, &mut budget, &mut newest);
+    walk(&root.join("crates"), 7, &mut budget, &mut newest);
+    newest
+}
+
+/// `target/<profile>/examples/proxy`, next to this test's `target/<profile>/deps/`.
+/// When it is missing or older than the sources, it is built first with `cargo build
+/// -p tollgate-examples --example proxy` (same target directory and profile, bounded to
+/// 10 minutes), as `tests/readme_demo.rs` does.
+fn proxy_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("proxy{}", std::env::consts::EXE_SUFFIX));
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    if built.is_some_and(|t| t >= newest_source()) {
+        return bin;
+    }
+    let target_dir = profile_dir.parent().expect("target dir");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", "tollgate-examples", "--example", "proxy"])
+        .current_dir(root())
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stdin(Stdio::null());
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let mut child = cmd.spawn().expect("run cargo build");
+    for _ in 0..6000 {
+        match child.try_wait().expect("wait for cargo build") {
+            Some(status) => {
+                assert!(status.success(), "cargo build of the proxy example failed");
+                assert!(bin.exists(), "{} not built", bin.display());
+                return bin;
+            }
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("cargo build of the proxy example took over 10 minutes")
+}
+
+/// The `proxy` example as a separate process; killed (SIGKILL) on drop.
+struct ProxyProcess {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Starts `proxy --config <text in a temp file> --listen 127.0.0.1:<free> --store
+/// <url>` and waits (bounded) until `/healthz` answers.
+async fn start_proxy_process(text: &str, url: &str) -> ProxyProcess {
+    let bin = tokio::task::spawn_blocking(proxy_binary)
+        .await
+        .expect("the proxy example");
+    let dir = std::env::temp_dir();
+    let tag = format!("{}-{}", std::process::id(), free_port());
+    let config = dir.join(format!("tollgate-dist-{tag}.toml"));
+    std::fs::write(&config, text).expect("write the config");
+    let log = dir.join(format!("tollgate-dist-{tag}.log"));
+    let client = http_client();
+    for _attempt in 0..3 {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let child = tokio::process::Command::new(&bin)
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", &addr.to_string(), "--store", url])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(&log)
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let mut p = ProxyProcess {
+            child,
+            addr,
+            log: log.clone(),
+        };
+        for _ in 0..200 {
+            let req = hyper::Request::get(format!("http://{addr}/healthz"))
+                .body(Full::default())
+                .expect("request");
+            if let Ok(Ok(r)) = timeout(Duration::from_secs(1), client.request(req)).await
+                && r.status() == 200
+            {
+                let _ = std::fs::remove_file(&config);
+                return p;
+            }
+            if let Ok(Some(status)) = p.child.try_wait() {
+                eprintln!(
+                    "the proxy exited with {status}: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let _ = std::fs::remove_file(&config);
+    panic!("the proxy example did not answer /healthz within 10 s (3 attempts)")
+}
+
+/// A key with concurrency 2 and lease TTL 3 s, on channels at `fake` (`http://`).
+fn lease_config(fake: &FakeUpstream, concurrency: u32) -> String {
+    let keys = [KeySpec {
+        concurrency,
+        requests: &[(3600, 1_000_000)],
+        tokens: &[],
+    }];
+    config_text("[limits]\nlease_ttl = \"3s\"\n", &keys, &fake.base_url())
+}
+const TTL: Duration = Duration::from_secs(3);
+
+/// An open stream: its response head arrived; dropping it leaves mid-stream.
+struct Held {
+    status: u16,
+    body: Incoming,
+}
+
+/// Opens a long stream (`chunks` × `interval_ms`) for key 0 through `addr`.
+async fn hold(client: &HttpClient, addr: SocketAddr, chunks: u64, interval_ms: u64) -> Held {
+    let req = chat(
+        addr,
+        0,
+        true,
+        &[
+            ("x-fake-chunks", chunks),
+            ("x-fake-chunk-interval-ms", interval_ms),
+        ],
+    );
+    let res = bounded(STEP, "a stream's head", client.request(req))
+        .await
+        .expect("stream");
+    Held {
+        status: res.status().as_u16(),
+        body: res.into_body(),
+    }
+}
+
+/// One short request for key 0 through `addr`: (status, gateway code).
+async fn probe(client: &HttpClient, addr: SocketAddr) -> (u16, u32) {
+    let errors = Mutex::new(Vec::new());
+    let r = call(client, addr, 0, 0, Shape::plain(0), Wall::new(), &errors).await;
+    assert!(r.status != 0, "probe: {:?}", errors.lock().unwrap());
+    (r.status, r.code)
+}
+
+/// T5, C4, D5: a gateway *process* (the `proxy` example, on Redis, lease TTL 3 s,
+/// renewal every 1 s) holds both slots of a concurrency-2 key with two long streams and
+/// is SIGKILLed. Through a second instance (in-process, same Redis) the key is refused
+/// (42901) until its leases expire — at least TTL − one renewal period after the kill,
+/// allowing 0.5 s for timer lateness — and admitted within TTL + 1 s of the kill.
+#[test]
+fn t5_sigkilled_instance_slots_are_reclaimed_within_the_lease_ttl() {
+    serial(async {
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::start().await;
+        let text = lease_config(&fake, 2);
+        let mut p1 = start_proxy_process(&text, &redis.url()).await;
+        let g2 = instance(&text, &redis.url(), "gw-survivor", &fake).await;
+        let client = http_client();
+
+        let s1 = hold(&client, p1.addr, 200, 100).await;
+        let s2 = hold(&client, p1.addr, 200, 100).await;
+        assert_eq!((s1.status, s2.status), (200, 200), "the two streams");
+        let cred = credential(0);
+        let mut both = false;
+        for _ in 0..250 {
+            if fake.stats().in_flight_per_credential.get(&cred).copied() == Some(2) {
+                both = true;
+                break;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        assert!(both, "the two streams did not reach the upstream");
+        assert_eq!(
+            probe(&client, g2.addr).await,
+            (429, 42901),
+            "the key is full before the kill"
+        );
+        // Let at least one renewal happen (every TTL/3).
+        sleep(Duration::from_millis(1500)).await;
+
+        let killed = Instant::now();
+        p1.child.start_kill().expect("SIGKILL the proxy");
+        bounded(STEP, "the proxy to die", p1.child.wait())
+            .await
+            .expect("wait");
+        drop((s1, s2));
+
+        let mut last_refused = Duration::ZERO;
+        let mut admitted = None;
+        // Bounded: TTL + 3 s of polls every 50 ms.
+        for _ in 0..((TTL.as_millis() + 3000) / 50) {
+            let sent = killed.elapsed();
+            match probe(&client, g2.addr).await {
+                (429, 42901) => last_refused = sent,
+                (200, _) => {
+                    admitted = Some(killed.elapsed());
+                    break;
+                }
+                other => panic!("unexpected answer {other:?}"),
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+        let admitted = admitted.expect("the key was not admitted within TTL + 3 s of the kill");
+        eprintln!(
+            "T5 instance kill: key refused until {:.2} s after the SIGKILL, admitted {:.2} s after it (lease TTL {} s)",
+            last_refused.as_secs_f64(),
+            admitted.as_secs_f64(),
+            TTL.as_secs()
+        );
+        let earliest = TTL - TTL / 3 - Duration::from_millis(500);
+        assert!(
+            last_refused >= earliest,
+            "the dead instance's slots were freed {last_refused:?} after the kill, before TTL − renewal ({earliest:?})"
+        );
+        assert!(
+            admitted <= TTL + Duration::from_secs(1),
+            "admitted only {admitted:?} after the kill"
+        );
+        assert!(
+            fake.wait_idle(Duration::from_secs(5)).await,
+            "the upstream still has calls in flight"
+        );
+    });
+}
+
+/// C4, D5: a stream of ~3 × the lease TTL (30 chunks 300 ms apart, TTL 3 s) through
+/// one instance keeps its slot the whole time — the other instance refuses the
+/// concurrency-1 key (42901) throughout — because the lease is renewed while the body
+/// streams; once the stream ends the key is admitted again at once.
+#[test]
+fn c4_stream_longer_than_the_ttl_keeps_its_slot() {
+    serial(async {
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::start().await;
+        let text = lease_config(&fake, 1);
+        let a = instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = instance(&text, &redis.url(), "gw-b", &fake).await;
+        let client = http_client();
+
+        let started = Instant::now();
+        let mut s = hold(&client, a.addr, 30, 300).await;
+        assert_eq!(s.status, 200, "the stream");
+        let reader = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            for _ in 0..10_000 {
+                match bounded(STEP, "next frame of the long stream", s.body.frame()).await {
+                    Some(Ok(f)) => {
+                        if let Ok(d) = f.into_data() {
+                            bytes.extend_from_slice(&d);
+                        }
+                    }
+                    Some(Err(e)) => panic!("the long stream failed: {e}"),
+                    None => break,
+                }
+            }
+            (Instant::now(), String::from_utf8_lossy(&bytes).into_owned())
+        });
+        let mut probes = 0;
+        // Bounded: at most 15 s of probes every 250 ms.
+        for _ in 0..60 {
+            if reader.is_finished() {
+                break;
+            }
+            let (status, code) = probe(&client, b.addr).await;
+            if reader.is_finished() {
+                break;
+            }
+            probes += 1;
+            assert_eq!(
+                (status, code),
+                (429, 42901),
+                "probe {probes}, {:.1} s into the stream: the other instance admitted the key",
+                started.elapsed().as_secs_f64()
+            );
+            sleep(Duration::from_millis(250)).await;
+        }
+        let (ended, text) = bounded(Duration::from_secs(20), "the long stream", reader)
+            .await
+            .expect("reader");
+        let lasted = ended.duration_since(started);
+        assert!(
+            text.contains("[DONE]"),
+            "the stream did not end cleanly: {text}"
+        );
+        assert!(lasted >= TTL * 2, "the stream lasted only {lasted:?}");
+        let mut admitted = None;
+        for _ in 0..20 {
+            if probe(&client, b.addr).await.0 == 200 {
+                admitted = Some(ended.elapsed());
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+        let admitted = admitted.expect("the key was not admitted within 1 s of the stream's end");
+        eprintln!(
+            "C4: a {:.1} s stream (lease TTL {} s) kept its slot: {probes} probes through the other instance refused; \
+             admitted {:.0} ms after the stream ended",
+            lasted.as_secs_f64(),
+            TTL.as_secs(),
+            admitted.as_secs_f64() * 1000.0
+        );
+    });
+}
+
+// ------------------------------------------------------------------ D2
+
+/// A gateway stack over `store` whose layers run on `clock` — the only clock a layer
+/// reads (for subscription expiry) — with `/a` behind ErrorMapping → auth → slots →
+/// windows, and `/usage/{key}` rendering the store's view of a key as the proxy's
+/// `/usage` does (used, limit, `resets_at` per tier; in-flight).
+fn skewed_gateway(store: RedisStore, clock: ManualClock, keys: Keys) -> axum::Router {
+    use axum::extract::{Path as UrlPath, State};
+    let auth = keys.clone();
+    let stack = ServiceBuilder::new()
+        .layer(ErrorMappingLayer::new())
+        .layer(FilterLayer::new(move |req| auth.authenticate(req)))
+        .layer(ConcurrencySlotLayer::new(store.clone()).clock(clock.clone()))
+        .layer(AnchoredWindowLayer::new(store.clone()).clock(clock));
+    let usage =
+        axum::Router::new()
+            .route(
+                "/usage/{key}",
+                axum::routing::get(
+                    |State((store, keys)): State<(RedisStore, Keys)>,
+                     UrlPath(key): UrlPath<String>| async move {
+                        let subject = SubjectKey::from(key.as_str());
+                        let view = store
+                            .view(&subject, Scope::Key, &keys.policy(&key))
+                            .await
+                            .expect("view");
+                        let in_flight = store.in_flight(&subject).await.expect("in_flight");
+                        axum::Json(json!({
+                            "in_flight": in_flight,
+                            "limits": view.iter().map(|v| json!({
+                                "dimension": v.dimension.as_str(),
+                                "window_secs": v.tier.window_ms / 1000,
+                                "limit": v.tier.limit,
+                                "used": v.used,
+                                "resets_at": v.resets_at.map(|ms| ms.div_ceil(1000)),
+                            })).collect::<Vec<_>>(),
+                        }))
+                    },
+                ),
+            )
+            .with_state((store, keys));
+    axum::Router::new()
+        .route("/a", axum::routing::get(echo))
+        .layer(stack)
+        .merge(usage)
+}
+
+/// D2: two instances whose clocks disagree make the same decisions.
+///
+/// There is no process clock in the Redis path: every script reads the server's
+/// `TIME`. To show it, instance A's layers run on a clock an hour behind and instance
+/// B's on a clock a day ahead (`ManualClock`s; the layers' clock is only read for
+/// subscription expiry), each with its own `RedisStore`:
+///
+/// - windows: 8 requests alternating A, B, A, … for a key with 5 requests per minute:
+///   exactly the first 5 are admitted, the rest refused 42902 by whichever instance
+///   they reach, with Retry-After within 1 s of each other; both `/usage` views are
+///   identical — the same `used` and the same `resets_at`;
+/// - slots: a 60 s lease taken through A is counted by B (a lease expiry computed on
+///   B's clock, a day ahead, would have purged it).
+///
+/// A control shows the test would catch a store that used instance clocks: two stores
+/// deciding on their own clocks an hour apart (`RedisStoreOptions::manual_clock`, a
+/// test hook) admit the limit twice over, and purge each other's leases.
+///
+/// Not covered: subscription expiry *is* decided on each instance's own clock (a
+/// subscription ending between two instances' clocks is active on one and expired on
+/// the other), and so is `/usage`'s `active` flag; the proxy's `Gateway` has no hook
+/// to give its layers another clock, so this test builds the two stacks from the
+/// layers, with a `/usage` of its own.
+#[test]
+fn d2_instances_with_disagreeing_clocks_make_the_same_decisions() {
+    serial(async {
+        let redis = RedisServer::start();
+        let now_ms = Wall::new().us / 1000;
+        let policy = Policy::default()
+            .with_concurrency(1)
+            .with_requests(Tier::per_minute(5))
+            .with_tokens(Tier::per_minute(1_000));
+        let keys = Keys::new([("skew", policy.clone())]);
+        let store = |id: &str| {
+            RedisStoreOptions::default()
+                .deadline(Duration::from_secs(1))
+                .instance_id(id)
+        };
+        let sa = RedisStore::connect(&redis.url(), store("gw-behind"))
+            .await
+            .expect("connect");
+        let sb = RedisStore::connect(&redis.url(), store("gw-ahead"))
+            .await
+            .expect("connect");
+        let a = serve(skewed_gateway(
+            sa.clone(),
+            ManualClock::new(now_ms - 3_600_000),
+            keys.clone(),
+        ))
+        .await;
+        let b = serve(skewed_gateway(
+            sb.clone(),
+            ManualClock::new(now_ms + 86_400_000),
+            keys.clone(),
+        ))
+        .await;
+
+        let mut answers = Vec::new();
+        for n in 0..8 {
+            let addr = if n % 2 == 0 { a.addr } else { b.addr };
+            let r = fetch(addr, request("/a").bearer("skew").tokens(10).build()).await;
+            let code = if r.status == 200 { 200 } else { r.code() };
+            let retry: Option<u64> = r.header("retry-after").and_then(|v| v.parse().ok());
+            answers.push((n % 2, code, retry));
+        }
+        let codes: Vec<u64> = answers.iter().map(|a| a.1).collect();
+        assert_eq!(
+            codes,
+            [200, 200, 200, 200, 200, 42902, 42902, 42902],
+            "{answers:?}"
+        );
+        let retries: Vec<u64> = answers.iter().filter_map(|a| a.2).collect();
+        assert_eq!(
+            retries.len(),
+            3,
+            "every refusal has a Retry-After: {answers:?}"
+        );
+        let spread = retries.iter().max().unwrap() - retries.iter().min().unwrap();
+        assert!(
+            spread <= 1,
+            "Retry-After differs between the instances: {answers:?}"
+        );
+
+        let view = |addr: SocketAddr| async move {
+            fetch(addr, request("/usage/skew").build()).await.json()
+        };
+        let (va, vb) = (view(a.addr).await, view(b.addr).await);
+        assert_eq!(va, vb, "the two instances' usage views differ");
+        let requests = va["limits"]
+            .as_array()
+            .expect("limits")
+            .iter()
+            .find(|l| l["dimension"] == "requests")
+            .cloned()
+            .expect("a requests line");
+        assert_eq!(requests["used"], 5, "{va}");
+        let resets_at = requests["resets_at"].as_u64().expect("resets_at");
+        let wall_s = Wall::new().us / 1_000_000;
+        assert!(
+            (wall_s..=wall_s + 61).contains(&resets_at),
+            "resets_at {resets_at} is not within a minute of the server's time {wall_s}"
+        );
+
+        // Slots: a lease through A, counted through B.
+        let key = SubjectKey::from("skew-slots");
+        let lease = match sa.acquire(&key, 1, 60_000).await.expect("acquire") {
+            SlotDecision::Acquired(l) => l,
+            full => panic!("{full:?}"),
+        };
+        assert!(
+            matches!(
+                sb.acquire(&key, 1, 60_000).await.expect("acquire"),
+                SlotDecision::Full { in_flight: 1 }
+            ),
+            "B did not see A's lease"
+        );
+        sa.release(&key, lease).await.expect("release");
+
+        // Control: stores that decide on their own clocks, an hour apart, disagree.
+        let control = |id: &str, at: u64| {
+            RedisStoreOptions::default()
+                .prefix("control")
+                .deadline(Duration::from_secs(1))
+                .instance_id(id)
+                .manual_clock(ManualClock::new(at))
+        };
+        let ca = RedisStore::connect(&redis.url(), control("c-behind", now_ms - 3_600_000))
+            .await
+            .expect("connect");
+        let cb = RedisStore::connect(&redis.url(), control("c-ahead", now_ms))
+            .await
+            .expect("connect");
+        let p = Arc::new(policy);
+        let mut admitted = 0;
+        for n in 0..10 {
+            let s = if n < 5 { &ca } else { &cb };
+            let r = s
+                .admit(
+                    &SubjectKey::from("skew"),
+                    Scope::Key,
+                    &p,
+                    &Demand::tokens(10),
+                )
+                .await
+                .expect("admit");
+            if matches!(r, tollgate::core::Admission::Admitted(_)) {
+                admitted += 1;
+            }
+        }
+        assert_eq!(
+            admitted, 10,
+            "control: instance clocks an hour apart should have admitted the limit twice"
+        );
+        let _ = ca.acquire(&key, 1, 60_000).await.expect("acquire");
+        assert!(
+            matches!(
+                cb.acquire(&key, 1, 60_000).await.expect("acquire"),
+                SlotDecision::Acquired(_)
+            ),
+            "control: the instance an hour ahead should have purged the other's lease"
+        );
+        eprintln!(
+            "D2: clocks 1 h behind and 1 day ahead: 5/8 admitted, same usage view ({}), same resets_at ({resets_at}); \
+             control with instance clocks: 10/5 admitted",
+            requests
+        );
+    });
+}
