@@ -1374,7 +1374,6 @@ fn t5_frozen_redis_costs_each_decision_at_most_its_deadline() {
 /// Here: the T5 load, Redis frozen for 1 s, thawed, the load stopped; with the default
 /// lease TTL, in-flight should return to 0 within 2 s on both instances.
 #[test]
-#[ignore = "bug: a slot acquire that times out but still runs in Redis leaves a lease nobody releases until the lease TTL (600 s)"]
 fn t5_slot_acquires_that_time_out_leave_no_phantom_leases() {
     serial(async {
         let mut redis = RedisServer::start();

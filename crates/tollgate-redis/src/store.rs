@@ -54,6 +54,62 @@ struct Inner {
     connect_timeout: Duration,
     amount_ttl_ms: Millis,
     time: TimeSource,
+    breaker: Breaker,
+}
+
+/// Fail fast while Redis is known to be down (D4, T5): after a connection error, or
+/// after [`Breaker::TRIP_AFTER`] timeouts in a row, calls fail at once for
+/// [`Breaker::OPEN_FOR`] instead of each waiting out its deadline — a request crosses
+/// up to three layers, and each would otherwise pay the deadline again. When the
+/// period ends the next calls probe Redis; one success closes the breaker.
+#[derive(Debug)]
+struct Breaker {
+    origin: std::time::Instant,
+    /// Microseconds since `origin` until which calls fail fast.
+    open_until: AtomicU64,
+    consecutive: std::sync::atomic::AtomicU32,
+}
+
+impl Breaker {
+    const TRIP_AFTER: u32 = 3;
+    const OPEN_FOR: Duration = Duration::from_millis(200);
+
+    fn new() -> Self {
+        Self {
+            origin: std::time::Instant::now(),
+            open_until: AtomicU64::new(0),
+            consecutive: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+    /// `Some(error)` while open.
+    fn check(&self) -> Option<StoreError> {
+        (self.now_us() < self.open_until.load(Ordering::Relaxed)).then(|| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                "redis is down (failing fast until the next probe)",
+            )
+        })
+    }
+    fn record<T>(&self, r: &StoreResult<T>) {
+        match r {
+            Ok(_) => self.consecutive.store(0, Ordering::Relaxed),
+            Err(e) => {
+                let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+                let trip = match e.kind() {
+                    StoreErrorKind::Unavailable => true,
+                    StoreErrorKind::Timeout => n >= Self::TRIP_AFTER,
+                    StoreErrorKind::Protocol => false,
+                };
+                if trip {
+                    let until = self.now_us() + Self::OPEN_FOR.as_micros() as u64;
+                    self.open_until.fetch_max(until, Ordering::Relaxed);
+                }
+            }
+        }
+    }
 }
 
 /// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
@@ -214,6 +270,7 @@ impl RedisStore {
                 connect_timeout: options.connect_timeout,
                 amount_ttl_ms: tollgate_core::clock::millis(options.amount_ttl),
                 time: options.time,
+                breaker: Breaker::new(),
             }),
         })
     }
@@ -316,12 +373,18 @@ impl RedisStore {
         let deadline = Instant::now() + self.inner.deadline;
         let limit = self.inner.deadline;
         let mut conn = self.inner.conn.clone();
+        let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
-            match timeout_at(deadline, cmd.query_async::<R>(&mut conn)).await {
+            if let Some(e) = inner.breaker.check() {
+                return Err(e);
+            }
+            let r = match timeout_at(deadline, cmd.query_async::<R>(&mut conn)).await {
                 Err(_) => Err(timeout(limit)),
                 Ok(Err(e)) => Err(map_err(e)),
-                Ok(Ok(r)) => decode(r),
-            }
+                Ok(Ok(r)) => Ok(r),
+            };
+            inner.breaker.record(&r);
+            decode(r?)
         })
     }
 
@@ -341,6 +404,7 @@ impl RedisStore {
         let deadline = Instant::now() + self.inner.deadline;
         let limit = self.inner.deadline;
         let mut conn = self.inner.conn.clone();
+        let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
             let mut call = script.prepare_invoke();
             for k in &keys {
@@ -352,15 +416,24 @@ impl RedisStore {
             if let Some(b) = &blob {
                 call.arg(b.bytes());
             }
+            if let Some(e) = inner.breaker.check() {
+                return Err(e);
+            }
             // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
-            match timeout_at(deadline, call.invoke_async::<R>(&mut conn)).await {
+            let r = match timeout_at(deadline, call.invoke_async::<R>(&mut conn)).await {
                 Err(_) => Err(timeout(limit)),
                 Ok(Err(e)) => Err(map_err(e)),
-                Ok(Ok(r)) => decode(r),
-            }
+                Ok(Ok(r)) => Ok(r),
+            };
+            inner.breaker.record(&r);
+            decode(r?)
         })
     }
 }
+
+/// Retries of a failed release, and their spacing (about 5 s in all).
+const RELEASE_RETRIES: u32 = 20;
+const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(250);
 
 fn timeout(limit: Duration) -> StoreError {
     StoreError::new(
@@ -430,7 +503,7 @@ impl SlotStore for RedisStore {
             ttl.to_string(),
             self.member(id),
         ];
-        self.eval(
+        let decided = self.eval(
             &scripts().acquire,
             vec![self.slots_key(key)],
             args,
@@ -445,7 +518,32 @@ impl SlotStore for RedisStore {
                     format!("acquire: unexpected reply {r:?}"),
                 )),
             },
-        )
+        );
+        // A call that missed its deadline may still run in Redis later and take a
+        // lease nobody holds. The member name is known: remove it on the same
+        // (ordered) connection, off the caller's path, so such a lease does not count
+        // against the subject until its TTL.
+        let (slots, member, conn) = (
+            self.slots_key(key),
+            self.member(id),
+            self.inner.conn.clone(),
+        );
+        RedisStoreFuture::new(async move {
+            let r = decided.await;
+            if r.is_err() {
+                let mut conn = conn;
+                tokio::spawn(async move {
+                    let mut cmd = redis::cmd("ZREM");
+                    cmd.arg(slots).arg(member);
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        cmd.query_async::<i64>(&mut conn),
+                    )
+                    .await;
+                });
+            }
+            r
+        })
     }
 
     fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
@@ -460,18 +558,36 @@ impl SlotStore for RedisStore {
     }
 
     fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
-        // One ZREM: atomic by itself, needs no time and no script.
+        // One ZREM: atomic by itself, needs no time and no script. A release is never
+        // dropped for a passing outage: it does not wait on the breaker, and if it
+        // fails it is retried off the caller's path for a few seconds (the lease's TTL
+        // is the last resort).
         let deadline = Instant::now() + self.inner.deadline;
         let limit = self.inner.deadline;
         let mut conn = self.inner.conn.clone();
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(self.slots_key(key)).arg(self.member(lease));
         RedisStoreFuture::new(async move {
-            match timeout_at(deadline, cmd.query_async::<i64>(&mut conn)).await {
+            let r = match timeout_at(deadline, cmd.query_async::<i64>(&mut conn)).await {
                 Err(_) => Err(timeout(limit)),
                 Ok(Err(e)) => Err(map_err(e)),
                 Ok(Ok(_)) => Ok(()),
+            };
+            if r.is_err() {
+                tokio::spawn(async move {
+                    for _ in 0..RELEASE_RETRIES {
+                        tokio::time::sleep(RELEASE_RETRY_EVERY).await;
+                        let attempt = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            cmd.query_async::<i64>(&mut conn),
+                        );
+                        if matches!(attempt.await, Ok(Ok(_))) {
+                            return;
+                        }
+                    }
+                });
             }
+            r
         })
     }
 
