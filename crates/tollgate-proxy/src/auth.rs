@@ -1,4 +1,4 @@
-//! Identification: the client's API key → its [`Subject`] (SPEC E4, L6).
+//! Identification: the client's API key → its [`Subject`](tollgate_core::Subject) (SPEC E4, L6).
 
 use crate::config::KeyEntry;
 use http::{HeaderMap, Request, Uri};
