@@ -1998,3 +1998,68 @@ fn d2_instances_with_disagreeing_clocks_make_the_same_decisions() {
         );
     });
 }
+
+/// D4 `local` mode: with Redis down, each instance decides slots and windows in its
+/// own memory with every limit divided by `[store] instances`, so an outage degrades
+/// limits instead of removing them. Key 0: concurrency 4 and 10 requests per minute
+/// over 2 instances → 2 in flight and 5 requests per instance while Redis is down.
+#[test]
+fn d4_local_mode_keeps_per_instance_limits_while_redis_is_down() {
+    serial(async {
+        let mut redis = RedisServer::start();
+        let fake = FakeUpstream::start().await;
+        const KEYS: [KeySpec; 1] = [KeySpec {
+            concurrency: 4,
+            requests: &[(60, 10)],
+            tokens: &[],
+        }];
+        let head = "[store]\ndeadline = \"20ms\"\nslots_failure = \"local\"\nwindows_failure = \"local\"\ninstances = 2\nbilling_failure = \"open\"\n";
+        let text = config_text(head, &KEYS, "fake://");
+        let gw = instance_on(&text, &redis.url(), "gw-local", &fake, |r| Split {
+            limits: tollgate::core::store::fallback::LocalFallback::new(r.clone(), 2, true, true),
+            billing: r,
+        })
+        .await;
+        let client = http_client();
+        redis.kill();
+        // Concurrency: 3 slow requests at once → 2 admitted locally, 1 refused.
+        let slow = [("x-fake-latency-ms", 400)];
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (c, addr) = (client.clone(), gw.addr);
+            tasks.push(tokio::spawn(async move {
+                let res = tokio::time::timeout(STEP, c.request(chat(addr, 0, false, &slow)))
+                    .await
+                    .expect("bounded")
+                    .expect("answered");
+                let status = res.status().as_u16();
+                let body = res.into_body().collect().await.expect("body").to_bytes();
+                (status, gateway_code(&body))
+            }));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await.expect("task"));
+        }
+        got.sort();
+        assert_eq!(got, vec![(200, 0), (200, 0), (429, 42901)], "2 of 4 slots locally");
+        // Windows: 10 per minute over 2 instances → 5 here (2 already used above).
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            let res = tokio::time::timeout(STEP, client.request(chat(gw.addr, 0, false, &[])))
+                .await
+                .expect("bounded")
+                .expect("answered");
+            let status = res.status().as_u16();
+            let body = res.into_body().collect().await.expect("body").to_bytes();
+            statuses.push((status, gateway_code(&body)));
+        }
+        assert_eq!(
+            statuses,
+            vec![(200, 0), (200, 0), (200, 0), (429, 42902), (429, 42902)],
+            "5 requests a minute locally: 2 + 3 admitted, then 42902"
+        );
+        eprintln!("D4 local: with Redis down, 2/4 slots and 5/10 requests per minute on this instance");
+    });
+}
