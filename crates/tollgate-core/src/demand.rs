@@ -123,9 +123,15 @@ impl UsageRecorder {
     pub fn record_partial(&self, usage: Usage) {
         self.with(|r| r.report = Some(UsageReport::Partial(usage)));
     }
-    /// The outcome is unknown: keep everything reserved.
+    /// The outcome is unknown: keep everything reserved. Call it just before the
+    /// request leaves for the provider, so a request dropped from then on is never
+    /// taken for one that was not sent.
     pub fn mark_unknown(&self) {
         self.with(|r| r.report = Some(UsageReport::Unknown));
+    }
+    /// Nothing reached the provider after all (a refused connection): forget any mark.
+    pub fn clear(&self) {
+        self.with(|r| r.report = None);
     }
     /// Names the channel that served the request (for usage records).
     pub fn set_channel(&self, channel: Arc<str>) {

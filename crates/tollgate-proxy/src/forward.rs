@@ -65,8 +65,11 @@ fn upstream_failed(why: &str) -> BoxError {
 
 /// Headers a client must not pass to a provider: its own credentials, hop-by-hop
 /// headers, and what the client library recomputes.
-const STRIP: [HeaderName; 10] = [
+const STRIP: [HeaderName; 11] = [
     header::AUTHORIZATION,
+    // The answer is read for its usage on the way through: ask for it uncompressed
+    // (a compressed body would leave every SDK request unsettled).
+    header::ACCEPT_ENCODING,
     HeaderName::from_static("x-api-key"),
     HeaderName::from_static("x-goog-api-key"),
     header::HOST,
@@ -174,6 +177,8 @@ impl Service<Request<Full<Bytes>>> for Forward {
             *up.headers_mut() = headers;
             if let Some(r) = &recorder {
                 r.set_channel(route.name.clone());
+                // From here on the provider may see the request (B4).
+                r.mark_unknown();
             }
             let res = match tokio::time::timeout(catalog.upstream_timeout, client.request(up)).await
             {
@@ -181,19 +186,16 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 Ok(Err(e)) => {
                     tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
                     // A refused connection never reached the provider; anything later
-                    // may have (B4).
-                    if !e.is_connect() {
+                    // may have (B4) and stays unknown.
+                    if e.is_connect() {
                         if let Some(r) = &recorder {
-                            r.mark_unknown();
+                            r.clear();
                         }
                     }
                     return Err(upstream_failed("connection"));
                 }
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
-                    if let Some(r) = &recorder {
-                        r.mark_unknown();
-                    }
                     return Err(upstream_failed("timeout"));
                 }
             };
@@ -205,7 +207,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 rparts.headers.insert("x-upstream-request-id", theirs);
             }
             let success = rparts.status.is_success();
-            let body = ForwardBody {
+            let mut body = ForwardBody {
                 inner: incoming,
                 watch: recorder.map(|recorder| Watch {
                     // A provider error answer is not billed and uses no tokens.
@@ -215,6 +217,13 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     done: false,
                 }),
             };
+            // An empty answer is over before anyone polls it, and the layers outside
+            // release at once: record now.
+            if body.inner.is_end_stream() {
+                if let Some(w) = body.watch.as_mut() {
+                    w.record(true);
+                }
+            }
             Ok(Response::from_parts(rparts, body))
         })
     }

@@ -249,3 +249,28 @@ async fn b6_usage_log_has_one_line_per_attempt() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("sk-rich"), "no secret in the usage log");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b2_answers_are_asked_for_uncompressed_so_usage_can_be_read() {
+    let p = Proxy::start(KEYS).await;
+    let r = send(
+        p.addr,
+        &ask(Dialect::OpenAi, "sk-rich", false).header("accept-encoding", "gzip, deflate, br"),
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    let stats = p.fake.stats();
+    let seen = &stats
+        .recent_requests
+        .last()
+        .expect("one upstream call")
+        .headers;
+    assert!(seen.get("accept-encoding").is_none(), "{seen:?}");
+    let ok = eventually(WAIT, || async {
+        let v = usage(p.addr, "sk-rich").await;
+        money(&v)["key_spent"].as_i64().is_some_and(|m| m > 0)
+            && money(&v)["key_pending_reconciliation"] == 0
+    })
+    .await;
+    assert!(ok, "settled from the usage it could read");
+}

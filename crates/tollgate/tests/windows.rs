@@ -610,3 +610,69 @@ async fn no_policy_passes_and_no_subject_is_40101() {
     let e = svc.oneshot(Request::new(())).await.unwrap_err();
     assert_eq!(rejection(&e).http_status(), 401);
 }
+
+#[tokio::test(start_paused = true)]
+async fn l3_request_dropped_before_any_answer_with_nothing_sent_consumes_nothing() {
+    let st = store();
+    let p = Policy::default()
+        .with_requests(Tier::per_minute(5))
+        .with_tokens(Tier::per_minute(1000))
+        .with_amount_cap(1000);
+    let s = subject("k", p.clone());
+    let before = st.view_now(&"k".into(), Scope::Key, &p);
+    // The inner service never answers (a request waiting in a queue further in).
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st))
+        .service_fn(|_r: Request<()>| async {
+            std::future::pending::<()>().await;
+            ok_response()
+        });
+    let fut = tokio::spawn(svc.oneshot(req(
+        &s,
+        Some(Demand {
+            tokens: 100,
+            money: 50,
+            ..Demand::default()
+        }),
+    )));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_ne!(
+        st.view_now(&"k".into(), Scope::Key, &p),
+        before,
+        "reserved while waiting"
+    );
+    fut.abort();
+    let _ = fut.await;
+    assert_eq!(
+        st.view_now(&"k".into(), Scope::Key, &p),
+        before,
+        "the client left: refunded"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn b4_request_dropped_after_it_was_sent_is_counted() {
+    let st = store();
+    let p = Policy::default().with_requests(Tier::per_minute(5));
+    let s = subject("k", p.clone());
+    // The inner service marks the request as sent, then never answers.
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st))
+        .service_fn(|r: Request<()>| {
+            let rec = r.extensions().get::<UsageRecorder>().cloned().unwrap();
+            async move {
+                rec.mark_unknown();
+                std::future::pending::<()>().await;
+                ok_response()
+            }
+        });
+    let fut = tokio::spawn(svc.oneshot(req(&s, None)));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    fut.abort();
+    let _ = fut.await;
+    assert_eq!(
+        used(&st, "k", Scope::Key, &p, Dimension::Requests, 60_000),
+        1,
+        "it may have reached the provider"
+    );
+}

@@ -134,6 +134,7 @@ impl<St: BillingStore> Settlement<St> {
         BillingGuard {
             s: self,
             refund: false,
+            answered: false,
         }
     }
 }
@@ -142,6 +143,8 @@ impl<St: BillingStore> Settlement<St> {
 pub struct BillingGuard<St: BillingStore> {
     s: Settlement<St>,
     pub(crate) refund: bool,
+    /// The inner service answered (a response head exists).
+    pub(crate) answered: bool,
 }
 
 impl<St: BillingStore> BillingGuard<St> {
@@ -155,7 +158,10 @@ impl<St: BillingStore> Hold for BillingGuard<St> {}
 
 impl<St: BillingStore> Drop for BillingGuard<St> {
     fn drop(&mut self) {
-        let (outcome, usage) = if self.refund {
+        // Dropped before any answer and with nothing recorded: the request never left
+        // (a client that gave up while queued), so it costs nothing.
+        let never_sent = !self.answered && self.s.recorder.report().is_none();
+        let (outcome, usage) = if self.refund || never_sent {
             (BillingOutcome::Refund, None)
         } else {
             match self.s.recorder.report() {

@@ -96,6 +96,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
                     ticket,
                     recorder: self.recorder.clone(),
                     refund: false,
+                    answered: false,
                 });
             }
             Ok(Admission::Exceeded(ex)) => ex,

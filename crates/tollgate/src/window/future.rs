@@ -138,7 +138,12 @@ where
                     let res = ready!(fut.poll(cx)).map_err(Into::into);
                     let mut guard = guard.take();
                     return Poll::Ready(match res {
-                        Ok(r) => Ok(r.map(|b| HoldBody::holding(b, guard))),
+                        Ok(r) => {
+                            if let Some(g) = guard.as_mut() {
+                                g.answered = true;
+                            }
+                            Ok(r.map(|b| HoldBody::holding(b, guard)))
+                        }
                         Err(e) => {
                             // L5: refused further in → this request consumed nothing,
                             // unless it may have reached the provider (B4).

@@ -65,6 +65,8 @@ pub struct WindowGuard<St: WindowStore> {
     ticket: WindowTicket,
     recorder: UsageRecorder,
     refund: bool,
+    /// The inner service answered (a response head exists).
+    answered: bool,
 }
 
 impl<St: WindowStore> WindowGuard<St> {
@@ -78,7 +80,10 @@ impl<St: WindowStore> Hold for WindowGuard<St> {}
 
 impl<St: WindowStore> Drop for WindowGuard<St> {
     fn drop(&mut self) {
-        let outcome = if self.refund {
+        // Dropped before any answer and with nothing recorded: the request never left
+        // (a client that gave up while queued), so it consumed nothing.
+        let never_sent = !self.answered && self.recorder.report().is_none();
+        let outcome = if self.refund || never_sent {
             Outcome::Refund
         } else {
             Outcome::Completed(self.recorder.get())
