@@ -431,6 +431,33 @@ impl RedisStore {
     }
 }
 
+/// Removes a lease whose acquisition was not seen through (see `acquire`).
+struct LateLease {
+    armed: bool,
+    slots: String,
+    member: String,
+    conn: ConnectionManager,
+}
+
+impl Drop for LateLease {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(std::mem::take(&mut self.slots))
+            .arg(std::mem::take(&mut self.member));
+        let mut conn = self.conn.clone();
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), cmd.query_async::<i64>(&mut conn))
+                .await;
+        });
+    }
+}
+
 /// Retries of a failed release, and their spacing (about 5 s in all).
 const RELEASE_RETRIES: u32 = 20;
 const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(250);
@@ -519,29 +546,21 @@ impl SlotStore for RedisStore {
                 )),
             },
         );
-        // A call that missed its deadline may still run in Redis later and take a
-        // lease nobody holds. The member name is known: remove it on the same
-        // (ordered) connection, off the caller's path, so such a lease does not count
-        // against the subject until its TTL.
-        let (slots, member, conn) = (
-            self.slots_key(key),
-            self.member(id),
-            self.inner.conn.clone(),
-        );
+        // A call that missed its deadline, or whose caller went away before the
+        // answer, may still run in Redis and take a lease nobody holds. The member
+        // name is known: remove it on the same (ordered) connection, off the caller's
+        // path, so such a lease does not count against the subject until its TTL.
+        let cleanup = LateLease {
+            armed: true,
+            slots: self.slots_key(key),
+            member: self.member(id),
+            conn: self.inner.conn.clone(),
+        };
         RedisStoreFuture::new(async move {
+            // Owned by the future: dropped with it, armed until the answer is in.
+            let mut cleanup = cleanup;
             let r = decided.await;
-            if r.is_err() {
-                let mut conn = conn;
-                tokio::spawn(async move {
-                    let mut cmd = redis::cmd("ZREM");
-                    cmd.arg(slots).arg(member);
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(5),
-                        cmd.query_async::<i64>(&mut conn),
-                    )
-                    .await;
-                });
-            }
+            cleanup.armed = r.is_err();
             r
         })
     }

@@ -271,3 +271,32 @@ async fn d4_lazy_store_starts_before_redis() {
         "decisions started after {took:?}"
     );
 }
+
+/// L3 / D5: an acquire whose caller goes away before Redis answered (a client that
+/// disconnected mid-decision, here while Redis is frozen) leaves no lease behind once
+/// Redis runs the late script: the store removes the member it named.
+#[tokio::test]
+async fn l3_abandoned_acquire_leaves_no_lease() {
+    let server = RedisServer::start();
+    let opts = RedisStoreOptions::default().deadline(Duration::from_secs(5));
+    let s = RedisStore::connect(&server.url(), opts).await.unwrap();
+    let key = SubjectKey::from("abandoned");
+    server.stop();
+    let pending = s.acquire(&key, 1, 60_000);
+    // Let the command reach the (frozen) server, then give up on it.
+    let _ = tokio::time::timeout(Duration::from_millis(50), pending).await;
+    server.cont();
+    let mut last = u32::MAX;
+    for _ in 0..50 {
+        last = s.in_flight(&key).await.unwrap();
+        if last == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(last, 0, "the late lease was removed");
+    assert!(matches!(
+        s.acquire(&key, 1, 60_000).await.unwrap(),
+        SlotDecision::Acquired(_)
+    ));
+}

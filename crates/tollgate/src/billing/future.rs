@@ -3,21 +3,39 @@ use super::service::decide;
 use super::{BillingGuard, Settlement};
 use crate::BoxError;
 use crate::body::HoldBody;
+use crate::spawn::{Discard, detach};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use tollgate_core::{BillingDecision, BillingStore, Rejection};
+use tollgate_core::{BillingDecision, BillingOutcome, BillingStore, Rejection};
 use tower_service::Service;
 
 /// A request whose billing decision is not in yet.
-pub(crate) struct Deferred<S, ReqB, St, C> {
+pub(crate) struct Deferred<S, ReqB, St: BillingStore, C> {
     pub(crate) req: Option<Request<ReqB>>,
     pub(crate) svc: S,
     pub(crate) settlement: Option<Settlement<St>>,
     pub(crate) shared: Arc<Shared<St, C>>,
+}
+
+impl<S, ReqB, St: BillingStore, C> Drop for Deferred<S, ReqB, St, C> {
+    fn drop(&mut self) {
+        // Dropped while the store's answer was still out (a client gone mid-decision):
+        // the store may have reserved; a refund of the attempt undoes it, and changes
+        // nothing if it had not.
+        if let Some(s) = self.settlement.take() {
+            detach(
+                Discard(
+                    s.store
+                        .settle_attempt(&s.template.attempt, BillingOutcome::Refund),
+                ),
+                "refund of an abandoned billing decision",
+            );
+        }
+    }
 }
 
 pin_project! {
@@ -109,7 +127,12 @@ where
                                 guard: admitted.then(|| settlement.admitted()),
                             }
                         }
-                        Err(r) => State::Rejected { rejection: Some(r) },
+                        Err(r) => {
+                            // Decided: nothing to undo (a store error has sent its own
+                            // refund).
+                            d.settlement.take();
+                            State::Rejected { rejection: Some(r) }
+                        }
                     }
                 }
                 StateProj::Called { fut, guard } => {
