@@ -166,6 +166,12 @@ struct Attempt {
 /// recognised and ignored.
 pub const ATTEMPT_MEMORY_MS: Millis = 24 * 3600 * 1000;
 
+/// Most finished attempts the in-memory ledger remembers: past it the oldest are
+/// forgotten first, so memory stays bounded however busy the day (a duplicate
+/// settlement of a forgotten attempt is then ignored as unknown, which is what an
+/// idempotent settlement must do anyway).
+pub const MAX_FINISHED_ATTEMPTS: usize = 250_000;
+
 /// The books: balances, key spend, budgets, attempts.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -328,7 +334,8 @@ impl Ledger {
 
     fn forget_old(&mut self, now: Millis) {
         while let Some((at, _)) = self.finished.front() {
-            if at.saturating_add(ATTEMPT_MEMORY_MS) > now {
+            let expired = at.saturating_add(ATTEMPT_MEMORY_MS) <= now;
+            if !expired && self.finished.len() <= MAX_FINISHED_ATTEMPTS {
                 break;
             }
             let (_, id) = self.finished.pop_front().expect("front exists");
@@ -570,6 +577,27 @@ mod tests {
         assert_eq!(
             l.account(Some("acme"), &"k".into(), &[], 0).balance,
             Some(0)
+        );
+    }
+
+    #[test]
+    fn finished_attempts_memory_is_bounded() {
+        let mut l = Ledger::default();
+        l.seed_balance("acme", Money::MAX / 2);
+        for i in 0..MAX_FINISHED_ATTEMPTS + 10 {
+            let id = format!("a{i}");
+            l.admit(&req(&id, 1), 0);
+            l.settle(&id, BillingOutcome::Settled(1), 0);
+        }
+        assert!(
+            l.attempts.len() <= MAX_FINISHED_ATTEMPTS + 1,
+            "{}",
+            l.attempts.len()
+        );
+        assert!(l.attempt("a0").is_none(), "the oldest went first");
+        assert!(
+            l.attempt(&format!("a{}", MAX_FINISHED_ATTEMPTS + 9))
+                .is_some()
         );
     }
 

@@ -547,6 +547,45 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         })
     };
 
+    let too_long = Duration::from_secs(24 * 3600);
+    let checks: [(&str, bool, &str); 5] = [
+        (
+            "lease_ttl",
+            raw.limits.lease_ttl.0 < Duration::from_secs(1),
+            "limits.lease_ttl must be at least 1s",
+        ),
+        (
+            "max_wait",
+            raw.queue.max_wait.0 > too_long,
+            "queue.max_wait must be at most 24h",
+        ),
+        (
+            "slot_max_wait",
+            raw.limits.slot_max_wait.0 > too_long,
+            "limits.slot_max_wait must be at most 24h",
+        ),
+        (
+            "rolling_max_wait",
+            raw.limits.rolling_max_wait.0 > too_long,
+            "limits.rolling_max_wait must be at most 24h",
+        ),
+        (
+            "deadline",
+            raw.store.deadline.0.is_zero() || raw.store.deadline.0 > Duration::from_secs(60),
+            "store.deadline must be between 1ms and 60s",
+        ),
+    ];
+    for (key, bad, reason) in checks {
+        if bad {
+            return Err(err(find_key(text, key), reason.into()));
+        }
+    }
+    if raw.queue.default_deadline.is_some_and(|d| d.0 > too_long) {
+        return Err(err(
+            find_key(text, "default_deadline"),
+            "queue.default_deadline must be at most 24h".into(),
+        ));
+    }
     if raw.store.billing_failure == FailureModeConfig::Local {
         return Err(err(
             find_key(text, "billing_failure"),
@@ -836,6 +875,18 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         .unwrap_err();
         assert!(e.reason.contains("TOLLGATE_TEST_SURELY_UNSET"), "{e}");
         assert_eq!(e.line, Some(16));
+    }
+
+    #[test]
+    fn p3_values_that_would_break_limits_are_refused() {
+        let e = Config::parse(&format!("[limits]\nlease_ttl = \"0s\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("lease_ttl"), "{e}");
+        assert_eq!(e.line, Some(2));
+        let e = Config::parse(&format!("[queue]\nmax_wait = \"1000000h\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("max_wait"), "{e}");
+        let e =
+            Config::parse(&format!("[store]\nbilling_failure = \"local\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("billing_failure"), "{e}");
     }
 
     #[test]

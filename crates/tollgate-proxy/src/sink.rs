@@ -1,26 +1,45 @@
 //! The proxy's usage sink: one JSON object per line, appended to a file (B6).
 
 use serde_json::json;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use tollgate::UsageRecord;
 use tollgate::core::AttemptState;
 
-/// Appends every usage record to a JSON-lines file, flushed per record so a crash
-/// loses nothing already settled.
+/// Appends every usage record to a JSON-lines file. Records go through a bounded
+/// channel to a writer thread that flushes after every batch, so no file I/O happens on
+/// a request's path; if the writer falls behind by more than the channel holds, the
+/// record is logged as lost (never silently).
 pub struct JsonLines {
-    file: Mutex<BufWriter<File>>,
+    tx: SyncSender<String>,
 }
 
+/// Records the writer may fall behind by.
+const BACKLOG: usize = 65_536;
+
 impl JsonLines {
-    /// Opens (creates, appends to) `path`.
+    /// Opens (creates, appends to) `path` and starts its writer thread.
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let f = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Self {
-            file: Mutex::new(BufWriter::new(f)),
-        })
+        let (tx, rx) = sync_channel::<String>(BACKLOG);
+        std::thread::Builder::new()
+            .name("tollgate-usage-log".into())
+            .spawn(move || {
+                let mut w = BufWriter::new(f);
+                while let Ok(line) = rx.recv() {
+                    let mut r = writeln!(w, "{line}");
+                    // Drain what is queued, then flush once for the batch.
+                    while let Ok(line) = rx.try_recv() {
+                        r = r.and_then(|()| writeln!(w, "{line}"));
+                    }
+                    if let Err(e) = r.and_then(|()| w.flush()) {
+                        tracing::error!(error = %e, "usage log write failed");
+                    }
+                }
+            })?;
+        Ok(Self { tx })
     }
 }
 
@@ -55,9 +74,11 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
 impl tollgate::UsageSink for JsonLines {
     fn record(&self, record: UsageRecord) {
         let line = record_json(&record).to_string();
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = writeln!(f, "{line}").and_then(|()| f.flush()) {
-            tracing::error!(error = %e, attempt = %record.attempt, "usage record not written");
+        match self.tx.try_send(line) {
+            Ok(()) => {}
+            Err(TrySendError::Full(line)) | Err(TrySendError::Disconnected(line)) => {
+                tracing::error!(attempt = %record.attempt, record = %line, "usage record not written: log writer behind");
+            }
         }
     }
 }
