@@ -36,6 +36,8 @@ pub struct Catalog {
     pub max_body_bytes: usize,
     /// Upstream response-head timeout.
     pub upstream_timeout: Duration,
+    /// Longest silence of an upstream body.
+    pub upstream_idle_timeout: Duration,
 }
 
 /// Default max output when neither the request nor the model names one.
@@ -61,6 +63,7 @@ impl Catalog {
             next: AtomicUsize::new(0),
             max_body_bytes: config.raw.server.max_body_bytes,
             upstream_timeout: config.raw.server.upstream_timeout.0,
+            upstream_idle_timeout: config.raw.server.upstream_idle_timeout.0,
         })
     }
 

@@ -348,6 +348,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Upstream response-head timeout.
     pub upstream_timeout: Span,
+    /// Longest silence of an upstream answer's body before it is cut (the attempt's
+    /// outcome becomes unknown).
+    pub upstream_idle_timeout: Span,
     /// JSON-lines file every settled or pending attempt is appended to (B6).
     pub usage_log: Option<PathBuf>,
 }
@@ -358,6 +361,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 4 << 20,
             upstream_timeout: Span(Duration::from_secs(600)),
+            upstream_idle_timeout: Span(Duration::from_secs(300)),
             usage_log: None,
         }
     }

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tollgate::BoxError;
 use tollgate_core::{Dialect, GatewayCode, LayerKind, Price, Rejection, Usage, UsageRecorder};
 use tollgate_dialects::UsageWatcher;
@@ -207,8 +208,11 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 rparts.headers.insert("x-upstream-request-id", theirs);
             }
             let success = rparts.status.is_success();
+            let idle = catalog.upstream_idle_timeout;
             let mut body = ForwardBody {
                 inner: incoming,
+                idle,
+                silence: tokio::time::sleep(idle),
                 watch: recorder.map(|recorder| Watch {
                     // A provider error answer is not billed and uses no tokens.
                     watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
@@ -282,24 +286,55 @@ impl Drop for Watch {
 pin_project! {
     /// The upstream's response body, passed through frame by frame (backpressure is
     /// the client's), watched for usage which is recorded before the end is yielded.
+    ///
+    /// An upstream that sends nothing for `idle` ends the body with an error (the
+    /// attempt's outcome becomes unknown): a stalled provider connection must not hold
+    /// a slot, a capacity lease and a money reservation forever.
     pub struct ForwardBody {
         #[pin]
         inner: hyper::body::Incoming,
         watch: Option<Watch>,
+        idle: Duration,
+        #[pin]
+        silence: tokio::time::Sleep,
     }
 }
 
+/// The upstream sent nothing for too long.
+#[derive(Debug)]
+pub struct UpstreamIdle(Duration);
+
+impl std::fmt::Display for UpstreamIdle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "upstream sent nothing for {} ms", self.0.as_millis())
+    }
+}
+
+impl std::error::Error for UpstreamIdle {}
+
 impl Body for ForwardBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.project();
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
         let mut inner = this.inner;
-        let res = std::task::ready!(inner.as_mut().poll_frame(cx));
+        let Poll::Ready(res) = inner.as_mut().poll_frame(cx) else {
+            if this.silence.as_mut().poll(cx).is_ready() {
+                if let Some(w) = this.watch.as_mut() {
+                    w.record(false);
+                }
+                return Poll::Ready(Some(Err(Box::new(UpstreamIdle(*this.idle)))));
+            }
+            return Poll::Pending;
+        };
+        this.silence
+            .as_mut()
+            .reset(tokio::time::Instant::now() + *this.idle);
+        let res = res.map(|r| r.map_err(BoxError::from));
         if let Some(w) = this.watch.as_mut() {
             match &res {
                 Some(Ok(frame)) => {

@@ -274,3 +274,33 @@ async fn b2_answers_are_asked_for_uncompressed_so_usage_can_be_read() {
     .await;
     assert!(ok, "settled from the usage it could read");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b4_a_stalled_upstream_stream_is_cut_and_left_pending() {
+    let toml = format!("[server]\nupstream_idle_timeout = \"300ms\"\n{KEYS}");
+    let p = Proxy::start(&toml).await;
+    let req = ask(Dialect::OpenAi, "sk-rich", true).header("x-fake-chunk-interval-ms", 3000);
+    let mut o = open(p.addr, &req).await;
+    let started = std::time::Instant::now();
+    let _first = o.next_data().await;
+    // The next chunk would come in 3 s; the gateway gives up after 300 ms of silence
+    // and the client's body ends with an error (the test helper panics on it, inside
+    // its own task).
+    let reader = tokio::spawn(async move { o.frames().await });
+    let cut = bounded(WAIT, "the cut stream", reader).await;
+    assert!(cut.is_err(), "the stream ends in an error, not a clean end");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let ok = eventually(WAIT, || async {
+        let v = usage(p.addr, "sk-rich").await;
+        in_flight(&v) == 0
+            && money(&v)["key_pending_reconciliation"]
+                .as_i64()
+                .is_some_and(|m| m > 0)
+    })
+    .await;
+    assert!(ok, "the slot is free and the attempt awaits reconciliation");
+}
