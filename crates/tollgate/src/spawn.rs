@@ -30,10 +30,10 @@ where
 }
 
 /// Maps a store future's output to `()` so it can be detached.
-#[cfg(any(feature = "slots", feature = "billing"))]
+#[cfg(feature = "billing")]
 pub(crate) struct Discard<F>(pub(crate) F);
 
-#[cfg(any(feature = "slots", feature = "billing"))]
+#[cfg(feature = "billing")]
 impl<F, T> Future for Discard<F>
 where
     F: Future<Output = StoreResult<T>> + Unpin,
@@ -52,5 +52,62 @@ pub(crate) fn poll_now<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
     match Pin::new(fut).poll(&mut cx) {
         Poll::Ready(v) => Some(v),
         Poll::Pending => None,
+    }
+}
+
+/// Renews a lease every `every` from a task of its own, started the first time the
+/// request is seen waiting and stopped when the holder drops. Independent of whether
+/// anyone polls the response: a slow reader (hyper stops polling a body whose socket
+/// buffer is full) must not lose a lease it still uses.
+#[cfg(any(feature = "slots", feature = "capacity"))]
+#[derive(Debug, Default)]
+pub(crate) struct Renewer {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+#[cfg(any(feature = "slots", feature = "capacity"))]
+impl Renewer {
+    /// Starts the renewal loop unless it runs already (or there is no runtime: the
+    /// lease then lives its TTL and heals).
+    pub(crate) fn start_once<R, F>(
+        &mut self,
+        every: std::time::Duration,
+        what: &'static str,
+        renew: R,
+    ) where
+        R: Fn() -> F + Send + 'static,
+        F: Future<Output = StoreResult<bool>> + Send + 'static,
+    {
+        if self.task.is_some() || every.is_zero() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.task = Some(rt.spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tick.tick().await;
+                match renew().await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            "{what}: the lease had already expired; it no longer counts"
+                        );
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "{what} failed"),
+                }
+            }
+        }));
+    }
+}
+
+#[cfg(any(feature = "slots", feature = "capacity"))]
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
     }
 }

@@ -352,3 +352,29 @@ async fn d4_failure_modes_open_and_closed() {
     assert_eq!(rejection(&e).retry_after_secs(), Some(1));
     assert_eq!(closed.failure_stats().failed_closed, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn c4_lease_renewed_while_a_slow_reader_does_not_poll_the_body() {
+    let st = store();
+    let (inner, senders) = streaming();
+    let svc = ServiceBuilder::new()
+        .layer(ConcurrencySlotLayer::new(st.clone()).lease_ttl(Duration::from_secs(30)))
+        .service(inner);
+    let res = svc.clone().oneshot(req(&key(1), None)).await.unwrap();
+    let mut body = std::pin::pin!(res.into_body());
+    // One poll finds the stream waiting; then the reader stops reading (hyper does
+    // that while the client's socket buffer is full).
+    let polled = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(http_body::Body::poll_frame(body.as_mut(), cx).is_pending())
+    })
+    .await;
+    assert!(polled);
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            svc.clone().oneshot(req(&key(1), None)).await.is_err(),
+            "the slot is still held 100 s on"
+        );
+    }
+    drop(senders);
+}

@@ -4,16 +4,14 @@
 use super::CapacityConfig;
 use crate::body::Hold;
 use crate::failure::FailureCounters;
-use crate::spawn::{detach, poll_now};
+use crate::spawn::{Renewer, detach, poll_now};
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 use tokio::sync::oneshot;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tollgate_core::capacity::Ticket;
 use tollgate_core::{
     CapacityStore, ChannelRef, FairQueue, LeaseId, Millis, QueueFull, StoreResult,
@@ -257,7 +255,7 @@ impl<St: CapacityStore> Drop for QueueTicket<St> {
 }
 
 /// A held capacity lease: released when dropped (end of the response body, an error,
-/// a disconnect — L3), renewed while polled (D5). Releasing hands the freed capacity to
+/// a disconnect — L3), renewed while its request waits or streams (D5). Releasing hands the freed capacity to
 /// the channel's next waiter.
 pub struct CapacityGuard<St: CapacityStore> {
     shared: Arc<Shared<St>>,
@@ -265,7 +263,7 @@ pub struct CapacityGuard<St: CapacityStore> {
     lease: LeaseId,
     /// When a request started using the lease; `None` while it is being handed over.
     started: Option<Instant>,
-    renew_at: Option<Pin<Box<Sleep>>>,
+    renewer: Renewer,
 }
 
 impl<St: CapacityStore> CapacityGuard<St> {
@@ -275,7 +273,7 @@ impl<St: CapacityStore> CapacityGuard<St> {
             channel,
             lease,
             started: None,
-            renew_at: None,
+            renewer: Renewer::default(),
         }
     }
 
@@ -297,39 +295,18 @@ impl<St: CapacityStore> CapacityGuard<St> {
 }
 
 impl<St: CapacityStore> Hold for CapacityGuard<St> {
-    fn keep_alive(&mut self, cx: &mut Context<'_>) {
-        let every = self.shared.config.renew_every;
-        if every.is_zero() {
-            return;
-        }
-        if self.renew_at.is_none() && tokio::runtime::Handle::try_current().is_err() {
-            // No tokio timer here: the lease lives its TTL and then heals (D5).
-            return;
-        }
-        let timer = self
-            .renew_at
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
-        while timer.as_mut().poll(cx).is_ready() {
-            detach(
-                Renewal(
-                    self.shared
-                        .store
-                        .renew(&self.channel.name, self.lease, self.shared.ttl),
-                ),
-                "capacity lease renewal",
-            );
-            timer.as_mut().reset(Instant::now() + every);
-        }
-    }
-}
-
-/// A renewal whose answer nobody needs: a lease that is gone expires by its TTL.
-struct Renewal<F>(F);
-
-impl<F: Future<Output = StoreResult<bool>> + Unpin> Future for Renewal<F> {
-    type Output = StoreResult<()>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|r| r.map(drop))
+    fn keep_alive(&mut self, _cx: &mut Context<'_>) {
+        let (store, name, lease, ttl) = (
+            self.shared.store.clone(),
+            self.channel.name.clone(),
+            self.lease,
+            self.shared.ttl,
+        );
+        self.renewer.start_once(
+            self.shared.config.renew_every,
+            "capacity lease renewal",
+            move || store.renew(&name, lease, ttl),
+        );
     }
 }
 

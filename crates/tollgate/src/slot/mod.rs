@@ -34,12 +34,10 @@ pub use layer::ConcurrencySlotLayer;
 pub use service::ConcurrencySlot;
 
 use crate::body::Hold;
-use crate::spawn::{Discard, detach};
+use crate::spawn::{Renewer, detach};
 use crate::time::ms;
-use std::pin::Pin;
 use std::task::Context;
 use std::time::Duration;
-use tokio::time::{Instant, Sleep};
 use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
 
 /// Default lease TTL (C4): 600 s, as in the source.
@@ -69,14 +67,14 @@ impl Default for SlotConfig {
     }
 }
 
-/// A held slot: released when dropped, renewed while polled.
+/// A held slot: released when dropped, renewed while its request waits or streams.
 pub struct SlotGuard<St: SlotStore> {
     store: St,
     key: SubjectKey,
     lease: LeaseId,
     ttl: Millis,
     renew_every: Duration,
-    renew_at: Option<Pin<Box<Sleep>>>,
+    renewer: Renewer,
 }
 
 impl<St: SlotStore> SlotGuard<St> {
@@ -87,7 +85,7 @@ impl<St: SlotStore> SlotGuard<St> {
             lease,
             ttl: tollgate_core::clock::millis(cfg.lease_ttl),
             renew_every: cfg.renew_every,
-            renew_at: None,
+            renewer: Renewer::default(),
         }
     }
 
@@ -98,25 +96,12 @@ impl<St: SlotStore> SlotGuard<St> {
 }
 
 impl<St: SlotStore> Hold for SlotGuard<St> {
-    fn keep_alive(&mut self, cx: &mut Context<'_>) {
-        if self.renew_every.is_zero() {
-            return;
-        }
-        let every = self.renew_every;
-        if self.renew_at.is_none() && tokio::runtime::Handle::try_current().is_err() {
-            // No tokio timer here: the lease lives its TTL and then heals (C4).
-            return;
-        }
-        let timer = self
-            .renew_at
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
-        while timer.as_mut().poll(cx).is_ready() {
-            detach(
-                Discard(self.store.renew(&self.key, self.lease, self.ttl)),
-                "slot lease renewal",
-            );
-            timer.as_mut().reset(Instant::now() + every);
-        }
+    fn keep_alive(&mut self, _cx: &mut Context<'_>) {
+        let (store, key, lease, ttl) = (self.store.clone(), self.key.clone(), self.lease, self.ttl);
+        self.renewer
+            .start_once(self.renew_every, "slot lease renewal", move || {
+                store.renew(&key, lease, ttl)
+            });
     }
 }
 
@@ -138,5 +123,4 @@ pub(crate) fn busy() -> Rejection {
         .with_retry_after(Some(Duration::from_secs(1)))
 }
 
-use std::future::Future;
 use tollgate_core::{GatewayCode, LayerKind, Rejection};
