@@ -116,6 +116,8 @@ where
             ),
             None => Arc::new(()),
         };
+        crate::metrics::handle();
+        let sink: Arc<dyn tollgate::UsageSink> = Arc::new(crate::metrics::Counting(sink));
         let limits = &self.config.raw.limits;
         let modes = &self.config.raw.store;
         let queue = &self.config.raw.queue;
@@ -180,6 +182,7 @@ where
             .route("/v1/models", get(list_models::<St>))
             .route("/usage", get(usage::<St>))
             .route("/healthz", get(|| async { "ok" }))
+            .route("/metrics", get(scrape::<St>))
             .fallback(not_found)
             .with_state(ops)
             .layer(
@@ -245,6 +248,26 @@ async fn not_found(req: Request) -> Response {
         req.uri().path()
     ));
     render(&r, Dialect::from_path(req.uri().path()), "").into_response()
+}
+
+/// `GET /metrics` (SPEC P4): Prometheus text.
+async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>) -> Response {
+    if let Ok(pending) = ops.store.pending().await {
+        let total: i64 = pending.iter().map(|(_, m)| *m).sum();
+        metrics::gauge!("tollgate_pending_reconciliation_amount").set(total as f64);
+    }
+    match crate::metrics::handle() {
+        Some(h) => (
+            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            h.render(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "metrics are recorded by the application",
+        )
+            .into_response(),
+    }
 }
 
 async fn list_models<St>(State(ops): State<Arc<Ops<St>>>) -> Response {

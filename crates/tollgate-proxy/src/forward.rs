@@ -186,6 +186,8 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
+                    metrics::counter!("tollgate_upstream_responses_total", "channel" => route.name.to_string(), "class" => "error")
+                        .increment(1);
                     // A refused connection never reached the provider; anything later
                     // may have (B4) and stays unknown.
                     if e.is_connect() {
@@ -197,9 +199,18 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 }
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
+                    metrics::counter!("tollgate_upstream_responses_total", "channel" => route.name.to_string(), "class" => "error")
+                        .increment(1);
                     return Err(upstream_failed("timeout"));
                 }
             };
+            metrics::counter!(
+                "tollgate_upstream_responses_total",
+                "channel" => route.name.to_string(),
+                "class" => crate::metrics::status_class(res.status().as_u16())
+            )
+            .increment(1);
+            metrics::histogram!("tollgate_attempts_per_request").record(1.0);
             let (mut rparts, incoming) = res.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             // The answer carries the gateway's request id (E3); the provider's is kept

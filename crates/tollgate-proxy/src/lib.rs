@@ -18,6 +18,7 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod forward;
+pub mod metrics;
 pub mod prepare;
 pub mod sink;
 pub mod store;

@@ -41,11 +41,17 @@ impl FailureCounters {
         match mode {
             FailureMode::Open => {
                 self.open.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                metrics::counter!("tollgate_store_failures_total", "layer" => layer.as_str(), "mode" => "open")
+                    .increment(1);
                 tracing::warn!(layer = layer.as_str(), error = %err, "limit store failed; admitting (fail-open)");
                 None
             }
             FailureMode::Closed => {
                 self.closed.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                metrics::counter!("tollgate_store_failures_total", "layer" => layer.as_str(), "mode" => "closed")
+                    .increment(1);
                 tracing::warn!(layer = layer.as_str(), error = %err, "limit store failed; refusing (fail-closed)");
                 Some(
                     Rejection::new(GatewayCode::StoreUnavailable, layer)

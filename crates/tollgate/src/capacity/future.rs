@@ -271,8 +271,10 @@ where
 {
     let counters = &p.shared.counters;
     Counters::bump(&counters.admitted);
-    if queued_ms.is_some() {
+    if let Some(_ms) = queued_ms {
         Counters::bump(&counters.admitted_after_wait);
+        #[cfg(feature = "metrics")]
+        metrics::histogram!("tollgate_queue_wait_seconds").record(_ms as f64 / 1000.0);
     }
     let mut req = p.req.take().expect("request taken once");
     req.extensions_mut()

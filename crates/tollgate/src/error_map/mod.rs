@@ -102,8 +102,20 @@ fn error_response(
     // `request_id::ensure` only hands out ids that are visible ASCII.
     let id = request_id.to_str().unwrap_or_default();
     match find_rejection(err) {
-        Some(rejection) => render(rejection, dialect, id),
+        Some(rejection) => {
+            #[cfg(feature = "metrics")]
+            metrics::counter!(
+                "tollgate_rejections_total",
+                "code" => rejection.code().code().to_string(),
+                "layer" => rejection.layer().as_str()
+            )
+            .increment(1);
+            render(rejection, dialect, id)
+        }
         None => {
+            #[cfg(feature = "metrics")]
+            metrics::counter!("tollgate_rejections_total", "code" => "50001", "layer" => "gateway")
+                .increment(1);
             tracing::error!(request_id = id, error = %Chain(err), "unexpected gateway error");
             render_internal(id, dialect)
         }

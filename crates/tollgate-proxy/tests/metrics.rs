@@ -1,0 +1,98 @@
+//! `GET /metrics` after a scripted run finds each metric with the right counts
+//! (SPEC P4). One test in its own binary: the recorder is per process.
+
+mod common;
+
+use common::*;
+
+const CFG: &str = r#"
+[policies.two]
+requests = [{ window = "1m", limit = 2 }]
+
+[tenants.t]
+balance = 1_000_000_000
+
+[keys.m]
+key = "sk-m"
+tenant = "t"
+policy = "two"
+"#;
+
+fn value(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && labels.iter().all(|x| l.contains(x)))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p4_metrics_count_a_scripted_run() {
+    let p = Proxy::start(CFG).await;
+    // 1 success, 1 provider 429 passed through, then a 42902 refusal.
+    let ok = send(p.addr, &ask(Dialect::OpenAi, "sk-m", false)).await;
+    assert_eq!(ok.status.as_u16(), 200, "{}", ok.text());
+    let limited = send(
+        p.addr,
+        &ask(Dialect::OpenAi, "sk-m", false)
+            .header("x-fake-status", 429)
+            .header("x-fake-error", "rate_limit_exceeded"),
+    )
+    .await;
+    assert_eq!(limited.status.as_u16(), 429);
+    let refused = send(p.addr, &ask(Dialect::OpenAi, "sk-m", false)).await;
+    rejection(&refused, Dialect::OpenAi, 42902);
+
+    let scrape = || async { send(p.addr, &Req::get("/metrics")).await.text() };
+    let settled = eventually(WAIT, || async {
+        value(
+            &scrape().await,
+            "tollgate_settlements_total",
+            &["outcome=\"settled\""],
+        ) == Some(2.0)
+    })
+    .await;
+    let text = scrape().await;
+    assert!(settled, "{text}");
+    assert_eq!(
+        value(
+            &text,
+            "tollgate_rejections_total",
+            &["code=\"42902\"", "layer=\"anchored_window\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "tollgate_upstream_responses_total",
+            &["channel=\"openai-a\"", "class=\"2xx\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "tollgate_upstream_responses_total",
+            &["channel=\"openai-a\"", "class=\"429\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tollgate_attempts_per_request_count", &[]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tollgate_request_cost_count", &[]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tollgate_pending_reconciliation_amount", &[]),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(!text.contains("sk-m"), "no secret in metrics");
+}
