@@ -2043,7 +2043,11 @@ fn d4_local_mode_keeps_per_instance_limits_while_redis_is_down() {
             got.push(t.await.expect("task"));
         }
         got.sort();
-        assert_eq!(got, vec![(200, 0), (200, 0), (429, 42901)], "2 of 4 slots locally");
+        assert_eq!(
+            got,
+            vec![(200, 0), (200, 0), (429, 42901)],
+            "2 of 4 slots locally"
+        );
         // Windows: 10 per minute over 2 instances → 5 here (2 already used above).
         let mut statuses = Vec::new();
         for _ in 0..5 {
@@ -2060,6 +2064,8 @@ fn d4_local_mode_keeps_per_instance_limits_while_redis_is_down() {
             vec![(200, 0), (200, 0), (200, 0), (429, 42902), (429, 42902)],
             "5 requests a minute locally: 2 + 3 admitted, then 42902"
         );
-        eprintln!("D4 local: with Redis down, 2/4 slots and 5/10 requests per minute on this instance");
+        eprintln!(
+            "D4 local: with Redis down, 2/4 slots and 5/10 requests per minute on this instance"
+        );
     });
 }
