@@ -126,7 +126,7 @@ async fn serve<St>(
     what: &str,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
-    St: SlotStore + WindowStore + BillingStore,
+    St: SlotStore + WindowStore + BillingStore + tollgate::core::CapacityStore,
 {
     let uses_fake = config
         .channels

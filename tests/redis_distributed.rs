@@ -187,7 +187,7 @@ async fn instance_on<St>(
     store: impl FnOnce(RedisStore) -> St,
 ) -> Instance
 where
-    St: SlotStore + WindowStore + BillingStore,
+    St: SlotStore + WindowStore + BillingStore + tollgate::core::CapacityStore,
 {
     let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let redis = redis_store(&config, url, id);
@@ -2067,5 +2067,56 @@ fn d4_local_mode_keeps_per_instance_limits_while_redis_is_down() {
         eprintln!(
             "D4 local: with Redis down, 2/4 slots and 5/10 requests per minute on this instance"
         );
+    });
+}
+
+/// Q1 across instances: a channel's capacity lives in Redis, so two gateway instances
+/// together never send it more than its capacity.
+#[test]
+fn q1_two_instances_share_one_channel_capacity() {
+    serial(async {
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::start().await;
+        const KEYS: [KeySpec; 1] = [KeySpec {
+            concurrency: 0,
+            requests: &[(3600, 100_000)],
+            tokens: &[],
+        }];
+        let text = config_text("[queue]\nmax_wait = \"5s\"\n", &KEYS, "fake://")
+            .replace("capacity = 16", "capacity = 2");
+        let a = instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = instance(&text, &redis.url(), "gw-b", &fake).await;
+        let client = http_client();
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let addr = if i % 2 == 0 { a.addr } else { b.addr };
+            let c = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let res = timeout(
+                    STEP,
+                    c.request(chat(addr, 0, false, &[("x-fake-latency-ms", 50)])),
+                )
+                .await
+                .expect("bounded")
+                .expect("answered");
+                let status = res.status().as_u16();
+                let _ = res.into_body().collect().await;
+                status
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            if t.await.expect("task") == 200 {
+                ok += 1;
+            }
+        }
+        let stats = fake.stats();
+        let peak = stats.max_in_flight_for(&credential(0));
+        eprintln!(
+            "Q1 shared: {ok}/20 served, channel peak in flight {peak} (capacity 2, two instances)"
+        );
+        assert_eq!(ok, 20, "everyone fits within max_wait");
+        assert!(peak <= 2, "capacity 2 across two instances, saw {peak}");
+        assert_eq!(peak, 2, "both leases were used");
     });
 }

@@ -13,9 +13,10 @@ use axum::routing::{get, post_service};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate::core::MemoryStore;
 use tollgate::core::capacity::QueueLimits;
-use tollgate::core::{BillingStore, Dialect, LimitView, Scope, SlotStore, WindowStore};
+use tollgate::core::{
+    BillingStore, CapacityStore, Dialect, LimitView, Scope, SlotStore, WindowStore,
+};
 use tollgate::error_map::render;
 use tollgate::{
     AnchoredWindowLayer, BillingGateLayer, CapacityQueueLayer, ConcurrencySlotLayer,
@@ -43,13 +44,11 @@ pub struct Gateway<St> {
     client: HttpClient,
     fake_base: Option<String>,
     limits: bool,
-    /// Channel capacity leases: per instance until a shared capacity store exists.
-    capacity: MemoryStore,
 }
 
 impl<St> Gateway<St>
 where
-    St: SlotStore + WindowStore + BillingStore,
+    St: SlotStore + WindowStore + BillingStore + CapacityStore,
 {
     /// A gateway on `config` whose limits live in `store`.
     pub fn new(config: Config, store: St) -> Self {
@@ -59,7 +58,6 @@ where
             client: http_client(),
             fake_base: None,
             limits: true,
-            capacity: MemoryStore::new(),
         }
     }
 
@@ -148,7 +146,7 @@ where
                             .failure_mode(modes.windows_failure.into()),
                     )
                     .layer(
-                        CapacityQueueLayer::new(self.capacity.clone())
+                        CapacityQueueLayer::new(self.store.clone())
                             .max_wait(queue.max_wait.0)
                             .default_deadline(queue.default_deadline.map(|d| d.0))
                             .queue_limits(QueueLimits {

@@ -1,10 +1,12 @@
 //! Choosing where the proxy's state lives: the in-memory store, or Redis.
+//!
+//! [`Split`] keeps slots, windows and channel capacity in one store and money in another.
 
 use std::sync::Arc;
 use tollgate::core::{
     AccountView, Admission, AttemptId, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, BillingStore, Budget, Demand, LeaseId, LimitView, Millis, Money, Outcome,
-    Policy, Scope, SlotDecision, SlotStore, SubjectKey, WindowStore, WindowTicket,
+    BillingRequest, BillingStore, Budget, CapacityStore, Demand, LeaseId, LimitView, Millis, Money,
+    Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, WindowStore, WindowTicket,
 };
 
 /// Limits in one store, money in another: every store trait, delegated. Lets a
@@ -91,5 +93,26 @@ impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L
     }
     fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
         self.billing.pending()
+    }
+}
+
+impl<L: CapacityStore, B: Clone + Send + Sync + 'static> CapacityStore for Split<L, B> {
+    type Future<T: Send + 'static> = L::Future<T>;
+    fn try_acquire(
+        &self,
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> Self::Future<Option<LeaseId>> {
+        self.limits.try_acquire(channel, capacity, ttl)
+    }
+    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        CapacityStore::renew(&self.limits, channel, lease, ttl)
+    }
+    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
+        CapacityStore::release(&self.limits, channel, lease)
+    }
+    fn in_flight(&self, channel: &str) -> Self::Future<u32> {
+        CapacityStore::in_flight(&self.limits, channel)
     }
 }

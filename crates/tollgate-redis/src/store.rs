@@ -681,3 +681,38 @@ impl WindowStore for RedisStore {
         )
     }
 }
+
+/// The subject key a channel's capacity leases live under: the same lease scripts as
+/// the slots, under keys no subject can have (NUL bytes), each channel on its own
+/// Cluster slot (D3, D5).
+fn channel_subject(channel: &str) -> SubjectKey {
+    SubjectKey::from(format!("\0capacity\0{channel}"))
+}
+
+impl tollgate_core::CapacityStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn try_acquire(
+        &self,
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> Self::Future<Option<LeaseId>> {
+        let decided = SlotStore::acquire(self, &channel_subject(channel), capacity, ttl);
+        RedisStoreFuture::new(async move {
+            Ok(match decided.await? {
+                SlotDecision::Acquired(id) => Some(id),
+                SlotDecision::Full { .. } => None,
+            })
+        })
+    }
+    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        SlotStore::renew(self, &channel_subject(channel), lease, ttl)
+    }
+    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
+        SlotStore::release(self, &channel_subject(channel), lease)
+    }
+    fn in_flight(&self, channel: &str) -> Self::Future<u32> {
+        SlotStore::in_flight(self, &channel_subject(channel))
+    }
+}

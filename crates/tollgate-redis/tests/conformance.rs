@@ -143,3 +143,24 @@ redis_conformance!(
     // function (by `store()`), as a long-lived gateway would see it.
     run_all,
 );
+
+/// The channel-capacity suite (Q1, D5) on Redis, with exact time.
+mod capacity {
+    use super::*;
+    use tollgate_core::capacity::conformance::{Harness as CapacityHarness, run_all};
+
+    impl CapacityHarness for ManualClockHarness {
+        type Store = RedisStore;
+        async fn store(&self) -> RedisStore {
+            fresh_store(&self.server, options().manual_clock(self.clock.clone())).await
+        }
+        async fn advance(&self, d: Duration) {
+            self.clock.advance(d);
+        }
+    }
+
+    #[tokio::test]
+    async fn capacity_conformance_suite_runs_unchanged_on_redis() {
+        run_all(&super::manual_clock()).await;
+    }
+}

@@ -231,6 +231,31 @@ impl<P: WindowStore, C: Clock> WindowStore for LocalFallback<P, C> {
     }
 }
 
+/// Channel capacity has no local mode: it is delegated to the shared store, and its
+/// errors reach the capacity layer, which applies its own failure mode.
+impl<P: crate::capacity::CapacityStore, C: Clock> crate::capacity::CapacityStore
+    for LocalFallback<P, C>
+{
+    type Future<T: Send + 'static> = P::Future<T>;
+    fn try_acquire(
+        &self,
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> Self::Future<Option<LeaseId>> {
+        self.primary.try_acquire(channel, capacity, ttl)
+    }
+    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        self.primary.renew(channel, lease, ttl)
+    }
+    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
+        self.primary.release(channel, lease)
+    }
+    fn in_flight(&self, channel: &str) -> Self::Future<u32> {
+        self.primary.in_flight(channel)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
