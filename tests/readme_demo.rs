@@ -30,24 +30,14 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::{sleep, timeout};
+use tollgate_tests::example::{proxy_example_binary, workspace_root};
 
 /// Bound of one request or one curl run.
 const STEP: Duration = Duration::from_secs(15);
-
-/// The workspace root (this package lives in `<root>/tests`).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_owned()
-}
-
-// ------------------------------------------------------------------ the gateway
 
 /// Kills the gateway when the test ends, however it ends.
 struct Gateway {
@@ -61,104 +51,9 @@ impl Drop for Gateway {
     }
 }
 
-/// The newest modification time of the sources the example is built from: `.rs` and
-/// `.toml` files under `examples/` and every crate's `src/`, the manifests and the lock
-/// file (a bounded walk).
-fn newest_source() -> SystemTime {
-    fn walk(dir: &Path, depth: u32, budget: &mut u32, newest: &mut SystemTime) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            if *budget == 0 {
-                return;
-            }
-            *budget -= 1;
-            let path = e.path();
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                let name = e.file_name();
-                if depth > 0 && name != "target" && !name.to_string_lossy().starts_with('.') {
-                    walk(&path, depth - 1, budget, newest);
-                }
-            } else if let Some(m) = path
-                .extension()
-                .filter(|x| *x == "rs" || *x == "toml" || *x == "lock")
-                .and_then(|_| meta.modified().ok())
-            {
-                *newest = (*newest).max(m);
-            }
-        }
-    }
-    let root = root();
-    let mut newest = SystemTime::UNIX_EPOCH;
-    let mut budget = 20_000;
-    for f in ["Cargo.toml", "Cargo.lock"] {
-        if let Ok(m) = std::fs::metadata(root.join(f)).and_then(|m| m.modified()) {
-            newest = newest.max(m);
-        }
-    }
-    walk(&root.join("examples"), 2, &mut budget, &mut newest);
-    if let Ok(crates) = std::fs::read_dir(root.join("crates")) {
-        for c in crates.flatten() {
-            let dir = c.path();
-            if let Ok(m) = std::fs::metadata(dir.join("Cargo.toml")).and_then(|m| m.modified()) {
-                newest = newest.max(m);
-            }
-            walk(&dir.join("src"), 6, &mut budget, &mut newest);
-        }
-    }
-    newest
-}
-
-/// `target/<profile>/examples/proxy`, next to this test's own `target/<profile>/deps/`.
-/// `cargo test --workspace` builds it before running the tests; when it is missing or
-/// older than the sources (this test run alone), the README's build runs first:
-/// `cargo build -p tollgate-examples --example proxy`, same target directory and
-/// profile, bounded to 10 minutes. (Cargo does not hold the build lock while tests
-/// run, so this does not wait on the outer `cargo test`.)
-fn proxy_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("proxy{}", std::env::consts::EXE_SUFFIX));
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    if built.is_some_and(|t| t >= newest_source()) {
-        return bin;
-    }
-    let target_dir = profile_dir.parent().expect("target dir");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "tollgate-examples", "--example", "proxy"])
-        .current_dir(root())
-        .env("CARGO_TARGET_DIR", target_dir)
-        .stdin(Stdio::null());
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let mut child = cmd.spawn().expect("run cargo build");
-    for _ in 0..6000 {
-        match child.try_wait().expect("wait for cargo build") {
-            Some(status) => {
-                assert!(status.success(), "cargo build of the proxy example failed");
-                assert!(bin.exists(), "{} not built", bin.display());
-                return bin;
-            }
-            None => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("cargo build of the proxy example took over 10 minutes")
-}
-
 /// Starts the example on a free port and waits (bounded) until `/healthz` answers.
 async fn start_gateway() -> Gateway {
-    let bin = tokio::task::spawn_blocking(proxy_binary)
+    let bin = tokio::task::spawn_blocking(proxy_example_binary)
         .await
         .expect("find or build the proxy example");
     for attempt in 0..3 {
@@ -169,7 +64,7 @@ async fn start_gateway() -> Gateway {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let child = Command::new(&bin)
             .args(["--listen", &addr.to_string()])
-            .current_dir(root())
+            .current_dir(workspace_root())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -284,7 +179,7 @@ struct Section {
 
 /// The ```sh block after "Then, from another terminal".
 fn readme_block() -> String {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
     let at = readme
         .find("Then, from another terminal")
         .expect("README: 'Then, from another terminal'");

@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,6 +54,7 @@ use tollgate_fake_upstream::FakeUpstream;
 use tollgate_proxy::store::Split;
 use tollgate_proxy::{Config, Gateway};
 use tollgate_redis::{RedisStore, RedisStoreOptions};
+use tollgate_tests::example::proxy_example_binary;
 use tollgate_tests::redis::{RedisServer, free_port};
 use tollgate_tests::{Keys, bounded, echo, fetch, request};
 use tower::ServiceBuilder;
@@ -1412,100 +1413,6 @@ fn t5_slot_acquires_that_time_out_leave_no_phantom_leases() {
 
 // ------------------------------------------------------------------ T5: an instance dies
 
-/// The workspace root (this package lives in `<root>/tests`).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_owned()
-}
-
-/// The newest modification time of the sources the example is built from (a bounded
-/// walk of `examples/` and every crate's `src/`, plus the manifests).
-fn newest_source() -> SystemTime {
-    fn walk(dir: &Path, depth: u32, budget: &mut u32, newest: &mut SystemTime) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            if *budget == 0 {
-                return;
-            }
-            *budget -= 1;
-            let path = e.path();
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                if depth > 0
-                    && !e.file_name().to_string_lossy().starts_with('.')
-                    && e.file_name() != "target"
-                {
-                    walk(&path, depth - 1, budget, newest);
-                }
-            } else if path
-                .extension()
-                .is_some_and(|x| x == "rs" || x == "toml" || x == "lua" || x == "lock")
-                && let Ok(m) = meta.modified()
-            {
-                *newest = (*newest).max(m);
-            }
-        }
-    }
-    let root = root();
-    let mut newest = SystemTime::UNIX_EPOCH;
-    let mut budget = 20_000;
-    for f in ["Cargo.toml", "Cargo.lock"] {
-        if let Ok(m) = std::fs::metadata(root.join(f)).and_then(|m| m.modified()) {
-            newest = newest.max(m);
-        }
-    }
-    walk(&root.join("examples"), 2, &mut budget, &mut newest);
-    walk(&root.join("crates"), 7, &mut budget, &mut newest);
-    newest
-}
-
-/// `target/<profile>/examples/proxy`, next to this test's `target/<profile>/deps/`.
-/// When it is missing or older than the sources, it is built first with `cargo build
-/// -p tollgate-examples --example proxy` (same target directory and profile, bounded to
-/// 10 minutes), as `tests/readme_demo.rs` does.
-fn proxy_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("proxy{}", std::env::consts::EXE_SUFFIX));
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    if built.is_some_and(|t| t >= newest_source()) {
-        return bin;
-    }
-    let target_dir = profile_dir.parent().expect("target dir");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "tollgate-examples", "--example", "proxy"])
-        .current_dir(root())
-        .env("CARGO_TARGET_DIR", target_dir)
-        .stdin(Stdio::null());
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let mut child = cmd.spawn().expect("run cargo build");
-    for _ in 0..6000 {
-        match child.try_wait().expect("wait for cargo build") {
-            Some(status) => {
-                assert!(status.success(), "cargo build of the proxy example failed");
-                assert!(bin.exists(), "{} not built", bin.display());
-                return bin;
-            }
-            None => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("cargo build of the proxy example took over 10 minutes")
-}
-
 /// The `proxy` example as a separate process; killed (SIGKILL) on drop.
 struct ProxyProcess {
     child: tokio::process::Child,
@@ -1523,7 +1430,7 @@ impl Drop for ProxyProcess {
 /// Starts `proxy --config <text in a temp file> --listen 127.0.0.1:<free> --store
 /// <url>` and waits (bounded) until `/healthz` answers.
 async fn start_proxy_process(text: &str, url: &str) -> ProxyProcess {
-    let bin = tokio::task::spawn_blocking(proxy_binary)
+    let bin = tokio::task::spawn_blocking(proxy_example_binary)
         .await
         .expect("the proxy example");
     let dir = std::env::temp_dir();
