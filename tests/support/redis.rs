@@ -63,7 +63,10 @@ impl RedisServer {
                     .join(format!("tollgate-redis-{}-{port}.log", std::process::id())),
             };
             match s.spawn() {
-                Ok(()) => return Ok(s),
+                // The server answering must be ours, not a parallel test's that took
+                // the port first.
+                Ok(()) if server_pid(port) == s.child.as_ref().map(|c| c.id()) => return Ok(s),
+                Ok(()) => last = format!("port {port} was taken by another redis-server"),
                 Err(e) if e.contains(INSTALL_HINT) => return Err(e),
                 Err(e) => last = e,
             }
@@ -243,4 +246,30 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// The pid of the redis-server answering on `port` (from `INFO server`), to tell our
+/// server from another test's that happens to hold the same port.
+fn server_pid(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .ok()?;
+    c.write_all(b"INFO server\r\n").ok()?;
+    let mut buf = vec![0u8; 8192];
+    let mut got = 0;
+    while got < buf.len() {
+        match c.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        let text = String::from_utf8_lossy(&buf[..got]);
+        if let Some(i) = text.find("process_id:") {
+            let rest = &text[i + "process_id:".len()..];
+            if let Some(end) = rest.find("\r\n") {
+                return rest[..end].trim().parse().ok();
+            }
+        }
+    }
+    None
 }

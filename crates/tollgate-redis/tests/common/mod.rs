@@ -24,12 +24,22 @@ fn free_port() -> u16 {
 impl RedisServer {
     /// Starts a server on a free port and waits until it answers PING.
     pub fn start() -> Self {
-        let mut s = Self {
-            port: free_port(),
-            child: None,
-        };
-        s.spawn();
-        s
+        // A port chosen free can be taken by a parallel test's server before ours binds
+        // it; then PING is answered by the other server. Retry on a new port until the
+        // server answering is ours.
+        for _ in 0..5 {
+            let mut s = Self {
+                port: free_port(),
+                child: None,
+            };
+            s.spawn();
+            let ours = s.child.as_ref().map(|c| c.id());
+            if ours.is_some() && server_pid(s.port) == ours {
+                return s;
+            }
+            drop(s);
+        }
+        panic!("could not start a redis-server of our own on a free port (5 attempts)")
     }
 
     fn spawn(&mut self) {
@@ -161,4 +171,30 @@ pub fn command_calls(info: &str) -> Vec<(String, u64, f64)> {
             Some((name.to_owned(), calls, usec_per_call))
         })
         .collect()
+}
+
+/// The pid of the redis-server answering on `port` (from `INFO server`), to tell our
+/// server from another test's that happens to hold the same port.
+fn server_pid(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .ok()?;
+    c.write_all(b"INFO server\r\n").ok()?;
+    let mut buf = vec![0u8; 8192];
+    let mut got = 0;
+    while got < buf.len() {
+        match c.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        let text = String::from_utf8_lossy(&buf[..got]);
+        if let Some(i) = text.find("process_id:") {
+            let rest = &text[i + "process_id:".len()..];
+            if let Some(end) = rest.find("\r\n") {
+                return rest[..end].trim().parse().ok();
+            }
+        }
+    }
+    None
 }
