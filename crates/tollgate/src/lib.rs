@@ -20,7 +20,10 @@
 //! - [`UsageRecorder`] (request extension): the layers insert one if absent. Whatever
 //!   produces the response records the actual [`Usage`] into it before the response
 //!   body ends; the window layer settles tokens and money from it at the end of the
-//!   body (W5). With no usage recorded, the reservation stands as the charge.
+//!   body (W5). With no usage recorded, the reservation stands as the charge — except
+//!   for a request dropped before any answer with nothing recorded, which never left
+//!   (a client that gave up while queued) and is refunded. Code that hands the request
+//!   to someone who may bill for it calls `UsageRecorder::mark_unknown` just before.
 //! - [`Dialect`] (request extension, optional): the error format; otherwise the
 //!   [`ErrorMappingLayer`] picks it from the path.
 //!
