@@ -13,7 +13,9 @@
 use crate::clock::Millis;
 use crate::money::Money;
 use crate::subject::SubjectKey;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 /// Identifies one attempt (one send to one channel).
