@@ -55,59 +55,120 @@ pub(crate) fn poll_now<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
     }
 }
 
-/// Renews a lease every `every` from a task of its own, started the first time the
-/// request is seen waiting and stopped when the holder drops. Independent of whether
-/// anyone polls the response: a slow reader (hyper stops polling a body whose socket
-/// buffer is full) must not lose a lease it still uses.
+/// How a kind of lease is renewed.
 #[cfg(any(feature = "slots", feature = "capacity"))]
-#[derive(Debug, Default)]
-pub(crate) struct Renewer {
-    task: Option<tokio::task::JoinHandle<()>>,
+pub(crate) trait Renew: Send + Sync + 'static {
+    /// What names one lease.
+    type Id: Clone + Send + Sync + 'static;
+    /// Renews it; `Ok(false)` if it no longer exists.
+    fn renew(&self, id: &Self::Id) -> impl Future<Output = StoreResult<bool>> + Send + 'static;
+}
+
+/// The leases a layer holds for running requests, renewed every `every` by one
+/// background task per layer — independent of whether anyone polls the responses (a
+/// slow reader must not lose a lease it still uses), and with no task or timer per
+/// request: a request registers its lease the first time it is seen waiting (one
+/// uncontended lock) and leaves on drop.
+#[cfg(any(feature = "slots", feature = "capacity"))]
+pub(crate) struct Renewals<R, I> {
+    renew: R,
+    every: std::time::Duration,
+    live: std::sync::Mutex<std::collections::HashMap<u64, I>>,
+    next: std::sync::atomic::AtomicU64,
+    started: std::sync::atomic::AtomicBool,
 }
 
 #[cfg(any(feature = "slots", feature = "capacity"))]
-impl Renewer {
-    /// Starts the renewal loop unless it runs already (or there is no runtime: the
-    /// lease then lives its TTL and heals).
-    pub(crate) fn start_once<R, F>(
-        &mut self,
-        every: std::time::Duration,
-        what: &'static str,
-        renew: R,
-    ) where
-        R: Fn() -> F + Send + 'static,
-        F: Future<Output = StoreResult<bool>> + Send + 'static,
-    {
-        if self.task.is_some() || every.is_zero() {
-            return;
+impl<R: Renew<Id = I>, I: Clone + Send + Sync + 'static> Renewals<R, I> {
+    pub(crate) fn new(renew: R, every: std::time::Duration) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            renew,
+            every,
+            live: Default::default(),
+            next: Default::default(),
+            started: Default::default(),
+        })
+    }
+
+    /// Keeps `id` renewed until the registration drops. Without a tokio runtime (or
+    /// with renewal off) nothing is renewed: the lease lives its TTL and heals.
+    pub(crate) fn register(self: &std::sync::Arc<Self>, id: I) -> Option<Registration<R, I>> {
+        use std::sync::atomic::Ordering;
+        if self.every.is_zero() {
+            return None;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        self.task = Some(rt.spawn(async move {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            loop {
-                tick.tick().await;
-                match renew().await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::warn!(
-                            "{what}: the lease had already expired; it no longer counts"
-                        );
-                        return;
-                    }
-                    Err(e) => tracing::warn!(error = %e, "{what} failed"),
+        if !self.started.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(sweep(std::sync::Arc::downgrade(self), self.every));
+                }
+                Err(_) => {
+                    self.started.store(false, Ordering::Release);
+                    return None;
                 }
             }
-        }));
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(n, id);
+        Some(Registration {
+            renewals: self.clone(),
+            n,
+        })
     }
 }
 
+/// Renews every registered lease every `every`, until the registry is gone.
 #[cfg(any(feature = "slots", feature = "capacity"))]
-impl Drop for Renewer {
-    fn drop(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
+async fn sweep<R: Renew<Id = I>, I: Clone + Send + Sync + 'static>(
+    registry: std::sync::Weak<Renewals<R, I>>,
+    every: std::time::Duration,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tick.tick().await;
+        let Some(r) = registry.upgrade() else {
+            return;
+        };
+        let ids: Vec<I> = r
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let renewals: Vec<_> = ids.iter().map(|id| r.renew.renew(id)).collect();
+        drop(r);
+        for f in renewals {
+            match f.await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        "lease renewal: the lease had already expired; it no longer counts"
+                    )
+                }
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            }
         }
+    }
+}
+
+/// A lease kept renewed; dropping it stops the renewal.
+#[cfg(any(feature = "slots", feature = "capacity"))]
+pub(crate) struct Registration<R, I> {
+    renewals: std::sync::Arc<Renewals<R, I>>,
+    n: u64,
+}
+
+#[cfg(any(feature = "slots", feature = "capacity"))]
+impl<R, I> Drop for Registration<R, I> {
+    fn drop(&mut self) {
+        self.renewals
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.n);
     }
 }

@@ -4,7 +4,7 @@
 use super::CapacityConfig;
 use crate::body::Hold;
 use crate::failure::FailureCounters;
-use crate::spawn::{Renewer, detach, poll_now};
+use crate::spawn::{Registration, Renew, Renewals, detach, poll_now};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -29,13 +29,41 @@ pub(crate) struct Shared<St: CapacityStore> {
     pub(crate) counters: Counters,
     // Channels come from the operator's catalog: a bounded set, never evicted.
     channels: RwLock<HashMap<Arc<str>, Arc<Channel<St>>>>,
+    renewals: Arc<Renewals<CapacityRenew<St>, ChannelLease>>,
+}
+
+/// Renews channel capacity leases (D5).
+pub(crate) struct CapacityRenew<St> {
+    store: St,
+    ttl: Millis,
+}
+
+/// Names a channel lease for renewal.
+pub(crate) type ChannelLease = (Arc<str>, LeaseId);
+
+impl<St: CapacityStore> Renew for CapacityRenew<St> {
+    type Id = ChannelLease;
+    fn renew(
+        &self,
+        (name, lease): &Self::Id,
+    ) -> impl std::future::Future<Output = StoreResult<bool>> + Send + 'static {
+        self.store.renew(name, *lease, self.ttl)
+    }
 }
 
 impl<St: CapacityStore> Shared<St> {
     pub(crate) fn new(store: St, config: CapacityConfig, failures: Arc<FailureCounters>) -> Self {
+        let ttl = tollgate_core::clock::millis(config.lease_ttl);
         Self {
+            renewals: Renewals::new(
+                CapacityRenew {
+                    store: store.clone(),
+                    ttl,
+                },
+                config.renew_every,
+            ),
             store,
-            ttl: tollgate_core::clock::millis(config.lease_ttl),
+            ttl,
             config,
             failures,
             counters: Counters::default(),
@@ -263,7 +291,7 @@ pub struct CapacityGuard<St: CapacityStore> {
     lease: LeaseId,
     /// When a request started using the lease; `None` while it is being handed over.
     started: Option<Instant>,
-    renewer: Renewer,
+    registration: Option<Registration<CapacityRenew<St>, ChannelLease>>,
 }
 
 impl<St: CapacityStore> CapacityGuard<St> {
@@ -273,7 +301,7 @@ impl<St: CapacityStore> CapacityGuard<St> {
             channel,
             lease,
             started: None,
-            renewer: Renewer::default(),
+            registration: None,
         }
     }
 
@@ -296,17 +324,12 @@ impl<St: CapacityStore> CapacityGuard<St> {
 
 impl<St: CapacityStore> Hold for CapacityGuard<St> {
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {
-        let (store, name, lease, ttl) = (
-            self.shared.store.clone(),
-            self.channel.name.clone(),
-            self.lease,
-            self.shared.ttl,
-        );
-        self.renewer.start_once(
-            self.shared.config.renew_every,
-            "capacity lease renewal",
-            move || store.renew(&name, lease, ttl),
-        );
+        if self.registration.is_none() {
+            self.registration = self
+                .shared
+                .renewals
+                .register((self.channel.name.clone(), self.lease));
+        }
     }
 }
 

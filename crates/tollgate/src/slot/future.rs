@@ -153,7 +153,7 @@ where
                                 d.shared.store.clone(),
                                 d.key.clone(),
                                 lease,
-                                &d.shared.config,
+                                d.shared.renewals.clone(),
                             );
                             let req = d.req.take().expect("request taken once");
                             State::Called {

@@ -1,8 +1,10 @@
-use super::{ConcurrencySlot, SlotConfig};
+use super::{ConcurrencySlot, SlotConfig, SlotLease, SlotRenew};
 use crate::extract::FromExtensions;
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
+use crate::spawn::Renewals;
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate_core::SlotStore;
 use tollgate_core::SystemClock;
 use tower_layer::Layer;
 
@@ -13,6 +15,7 @@ pub(crate) struct Shared<St, X, C> {
     pub(crate) clock: C,
     pub(crate) config: SlotConfig,
     pub(crate) failures: Arc<FailureCounters>,
+    pub(crate) renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
 }
 
 /// Applies [`ConcurrencySlot`] to a service: per-subject in-flight slots (C1–C5).
@@ -96,7 +99,7 @@ impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
     }
 }
 
-impl<S, St: Clone, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St, X, C> {
+impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St, X, C> {
     type Service = ConcurrencySlot<S, St, X, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -108,6 +111,13 @@ impl<S, St: Clone, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St, X, 
                 clock: self.clock.clone(),
                 config: self.config,
                 failures: self.failures.clone(),
+                renewals: Renewals::new(
+                    SlotRenew {
+                        store: self.store.clone(),
+                        ttl: tollgate_core::clock::millis(self.config.lease_ttl),
+                    },
+                    self.config.renew_every,
+                ),
             }),
         }
     }

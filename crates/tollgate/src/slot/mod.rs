@@ -34,8 +34,9 @@ pub use layer::ConcurrencySlotLayer;
 pub use service::ConcurrencySlot;
 
 use crate::body::Hold;
-use crate::spawn::{Renewer, detach};
+use crate::spawn::{Registration, Renew, Renewals, detach};
 use crate::time::ms;
+use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
 use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
@@ -67,25 +68,47 @@ impl Default for SlotConfig {
     }
 }
 
+/// Renews slot leases (C4).
+pub(crate) struct SlotRenew<St> {
+    pub(crate) store: St,
+    pub(crate) ttl: Millis,
+}
+
+/// Names a slot lease for renewal.
+pub(crate) type SlotLease = (SubjectKey, LeaseId);
+
+impl<St: SlotStore> Renew for SlotRenew<St> {
+    type Id = SlotLease;
+    fn renew(
+        &self,
+        (key, lease): &Self::Id,
+    ) -> impl Future<Output = tollgate_core::StoreResult<bool>> + Send + 'static {
+        self.store.renew(key, *lease, self.ttl)
+    }
+}
+
 /// A held slot: released when dropped, renewed while its request waits or streams.
 pub struct SlotGuard<St: SlotStore> {
     store: St,
     key: SubjectKey,
     lease: LeaseId,
-    ttl: Millis,
-    renew_every: Duration,
-    renewer: Renewer,
+    renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
+    registration: Option<Registration<SlotRenew<St>, SlotLease>>,
 }
 
 impl<St: SlotStore> SlotGuard<St> {
-    pub(crate) fn new(store: St, key: SubjectKey, lease: LeaseId, cfg: &SlotConfig) -> Self {
+    pub(crate) fn new(
+        store: St,
+        key: SubjectKey,
+        lease: LeaseId,
+        renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
+    ) -> Self {
         Self {
             store,
             key,
             lease,
-            ttl: tollgate_core::clock::millis(cfg.lease_ttl),
-            renew_every: cfg.renew_every,
-            renewer: Renewer::default(),
+            renewals,
+            registration: None,
         }
     }
 
@@ -97,11 +120,9 @@ impl<St: SlotStore> SlotGuard<St> {
 
 impl<St: SlotStore> Hold for SlotGuard<St> {
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {
-        let (store, key, lease, ttl) = (self.store.clone(), self.key.clone(), self.lease, self.ttl);
-        self.renewer
-            .start_once(self.renew_every, "slot lease renewal", move || {
-                store.renew(&key, lease, ttl)
-            });
+        if self.registration.is_none() {
+            self.registration = self.renewals.register((self.key.clone(), self.lease));
+        }
     }
 }
 
@@ -123,4 +144,5 @@ pub(crate) fn busy() -> Rejection {
         .with_retry_after(Some(Duration::from_secs(1)))
 }
 
+use std::future::Future;
 use tollgate_core::{GatewayCode, LayerKind, Rejection};

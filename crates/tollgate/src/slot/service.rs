@@ -77,8 +77,12 @@ where
         // no service clone. A pending answer (Redis) continues in the future.
         match poll_now(&mut acquire) {
             Some(Ok(SlotDecision::Acquired(lease))) => {
-                let guard =
-                    SlotGuard::new(shared.store.clone(), subject.key, lease, &shared.config);
+                let guard = SlotGuard::new(
+                    shared.store.clone(),
+                    subject.key,
+                    lease,
+                    shared.renewals.clone(),
+                );
                 ResponseFuture::called(self.inner.call(req), Some(guard))
             }
             Some(Ok(SlotDecision::Full { .. })) if shared.config.max_wait.is_zero() => {
