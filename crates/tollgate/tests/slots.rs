@@ -205,7 +205,9 @@ async fn c3_released_exactly_once_on_body_end_error_and_drop() {
     assert_eq!(st.in_flight_now(&k), 1);
     drop(res);
     assert_eq!(st.in_flight_now(&k), 0, "released on drop");
-    // Exactly once: the next holder is not freed by a late double release.
+    // The freed slot is taken again and counted once. (That a stale second release
+    // of a lease never frees another holder's slot is a store rule: see
+    // `c3_release_exactly_once` in tollgate-core's conformance suite and `LeaseSet`.)
     let again = svc4.clone().oneshot(req(&key(1), None)).await.unwrap();
     drop(senders);
     assert_eq!(st.in_flight_now(&k), 1);
