@@ -7,6 +7,7 @@
 //! - [`capacity`]: per-channel capacity leases and the fair queue (Q*).
 //! - [`demand`]: what a request asks for and what it used (W5, B2).
 //! - [`rejection`]: the one typed rejection and the gateway code table (L2, E1).
+//! - [`upstream`]: provider limits per credential, model and vendor, cooldowns (U*).
 //! - [`store`]: the store traits and the in-memory store (L4).
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
@@ -23,6 +24,7 @@ pub mod rejection;
 pub mod slots;
 pub mod store;
 pub mod subject;
+pub mod upstream;
 pub mod window;
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! | [`ConcurrencySlotLayer`] | `slots` | per-subject in-flight slots, leases that heal (C1–C5) |
 //! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
 //! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B6) |
+//! | [`UpstreamLimitLayer`] | `upstream` | channel choice under provider RPM/RPH/RPD/TPM per credential, model, vendor (U1–U4) |
 //! | [`CapacityQueueLayer`] | `capacity` | per-channel in-flight capacity, bounded tenant-fair queue (Q1–Q5) |
 //! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
 //!
@@ -44,14 +45,16 @@ pub mod extract;
     feature = "slots",
     feature = "windows",
     feature = "billing",
-    feature = "capacity"
+    feature = "capacity",
+    feature = "upstream"
 ))]
 pub mod failure;
 #[cfg(any(
     feature = "slots",
     feature = "windows",
     feature = "billing",
-    feature = "capacity"
+    feature = "capacity",
+    feature = "upstream"
 ))]
 mod spawn;
 
@@ -63,8 +66,10 @@ pub mod capacity;
 pub mod error_map;
 #[cfg(feature = "slots")]
 pub mod slot;
-#[cfg(any(feature = "slots", feature = "windows"))]
+#[cfg(any(feature = "slots", feature = "windows", feature = "upstream"))]
 pub mod time;
+#[cfg(feature = "upstream")]
+pub mod upstream;
 #[cfg(feature = "windows")]
 pub mod window;
 
@@ -73,7 +78,8 @@ pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
     feature = "slots",
     feature = "windows",
     feature = "billing",
-    feature = "capacity"
+    feature = "capacity",
+    feature = "upstream"
 ))]
 pub use failure::{FailureMode, FailureStats};
 pub use tollgate_core as core;
@@ -86,6 +92,8 @@ pub use capacity::{CapacityQueue, CapacityQueueLayer};
 pub use error_map::{ErrorMapping, ErrorMappingLayer};
 #[cfg(feature = "slots")]
 pub use slot::{ConcurrencySlot, ConcurrencySlotLayer};
+#[cfg(feature = "upstream")]
+pub use upstream::{UpstreamLimit, UpstreamLimitLayer};
 #[cfg(feature = "windows")]
 pub use window::{AnchoredWindow, AnchoredWindowLayer};
 

@@ -190,6 +190,7 @@ pin_project! {
             #[pin] fut: S::Future,
             guard: Option<CapacityGuard<St>>,
             queued_ms: Option<u64>,
+            chosen: Option<ChannelRef>,
         },
     }
 }
@@ -224,12 +225,14 @@ where
         fut: S::Future,
         guard: Option<CapacityGuard<St>>,
         queued_ms: Option<u64>,
+        chosen: Option<ChannelRef>,
     ) -> Self {
         Self {
             state: State::Called {
                 fut,
                 guard,
                 queued_ms,
+                chosen,
             },
         }
     }
@@ -277,12 +280,13 @@ where
         metrics::histogram!("tollgate_queue_wait_seconds").record(_ms as f64 / 1000.0);
     }
     let mut req = p.req.take().expect("request taken once");
-    req.extensions_mut()
-        .insert(Chosen(p.candidates.0[index].clone()));
+    let chosen = p.candidates.0[index].clone();
+    req.extensions_mut().insert(Chosen(chosen.clone()));
     State::Called {
         fut: p.svc.call(req),
         guard,
         queued_ms,
+        chosen: Some(chosen),
     }
 }
 
@@ -471,6 +475,7 @@ where
                     fut,
                     guard,
                     queued_ms,
+                    chosen,
                 } => {
                     let Poll::Ready(res) = fut.poll(cx) else {
                         if let Some(g) = guard.as_mut() {
@@ -481,8 +486,14 @@ where
                     let res = res.map_err(Into::into);
                     let guard = guard.take();
                     let queued_ms = *queued_ms;
+                    let chosen = chosen.take();
                     return Poll::Ready(res.map(|r| {
                         let mut r = r.map(|b| HoldBody::holding(b, guard));
+                        // Outer layers (upstream limits, failover) learn which channel
+                        // served the request.
+                        if let Some(c) = chosen {
+                            r.extensions_mut().insert(Chosen(c));
+                        }
                         if let Some(ms) = queued_ms {
                             r.headers_mut()
                                 .insert(QUEUED_MS_HEADER, HeaderValue::from(ms));

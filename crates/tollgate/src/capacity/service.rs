@@ -58,7 +58,7 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let Some(candidates) = req.extensions().get::<Candidates>().cloned() else {
-            return ResponseFuture::called(self.inner.call(req), None, None);
+            return ResponseFuture::called(self.inner.call(req), None, None, None);
         };
         if candidates.0.is_empty() {
             return ResponseFuture::rejected(no_upstream());
@@ -68,9 +68,9 @@ where
         match probe(&self.shared, &candidates.0, 0) {
             Probe::Admit { index, guard } => {
                 Counters::bump(&self.shared.counters.admitted);
-                req.extensions_mut()
-                    .insert(Chosen(candidates.0[index].clone()));
-                ResponseFuture::called(self.inner.call(req), guard, None)
+                let chosen = candidates.0[index].clone();
+                req.extensions_mut().insert(Chosen(chosen.clone()));
+                ResponseFuture::called(self.inner.call(req), guard, None, Some(chosen))
             }
             Probe::Refuse(r) => ResponseFuture::rejected(r),
             next => {

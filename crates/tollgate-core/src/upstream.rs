@@ -1,0 +1,640 @@
+//! Upstream limits (SPEC U1–U4) as plain types: what a provider allows per credential,
+//! per credential and model, and per vendor, compiled into window keys of the
+//! [`WindowStore`](crate::WindowStore); the vendors' token counting rules (U2); the
+//! cooldown table that provider signals feed (U3); and the rejection a request gets
+//! when no channel is usable (U4).
+//!
+//! A provider limit is kept like a user-policy window (W5: requests counted at send,
+//! tokens reserved from the estimate and settled from actual usage), under store keys
+//! that start with a NUL byte so no subject key a client sends can name them.
+//!
+//! | granularity | store key | cooldown key |
+//! |---|---|---|
+//! | credential | `\0up\0c\0{credential}` | same |
+//! | credential + model | `\0up\0m\0{credential}\0{model}` | same |
+//! | vendor | `\0up\0v\0{vendor}` | same |
+//!
+//! A scope with ITPM or OTPM gets one more key each (suffix `\0i`, `\0o`), whose token
+//! window is charged with the input or the output count only.
+
+use crate::clock::Millis;
+use crate::dialect::Dialect;
+use crate::demand::Usage;
+use crate::policy::{Dimension, Policy, Tier};
+use crate::rejection::GatewayCode;
+use crate::subject::SubjectKey;
+use crate::window::ExceededLimit;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Limits at one granularity (U1). `None` = no limit of that kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateLimits {
+    /// Requests per minute.
+    pub rpm: Option<u64>,
+    /// Requests per hour.
+    pub rph: Option<u64>,
+    /// Requests per day.
+    pub rpd: Option<u64>,
+    /// Tokens per minute (the vendor's combined count).
+    pub tpm: Option<u64>,
+    /// Input tokens per minute.
+    pub itpm: Option<u64>,
+    /// Output tokens per minute.
+    pub otpm: Option<u64>,
+}
+
+impl RateLimits {
+    /// True when no limit is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The kind of a provider limit: what U4 names when it is the reason every channel
+/// was skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LimitKind {
+    /// Requests per minute.
+    Rpm,
+    /// Requests per hour.
+    Rph,
+    /// Requests per day.
+    Rpd,
+    /// Tokens per minute.
+    Tpm,
+    /// Input tokens per minute.
+    Itpm,
+    /// Output tokens per minute.
+    Otpm,
+}
+
+impl LimitKind {
+    /// The U4 code when every candidate was skipped by this kind: minute requests
+    /// 42902, hour requests 42903, day requests 42904, minute tokens (any) 42905.
+    pub fn code(self) -> GatewayCode {
+        match self {
+            LimitKind::Rpm => GatewayCode::RpmLimit,
+            LimitKind::Rph => GatewayCode::RphLimit,
+            LimitKind::Rpd => GatewayCode::RpdLimit,
+            LimitKind::Tpm | LimitKind::Itpm | LimitKind::Otpm => GatewayCode::TpmLimit,
+        }
+    }
+}
+
+/// Tokens counted toward a provider's per-minute token limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateCount {
+    /// Toward a combined tokens-per-minute limit.
+    pub tpm: u64,
+    /// Toward an input-tokens-per-minute limit.
+    pub itpm: u64,
+    /// Toward an output-tokens-per-minute limit.
+    pub otpm: u64,
+}
+
+impl RateCount {
+    /// The same count toward every limit (a conservative estimate when nothing better
+    /// is known).
+    pub fn all(tokens: u64) -> Self {
+        Self {
+            tpm: tokens,
+            itpm: tokens,
+            otpm: tokens,
+        }
+    }
+    /// The count a window of `measure` is charged with.
+    pub fn of(&self, measure: TokenMeasure) -> u64 {
+        match measure {
+            TokenMeasure::Total => self.tpm,
+            TokenMeasure::Input => self.itpm,
+            TokenMeasure::Output => self.otpm,
+        }
+    }
+}
+
+/// What `usage` counts toward the limits of a `dialect` provider (settlement, U2).
+///
+/// | dialect | itpm | otpm | tpm |
+/// |---|---|---|---|
+/// | OpenAI (and native) | input + cached + cache writes | output | itpm + otpm |
+/// | Anthropic | input + cache writes (cache **reads** excluded) | output | itpm + otpm |
+/// | Gemini | input + cached + cache writes | output | itpm (input only) |
+///
+/// - OpenAI: cached input counts toward TPM like any other input token.
+/// - Anthropic: `cache_read_input_tokens` do not count toward ITPM; `input_tokens` and
+///   `cache_creation_input_tokens` do. Anthropic has no combined limit; `tpm` is given
+///   for channels configured with one.
+/// - Gemini: Google documents TPM as *input* tokens per minute with no cache
+///   exemption; output counts only toward `otpm`.
+///
+/// ```
+/// use tollgate_core::{Dialect, Usage, upstream::rate_count};
+/// let u = Usage { input_tokens: 100, cached_input_tokens: 900, cache_write_tokens: 50, output_tokens: 10, ..Usage::default() };
+/// assert_eq!(rate_count(Dialect::Anthropic, &u).itpm, 150);
+/// assert_eq!(rate_count(Dialect::OpenAi, &u).tpm, 1060);
+/// ```
+pub fn rate_count(dialect: Dialect, usage: &Usage) -> RateCount {
+    let all_input = usage
+        .input_tokens
+        .saturating_add(usage.cached_input_tokens)
+        .saturating_add(usage.cache_write_tokens);
+    let out = usage.output_tokens;
+    match dialect {
+        Dialect::OpenAi | Dialect::Native => RateCount {
+            tpm: all_input.saturating_add(out),
+            itpm: all_input,
+            otpm: out,
+        },
+        Dialect::Anthropic => {
+            let itpm = usage.input_tokens.saturating_add(usage.cache_write_tokens);
+            RateCount {
+                tpm: itpm.saturating_add(out),
+                itpm,
+                otpm: out,
+            }
+        }
+        Dialect::Gemini => RateCount {
+            tpm: all_input,
+            itpm: all_input,
+            otpm: out,
+        },
+    }
+}
+
+/// What to reserve toward the limits of a `dialect` provider before sending (U2),
+/// from the input estimate and the output upper bound: all input is reserved (cache
+/// reads cannot be known in advance; settlement gives back what [`rate_count`]
+/// excludes), and the output bound too (OpenAI and Anthropic's OTPM count
+/// `max_tokens` at request start).
+pub fn rate_estimate(dialect: Dialect, input: u64, output_bound: u64) -> RateCount {
+    match dialect {
+        Dialect::Gemini => RateCount {
+            tpm: input,
+            itpm: input,
+            otpm: output_bound,
+        },
+        Dialect::OpenAi | Dialect::Native | Dialect::Anthropic => RateCount {
+            tpm: input.saturating_add(output_bound),
+            itpm: input,
+            otpm: output_bound,
+        },
+    }
+}
+
+/// Which token count a window key is charged with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenMeasure {
+    /// The combined count (TPM), on the key that also holds the request tiers.
+    Total,
+    /// Input tokens (ITPM).
+    Input,
+    /// Output tokens (OTPM).
+    Output,
+}
+
+/// One window key of a scope: its store key, its policy and the tokens it counts.
+#[derive(Clone, Debug)]
+pub struct ScopeWindow {
+    /// The store key.
+    pub key: SubjectKey,
+    /// Its tiers.
+    pub policy: Arc<Policy>,
+    /// What its token tier is charged with.
+    pub measure: TokenMeasure,
+}
+
+impl ScopeWindow {
+    /// The kind of an exceeded limit of this window.
+    pub fn kind_of(&self, limit: &ExceededLimit) -> LimitKind {
+        match limit.dimension {
+            Dimension::Requests if limit.tier.window_ms <= 60_000 => LimitKind::Rpm,
+            Dimension::Requests if limit.tier.window_ms <= 3_600_000 => LimitKind::Rph,
+            Dimension::Requests => LimitKind::Rpd,
+            _ => match self.measure {
+                TokenMeasure::Total => LimitKind::Tpm,
+                TokenMeasure::Input => LimitKind::Itpm,
+                TokenMeasure::Output => LimitKind::Otpm,
+            },
+        }
+    }
+}
+
+/// Compiles the limits of the scope stored under `key` into window keys (≤ 3).
+pub fn scope_windows(key: &str, limits: &RateLimits) -> Vec<ScopeWindow> {
+    let mut out = Vec::new();
+    let mut main = Policy::default();
+    if let Some(n) = limits.rpm {
+        main = main.with_requests(Tier::per_minute(n));
+    }
+    if let Some(n) = limits.rph {
+        main = main.with_requests(Tier::per_hour(n));
+    }
+    if let Some(n) = limits.rpd {
+        main = main.with_requests(Tier::per_day(n));
+    }
+    if let Some(n) = limits.tpm {
+        main = main.with_tokens(Tier::per_minute(n));
+    }
+    if main.has_window_limits() {
+        out.push(ScopeWindow {
+            key: SubjectKey::from(key.to_owned()),
+            policy: Arc::new(main),
+            measure: TokenMeasure::Total,
+        });
+    }
+    for (n, suffix, measure) in [
+        (limits.itpm, "\0i", TokenMeasure::Input),
+        (limits.otpm, "\0o", TokenMeasure::Output),
+    ] {
+        if let Some(n) = n {
+            out.push(ScopeWindow {
+                key: SubjectKey::from(format!("{key}{suffix}")),
+                policy: Arc::new(Policy::default().with_tokens(Tier::per_minute(n))),
+                measure,
+            });
+        }
+    }
+    out
+}
+
+/// The store / cooldown key of a credential scope.
+pub fn credential_key(credential: &str) -> String {
+    format!("\0up\0c\0{credential}")
+}
+/// The store / cooldown key of a credential + model scope.
+pub fn model_key(credential: &str, model: &str) -> String {
+    format!("\0up\0m\0{credential}\0{model}")
+}
+/// The store / cooldown key of a vendor scope.
+pub fn vendor_key(vendor: &str) -> String {
+    format!("\0up\0v\0{vendor}")
+}
+
+/// One channel as the upstream limits see it.
+#[derive(Clone, Debug)]
+pub struct UpstreamChannel {
+    /// The channel's name (as in [`ChannelRef`](crate::ChannelRef)).
+    pub name: Arc<str>,
+    /// The API format its provider speaks: picks the counting rules (U2).
+    pub dialect: Dialect,
+    /// The vendor whose account-wide limits apply.
+    pub vendor: Arc<str>,
+    /// A non-secret id of the credential (channels sharing a credential share its
+    /// limits).
+    pub credential: Arc<str>,
+    /// Limits of the credential.
+    pub limits: RateLimits,
+    /// Limits of the credential per model.
+    pub model_limits: Vec<(Arc<str>, RateLimits)>,
+}
+
+struct ChannelEntry {
+    dialect: Dialect,
+    vendor: Arc<str>,
+    credential_key: Arc<str>,
+    credential: Arc<str>,
+    credential_windows: Vec<ScopeWindow>,
+    model_windows: HashMap<Arc<str>, Vec<ScopeWindow>>,
+}
+
+/// The scopes of one (channel, model): the window keys to admit on and the cooldown
+/// keys to consult, most specific first.
+#[derive(Debug)]
+pub struct ChannelScopes<'a> {
+    /// The provider's dialect (counting rules).
+    pub dialect: Dialect,
+    /// Window keys over every granularity.
+    pub windows: Vec<&'a ScopeWindow>,
+    /// Cooldown keys: credential + model (when the model is known), credential,
+    /// vendor.
+    pub cooldown_keys: Vec<String>,
+}
+
+/// Channels, their compiled limits and the cooldown table (U1, U3): what the upstream
+/// limit layer and the failover layer share.
+#[derive(Default)]
+pub struct UpstreamRegistry {
+    channels: HashMap<Arc<str>, ChannelEntry>,
+    vendors: HashMap<Arc<str>, Vec<ScopeWindow>>,
+    cooldowns: Cooldowns,
+}
+
+impl std::fmt::Debug for UpstreamRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamRegistry")
+            .field("channels", &self.channels.len())
+            .field("vendors", &self.vendors.len())
+            .finish()
+    }
+}
+
+impl UpstreamRegistry {
+    /// An empty registry: every channel unconstrained.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds (or replaces) a channel.
+    pub fn with_channel(mut self, ch: UpstreamChannel) -> Self {
+        let ck = credential_key(&ch.credential);
+        let model_windows = ch
+            .model_limits
+            .iter()
+            .map(|(m, l)| (m.clone(), scope_windows(&model_key(&ch.credential, m), l)))
+            .collect();
+        self.channels.insert(
+            ch.name.clone(),
+            ChannelEntry {
+                dialect: ch.dialect,
+                vendor: ch.vendor,
+                credential_windows: scope_windows(&ck, &ch.limits),
+                credential_key: Arc::from(ck),
+                credential: ch.credential,
+                model_windows,
+            },
+        );
+        self
+    }
+    /// Sets a vendor's account-wide limits.
+    pub fn with_vendor(mut self, vendor: impl Into<Arc<str>>, limits: RateLimits) -> Self {
+        let vendor = vendor.into();
+        let w = scope_windows(&vendor_key(&vendor), &limits);
+        self.vendors.insert(vendor, w);
+        self
+    }
+    /// True when `channel` is registered.
+    pub fn contains(&self, channel: &str) -> bool {
+        self.channels.contains_key(channel)
+    }
+    /// The scopes of `channel` serving `model`; `None` for an unregistered channel
+    /// (unconstrained).
+    pub fn scopes(&self, channel: &str, model: Option<&str>) -> Option<ChannelScopes<'_>> {
+        let e = self.channels.get(channel)?;
+        let mut windows: Vec<&ScopeWindow> = Vec::new();
+        let mut cooldown_keys = Vec::with_capacity(3);
+        if let Some(m) = model {
+            if let Some(w) = e.model_windows.get(m) {
+                windows.extend(w);
+            }
+            cooldown_keys.push(model_key(&e.credential, m));
+        }
+        windows.extend(&e.credential_windows);
+        cooldown_keys.push(e.credential_key.to_string());
+        if let Some(w) = self.vendors.get(&e.vendor) {
+            windows.extend(w);
+        }
+        cooldown_keys.push(vendor_key(&e.vendor));
+        Some(ChannelScopes {
+            dialect: e.dialect,
+            windows,
+            cooldown_keys,
+        })
+    }
+    /// The cooldown key provider rate signals of `channel` for `model` apply to: the
+    /// credential + model scope (providers count per model and organisation), or the
+    /// credential when the model is unknown.
+    pub fn signal_key(&self, channel: &str, model: Option<&str>) -> Option<String> {
+        let e = self.channels.get(channel)?;
+        Some(match model {
+            Some(m) => model_key(&e.credential, m),
+            None => e.credential_key.to_string(),
+        })
+    }
+    /// The cooldown key of `channel`'s credential.
+    pub fn credential_cooldown_key(&self, channel: &str) -> Option<String> {
+        Some(self.channels.get(channel)?.credential_key.to_string())
+    }
+    /// The cooldown table.
+    pub fn cooldowns(&self) -> &Cooldowns {
+        &self.cooldowns
+    }
+}
+
+/// Cooldowns per scope key (U3, F6, F8): until when no new request may be sent on a
+/// scope. A cooldown extends, never shrinks to an earlier deadline. Bounded: expired
+/// entries are purged whenever the table grows past its last purge size × 2.
+#[derive(Debug, Default)]
+pub struct Cooldowns {
+    inner: Mutex<CooldownTable>,
+}
+
+#[derive(Debug, Default)]
+struct CooldownTable {
+    until: HashMap<String, Millis, foldhash::fast::RandomState>,
+    purge_at: usize,
+}
+
+impl Cooldowns {
+    fn with<R>(&self, f: impl FnOnce(&mut CooldownTable) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+    /// Cools `key` until `until` (or keeps a later cooldown). Returns the deadline now
+    /// in force.
+    pub fn cool(&self, key: &str, until: Millis, now: Millis) -> Millis {
+        self.with(|t| {
+            if t.until.len() >= t.purge_at.max(64) {
+                t.until.retain(|_, u| *u > now);
+                t.purge_at = t.until.len() * 2;
+            }
+            let e = t.until.entry(key.to_owned()).or_insert(0);
+            *e = (*e).max(until);
+            *e
+        })
+    }
+    /// Until when `key` cools, if it still does at `now`.
+    pub fn until(&self, key: &str, now: Millis) -> Option<Millis> {
+        self.with(|t| t.until.get(key).copied().filter(|u| *u > now))
+    }
+    /// The latest cooldown among `keys` still running at `now`.
+    pub fn any_until<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k String>,
+        now: Millis,
+    ) -> Option<Millis> {
+        self.with(|t| {
+            keys.into_iter()
+                .filter_map(|k| t.until.get(k.as_str()).copied())
+                .filter(|u| *u > now)
+                .max()
+        })
+    }
+    /// Ends the cooldown of `key` (an operator re-enabled it).
+    pub fn clear(&self, key: &str) {
+        self.with(|t| {
+            t.until.remove(key);
+        })
+    }
+    /// Cooldown entries held (expired ones included until the next purge).
+    pub fn len(&self) -> usize {
+        self.with(|t| t.until.len())
+    }
+    /// True when no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why one candidate channel was skipped (U1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// A limit of this kind had no room; recovers in `retry_after_ms` if known.
+    Limit {
+        /// The binding limit's kind.
+        kind: LimitKind,
+        /// Time until it has room.
+        retry_after_ms: Option<Millis>,
+    },
+    /// The channel cools down for `remaining_ms` more.
+    Cooling {
+        /// Time until the cooldown ends.
+        remaining_ms: Millis,
+    },
+}
+
+impl Skip {
+    fn recovery(&self) -> Option<Millis> {
+        match self {
+            Skip::Limit { retry_after_ms, .. } => *retry_after_ms,
+            Skip::Cooling { remaining_ms } => Some(*remaining_ms),
+        }
+    }
+}
+
+/// The answer when every candidate was skipped (U4): the code and the time until the
+/// earliest candidate recovers. `skips` empty = the model has no channel (50201).
+///
+/// ```
+/// use tollgate_core::upstream::{LimitKind, Skip, no_channel_left};
+/// use tollgate_core::GatewayCode;
+/// let tpm = Skip::Limit { kind: LimitKind::Tpm, retry_after_ms: Some(30_000) };
+/// let rpm = Skip::Limit { kind: LimitKind::Rpm, retry_after_ms: Some(5_000) };
+/// assert_eq!(no_channel_left(&[tpm, tpm]).0, GatewayCode::TpmLimit);
+/// assert_eq!(no_channel_left(&[tpm, rpm]), (GatewayCode::UpstreamCooling, Some(5_000)));
+/// assert_eq!(no_channel_left(&[]).0, GatewayCode::NoUpstream);
+/// ```
+pub fn no_channel_left(skips: &[Skip]) -> (GatewayCode, Option<Millis>) {
+    let Some(first) = skips.first() else {
+        return (GatewayCode::NoUpstream, None);
+    };
+    let earliest = skips.iter().filter_map(Skip::recovery).min();
+    let code = match first {
+        Skip::Limit { kind, .. }
+            if skips
+                .iter()
+                .all(|s| matches!(s, Skip::Limit { kind: k, .. } if k.code() == kind.code())) =>
+        {
+            kind.code()
+        }
+        _ => GatewayCode::UpstreamCooling,
+    };
+    (code, earliest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn u1_scope_windows_split_itpm_and_otpm_into_their_own_keys() {
+        let l = RateLimits {
+            rpm: Some(10),
+            rph: Some(100),
+            tpm: Some(1000),
+            itpm: Some(500),
+            otpm: Some(200),
+            ..RateLimits::default()
+        };
+        let w = scope_windows("k", &l);
+        assert_eq!(w.len(), 3);
+        assert_eq!(w[0].policy.requests.len(), 2);
+        assert_eq!(w[0].policy.tokens.len(), 1);
+        assert_eq!(w[1].measure, TokenMeasure::Input);
+        assert_eq!(w[2].measure, TokenMeasure::Output);
+        assert!(scope_windows("k", &RateLimits::default()).is_empty());
+    }
+
+    #[test]
+    fn u1_registry_scopes_cover_model_credential_and_vendor() {
+        let r = UpstreamRegistry::new()
+            .with_channel(UpstreamChannel {
+                name: "a".into(),
+                dialect: Dialect::OpenAi,
+                vendor: "openai".into(),
+                credential: "cred1".into(),
+                limits: RateLimits {
+                    rpm: Some(5),
+                    ..RateLimits::default()
+                },
+                model_limits: vec![(
+                    "gpt".into(),
+                    RateLimits {
+                        tpm: Some(9),
+                        ..RateLimits::default()
+                    },
+                )],
+            })
+            .with_vendor(
+                "openai",
+                RateLimits {
+                    rpd: Some(1),
+                    ..RateLimits::default()
+                },
+            );
+        let s = r.scopes("a", Some("gpt")).unwrap();
+        assert_eq!(s.windows.len(), 3);
+        assert_eq!(s.cooldown_keys.len(), 3);
+        assert_eq!(r.scopes("a", Some("other")).unwrap().windows.len(), 2);
+        assert!(r.scopes("b", None).is_none());
+    }
+
+    #[test]
+    fn u3_cooldown_extends_never_shrinks_and_expires() {
+        let c = Cooldowns::default();
+        assert_eq!(c.cool("k", 500, 0), 500);
+        assert_eq!(c.cool("k", 300, 0), 500);
+        assert_eq!(c.until("k", 499), Some(500));
+        assert_eq!(c.until("k", 500), None);
+        assert_eq!(c.cool("k", 900, 0), 900);
+        c.clear("k");
+        assert_eq!(c.until("k", 0), None);
+    }
+
+    #[test]
+    fn cooldown_table_stays_bounded_under_a_flood_of_expired_keys() {
+        let c = Cooldowns::default();
+        for i in 0..100_000u64 {
+            c.cool(&format!("k{i}"), i + 1, i);
+        }
+        assert!(c.len() < 1_000, "{} entries", c.len());
+    }
+
+    #[test]
+    fn u4_same_kind_names_it_mixed_or_cooling_gives_42908_with_earliest_recovery() {
+        let rph = Skip::Limit {
+            kind: LimitKind::Rph,
+            retry_after_ms: Some(100_000),
+        };
+        let rpd = Skip::Limit {
+            kind: LimitKind::Rpd,
+            retry_after_ms: None,
+        };
+        let cool = Skip::Cooling { remaining_ms: 2_000 };
+        assert_eq!(no_channel_left(&[rph]), (GatewayCode::RphLimit, Some(100_000)));
+        assert_eq!(no_channel_left(&[rpd, rpd]).0, GatewayCode::RpdLimit);
+        assert_eq!(
+            no_channel_left(&[rph, cool]),
+            (GatewayCode::UpstreamCooling, Some(2_000))
+        );
+        assert_eq!(no_channel_left(&[cool]).0, GatewayCode::UpstreamCooling);
+        // ITPM and OTPM are minute token limits: 42905 like TPM.
+        let itpm = Skip::Limit {
+            kind: LimitKind::Itpm,
+            retry_after_ms: Some(1),
+        };
+        let otpm = Skip::Limit {
+            kind: LimitKind::Otpm,
+            retry_after_ms: Some(2),
+        };
+        assert_eq!(no_channel_left(&[itpm, otpm]), (GatewayCode::TpmLimit, Some(1)));
+    }
+}
