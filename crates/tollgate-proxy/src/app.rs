@@ -20,7 +20,7 @@ use tollgate::core::{
 use tollgate::error_map::render;
 use tollgate::{
     AnchoredWindowLayer, BillingGateLayer, CapacityQueueLayer, ConcurrencySlotLayer,
-    ErrorMappingLayer,
+    ErrorMappingLayer, UpstreamLimitLayer,
 };
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
@@ -122,10 +122,20 @@ where
         let auth_keys = keys.clone();
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
         // slot (taken right after identification, C2) → read and inspect the body →
-        // windows (need the demand) → capacity queue (picks the channel; queued
+        // windows (need the demand) → upstream limits (skip channels over a provider
+        // limit or cooling down; count the request on the first that fits, U1) →
+        // capacity queue (picks the channel among those left; queued
         // requests hold no money, Q5/B3) → billing (needs to know whether the
         // subscription covered the request, W8) → forward.
         let forward = Forward::new(self.client.clone(), catalog.clone());
+        let upstream = UpstreamLimitLayer::new(
+            self.store.clone(),
+            Arc::new(crate::catalog::upstream_registry(&self.config)),
+        )
+        .config(tollgate::upstream::UpstreamConfig {
+            failure_mode: modes.windows_failure.into(),
+            ..Default::default()
+        });
         let prepare = PrepareLayer::new(catalog.clone());
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         let api = if self.limits {
@@ -145,6 +155,7 @@ where
                             .max_wait(limits.rolling_max_wait.0)
                             .failure_mode(modes.windows_failure.into()),
                     )
+                    .layer(upstream.clone())
                     .layer(
                         CapacityQueueLayer::new(self.store.clone())
                             .max_wait(queue.max_wait.0)

@@ -174,3 +174,30 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         capacity: ch.config.capacity,
     })
 }
+
+/// The channels' provider limits for the upstream limit layer (U1): per credential
+/// (shared by channels with the same credential id), per credential and model, and per
+/// vendor.
+pub fn upstream_registry(config: &Config) -> tollgate_core::upstream::UpstreamRegistry {
+    use tollgate_core::upstream::{UpstreamChannel, UpstreamRegistry};
+    let mut reg = UpstreamRegistry::new();
+    for (vendor, l) in &config.raw.vendors {
+        reg = reg.with_vendor(vendor.as_str(), l.to_core());
+    }
+    for ch in &config.channels {
+        reg = reg.with_channel(UpstreamChannel {
+            name: ch.name.clone(),
+            dialect: ch.config.vendor.dialect(),
+            vendor: ch.config.vendor.as_str().into(),
+            credential: ch.credential_id().into(),
+            limits: ch.config.limits.to_core(),
+            model_limits: ch
+                .config
+                .model_limits
+                .iter()
+                .map(|(m, l)| (Arc::from(m.as_str()), l.to_core()))
+                .collect(),
+        });
+    }
+    reg
+}

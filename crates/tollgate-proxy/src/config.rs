@@ -254,6 +254,11 @@ pub struct ChannelConfig {
     /// Limits per model on this credential.
     #[serde(default)]
     pub model_limits: BTreeMap<String, UpstreamLimits>,
+    /// A non-secret name of the credential: channels with the same one share its
+    /// limits. Default: a hash of the credential (channels holding the same secret
+    /// share), or the channel name when it has none.
+    #[serde(default)]
+    pub credential_id: Option<String>,
 }
 
 fn default_group() -> String {
@@ -438,6 +443,8 @@ pub struct RawConfig {
     pub models: BTreeMap<String, ModelConfig>,
     /// Task budgets by name.
     pub tasks: BTreeMap<String, TaskConfig>,
+    /// Account-wide upstream limits per vendor (`openai`, `anthropic`, `gemini`; U1).
+    pub vendors: BTreeMap<String, UpstreamLimits>,
 }
 
 /// A resolved API key.
@@ -692,9 +699,28 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         );
     }
 
+    for (vendor, l) in &raw.vendors {
+        if !matches!(vendor.as_str(), "openai" | "anthropic" | "gemini") {
+            return Err(err(
+                find_table(text, "vendors", vendor),
+                format!("[vendors.{vendor}]: unknown vendor (openai, anthropic or gemini)"),
+            ));
+        }
+        check_limits(l).map_err(|m| err(find_table(text, "vendors", vendor), format!("[vendors.{vendor}]: {m}")))?;
+    }
     let mut channels = Vec::new();
     for (name, c) in &raw.channels {
         let at = find_table(text, "channels", name);
+        check_limits(&c.limits).map_err(|m| err(at.clone(), format!("channel {name:?}: limits: {m}")))?;
+        for (model, l) in &c.model_limits {
+            if !c.models.iter().any(|m| m.get_ref() == model) {
+                return Err(err(
+                    at,
+                    format!("channel {name:?}: model_limits names {model:?}, which the channel does not serve"),
+                ));
+            }
+            check_limits(l).map_err(|m| err(at.clone(), format!("channel {name:?}: model_limits.{model}: {m}")))?;
+        }
         for m in &c.models {
             if !raw.models.contains_key(m.get_ref()) {
                 return Err(err(
@@ -745,6 +771,68 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         channels,
         source: None,
     })
+}
+
+/// A limit of 0 would refuse every request: almost certainly a mistake.
+fn check_limits(l: &UpstreamLimits) -> Result<(), String> {
+    for (name, v) in [
+        ("rpm", l.rpm),
+        ("rph", l.rph),
+        ("rpd", l.rpd),
+        ("tpm", l.tpm),
+        ("itpm", l.itpm),
+        ("otpm", l.otpm),
+    ] {
+        if v == Some(0) {
+            return Err(format!("{name} = 0 would refuse every request; leave it out for no limit"));
+        }
+    }
+    Ok(())
+}
+
+impl UpstreamLimits {
+    /// As the layers' type.
+    pub fn to_core(&self) -> tollgate_core::upstream::RateLimits {
+        tollgate_core::upstream::RateLimits {
+            rpm: self.rpm,
+            rph: self.rph,
+            rpd: self.rpd,
+            tpm: self.tpm,
+            itpm: self.itpm,
+            otpm: self.otpm,
+        }
+    }
+}
+
+impl Vendor {
+    /// The vendor's name in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Openai => "openai",
+            Vendor::Anthropic => "anthropic",
+            Vendor::Gemini => "gemini",
+        }
+    }
+}
+
+impl Channel {
+    /// The non-secret credential id whose limits this channel shares.
+    pub fn credential_id(&self) -> String {
+        if let Some(id) = &self.config.credential_id {
+            return id.clone();
+        }
+        match &self.credential {
+            Some(secret) => {
+                use std::hash::{Hash, Hasher};
+                // SipHash with fixed keys: the same id on every instance, and a
+                // 64-bit digest that does not reveal the secret.
+                let mut h = std::hash::DefaultHasher::new();
+                secret.hash(&mut h);
+                format!("cred-{:016x}", h.finish())
+            }
+            None => format!("channel-{}", self.name),
+        }
+    }
 }
 
 /// The budgets of a tenant, with ids unique across tenants.

@@ -139,6 +139,15 @@ where
                     .price
                     .demand(facts.input_tokens, max_output, facts.images, facts.videos);
             parts.extensions.insert(demand);
+            // The candidates speak the client's dialect: reserve toward their provider
+            // limits by that vendor's rules (U2).
+            parts
+                .extensions
+                .insert(tollgate_core::upstream::rate_estimate(
+                    dialect,
+                    facts.input_tokens,
+                    max_output,
+                ));
             parts.extensions.insert(dialect);
             let candidates: Vec<ChannelRef> = catalog
                 .candidates(&facts.model, dialect)
