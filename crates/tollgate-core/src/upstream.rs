@@ -18,8 +18,8 @@
 //! window is charged with the input or the output count only.
 
 use crate::clock::Millis;
-use crate::dialect::Dialect;
 use crate::demand::Usage;
+use crate::dialect::Dialect;
 use crate::policy::{Dimension, Policy, Tier};
 use crate::rejection::GatewayCode;
 use crate::subject::SubjectKey;
@@ -618,8 +618,13 @@ mod tests {
             kind: LimitKind::Rpd,
             retry_after_ms: None,
         };
-        let cool = Skip::Cooling { remaining_ms: 2_000 };
-        assert_eq!(no_channel_left(&[rph]), (GatewayCode::RphLimit, Some(100_000)));
+        let cool = Skip::Cooling {
+            remaining_ms: 2_000,
+        };
+        assert_eq!(
+            no_channel_left(&[rph]),
+            (GatewayCode::RphLimit, Some(100_000))
+        );
         assert_eq!(no_channel_left(&[rpd, rpd]).0, GatewayCode::RpdLimit);
         assert_eq!(
             no_channel_left(&[rph, cool]),
@@ -635,6 +640,9 @@ mod tests {
             kind: LimitKind::Otpm,
             retry_after_ms: Some(2),
         };
-        assert_eq!(no_channel_left(&[itpm, otpm]), (GatewayCode::TpmLimit, Some(1)));
+        assert_eq!(
+            no_channel_left(&[itpm, otpm]),
+            (GatewayCode::TpmLimit, Some(1))
+        );
     }
 }

@@ -160,6 +160,7 @@ where
                         CapacityQueueLayer::new(self.store.clone())
                             .max_wait(queue.max_wait.0)
                             .default_deadline(queue.default_deadline.map(|d| d.0))
+                            .abort_grace(queue.abort_grace.0)
                             .queue_limits(QueueLimits {
                                 max_depth: queue.max_depth,
                                 max_per_tenant: queue.max_per_tenant,

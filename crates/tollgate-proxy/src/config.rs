@@ -384,6 +384,9 @@ pub struct QueueConfig {
     pub max_depth: usize,
     /// Most waiters of one tenant per channel queue.
     pub max_per_tenant: usize,
+    /// How long a channel's capacity stays held after a client abandoned a request
+    /// mid-answer (the provider works on until it notices), default 250 ms.
+    pub abort_grace: Span,
 }
 
 impl Default for QueueConfig {
@@ -393,6 +396,7 @@ impl Default for QueueConfig {
             default_deadline: None,
             max_depth: 1024,
             max_per_tenant: 128,
+            abort_grace: Span(tollgate::capacity::DEFAULT_ABORT_GRACE),
         }
     }
 }
@@ -706,20 +710,33 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                 format!("[vendors.{vendor}]: unknown vendor (openai, anthropic or gemini)"),
             ));
         }
-        check_limits(l).map_err(|m| err(find_table(text, "vendors", vendor), format!("[vendors.{vendor}]: {m}")))?;
+        check_limits(l).map_err(|m| {
+            err(
+                find_table(text, "vendors", vendor),
+                format!("[vendors.{vendor}]: {m}"),
+            )
+        })?;
     }
     let mut channels = Vec::new();
     for (name, c) in &raw.channels {
         let at = find_table(text, "channels", name);
-        check_limits(&c.limits).map_err(|m| err(at.clone(), format!("channel {name:?}: limits: {m}")))?;
+        check_limits(&c.limits)
+            .map_err(|m| err(at.clone(), format!("channel {name:?}: limits: {m}")))?;
         for (model, l) in &c.model_limits {
             if !c.models.iter().any(|m| m.get_ref() == model) {
                 return Err(err(
                     at,
-                    format!("channel {name:?}: model_limits names {model:?}, which the channel does not serve"),
+                    format!(
+                        "channel {name:?}: model_limits names {model:?}, which the channel does not serve"
+                    ),
                 ));
             }
-            check_limits(l).map_err(|m| err(at.clone(), format!("channel {name:?}: model_limits.{model}: {m}")))?;
+            check_limits(l).map_err(|m| {
+                err(
+                    at.clone(),
+                    format!("channel {name:?}: model_limits.{model}: {m}"),
+                )
+            })?;
         }
         for m in &c.models {
             if !raw.models.contains_key(m.get_ref()) {
@@ -784,7 +801,9 @@ fn check_limits(l: &UpstreamLimits) -> Result<(), String> {
         ("otpm", l.otpm),
     ] {
         if v == Some(0) {
-            return Err(format!("{name} = 0 would refuse every request; leave it out for no limit"));
+            return Err(format!(
+                "{name} = 0 would refuse every request; leave it out for no limit"
+            ));
         }
     }
     Ok(())

@@ -67,7 +67,12 @@ async fn u2_a_shared_credential_shares_its_limit_across_channels() {
     let p = Proxy::start(&cfg).await;
     let mut codes = vec![];
     for _ in 0..5 {
-        codes.push(send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await.status.as_u16());
+        codes.push(
+            send(p.addr, &ask(Dialect::OpenAi, "sk-a", false))
+                .await
+                .status
+                .as_u16(),
+        );
     }
     assert_eq!(codes, [200, 200, 200, 429, 429]);
     assert_eq!(p.fake.stats().total_calls, 3);
@@ -88,7 +93,11 @@ async fn u3_provider_says_remaining_zero_so_that_channel_rests_until_reset() {
     } else {
         "cred-two"
     };
-    let other = if first == "cred-one" { "cred-two" } else { "cred-one" };
+    let other = if first == "cred-one" {
+        "cred-two"
+    } else {
+        "cred-one"
+    };
     for _ in 0..6 {
         let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
         assert_eq!(r.status, 200);

@@ -13,6 +13,10 @@ pub trait Hold: Send + 'static {
     /// register a timer with `cx` to be polled again (e.g. to renew a lease). A request
     /// that completes at once never calls it.
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {}
+    /// Called just before the guard is given back because the body reached its end
+    /// (or failed). A guard dropped without this call was abandoned mid-way: the
+    /// client went away while the answer was still coming.
+    fn finished(&mut self) {}
 }
 
 pin_project! {
@@ -29,6 +33,8 @@ impl<B: Body, G: Hold> HoldBody<B, G> {
     /// Wraps `inner`. A body that is already at its end releases `guard` at once.
     pub fn new(inner: B, guard: G) -> Self {
         let guard = if inner.is_end_stream() {
+            let mut guard = guard;
+            guard.finished();
             None
         } else {
             Some(guard)
@@ -79,7 +85,9 @@ impl<B: Body, G: Hold> Body for HoldBody<B, G> {
             }
         };
         if ended {
-            this.guard.take();
+            if let Some(mut g) = this.guard.take() {
+                g.finished();
+            }
         }
         res
     }

@@ -247,8 +247,10 @@ fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
     Pin::new(f).poll(&mut Context::from_waker(std::task::Waker::noop()))
 }
 
+/// The tests drop answers before their end to hand capacity over; the abort grace
+/// has a test of its own (`q5_abandoned_answer_keeps_its_lease_for_the_abort_grace`).
 fn layer() -> CapacityQueueLayer<Store> {
-    CapacityQueueLayer::new(store())
+    CapacityQueueLayer::new(store()).abort_grace(Duration::ZERO)
 }
 
 // ---------------------------------------------------------------- Q1
@@ -684,6 +686,34 @@ async fn q5_lease_held_until_body_end_and_nothing_held_while_queued() {
         .unwrap();
     assert_eq!(in_flight(layer.store(), "a"), 1);
     drop(res);
+    assert_eq!(in_flight(layer.store(), "a"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn q5_abandoned_answer_keeps_its_lease_for_the_abort_grace() {
+    // The provider keeps working on an abandoned request until it notices the closed
+    // connection: the lease outlives the client by the grace, then goes to the waiter.
+    let t = Arc::new(Tracker::default());
+    let layer = CapacityQueueLayer::new(store()).abort_grace(ms(250));
+    let svc = layer.clone().layer(forwarder(t.clone()));
+    let cands = channels(&[("a", 1)]);
+    let (_tx, answer) = stream();
+    let res = svc
+        .clone()
+        .oneshot(request(&cands, "x", answer))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(svc.clone().oneshot(request(&cands, "y", after(0))));
+    settle().await;
+    drop(res);
+    settle().await;
+    assert_eq!(in_flight(layer.store(), "a"), 1, "held through the grace");
+    assert_eq!(layer.queued("a"), 1);
+    sleep(ms(250)).await;
+    let res = waiter.await.unwrap().unwrap();
+    assert_eq!(queued_ms(&res), Some(250));
+    // An answer read to its end releases at once.
+    res.into_body().collect().await.unwrap();
     assert_eq!(in_flight(layer.store(), "a"), 0);
 }
 

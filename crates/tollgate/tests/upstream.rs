@@ -55,8 +55,9 @@ fn layer(st: &Store, reg: UpstreamRegistry) -> UpstreamLimitLayer<Store, TokioCl
 
 fn request(channels: &[&str], tokens: u64) -> Request<()> {
     let mut r = Request::new(());
-    r.extensions_mut()
-        .insert(Candidates::new(channels.iter().map(|c| ChannelRef::new(*c, 0))));
+    r.extensions_mut().insert(Candidates::new(
+        channels.iter().map(|c| ChannelRef::new(*c, 0)),
+    ));
     r.extensions_mut().insert(Demand::tokens(tokens));
     r.extensions_mut().insert(ModelId("m".into()));
     r
@@ -164,8 +165,18 @@ async fn u1_credential_model_and_vendor_limits_each_skip_a_channel() {
     let st = store();
     // Two channels share credential "k": its RPM 1 covers both.
     let reg = UpstreamRegistry::new()
-        .with_channel(channel("a", Dialect::OpenAi, "k", limits(|l| l.rpm = Some(1))))
-        .with_channel(channel("b", Dialect::OpenAi, "k", limits(|l| l.rpm = Some(1))));
+        .with_channel(channel(
+            "a",
+            Dialect::OpenAi,
+            "k",
+            limits(|l| l.rpm = Some(1)),
+        ))
+        .with_channel(channel(
+            "b",
+            Dialect::OpenAi,
+            "k",
+            limits(|l| l.rpm = Some(1)),
+        ));
     let l = layer(&st, reg);
     let up = Upstream::ok();
     assert_eq!(send(&l, &up, request(&["a", "b"], 0)).await.unwrap(), "a");
@@ -261,10 +272,7 @@ async fn u2_estimate_reserved_while_in_flight_and_refunded_when_refused_further_
         .layer(layer.clone())
         .service_fn(|_r: Request<()>| async {
             Err::<Response<http_body_util::Full<bytes::Bytes>>, _>(tollgate::BoxError::from(
-                tollgate::core::Rejection::new(
-                    GatewayCode::CapacityBusy,
-                    LayerKind::CapacityQueue,
-                ),
+                tollgate::core::Rejection::new(GatewayCode::CapacityBusy, LayerKind::CapacityQueue),
             ))
         });
     assert!(svc.oneshot(request(&["a"], 400)).await.is_err());
@@ -317,11 +325,17 @@ async fn u3_remaining_zero_stops_sends_on_that_scope_until_reset() {
         ("x-ratelimit-remaining-requests", "0"),
         ("x-ratelimit-reset-requests", "20s"),
     ];
-    assert_eq!(send(&layer, &up, request(&["a", "b"], 0)).await.unwrap(), "a");
+    assert_eq!(
+        send(&layer, &up, request(&["a", "b"], 0)).await.unwrap(),
+        "a"
+    );
     let quiet = Upstream::ok();
     // "a" reported its limit exhausted: "b" takes the traffic for 20 s.
     for _ in 0..3 {
-        assert_eq!(send(&layer, &quiet, request(&["a", "b"], 0)).await.unwrap(), "b");
+        assert_eq!(
+            send(&layer, &quiet, request(&["a", "b"], 0)).await.unwrap(),
+            "b"
+        );
     }
     let e = send(&layer, &quiet, request(&["a"], 0)).await.unwrap_err();
     assert_eq!(rejection(&e).code(), GatewayCode::UpstreamCooling);
@@ -331,7 +345,10 @@ async fn u3_remaining_zero_stops_sends_on_that_scope_until_reset() {
     other.extensions_mut().insert(ModelId("other".into()));
     assert_eq!(send(&layer, &quiet, other).await.unwrap(), "a");
     tokio::time::advance(Duration::from_secs(20)).await;
-    assert_eq!(send(&layer, &quiet, request(&["a", "b"], 0)).await.unwrap(), "a");
+    assert_eq!(
+        send(&layer, &quiet, request(&["a", "b"], 0)).await.unwrap(),
+        "a"
+    );
     assert_eq!(layer.stats().deviations, 0);
 }
 
@@ -357,11 +374,17 @@ async fn u3_provider_429_while_local_model_had_room_cools_the_scope_and_counts()
         .until(&model_key("k", "m"), T0 + 1)
         .unwrap();
     assert_eq!(cooled, T0 + 5_000);
-    let e = send(&layer, &Upstream::ok(), request(&["a"], 0)).await.unwrap_err();
+    let e = send(&layer, &Upstream::ok(), request(&["a"], 0))
+        .await
+        .unwrap_err();
     assert_eq!(rejection(&e).code(), GatewayCode::UpstreamCooling);
     assert_eq!(rejection(&e).retry_after_secs(), Some(5));
     tokio::time::advance(Duration::from_secs(5)).await;
-    assert!(send(&layer, &Upstream::ok(), request(&["a"], 0)).await.is_ok());
+    assert!(
+        send(&layer, &Upstream::ok(), request(&["a"], 0))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -379,19 +402,33 @@ async fn u4_codes_by_window_kind_mixed_gives_42908_with_earliest_recovery() {
         let layer = layer(&st, reg);
         send(&layer, &up, request(&["a"], 0)).await.unwrap();
         send(&layer, &up, request(&["b"], 0)).await.unwrap();
-        let e = send(&layer, &up, request(&["a", "b"], 0)).await.unwrap_err();
+        let e = send(&layer, &up, request(&["a", "b"], 0))
+            .await
+            .unwrap_err();
         assert_eq!(rejection(&e).code(), code);
     }
     // TPM on one channel, RPH on the other: mixed → 42908, Retry-After = the
     // earlier recovery (the minute).
     let st = store();
     let reg = UpstreamRegistry::new()
-        .with_channel(channel("a", Dialect::OpenAi, "ka", limits(|l| l.tpm = Some(100))))
-        .with_channel(channel("b", Dialect::OpenAi, "kb", limits(|l| l.rph = Some(1))));
+        .with_channel(channel(
+            "a",
+            Dialect::OpenAi,
+            "ka",
+            limits(|l| l.tpm = Some(100)),
+        ))
+        .with_channel(channel(
+            "b",
+            Dialect::OpenAi,
+            "kb",
+            limits(|l| l.rph = Some(1)),
+        ));
     let layer = layer(&st, reg);
     send(&layer, &up, request(&["a"], 60)).await.unwrap();
     send(&layer, &up, request(&["b"], 0)).await.unwrap();
-    let e = send(&layer, &up, request(&["a", "b"], 50)).await.unwrap_err();
+    let e = send(&layer, &up, request(&["a", "b"], 50))
+        .await
+        .unwrap_err();
     let r = rejection(&e);
     assert_eq!(r.code(), GatewayCode::UpstreamCooling);
     assert!(r.retry_after_secs().unwrap() <= 60, "{:?}", r.retry_after());

@@ -73,6 +73,11 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
     pub fn poll_interval(self, d: Duration) -> Self {
         self.with(|c| c.poll_interval = d)
     }
+    /// How long a lease outlives a request abandoned mid-answer (the provider is
+    /// still working until it notices); default 250 ms.
+    pub fn abort_grace(self, d: Duration) -> Self {
+        self.with(|c| c.abort_grace = d)
+    }
     /// Retry-After of a 42910; default 1 s.
     pub fn retry_after(self, d: Duration) -> Self {
         self.with(|c| c.retry_after = d)

@@ -100,6 +100,9 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 /// Default capacity lease TTL (D5); renewed every third of it while held.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
 
+/// Default [`CapacityConfig::abort_grace`].
+pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_millis(250);
+
 /// Capacity queue settings.
 #[derive(Clone, Copy, Debug)]
 pub struct CapacityConfig {
@@ -119,6 +122,11 @@ pub struct CapacityConfig {
     pub poll_interval: Duration,
     /// Retry-After of a 42910.
     pub retry_after: Duration,
+    /// How long a lease stays held after its request was abandoned before its answer
+    /// ended (a client that hung up mid-stream or gave up while the provider was
+    /// working): the provider only stops when it notices the closed connection, and
+    /// until then it still counts the request against the channel. Default 250 ms.
+    pub abort_grace: Duration,
     /// Failure mode when the store cannot answer (D4); default open.
     pub failure_mode: crate::FailureMode,
 }
@@ -133,6 +141,7 @@ impl Default for CapacityConfig {
             renew_every: DEFAULT_LEASE_TTL / 3,
             poll_interval: Duration::from_millis(250),
             retry_after: Duration::from_secs(1),
+            abort_grace: DEFAULT_ABORT_GRACE,
             failure_mode: crate::FailureMode::Open,
         }
     }

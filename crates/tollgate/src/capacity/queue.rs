@@ -292,6 +292,8 @@ pub struct CapacityGuard<St: CapacityStore> {
     /// When a request started using the lease; `None` while it is being handed over.
     started: Option<Instant>,
     registration: Option<Registration<CapacityRenew<St>, ChannelLease>>,
+    /// The answer reached its end: release at once.
+    finished: bool,
 }
 
 impl<St: CapacityStore> CapacityGuard<St> {
@@ -302,6 +304,7 @@ impl<St: CapacityStore> CapacityGuard<St> {
             lease,
             started: None,
             registration: None,
+            finished: false,
         }
     }
 
@@ -323,6 +326,9 @@ impl<St: CapacityStore> CapacityGuard<St> {
 }
 
 impl<St: CapacityStore> Hold for CapacityGuard<St> {
+    fn finished(&mut self) {
+        self.finished = true;
+    }
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {
         if self.registration.is_none() {
             self.registration = self
@@ -335,15 +341,38 @@ impl<St: CapacityStore> Hold for CapacityGuard<St> {
 
 impl<St: CapacityStore> Drop for CapacityGuard<St> {
     fn drop(&mut self) {
-        detach(
-            self.shared.store.release(&self.channel.name, self.lease),
-            "capacity release",
-        );
         if let Some(t) = self.started {
             self.channel.record_service(t.elapsed());
         }
-        dispatch(&self.shared, &self.channel);
+        let grace = self.shared.config.abort_grace;
+        let abandoned = self.started.is_some() && !self.finished && !grace.is_zero();
+        if abandoned {
+            // The request was abandoned while the provider may still be working on
+            // it: keep its place until the provider can have noticed.
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                let (shared, channel, lease) =
+                    (self.shared.clone(), self.channel.clone(), self.lease);
+                h.spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    release(&shared, &channel, lease);
+                });
+                return;
+            }
+        }
+        release(&self.shared, &self.channel, self.lease);
     }
+}
+
+fn release<St: CapacityStore>(
+    shared: &Arc<Shared<St>>,
+    channel: &Arc<Channel<St>>,
+    lease: LeaseId,
+) {
+    detach(
+        shared.store.release(&channel.name, lease),
+        "capacity release",
+    );
+    dispatch(shared, channel);
 }
 
 /// While `channel` has waiters, takes leases from the store and hands each to the

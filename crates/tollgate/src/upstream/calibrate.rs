@@ -22,7 +22,10 @@ pub struct RateSignal {
 
 /// Header pairs (remaining, reset) of the limits the providers report.
 const PAIRS: &[(&str, &str)] = &[
-    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"),
+    (
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ),
     ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
     (
         "anthropic-ratelimit-requests-remaining",
@@ -196,7 +199,10 @@ mod tests {
         assert_eq!(go_duration("1s"), Some(Duration::from_secs(1)));
         assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(go_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(go_duration("1h2m3.5s"), Some(Duration::from_millis(3_723_500)));
+        assert_eq!(
+            go_duration("1h2m3.5s"),
+            Some(Duration::from_millis(3_723_500))
+        );
         assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(go_duration(""), None);
         assert_eq!(go_duration("5x"), None);
@@ -228,7 +234,10 @@ mod tests {
         let now = humantime::parse_rfc3339("2026-11-29T12:00:00Z").unwrap();
         let h = headers(&[
             ("anthropic-ratelimit-input-tokens-remaining", "0"),
-            ("anthropic-ratelimit-input-tokens-reset", "2026-11-29T12:00:42Z"),
+            (
+                "anthropic-ratelimit-input-tokens-reset",
+                "2026-11-29T12:00:42Z",
+            ),
         ]);
         assert_eq!(RateSignal::read(200, &h, now).cooldown_ms(1), Some(42_000));
     }

@@ -101,9 +101,9 @@ use tollgate_core::upstream::{
     RateCount, Skip, TokenMeasure, UpstreamRegistry, no_channel_left, rate_count,
 };
 use tollgate_core::{
-    Admission, Candidates, ChannelRef, Chosen, Clock, Demand, Dialect, LayerKind, ModelId,
-    Outcome, Rejection, Scope, StoreError, SubjectKey, Usage, UsageRecorder, UsageReport,
-    WindowStore, WindowTicket,
+    Admission, Candidates, ChannelRef, Chosen, Clock, Demand, Dialect, LayerKind, ModelId, Outcome,
+    Rejection, Scope, StoreError, SubjectKey, Usage, UsageRecorder, UsageReport, WindowStore,
+    WindowTicket,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -171,7 +171,12 @@ impl<St, C> Clone for UpstreamLimitLayer<St, C> {
 impl<St: WindowStore> UpstreamLimitLayer<St, TokioClock> {
     /// Provider limits of the channels in `registry`, counted in `store`.
     pub fn new(store: St, registry: Arc<UpstreamRegistry>) -> Self {
-        Self::with_clock(store, registry, TokioClock::default(), UpstreamConfig::default())
+        Self::with_clock(
+            store,
+            registry,
+            TokioClock::default(),
+            UpstreamConfig::default(),
+        )
     }
 }
 
@@ -279,9 +284,13 @@ where
             });
         };
         let model = req.extensions().get::<ModelId>().map(|m| m.0.clone());
-        let estimate = req.extensions().get::<RateCount>().copied().unwrap_or_else(|| {
-            RateCount::all(req.extensions().get::<Demand>().map_or(0, |d| d.tokens))
-        });
+        let estimate = req
+            .extensions()
+            .get::<RateCount>()
+            .copied()
+            .unwrap_or_else(|| {
+                RateCount::all(req.extensions().get::<Demand>().map_or(0, |d| d.tokens))
+            });
         let recorder = req
             .extensions_mut()
             .get_or_insert_with(UsageRecorder::new)
@@ -399,10 +408,11 @@ async fn admit<St: WindowStore, C: Clock>(
             }
             Ok(Err(skip)) => skips.push(skip),
             Err(e) => {
-                match shared
-                    .failures
-                    .on_error(shared.config.failure_mode, LayerKind::UpstreamLimit, &e)
-                {
+                match shared.failures.on_error(
+                    shared.config.failure_mode,
+                    LayerKind::UpstreamLimit,
+                    &e,
+                ) {
                     None => kept.push(c.clone()),
                     Some(r) => return Err(r),
                 }
