@@ -176,3 +176,47 @@ async fn t4_admits_on_two_instances_never_exceed_a_window() {
         assert!(view.iter().all(|l| l.used == 0), "{name}: {view:?}");
     }
 }
+
+/// U1, D1: provider limits are windows under NUL-prefixed upstream scope keys; two
+/// instances share them — a burst of 200 sends over both takes exactly the RPM, and
+/// the ITPM key of the same scope counts apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u1_upstream_scope_windows_are_shared_by_instances() {
+    use tollgate_core::upstream::{RateLimits, credential_key, scope_windows};
+    let server = RedisServer::start();
+    let stores = two_instances(&server).await;
+    let limits = RateLimits {
+        rpm: Some(50),
+        itpm: Some(1_000_000),
+        ..RateLimits::default()
+    };
+    let windows = Arc::new(scope_windows(&credential_key("org-1"), &limits));
+    assert_eq!(windows.len(), 2);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let (s, w) = (stores[i % 2].clone(), windows.clone());
+            tokio::spawn(async move {
+                s.admit(&w[0].key, Scope::Key, &w[0].policy, &Demand::tokens(10))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        if let Admission::Admitted(_) = t.await.unwrap() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 50);
+    let view = stores[1]
+        .view(&windows[0].key, Scope::Key, &windows[0].policy)
+        .await
+        .unwrap();
+    assert_eq!(view[0].used, 50);
+    let itpm = stores[0]
+        .view(&windows[1].key, Scope::Key, &windows[1].policy)
+        .await
+        .unwrap();
+    assert_eq!(itpm[0].used, 0);
+}
