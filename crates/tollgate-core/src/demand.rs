@@ -95,6 +95,8 @@ impl UsageReport {
 struct Recorded {
     report: Option<UsageReport>,
     channel: Option<Arc<str>>,
+    /// The request's recorder when this one serves one attempt of it.
+    parent: Option<UsageRecorder>,
 }
 
 /// A shared slot for the actual usage of one request.
@@ -112,22 +114,41 @@ impl UsageRecorder {
     pub fn new() -> Self {
         Self::default()
     }
+    /// A recorder for one attempt of a request (failover, F1): the attempt's layers
+    /// settle from its own figures, and every report is passed on to `parent` too, so
+    /// the request's layers see the last attempt's usage. [`clear`](Self::clear) is not
+    /// passed on: an earlier attempt may have reached the provider.
+    pub fn child_of(parent: &UsageRecorder) -> Self {
+        Self(Arc::new(Mutex::new(Recorded {
+            parent: Some(parent.clone()),
+            ..Recorded::default()
+        })))
+    }
     fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
         f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
+    fn report_as(&self, report: UsageReport) {
+        let parent = self.with(|r| {
+            r.report = Some(report);
+            r.parent.clone()
+        });
+        if let Some(p) = parent {
+            p.report_as(report);
+        }
+    }
     /// Records the provider's final usage (replaces anything recorded before).
     pub fn record(&self, usage: Usage) {
-        self.with(|r| r.report = Some(UsageReport::Complete(usage)));
+        self.report_as(UsageReport::Complete(usage));
     }
     /// Records what was seen of a usage that did not complete.
     pub fn record_partial(&self, usage: Usage) {
-        self.with(|r| r.report = Some(UsageReport::Partial(usage)));
+        self.report_as(UsageReport::Partial(usage));
     }
     /// The outcome is unknown: keep everything reserved. Call it just before the
     /// request leaves for the provider, so a request dropped from then on is never
     /// taken for one that was not sent.
     pub fn mark_unknown(&self) {
-        self.with(|r| r.report = Some(UsageReport::Unknown));
+        self.report_as(UsageReport::Unknown);
     }
     /// Nothing reached the provider after all (a refused connection): forget any mark.
     pub fn clear(&self) {
@@ -135,7 +156,13 @@ impl UsageRecorder {
     }
     /// Names the channel that served the request (for usage records).
     pub fn set_channel(&self, channel: Arc<str>) {
-        self.with(|r| r.channel = Some(channel));
+        let parent = self.with(|r| {
+            r.channel = Some(channel.clone());
+            r.parent.clone()
+        });
+        if let Some(p) = parent {
+            p.set_channel(channel);
+        }
     }
     /// The usage figures recorded so far (complete or partial), if any.
     pub fn get(&self) -> Option<Usage> {

@@ -7,6 +7,7 @@
 //! - [`capacity`]: per-channel capacity leases and the fair queue (Q*).
 //! - [`demand`]: what a request asks for and what it used (W5, B2).
 //! - [`rejection`]: the one typed rejection and the gateway code table (L2, E1).
+//! - [`failover`]: classification of provider errors, backoff, health, sticky pins (F*).
 //! - [`upstream`]: provider limits per credential, model and vendor, cooldowns (U*).
 //! - [`store`]: the store traits and the in-memory store (L4).
 #![warn(missing_docs)]
@@ -17,6 +18,7 @@ pub mod capacity;
 pub mod clock;
 pub mod demand;
 pub mod dialect;
+pub mod failover;
 pub mod money;
 pub mod policy;
 pub mod price;

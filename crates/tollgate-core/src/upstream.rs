@@ -410,6 +410,9 @@ impl UpstreamRegistry {
     }
 }
 
+/// The cooldown deadline of a scope disabled until an operator re-enables it.
+pub const DISABLED: Millis = Millis::MAX;
+
 /// Cooldowns per scope key (U3, F6, F8): until when no new request may be sent on a
 /// scope. A cooldown extends, never shrinks to an earlier deadline. Bounded: expired
 /// entries are purged whenever the table grows past its last purge size × 2.
@@ -458,6 +461,10 @@ impl Cooldowns {
                 .max()
         })
     }
+    /// Takes `key` out of rotation until an operator re-enables it ([`clear`](Self::clear)).
+    pub fn disable(&self, key: &str, now: Millis) {
+        self.cool(key, DISABLED, now);
+    }
     /// Ends the cooldown of `key` (an operator re-enabled it).
     pub fn clear(&self, key: &str) {
         self.with(|t| {
@@ -489,6 +496,8 @@ pub enum Skip {
         /// Time until the cooldown ends.
         remaining_ms: Millis,
     },
+    /// The channel is out of rotation until an operator re-enables it.
+    Disabled,
 }
 
 impl Skip {
@@ -496,6 +505,7 @@ impl Skip {
         match self {
             Skip::Limit { retry_after_ms, .. } => *retry_after_ms,
             Skip::Cooling { remaining_ms } => Some(*remaining_ms),
+            Skip::Disabled => None,
         }
     }
 }

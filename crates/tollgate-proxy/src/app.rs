@@ -20,7 +20,7 @@ use tollgate::core::{
 use tollgate::error_map::render;
 use tollgate::{
     AnchoredWindowLayer, BillingGateLayer, CapacityQueueLayer, ConcurrencySlotLayer,
-    ErrorMappingLayer, UpstreamLimitLayer,
+    ErrorMappingLayer, FailoverLayer, UpstreamLimitLayer,
 };
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
@@ -122,20 +122,29 @@ where
         let auth_keys = keys.clone();
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
         // slot (taken right after identification, C2) → read and inspect the body →
-        // windows (need the demand) → upstream limits (skip channels over a provider
+        // windows (need the demand) → failover (attempts across channels; each attempt
+        // passes the layers below on its own, F1) → upstream limits (skip channels over a provider
         // limit or cooling down; count the request on the first that fits, U1) →
         // capacity queue (picks the channel among those left; queued
         // requests hold no money, Q5/B3) → billing (needs to know whether the
         // subscription covered the request, W8) → forward.
         let forward = Forward::new(self.client.clone(), catalog.clone());
-        let upstream = UpstreamLimitLayer::new(
-            self.store.clone(),
-            Arc::new(crate::catalog::upstream_registry(&self.config)),
-        )
-        .config(tollgate::upstream::UpstreamConfig {
-            failure_mode: modes.windows_failure.into(),
-            ..Default::default()
-        });
+        let registry = Arc::new(crate::catalog::upstream_registry(&self.config));
+        let failover = FailoverLayer::with_clock(
+            registry.clone(),
+            tollgate::time::TokioClock::default(),
+            self.config
+                .raw
+                .failover
+                .to_layer(queue.default_deadline.map(|d| d.0)),
+            Some(Arc::new(crate::stream_gate::chunk_kind)),
+        );
+        let upstream = UpstreamLimitLayer::new(self.store.clone(), registry).config(
+            tollgate::upstream::UpstreamConfig {
+                failure_mode: modes.windows_failure.into(),
+                ..Default::default()
+            },
+        );
         let prepare = PrepareLayer::new(catalog.clone());
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         let api = if self.limits {
@@ -155,6 +164,7 @@ where
                             .max_wait(limits.rolling_max_wait.0)
                             .failure_mode(modes.windows_failure.into()),
                     )
+                    .layer(failover.clone())
                     .layer(upstream.clone())
                     .layer(
                         CapacityQueueLayer::new(self.store.clone())

@@ -401,6 +401,72 @@ impl Default for QueueConfig {
     }
 }
 
+/// Failover settings (F1–F8).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FailoverSettings {
+    /// Most attempts per request, default 3 (1 = no failover).
+    pub max_attempts: u32,
+    /// Longest wait for a stream's first content chunk, default 30 s.
+    pub first_chunk_timeout: Span,
+    /// Backoff between attempts without a Retry-After: base and cap.
+    pub backoff_base: Span,
+    /// See `backoff_base`.
+    pub backoff_cap: Span,
+    /// Longest wait for a channel to recover before a retry, default 10 s.
+    pub max_wait: Span,
+    /// Share of requests that may be retried over `budget_ttl` (F7), default 0.2.
+    pub retry_ratio: f32,
+    /// Retries always allowed per second, default 10.
+    pub retry_min_per_sec: u32,
+    /// How long a request counts toward the retry budget, default 10 s (1–60 s).
+    pub budget_ttl: Span,
+    /// How long an open circuit stays open before probes (F8), default 10 s.
+    pub circuit_open: Span,
+}
+
+impl Eq for FailoverSettings {}
+
+impl Default for FailoverSettings {
+    fn default() -> Self {
+        let d = tollgate::failover::FailoverConfig::default();
+        Self {
+            max_attempts: d.max_attempts,
+            first_chunk_timeout: Span(d.first_chunk_timeout),
+            backoff_base: Span(d.backoff_base),
+            backoff_cap: Span(d.backoff_cap),
+            max_wait: Span(d.max_wait),
+            retry_ratio: d.budget_retry_ratio,
+            retry_min_per_sec: d.budget_min_per_sec,
+            budget_ttl: Span(d.budget_ttl),
+            circuit_open: Span(Duration::from_millis(d.health.open_ms)),
+        }
+    }
+}
+
+impl FailoverSettings {
+    /// As the layer's settings, with the queue's default deadline.
+    pub fn to_layer(
+        &self,
+        default_deadline: Option<Duration>,
+    ) -> tollgate::failover::FailoverConfig {
+        let mut c = tollgate::failover::FailoverConfig {
+            max_attempts: self.max_attempts,
+            first_chunk_timeout: self.first_chunk_timeout.0,
+            backoff_base: self.backoff_base.0,
+            backoff_cap: self.backoff_cap.0,
+            max_wait: self.max_wait.0,
+            default_deadline,
+            budget_ttl: self.budget_ttl.0,
+            budget_min_per_sec: self.retry_min_per_sec,
+            budget_retry_ratio: self.retry_ratio,
+            ..Default::default()
+        };
+        c.health.open_ms = self.circuit_open.0.as_millis() as u64;
+        c
+    }
+}
+
 /// Settings of the user-policy layers.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -435,6 +501,8 @@ pub struct RawConfig {
     pub limits: LimitsConfig,
     /// Capacity queue settings.
     pub queue: QueueConfig,
+    /// Failover settings.
+    pub failover: FailoverSettings,
     /// Policies by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Tenants by name.
@@ -563,7 +631,28 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     };
 
     let too_long = Duration::from_secs(24 * 3600);
-    let checks: [(&str, bool, &str); 5] = [
+    let f = &raw.failover;
+    let checks: [(&str, bool, &str); 9] = [
+        (
+            "max_attempts",
+            f.max_attempts == 0 || f.max_attempts > 10,
+            "failover.max_attempts must be between 1 and 10",
+        ),
+        (
+            "retry_ratio",
+            !(0.0..=1000.0).contains(&f.retry_ratio) || f.retry_ratio.is_nan(),
+            "failover.retry_ratio must be between 0 and 1000",
+        ),
+        (
+            "budget_ttl",
+            f.budget_ttl.0 < Duration::from_secs(1) || f.budget_ttl.0 > Duration::from_secs(60),
+            "failover.budget_ttl must be between 1s and 60s",
+        ),
+        (
+            "first_chunk_timeout",
+            f.first_chunk_timeout.0.is_zero() || f.first_chunk_timeout.0 > too_long,
+            "failover.first_chunk_timeout must be between 1ms and 24h",
+        ),
         (
             "lease_ttl",
             raw.limits.lease_ttl.0 < Duration::from_secs(1),

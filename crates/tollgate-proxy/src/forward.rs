@@ -210,7 +210,6 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 "class" => crate::metrics::status_class(res.status().as_u16())
             )
             .increment(1);
-            metrics::histogram!("tollgate_attempts_per_request").record(1.0);
             let (mut rparts, incoming) = res.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             // The answer carries the gateway's request id (E3); the provider's is kept

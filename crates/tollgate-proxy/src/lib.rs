@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod prepare;
 pub mod sink;
 pub mod store;
+pub mod stream_gate;
 
 pub use app::Gateway;
 pub use config::{Config, ConfigError};

@@ -6,6 +6,9 @@ mod common;
 use common::*;
 
 const CFG: &str = r#"
+[failover]
+max_attempts = 2
+
 [policies.two]
 requests = [{ window = "1m", limit = 2 }]
 
@@ -27,7 +30,8 @@ fn value(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4_metrics_count_a_scripted_run() {
     let p = Proxy::start(CFG).await;
-    // 1 success, 1 provider 429 passed through, then a 42902 refusal.
+    // 1 success; 1 request the provider answers 429 twice (two attempts, then the
+    // gateway's 42911, F10); then a 42902 refusal.
     let ok = send(p.addr, &ask(Dialect::OpenAi, "sk-m", false)).await;
     assert_eq!(ok.status.as_u16(), 200, "{}", ok.text());
     let limited = send(
@@ -37,7 +41,7 @@ async fn p4_metrics_count_a_scripted_run() {
             .header("x-fake-error", "rate_limit_exceeded"),
     )
     .await;
-    assert_eq!(limited.status.as_u16(), 429);
+    rejection(&limited, Dialect::OpenAi, 42911);
     let refused = send(p.addr, &ask(Dialect::OpenAi, "sk-m", false)).await;
     rejection(&refused, Dialect::OpenAi, 42902);
 
@@ -47,7 +51,7 @@ async fn p4_metrics_count_a_scripted_run() {
             &scrape().await,
             "tollgate_settlements_total",
             &["outcome=\"settled\""],
-        ) == Some(2.0)
+        ) == Some(3.0)
     })
     .await;
     let text = scrape().await;
@@ -76,7 +80,7 @@ async fn p4_metrics_count_a_scripted_run() {
             "tollgate_upstream_responses_total",
             &["channel=\"openai-a\"", "class=\"429\""]
         ),
-        Some(1.0),
+        Some(2.0),
         "{text}"
     );
     assert_eq!(
@@ -85,8 +89,22 @@ async fn p4_metrics_count_a_scripted_run() {
         "{text}"
     );
     assert_eq!(
-        value(&text, "tollgate_request_cost_count", &[]),
+        value(&text, "tollgate_attempts_per_request_sum", &[]),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "tollgate_failover_attempt_failures_total",
+            &["reason=\"rate_limited\""]
+        ),
         Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tollgate_request_cost_count", &[]),
+        Some(3.0),
         "{text}"
     );
     assert_eq!(

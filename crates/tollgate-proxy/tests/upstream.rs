@@ -109,21 +109,20 @@ async fn u3_provider_says_remaining_zero_so_that_channel_rests_until_reset() {
 
 #[tokio::test]
 async fn u3_provider_429_cools_the_channel_and_the_other_one_serves() {
+    use tollgate_fake_upstream::{Behavior, ErrorKind};
     let p = Proxy::start(&config("")).await;
-    let req = ask(Dialect::OpenAi, "sk-a", false)
-        .header("x-fake-error", "rate_limit_exceeded")
-        .header("x-fake-retry-after", 30);
-    let r = send(p.addr, &req).await;
-    // Without failover the provider's 429 reaches the client as it was sent.
-    assert_eq!(r.status, 429);
-    let cooled = if p.fake.stats().calls_for("cred-one") == 1 {
-        "cred-one"
-    } else {
-        "cred-two"
-    };
-    for _ in 0..4 {
+    // Channel one's provider answers 429 with Retry-After 30 s, every time.
+    p.fake.set_default_for(
+        "cred-one",
+        Behavior::error(ErrorKind::RateLimit).with_retry_after(30),
+    );
+    for _ in 0..5 {
         let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
-        assert_eq!(r.status, 200);
+        // Failover sends a request refused by one to the other (F2).
+        assert_eq!(r.status, 200, "{}", r.text());
     }
-    assert_eq!(p.fake.stats().calls_for(cooled), 1);
+    let s = p.fake.stats();
+    // The provider's 429 cooled channel one: nothing more was sent there (U3, F6).
+    assert_eq!(s.calls_for("cred-one"), 1, "{s:?}");
+    assert_eq!(s.calls_for("cred-two"), 5, "{s:?}");
 }

@@ -7,6 +7,7 @@
 //! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
 //! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B6) |
 //! | [`UpstreamLimitLayer`] | `upstream` | channel choice under provider RPM/RPH/RPD/TPM per credential, model, vendor (U1–U4) |
+//! | [`FailoverLayer`] | `failover` | attempts across channels, provider-error classification, first-chunk gate, retry budget, health, sticky conversations (F1–F10) |
 //! | [`CapacityQueueLayer`] | `capacity` | per-channel in-flight capacity, bounded tenant-fair queue (Q1–Q5) |
 //! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
 //!
@@ -46,7 +47,8 @@ pub mod extract;
     feature = "windows",
     feature = "billing",
     feature = "capacity",
-    feature = "upstream"
+    feature = "upstream",
+    feature = "failover"
 ))]
 pub mod failure;
 #[cfg(any(
@@ -54,7 +56,8 @@ pub mod failure;
     feature = "windows",
     feature = "billing",
     feature = "capacity",
-    feature = "upstream"
+    feature = "upstream",
+    feature = "failover"
 ))]
 mod spawn;
 
@@ -64,9 +67,16 @@ pub mod billing;
 pub mod capacity;
 #[cfg(feature = "errors")]
 pub mod error_map;
+#[cfg(feature = "failover")]
+pub mod failover;
 #[cfg(feature = "slots")]
 pub mod slot;
-#[cfg(any(feature = "slots", feature = "windows", feature = "upstream"))]
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "upstream",
+    feature = "failover"
+))]
 pub mod time;
 #[cfg(feature = "upstream")]
 pub mod upstream;
@@ -79,7 +89,8 @@ pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
     feature = "windows",
     feature = "billing",
     feature = "capacity",
-    feature = "upstream"
+    feature = "upstream",
+    feature = "failover"
 ))]
 pub use failure::{FailureMode, FailureStats};
 pub use tollgate_core as core;
@@ -90,12 +101,18 @@ pub use billing::{BillingGate, BillingGateLayer, BillingProfile, UsageRecord, Us
 pub use capacity::{CapacityQueue, CapacityQueueLayer};
 #[cfg(feature = "errors")]
 pub use error_map::{ErrorMapping, ErrorMappingLayer};
+#[cfg(feature = "failover")]
+pub use failover::{Failover, FailoverLayer};
 #[cfg(feature = "slots")]
 pub use slot::{ConcurrencySlot, ConcurrencySlotLayer};
 #[cfg(feature = "upstream")]
 pub use upstream::{UpstreamLimit, UpstreamLimitLayer};
 #[cfg(feature = "windows")]
 pub use window::{AnchoredWindow, AnchoredWindowLayer};
+
+/// Request header: how many more milliseconds the client is willing to wait, for
+/// the capacity queue (Q3) and failover's waits (F6).
+pub const DEADLINE_HEADER: &str = "x-tollgate-deadline-ms";
 
 /// The error type of the layers: a boxed error that is a
 /// [`Rejection`](tollgate_core::Rejection) when a layer refused.

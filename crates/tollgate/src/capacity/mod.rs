@@ -91,8 +91,7 @@ pub use service::CapacityQueue;
 use std::time::Duration;
 use tollgate_core::{GatewayCode, LayerKind, QueueLimits, Rejection};
 
-/// Request header: how many more milliseconds the client is willing to wait (Q3).
-pub const DEADLINE_HEADER: &str = "x-tollgate-deadline-ms";
+pub use crate::DEADLINE_HEADER;
 /// Response header on a request admitted after queueing: the milliseconds it waited.
 pub const QUEUED_MS_HEADER: &str = "x-tollgate-queued-ms";
 /// Default longest wait in the queue (Q3).

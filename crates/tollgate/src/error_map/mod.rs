@@ -63,7 +63,7 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use layer::ErrorMappingLayer;
-pub use render::{render, render_internal};
+pub use render::{render, render_internal, stream_error_event};
 pub use service::ErrorMapping;
 
 use bytes::Bytes;

@@ -81,6 +81,27 @@ pub fn render(rejection: &Rejection, dialect: Dialect, request_id: &str) -> Resp
     res
 }
 
+/// `rejection` as one server-sent event in `dialect`, for a stream that fails after its
+/// first chunk reached the client (F3): Anthropic's `event: error`, and for OpenAI and
+/// Gemini a `data:` line holding the dialect's error object.
+///
+/// ```
+/// use tollgate::error_map::stream_error_event;
+/// use tollgate::core::{Dialect, GatewayCode, LayerKind, Rejection};
+/// let r = Rejection::new(GatewayCode::UpstreamFailed, LayerKind::Failover);
+/// let e = stream_error_event(&r, Dialect::Anthropic);
+/// assert!(e.starts_with(b"event: error\ndata: {"));
+/// assert!(e.ends_with(b"\n\n"));
+/// ```
+pub fn stream_error_event(rejection: &Rejection, dialect: Dialect) -> Bytes {
+    let json = body(rejection, rejection.http_status(), dialect).to_string();
+    let event = match dialect {
+        Dialect::Anthropic => format!("event: error\ndata: {json}\n\n"),
+        _ => format!("data: {json}\n\n"),
+    };
+    Bytes::from(event)
+}
+
 /// The 500 for an error that is not a [`Rejection`] (E3): code 50001 in `dialect`,
 /// whose message is exactly `unexpected gateway error (request id <request_id>)` —
 /// never the error's own text, which may hold internals or credentials.

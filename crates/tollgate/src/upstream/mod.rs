@@ -389,8 +389,12 @@ async fn admit<St: WindowStore, C: Clock>(
             .cooldowns()
             .any_until(&scopes.cooldown_keys, now)
         {
-            skips.push(Skip::Cooling {
-                remaining_ms: until - now,
+            skips.push(if until == tollgate_core::upstream::DISABLED {
+                Skip::Disabled
+            } else {
+                Skip::Cooling {
+                    remaining_ms: until - now,
+                }
             });
             continue;
         }

@@ -1,0 +1,67 @@
+//! What the first frames of a provider's successful answer are, for the failover
+//! layer's first-chunk gate (F4): content commits the stream to its channel, a
+//! preamble is held, an error event before any content is a failover.
+
+use tollgate::failover::ChunkKind;
+use tollgate_core::Dialect;
+
+/// Classifies one frame of a successful answer in `dialect`.
+///
+/// - Anthropic streams open with `message_start` (and `ping`): preamble; an `event:
+///   error` before `content_block_*` is a failure (overload mid-stream is sent so).
+/// - OpenAI and Gemini streams: a `data:` event holding an `"error"` object is a
+///   failure; anything else is content.
+/// - A JSON (non-stream) answer's first frame is content.
+pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
+    let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
+    match dialect {
+        Dialect::Anthropic => {
+            if has(b"event: error") || has(b"\"type\":\"error\"") {
+                ChunkKind::Error
+            } else if has(b"content_block") {
+                ChunkKind::Content
+            } else if has(b"message_start") || has(b"event: ping") {
+                ChunkKind::Preamble
+            } else {
+                ChunkKind::Content
+            }
+        }
+        _ => {
+            if has(b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
+                ChunkKind::Error
+            } else {
+                ChunkKind::Content
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f4_anthropic_preamble_content_and_early_error() {
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n";
+        assert_eq!(chunk_kind(Dialect::Anthropic, start), ChunkKind::Preamble);
+        let ping = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
+        assert_eq!(chunk_kind(Dialect::Anthropic, ping), ChunkKind::Preamble);
+        let delta = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\n";
+        assert_eq!(chunk_kind(Dialect::Anthropic, delta), ChunkKind::Content);
+        let err = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+        assert_eq!(chunk_kind(Dialect::Anthropic, err), ChunkKind::Error);
+    }
+
+    #[test]
+    fn f4_openai_and_gemini_error_events() {
+        let err = b"data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}\n\n";
+        assert_eq!(chunk_kind(Dialect::OpenAi, err), ChunkKind::Error);
+        assert_eq!(chunk_kind(Dialect::Gemini, err), ChunkKind::Error);
+        let ok = b"data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+        assert_eq!(chunk_kind(Dialect::OpenAi, ok), ChunkKind::Content);
+        assert_eq!(
+            chunk_kind(Dialect::OpenAi, b"{\"id\":\"x\"}"),
+            ChunkKind::Content
+        );
+    }
+}
