@@ -423,6 +423,9 @@ pub struct FailoverSettings {
     pub budget_ttl: Span,
     /// How long an open circuit stays open before probes (F8), default 10 s.
     pub circuit_open: Span,
+    /// Outcomes needed in a channel's 30 s window before its error ratio can open
+    /// the circuit, default 10.
+    pub circuit_min_requests: u32,
 }
 
 impl Eq for FailoverSettings {}
@@ -440,6 +443,7 @@ impl Default for FailoverSettings {
             retry_min_per_sec: d.budget_min_per_sec,
             budget_ttl: Span(d.budget_ttl),
             circuit_open: Span(Duration::from_millis(d.health.open_ms)),
+            circuit_min_requests: d.health.min_requests,
         }
     }
 }
@@ -463,6 +467,7 @@ impl FailoverSettings {
             ..Default::default()
         };
         c.health.open_ms = self.circuit_open.0.as_millis() as u64;
+        c.health.min_requests = self.circuit_min_requests.max(1);
         c
     }
 }

@@ -26,7 +26,17 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
                 ChunkKind::Content
             }
         }
-        _ => {
+        Dialect::OpenAi | Dialect::Native => {
+            if has(b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
+                ChunkKind::Error
+            } else if openai_content(frame) {
+                ChunkKind::Content
+            } else {
+                // The first chunk of a stream carries only the role (`"content":""`).
+                ChunkKind::Preamble
+            }
+        }
+        Dialect::Gemini => {
             if has(b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
                 ChunkKind::Error
             } else {
@@ -34,6 +44,17 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
             }
         }
     }
+}
+
+/// Whether an OpenAI frame carries content: non-empty text, a tool call, a refusal,
+/// or the end of the stream.
+fn openai_content(frame: &[u8]) -> bool {
+    let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
+    if has(b"\"tool_calls\"") || has(b"[DONE]") || has(b"\"refusal\":\"") {
+        return true;
+    }
+    memchr::memmem::find_iter(frame, b"\"content\":\"")
+        .any(|at| frame.get(at + 11).is_some_and(|c| *c != b'"'))
 }
 
 #[cfg(test)]
@@ -59,8 +80,16 @@ mod tests {
         assert_eq!(chunk_kind(Dialect::Gemini, err), ChunkKind::Error);
         let ok = b"data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
         assert_eq!(chunk_kind(Dialect::OpenAi, ok), ChunkKind::Content);
+        let role = b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null}}]}\n\n";
+        assert_eq!(chunk_kind(Dialect::OpenAi, role), ChunkKind::Preamble);
+        let tool = b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}\n\n";
+        assert_eq!(chunk_kind(Dialect::OpenAi, tool), ChunkKind::Content);
         assert_eq!(
-            chunk_kind(Dialect::OpenAi, b"{\"id\":\"x\"}"),
+            chunk_kind(Dialect::OpenAi, b"data: [DONE]\n\n"),
+            ChunkKind::Content
+        );
+        assert_eq!(
+            chunk_kind(Dialect::Gemini, b"data: {\"candidates\":[]}"),
             ChunkKind::Content
         );
     }

@@ -605,8 +605,23 @@ where
     }
     shared.counters.failed.fetch_add(1, Ordering::Relaxed);
     if tried.is_empty() {
-        // Nothing was sent (every candidate out of rotation).
-        return Err(Rejection::new(GatewayCode::UpstreamCooling, LayerKind::Failover).into());
+        // Nothing was sent: every candidate's circuit is open (F8). The providers have
+        // been failing; say when the first one will be probed again.
+        let now = shared.clock.now();
+        let probe_at = candidates
+            .channels()
+            .iter()
+            .filter_map(|c| match shared.health.state(&c.name, now) {
+                HealthState::Open { until } => Some(until.saturating_sub(now)),
+                _ => None,
+            })
+            .min()
+            .map(Duration::from_millis);
+        return Err(
+            Rejection::new(GatewayCode::UpstreamFailed, LayerKind::Failover)
+                .with_retry_after(probe_at)
+                .into(),
+        );
     }
     let now = shared.clock.now();
     let all_rate_limited = tried.iter().all(|t| t.verdict.rate_limited);
@@ -718,6 +733,7 @@ fn order<C: Clock>(
     }
     let mut healthy = Vec::with_capacity(pool.len());
     let mut degraded = Vec::new();
+    let mut probing = Vec::new();
     let mut probes = Vec::new();
     for c in pool {
         match shared.health.state(&c.name, now) {
@@ -725,9 +741,11 @@ fn order<C: Clock>(
             HealthState::Degraded => degraded.push(c.clone()),
             HealthState::Open { .. } => {}
             HealthState::HalfOpen => {
+                // A recovering channel is tried first by the few requests allowed to
+                // probe it (the others fail over if it still fails).
                 if shared.health.admit(&c.name, now) == Admit::Probe {
                     probes.push(c.name.clone());
-                    degraded.push(c.clone());
+                    probing.push(c.clone());
                 }
             }
         }
@@ -739,7 +757,8 @@ fn order<C: Clock>(
         }
     }
     healthy.extend(degraded);
-    (healthy, probes)
+    probing.extend(healthy);
+    (probing, probes)
 }
 
 /// Gives back the probe slots of half-open channels the attempt did not use.
