@@ -308,7 +308,9 @@ async fn t4_load_capacity_never_exceeded_and_all_released() {
         );
         assert!(g.max.load(Ordering::SeqCst) <= *cap);
     }
-    // L3: everything given back — leases, queue places, the inner counters.
+    // L3: everything given back — leases, queue places, the inner counters. Leases of
+    // abandoned requests outlive them by the abort grace.
+    tokio::time::sleep(tollgate::capacity::DEFAULT_ABORT_GRACE + Duration::from_millis(100)).await;
     for (name, _) in CHANNELS {
         let mut f = CapacityStore::in_flight(&store, name);
         let n = match Pin::new(&mut f).poll(&mut Context::from_waker(std::task::Waker::noop())) {
