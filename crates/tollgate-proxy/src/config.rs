@@ -280,6 +280,11 @@ pub struct ModelConfig {
     pub context_window: Option<u64>,
     /// Capabilities: `tools`, `structured_output`, `vision`, `video`.
     pub capabilities: Vec<String>,
+    /// Largest max output the model accepts (for the fallback contract, F11).
+    pub output_limit: Option<u64>,
+    /// Model to fall back to when every channel of this one failed (F11); used only
+    /// if it meets the request's contract.
+    pub fallback: Option<String>,
 }
 
 /// What a layer does when its store cannot answer (D4).
@@ -810,6 +815,17 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                 format!("[vendors.{vendor}]: {m}"),
             )
         })?;
+    }
+    for (id, m) in &raw.models {
+        if let Some(to) = &m.fallback {
+            let at = find_table(text, "models", id);
+            if to == id || !raw.models.contains_key(to) {
+                return Err(err(
+                    at,
+                    format!("[models.{id}]: fallback {to:?} must name another [models] entry"),
+                ));
+            }
+        }
     }
     let mut channels = Vec::new();
     for (name, c) in &raw.channels {

@@ -2,7 +2,7 @@
 //! input with a clear error before anything is counted against the windows.
 
 use crate::catalog::{Catalog, FALLBACK_MAX_OUTPUT};
-use crate::config::KeyEntry;
+use crate::config::{KeyEntry, ModelConfig};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full, Limited};
@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
+use tollgate::failover::ModelFallback;
 use tollgate_core::capacity::{Candidates, ChannelRef};
 use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
 use tollgate_dialects::{RequestFacts, inspect_request};
@@ -134,42 +135,156 @@ where
             } else {
                 bytes
             };
-            let demand =
-                model
-                    .price
-                    .demand(facts.input_tokens, max_output, facts.images, facts.videos);
-            parts.extensions.insert(demand);
-            // The candidates speak the client's dialect: reserve toward their provider
-            // limits by that vendor's rules (U2).
-            parts
-                .extensions
-                .insert(tollgate_core::upstream::rate_estimate(
-                    dialect,
-                    facts.input_tokens,
-                    max_output,
-                ));
             parts.extensions.insert(dialect);
-            let candidates: Vec<ChannelRef> = catalog
-                .candidates(&facts.model, dialect)
-                .iter()
-                .map(|r| ChannelRef {
-                    name: r.name.clone(),
-                    capacity: r.capacity,
-                })
-                .collect();
-            if !candidates.is_empty() {
-                parts.extensions.insert(Candidates(candidates.into()));
+            let key = parts.extensions.get::<Arc<KeyEntry>>().cloned();
+            if let Some(fb) = fallback(
+                &catalog,
+                key.as_deref(),
+                dialect,
+                &parts.uri,
+                &bytes,
+                &facts,
+                max_output,
+            ) {
+                parts.extensions.insert(fb);
             }
-            parts
-                .extensions
-                .insert(tollgate_core::ModelId(facts.model.as_str().into()));
-            parts.extensions.insert(Facts(Arc::new(facts)));
+            parts.extensions.extend(model_extensions(
+                &catalog, dialect, facts, model, max_output,
+            ));
             inner
                 .call(Request::from_parts(parts, Full::new(bytes)))
                 .await
                 .map_err(Into::into)
         })
     }
+}
+
+/// What the layers and the forwarder read about a request for `facts.model`: its
+/// demand under the model's price, its estimate toward provider limits (the candidates
+/// speak the client's dialect, so that vendor's rules apply, U2), its candidates, the
+/// model id and the facts.
+fn model_extensions(
+    catalog: &Catalog,
+    dialect: Dialect,
+    facts: RequestFacts,
+    model: &ModelConfig,
+    max_output: u64,
+) -> http::Extensions {
+    let mut x = http::Extensions::new();
+    x.insert(
+        model
+            .price
+            .demand(facts.input_tokens, max_output, facts.images, facts.videos),
+    );
+    x.insert(tollgate_core::upstream::rate_estimate(
+        dialect,
+        facts.input_tokens,
+        max_output,
+    ));
+    let candidates: Vec<ChannelRef> = catalog
+        .candidates(&facts.model, dialect)
+        .iter()
+        .map(|r| ChannelRef {
+            name: r.name.clone(),
+            capacity: r.capacity,
+        })
+        .collect();
+    if !candidates.is_empty() {
+        x.insert(Candidates(candidates.into()));
+    }
+    x.insert(tollgate_core::ModelId(facts.model.as_str().into()));
+    x.insert(Facts(Arc::new(facts)));
+    x
+}
+
+/// Why a fallback model does not meet a request's contract (F11), or `None` if it
+/// does: tools, structured output, image and video input, context window, output
+/// limit, the key's allowed models, and a channel speaking the client's dialect.
+pub fn fallback_refusal(
+    catalog: &Catalog,
+    key: Option<&KeyEntry>,
+    dialect: Dialect,
+    facts: &RequestFacts,
+    max_output: u64,
+    to: &str,
+) -> Option<&'static str> {
+    let Some(m) = catalog.model(to) else {
+        return Some("unknown model");
+    };
+    let has = |cap: &str| m.capabilities.iter().any(|c| c == cap);
+    if facts.has_tools && !has("tools") {
+        return Some("tools");
+    }
+    if facts.structured_output && !has("structured_output") {
+        return Some("structured output");
+    }
+    if facts.images > 0 && !has("vision") {
+        return Some("image input");
+    }
+    if facts.videos > 0 && !has("video") {
+        return Some("video input");
+    }
+    if m.context_window
+        .is_some_and(|w| facts.input_tokens.saturating_add(max_output) > w)
+    {
+        return Some("context window");
+    }
+    if m.output_limit.is_some_and(|l| max_output > l) {
+        return Some("max output");
+    }
+    if key.is_some_and(|k| !k.models.is_empty() && !k.models.iter().any(|x| x == to)) {
+        return Some("not allowed for the key");
+    }
+    if catalog.candidates(to, dialect).is_empty() {
+        return Some("no channel in the client's dialect");
+    }
+    None
+}
+
+/// The request for the configured fallback model, when it meets the contract (F11).
+fn fallback(
+    catalog: &Catalog,
+    key: Option<&KeyEntry>,
+    dialect: Dialect,
+    uri: &http::Uri,
+    body: &Bytes,
+    facts: &RequestFacts,
+    max_output: u64,
+) -> Option<ModelFallback<Full<Bytes>>> {
+    let to = catalog.model(&facts.model)?.fallback.as_deref()?;
+    if let Some(why) = fallback_refusal(catalog, key, dialect, facts, max_output, to) {
+        tracing::debug!(from = %facts.model, to, why, "fallback model does not meet the request's contract");
+        return None;
+    }
+    let model = catalog.model(to)?;
+    let (uri, body) = match dialect {
+        Dialect::Gemini => {
+            let path = uri.path().replacen(
+                &format!("/models/{}:", facts.model),
+                &format!("/models/{to}:"),
+                1,
+            );
+            let pq = match uri.query() {
+                Some(q) => format!("{path}?{q}"),
+                None => path,
+            };
+            (http::Uri::try_from(pq).ok()?, body.clone())
+        }
+        _ => {
+            let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+            v.as_object_mut()?
+                .insert("model".into(), serde_json::Value::String(to.to_owned()));
+            (uri.clone(), Bytes::from(serde_json::to_vec(&v).ok()?))
+        }
+    };
+    let mut facts = facts.clone();
+    facts.model = to.to_owned();
+    Some(ModelFallback {
+        model: Arc::from(to),
+        uri,
+        body: Full::new(body),
+        extensions: model_extensions(catalog, dialect, facts, model, max_output),
+    })
 }
 
 /// The body with `stream_options.include_usage = true`; `None` if it is not a JSON

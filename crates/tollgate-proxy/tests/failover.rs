@@ -379,3 +379,112 @@ async fn f8_outage_circuit_opens_then_the_channel_returns_through_probes() {
     println!("after healing: {after} of 20 requests on the recovered channel");
     assert!(after >= 5, "back in rotation: {after}");
 }
+
+/// `gpt-4o-mini` on channel `one`, falling back to `gpt-4o` on channel `two`;
+/// `extra_b` goes into channel two's table, `caps` is gpt-4o's capability list.
+fn fallback_config(head: &str, extra_b: &str, caps: &str) -> String {
+    format!(
+        r#"{head}
+[policies.open]
+
+[tenants.t]
+balance = 1_000_000_000_000
+
+[keys.a]
+key = "sk-a"
+policy = "open"
+tenant = "t"
+
+[channels.one]
+vendor = "openai"
+base_url = "fake://"
+credential = "cred-one"
+models = ["gpt-4o-mini"]
+
+[channels.two]
+vendor = "openai"
+base_url = "fake://"
+credential = "cred-two"
+models = ["gpt-4o"]
+{extra_b}
+
+[models.gpt-4o-mini]
+price = {{ input_per_mtok = 1_000_000, output_per_mtok = 1_000_000 }}
+max_output_tokens = 16
+fallback = "gpt-4o"
+
+[models.gpt-4o]
+price = {{ input_per_mtok = 5_000_000, output_per_mtok = 5_000_000 }}
+max_output_tokens = 16
+capabilities = [{caps}]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario7_overload_falls_back_to_a_model_that_meets_the_contract_each_attempt_costed() {
+    let log = usage_log("f11");
+    let head = format!("[server]\nusage_log = {:?}\n", log.display().to_string());
+    let p = Proxy::start(&fallback_config(&head, "", "\"tools\"")).await;
+    p.fake
+        .set_default_for("cred-one", Behavior::error(ErrorKind::Overloaded));
+    let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text().contains("\"model\":\"gpt-4o\""),
+        "answered by the fallback model: {}",
+        r.text()
+    );
+    let s = p.fake.stats();
+    assert_eq!((s.calls_for("cred-one"), s.calls_for("cred-two")), (1, 1));
+    assert!(eventually(WAIT, || async { log_lines(&log).len() == 2 }).await);
+    let lines = log_lines(&log);
+    let by_model = |m: &str| lines.iter().find(|l| l["model"] == m).unwrap().clone();
+    let (a, b) = (by_model("gpt-4o-mini"), by_model("gpt-4o"));
+    assert_eq!(
+        (a["channel"].as_str(), a["amount"].as_i64()),
+        (Some("one"), Some(0))
+    );
+    assert_eq!(b["channel"], "two");
+    assert!(
+        b["amount"].as_i64().unwrap() > 0,
+        "the fallback attempt is costed at its own price"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f11_a_fallback_that_breaks_the_contract_is_not_used() {
+    // gpt-4o here has no `tools` capability; the request defines tools.
+    let p = Proxy::start(&fallback_config("", "", "")).await;
+    p.fake
+        .set_default_for("cred-one", Behavior::error(ErrorKind::Overloaded));
+    let body = serde_json::json!({
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    });
+    let req = Req::post("/v1/chat/completions", body.to_string()).key(KeyAt::Bearer, "sk-a");
+    let r = send(p.addr, &req).await;
+    rejection(&r, Dialect::OpenAi, 50202);
+    assert_eq!(p.fake.stats().calls_for("cred-two"), 0);
+    // Without tools the same fallback is fine.
+    let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(p.fake.stats().calls_for("cred-two"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario6_no_switch_to_another_model_on_the_same_paying_account() {
+    // Both models bill the same account: a spend cap on one rules out the other.
+    let cfg = fallback_config("", "credential_id = \"acct-1\"", "\"tools\"").replace(
+        "models = [\"gpt-4o-mini\"]",
+        "models = [\"gpt-4o-mini\"]\ncredential_id = \"acct-1\"",
+    );
+    let p = Proxy::start(&cfg).await;
+    p.fake
+        .set_default_for("cred-one", Behavior::error(ErrorKind::SpendLimit));
+    let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
+    rejection(&r, Dialect::OpenAi, 50202);
+    let s = p.fake.stats();
+    assert_eq!((s.calls_for("cred-one"), s.calls_for("cred-two")), (1, 0));
+}

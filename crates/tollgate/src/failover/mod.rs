@@ -45,6 +45,7 @@ mod body;
 mod facts;
 
 pub use body::FailoverBody;
+// `ModelFallback` is defined below.
 pub use facts::error_facts;
 
 use crate::BoxError;
@@ -73,6 +74,28 @@ use tollgate_core::{
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::{Service, ServiceExt};
 use tower_layer::Layer;
+
+/// Request extension: the same request for a fallback model (F11), offered by whoever
+/// knows the request's contract. The proxy offers one only when the fallback model
+/// meets it: tools, structured output, context window, modality, max output, a channel
+/// speaking the client's dialect. Failover switches to it when every channel of the
+/// first model has been tried, nothing has been streamed, attempts remain, and the
+/// fallback's own admission passes (its channels' limits have room; its money upper
+/// bound fits the remaining budget — a refusal there ends the request with the first
+/// model's failure). Channels of a paying account stopped by a spend cap stay excluded
+/// after the switch (scenario 6).
+#[derive(Clone, Debug)]
+pub struct ModelFallback<B> {
+    /// The fallback model.
+    pub model: Arc<str>,
+    /// The request's URI for it (Gemini names the model in the path).
+    pub uri: http::Uri,
+    /// The request's body for it.
+    pub body: B,
+    /// Extensions replacing the first model's: its `ModelId`, `Candidates`, `Demand`,
+    /// `RateCount` and whatever the inner stack reads.
+    pub extensions: http::Extensions,
+}
 
 /// Request header naming a conversation, pinned to one channel (F9).
 pub const CONVERSATION_HEADER: &str = "x-tollgate-conversation";
@@ -296,7 +319,7 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send,
     C: Clock,
-    ReqB: Clone + Send + 'static,
+    ReqB: Clone + Send + Sync + 'static,
     ResB: Body + Send + 'static,
     ResB::Data: From<Bytes> + Send,
     ResB::Error: Into<BoxError>,
@@ -320,6 +343,8 @@ where
 /// One failed attempt.
 struct Tried {
     channel: Option<Arc<str>>,
+    /// The model it was for (a fallback model may be served by the same channel).
+    model: Option<Arc<str>>,
     verdict: Verdict,
 }
 
@@ -334,19 +359,20 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send,
     C: Clock,
-    ReqB: Clone + Send + 'static,
+    ReqB: Clone + Send + Sync + 'static,
     ResB: Body + Send + 'static,
     ResB::Data: From<Bytes> + Send,
     ResB::Error: Into<BoxError>,
 {
     let started = Instant::now();
-    let (mut parts, body) = req.into_parts();
+    let (mut parts, mut body) = req.into_parts();
     let dialect = parts
         .extensions
         .get::<Dialect>()
         .copied()
         .unwrap_or(Dialect::Native);
-    let Some(candidates) = parts.extensions.get::<Candidates>().cloned() else {
+    let mut fallback = parts.extensions.remove::<ModelFallback<ReqB>>();
+    let Some(mut candidates) = parts.extensions.get::<Candidates>().cloned() else {
         // Nothing to fail over between: one call, passed through.
         let res = inner
             .call(Request::from_parts(parts, body))
@@ -360,7 +386,8 @@ where
         .extensions
         .get_or_insert_with(UsageRecorder::new)
         .clone();
-    let model = parts.extensions.get::<ModelId>().map(|m| m.0.clone());
+    let mut model = parts.extensions.get::<ModelId>().map(|m| m.0.clone());
+    let mut switched = false;
     let conversation: Option<Arc<str>> = parts
         .headers
         .get(HeaderName::from_static(CONVERSATION_HEADER))
@@ -387,15 +414,37 @@ where
             break None;
         }
         let now = shared.clock.now();
+        let retry_tried = fallback.is_none();
         let (order, probes) = order(
             &shared,
-            &candidates,
-            &tried,
-            &stopped_accounts,
-            conversation.as_deref(),
+            &Next {
+                all: &candidates,
+                tried: &tried,
+                stopped: &stopped_accounts,
+                conversation: conversation.as_deref(),
+                model: model.as_deref(),
+                retry_tried,
+            },
             now,
         );
         if order.is_empty() {
+            // F11: every channel of this model tried; switch to the fallback model.
+            if let Some(fb) = fallback.take() {
+                tracing::info!(from = model.as_deref().unwrap_or("?"), to = %fb.model, "failover switches to the fallback model");
+                #[cfg(feature = "metrics")]
+                metrics::counter!("tollgate_model_fallbacks_total").increment(1);
+                parts.uri = fb.uri;
+                body = fb.body;
+                parts.extensions.extend(fb.extensions);
+                candidates = parts
+                    .extensions
+                    .get::<Candidates>()
+                    .cloned()
+                    .unwrap_or_else(|| Candidates::new([]));
+                model = Some(fb.model);
+                switched = true;
+                continue;
+            }
             break None;
         }
         if attempts > 0 {
@@ -474,6 +523,7 @@ where
                         );
                         tried.push(Tried {
                             channel: served,
+                            model: model.clone(),
                             verdict,
                         });
                     }
@@ -504,6 +554,10 @@ where
                             _ => break None,
                         }
                     }
+                    // The fallback model's own admission refused it (its money upper
+                    // bound does not fit the budget, ...): the first model's failure
+                    // stands (F11).
+                    _ if switched && !tried.is_empty() => break None,
                     _ => return Err(e),
                 }
             }
@@ -537,6 +591,7 @@ where
                             );
                             tried.push(Tried {
                                 channel: served,
+                                model: model.clone(),
                                 verdict,
                             });
                         }
@@ -594,6 +649,7 @@ where
                 );
                 tried.push(Tried {
                     channel: served,
+                    model: model.clone(),
                     verdict,
                 });
             }
@@ -694,31 +750,56 @@ fn failed<C: Clock>(
     }
 }
 
+/// Where a request stands when its next attempt is planned.
+struct Next<'a> {
+    /// The current model's candidates.
+    all: &'a Candidates,
+    tried: &'a [Tried],
+    /// Credential keys of paying accounts ruled out by a spend cap.
+    stopped: &'a [String],
+    conversation: Option<&'a str>,
+    model: Option<&'a str>,
+    /// Whether channels already tried for this model may be tried again (F6).
+    retry_tried: bool,
+}
+
 /// The candidates of the next attempt, in order: untried channels (or, when every one
-/// was tried, those whose failure may pass — F6), none of a stopped paying account,
-/// none with an open circuit; the pinned channel of the conversation first if healthy,
-/// degraded ones last (F8, F9). Returns the half-open channels a probe was taken on.
+/// was tried and `retry_tried`, those whose failure may pass — F6), none of a stopped
+/// paying account, none with an open circuit; half-open channels first (their probes),
+/// then the pinned channel of the conversation if healthy, degraded ones last (F8,
+/// F9). Returns the half-open channels a probe was taken on.
 fn order<C: Clock>(
     shared: &Shared<C>,
-    all: &Candidates,
-    tried: &[Tried],
-    stopped: &[String],
-    conversation: Option<&str>,
+    next: &Next<'_>,
     now: u64,
 ) -> (Vec<ChannelRef>, Vec<Arc<str>>) {
+    let Next {
+        all,
+        tried,
+        stopped,
+        conversation,
+        model,
+        retry_tried,
+    } = *next;
     let account_ok = |c: &ChannelRef| {
         shared
             .registry
             .credential_cooldown_key(&c.name)
             .is_none_or(|k| !stopped.contains(&k))
     };
-    let was_tried = |c: &ChannelRef| tried.iter().any(|t| t.channel.as_deref() == Some(&*c.name));
+    let this_model = |t: &&Tried| t.model.as_deref() == model;
+    let was_tried = |c: &ChannelRef| {
+        tried
+            .iter()
+            .filter(this_model)
+            .any(|t| t.channel.as_deref() == Some(&*c.name))
+    };
     let mut pool: Vec<&ChannelRef> = all
         .channels()
         .iter()
         .filter(|c| !was_tried(c) && account_ok(c))
         .collect();
-    if pool.is_empty() {
+    if pool.is_empty() && retry_tried {
         pool = all
             .channels()
             .iter()
@@ -726,6 +807,7 @@ fn order<C: Clock>(
                 account_ok(c)
                     && tried
                         .iter()
+                        .filter(this_model)
                         .filter(|t| t.channel.as_deref() == Some(&*c.name))
                         .all(|t| t.verdict.retryable)
             })
