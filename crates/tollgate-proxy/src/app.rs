@@ -38,6 +38,7 @@ struct Ops<St> {
 }
 
 /// The gateway's router, built from a configuration and a store.
+#[derive(Clone)]
 pub struct Gateway<St> {
     config: Config,
     store: St,
@@ -92,6 +93,19 @@ where
     /// configuration cannot be served (e.g. a `fake://` channel with no fake
     /// upstream, or a usage log that cannot be opened).
     pub fn router(self) -> Result<Router, String> {
+        self.seed_balances();
+        let (routes, live) = self.assemble()?;
+        Ok(crate::admin::outer(self, routes, live).layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(NextId::default()))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(TraceLayer::new_for_http())
+                .layer(CatchPanicLayer::custom(panic_response)),
+        ))
+    }
+
+    /// Seeds tenant balances where the store answers at once; spawns the rest.
+    pub(crate) fn seed_balances(&self) {
         for (name, t) in &self.config.raw.tenants {
             let mut seed = self.store.seed_balance(name, t.balance);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -99,6 +113,25 @@ where
                 tokio::spawn(seed);
             }
         }
+    }
+
+    /// The configuration served.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// With another configuration (same store, client and fake upstream).
+    pub(crate) fn with_config(&self, config: Config) -> Self {
+        Self {
+            config,
+            ..self.clone()
+        }
+    }
+
+    /// The model and operational routes of the current configuration (no request-id,
+    /// tracing or panic layers, no admin routes), and the live state the admin
+    /// endpoints read.
+    pub(crate) fn assemble(&self) -> Result<(Router, Arc<crate::admin::Live<St>>), String> {
         let catalog = Arc::new(Catalog::new(&self.config, self.fake_base.as_deref())?);
         let tasks = self
             .config
@@ -129,6 +162,7 @@ where
         // requests hold no money, Q5/B3) → billing (needs to know whether the
         // subscription covered the request, W8) → forward.
         let forward = Forward::new(self.client.clone(), catalog.clone());
+        let live_catalog = catalog.clone();
         let registry = Arc::new(crate::catalog::upstream_registry(&self.config));
         let failover = FailoverLayer::with_clock(
             registry.clone(),
@@ -193,25 +227,25 @@ where
             )
         };
 
+        let live = Arc::new(crate::admin::Live {
+            failover,
+            catalog: live_catalog,
+            channels: self.config.channels.clone(),
+            store: self.store.clone(),
+        });
         let ops = Arc::new(Ops {
-            store: self.store,
+            store: self.store.clone(),
             keys,
             catalog,
         });
-        Ok(api
+        let routes = api
             .route("/v1/models", get(list_models::<St>))
             .route("/usage", get(usage::<St>))
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(scrape::<St>))
             .fallback(not_found)
-            .with_state(ops)
-            .layer(
-                ServiceBuilder::new()
-                    .layer(SetRequestIdLayer::x_request_id(NextId::default()))
-                    .layer(PropagateRequestIdLayer::x_request_id())
-                    .layer(TraceLayer::new_for_http())
-                    .layer(CatchPanicLayer::custom(panic_response)),
-            ))
+            .with_state(ops);
+        Ok((routes, live))
     }
 }
 
@@ -249,7 +283,7 @@ impl MakeRequestId for NextId {
     }
 }
 
-fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+pub(crate) fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let r = tollgate::core::Rejection::new(
         tollgate::core::GatewayCode::Internal,
         tollgate::core::LayerKind::Gateway,

@@ -363,6 +363,11 @@ pub struct ServerConfig {
     pub upstream_idle_timeout: Span,
     /// JSON-lines file every settled or pending attempt is appended to (B6).
     pub usage_log: Option<PathBuf>,
+    /// Environment variable holding the admin token (the `/admin/*` endpoints are
+    /// off without a token).
+    pub admin_token_env: Option<String>,
+    /// The admin token itself (demo and tests only; prefer `admin_token_env`).
+    pub admin_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -373,6 +378,8 @@ impl Default for ServerConfig {
             upstream_timeout: Span(Duration::from_secs(600)),
             upstream_idle_timeout: Span(Duration::from_secs(300)),
             usage_log: None,
+            admin_token_env: None,
+            admin_token: None,
         }
     }
 }
@@ -569,6 +576,8 @@ pub struct Config {
     pub channels: Vec<Channel>,
     /// Where it came from.
     pub source: Option<PathBuf>,
+    /// The admin token, read from the environment (`None` = admin endpoints off).
+    pub admin_token: Option<String>,
 }
 
 impl Config {
@@ -892,11 +901,35 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             credential,
         });
     }
+    let server = &raw.server;
+    let admin_token = match (&server.admin_token, &server.admin_token_env) {
+        (Some(t), None) => Some(t.clone()),
+        (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+            err(
+                find_key(text, "admin_token_env"),
+                format!("server.admin_token_env: environment variable {var} is not set"),
+            )
+        })?),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                find_key(text, "admin_token"),
+                "server: set at most one of `admin_token` or `admin_token_env`".into(),
+            ));
+        }
+    };
+    if admin_token.as_ref().is_some_and(|t| t.len() < 16) {
+        return Err(err(
+            find_key(text, "admin_token"),
+            "server: the admin token must be at least 16 characters".into(),
+        ));
+    }
     Ok(Config {
         raw,
         keys,
         channels,
         source: None,
+        admin_token,
     })
 }
 

@@ -13,6 +13,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod catalog;

@@ -131,8 +131,14 @@ impl Proxy {
         } else {
             format!("{toml}\n{CHANNELS}")
         };
-        let fake = FakeUpstream::start().await;
         let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
+        Self::start_config(config).await
+    }
+
+    /// Starts a fake upstream and a gateway on a loaded configuration (e.g. from a
+    /// file, for reload tests).
+    pub async fn start_config(config: Config) -> Proxy {
+        let fake = FakeUpstream::start().await;
         let store = MemoryStore::new();
         let app = Gateway::new(config, store.clone())
             .fake_upstream(fake.base_url())
