@@ -99,7 +99,9 @@ where
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::x_request_id(NextId::default()))
                 .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(TraceLayer::new_for_http())
+                // The span names the path only: a query string may hold an API key
+                // (Gemini's `?key=`), and no log line may carry a secret.
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
                 .layer(CatchPanicLayer::custom(panic_response)),
         ))
     }
@@ -261,6 +263,16 @@ where
         .route("/v1/chat/completions", post_service(stack.clone()))
         .route("/v1/messages", post_service(stack.clone()))
         .route("/v1beta/models/{model_action}", post_service(stack))
+}
+
+/// The tracing span of one request: method, path (never the query) and request id.
+fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::debug_span!("request", method = %req.method(), path = req.uri().path(), id)
 }
 
 /// Request ids: a per-process random prefix and a counter.
