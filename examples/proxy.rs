@@ -15,13 +15,14 @@ use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use tollgate::core::store::fallback::LocalFallback;
-use tollgate::core::{BillingStore, MemoryStore, SlotStore, WindowStore};
+use tollgate::core::{BillingStore, Clock, MemoryStore, SlotStore, SystemClock, WindowStore};
 use tollgate_fake_upstream::FakeUpstream;
 use tollgate_proxy::config::FailureModeConfig;
 use tollgate_proxy::store::Split;
 use tollgate_proxy::{Config, Gateway};
-use tollgate_redis::{RedisStore, RedisStoreOptions};
+use tollgate_redis::{CooldownSync, RedisStore, RedisStoreOptions};
 
 const DEMO: &str = include_str!("demo.toml");
 
@@ -104,7 +105,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             tollgate::core::SystemClock::new(),
             config.raw.store.capacity,
         );
-        serve(&args, config, listen, store, "in-memory store").await
+        serve(&args, config, listen, store, "in-memory store", None).await
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
         let opts = RedisStoreOptions::default()
             .prefix(config.raw.store.prefix.clone())
@@ -112,13 +113,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         // Lazy: the gateway starts while Redis is down and each layer applies its
         // failure mode until it is back (D4).
         let limits = RedisStore::connect_lazy(&url, opts)?;
+        // Provider cooldowns and disabled credentials reach every instance (D1, F6).
+        let sync = Arc::new(CooldownSync::start(
+            tollgate_redis::redis::Client::open(url.as_str())?,
+            &config.raw.store.prefix,
+            format!("gw-{}-{}", std::process::id(), SystemClock::new().now()),
+        ));
+        let hook: tollgate_proxy::app::RegistryHook = Arc::new(move |r| sync.attach(r));
         let sc = &config.raw.store;
         let local_slots = sc.slots_failure == FailureModeConfig::Local;
         let local_windows = sc.windows_failure == FailureModeConfig::Local;
         let billing = limits.clone();
         let limits = LocalFallback::new(limits, sc.instances, local_slots, local_windows);
         let store = Split { limits, billing };
-        serve(&args, config, listen, store, "Redis store").await
+        serve(&args, config, listen, store, "Redis store", Some(hook)).await
     } else {
         Err(format!("unknown store {url:?}: use `memory` or a redis:// URL").into())
     }
@@ -130,6 +138,7 @@ async fn serve<St>(
     listen: SocketAddr,
     store: St,
     what: &str,
+    hook: Option<tollgate_proxy::app::RegistryHook>,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     St: SlotStore + WindowStore + BillingStore + tollgate::core::CapacityStore,
@@ -139,6 +148,9 @@ where
         .iter()
         .any(|c| c.config.base_url.starts_with("fake://"));
     let mut gateway = Gateway::new(config, store).limits(!args.bare);
+    if let Some(hook) = hook {
+        gateway = gateway.on_registry(hook);
+    }
     let _fake = if uses_fake {
         let fake = FakeUpstream::start_on(args.fake).await?;
         println!("fake upstream on {}", fake.base_url());

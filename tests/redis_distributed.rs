@@ -192,7 +192,14 @@ where
 {
     let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let redis = redis_store(&config, url, id);
+    // As the example: provider cooldowns reach every instance (D1, F6).
+    let sync = Arc::new(tollgate_redis::CooldownSync::start(
+        tollgate_redis::redis::Client::open(url).expect("a redis:// URL"),
+        &config.raw.store.prefix,
+        id,
+    ));
     let app = Gateway::new(config, store(redis))
+        .on_registry(Arc::new(move |r| sync.attach(r)))
         .fake_upstream(fake.base_url())
         .build()
         .await
@@ -2025,5 +2032,65 @@ fn q1_two_instances_share_one_channel_capacity() {
         assert_eq!(ok, 20, "everyone fits within max_wait");
         assert!(peak <= 2, "capacity 2 across two instances, saw {peak}");
         assert_eq!(peak, 2, "both leases were used");
+    });
+}
+
+/// F6, D1: a provider's Retry-After seen by one instance holds for every instance —
+/// the other instance sends nothing to that channel before it ends.
+#[test]
+fn f6_a_provider_retry_after_seen_by_one_instance_holds_for_all() {
+    serial(async {
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::start().await;
+        const KEYS: [KeySpec; 1] = [KeySpec {
+            concurrency: 0,
+            requests: &[(3600, 100_000)],
+            tokens: &[],
+        }];
+        // Model m-0 on two channels: ch-0 (first pick) and ch-0b.
+        let text = config_text("", &KEYS, "fake://")
+            + "\n[channels.ch-0b]\nvendor = \"openai\"\nbase_url = \"fake://\"\ncredential = \"cred-0b\"\nmodels = [\"m-0\"]\n";
+        fake.set_default_for(
+            &credential(0),
+            tollgate_fake_upstream::Behavior::error(tollgate_fake_upstream::ErrorKind::RateLimit)
+                .with_retry_after(30),
+        );
+        let a = instance(&text, &redis.url(), "gw-a", &fake).await;
+        let b = instance(&text, &redis.url(), "gw-b", &fake).await;
+        // Let both subscriptions come up.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let client = http_client();
+        let send = |addr| {
+            let c = client.clone();
+            async move {
+                let res = timeout(STEP, c.request(chat(addr, 0, false, &[])))
+                    .await
+                    .expect("bounded")
+                    .expect("answered");
+                let status = res.status().as_u16();
+                let _ = res.into_body().collect().await;
+                status
+            }
+        };
+        // Instance a: ch-0 answers 429 (Retry-After 30 s), failover serves on ch-0b.
+        assert_eq!(send(a.addr).await, 200);
+        assert_eq!(fake.stats().calls_for(&credential(0)), 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Instance b never saw that 429, yet sends nothing to ch-0.
+        for _ in 0..6 {
+            assert_eq!(send(b.addr).await, 200);
+        }
+        let s = fake.stats();
+        eprintln!(
+            "F6 shared: ch-0 calls {}, ch-0b calls {}",
+            s.calls_for(&credential(0)),
+            s.calls_for("cred-0b")
+        );
+        assert_eq!(
+            s.calls_for(&credential(0)),
+            1,
+            "instance b re-sent before Retry-After"
+        );
+        assert_eq!(s.calls_for("cred-0b"), 7);
     });
 }

@@ -416,10 +416,41 @@ pub const DISABLED: Millis = Millis::MAX;
 /// Cooldowns per scope key (U3, F6, F8): until when no new request may be sent on a
 /// scope. A cooldown extends, never shrinks to an earlier deadline. Bounded: expired
 /// entries are purged whenever the table grows past its last purge size × 2.
-#[derive(Debug, Default)]
+///
+/// Changes made here can be shared with other gateway instances: a
+/// [`CooldownListener`] hears every change made in this process, and
+/// [`apply`](Self::apply) takes in another instance's change without echoing it.
+#[derive(Default)]
 pub struct Cooldowns {
     inner: Mutex<CooldownTable>,
+    listener: std::sync::RwLock<Option<CooldownListener>>,
 }
+
+impl std::fmt::Debug for Cooldowns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cooldowns")
+            .field("entries", &self.len())
+            .finish()
+    }
+}
+
+/// A cooldown change made in this process, as other instances should apply it.
+/// Durations, not instants: instances' clocks may disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CooldownChange {
+    /// Cool for this long from now (or keep a later deadline).
+    Cool {
+        /// Time until the cooldown ends.
+        remaining_ms: Millis,
+    },
+    /// Out of rotation until an operator re-enables it.
+    Disable,
+    /// Cooldown or disablement ended by an operator.
+    Clear,
+}
+
+/// Hears every cooldown change made in this process: `(scope key, change)`.
+pub type CooldownListener = Arc<dyn Fn(&str, CooldownChange) + Send + Sync>;
 
 #[derive(Debug, Default)]
 struct CooldownTable {
@@ -432,17 +463,62 @@ impl Cooldowns {
         f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
     /// Cools `key` until `until` (or keeps a later cooldown). Returns the deadline now
-    /// in force.
+    /// in force. A raised deadline is told to the listener.
     pub fn cool(&self, key: &str, until: Millis, now: Millis) -> Millis {
+        let (deadline, raised) = self.raise(key, until, now);
+        if raised {
+            self.notify(
+                key,
+                if deadline == DISABLED {
+                    CooldownChange::Disable
+                } else {
+                    CooldownChange::Cool {
+                        remaining_ms: deadline.saturating_sub(now),
+                    }
+                },
+            );
+        }
+        deadline
+    }
+    fn raise(&self, key: &str, until: Millis, now: Millis) -> (Millis, bool) {
         self.with(|t| {
             if t.until.len() >= t.purge_at.max(64) {
                 t.until.retain(|_, u| *u > now);
                 t.purge_at = t.until.len() * 2;
             }
             let e = t.until.entry(key.to_owned()).or_insert(0);
+            let raised = until > *e;
             *e = (*e).max(until);
-            *e
+            (*e, raised)
         })
+    }
+    fn notify(&self, key: &str, change: CooldownChange) {
+        let listener = self
+            .listener
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(l) = listener {
+            l(key, change);
+        }
+    }
+    /// Sets (or removes) the listener of local changes.
+    pub fn set_listener(&self, listener: Option<CooldownListener>) {
+        *self.listener.write().unwrap_or_else(|e| e.into_inner()) = listener;
+    }
+    /// Applies another instance's change at `now`, without telling the listener.
+    pub fn apply(&self, key: &str, change: CooldownChange, now: Millis) {
+        match change {
+            CooldownChange::Cool { remaining_ms } => {
+                self.raise(key, now.saturating_add(remaining_ms).min(DISABLED - 1), now);
+            }
+            CooldownChange::Disable => {
+                self.raise(key, DISABLED, now);
+            }
+            CooldownChange::Clear => self.with(|t| {
+                t.until.remove(key);
+            }),
+        }
     }
     /// Until when `key` cools, if it still does at `now`.
     pub fn until(&self, key: &str, now: Millis) -> Option<Millis> {
@@ -467,9 +543,10 @@ impl Cooldowns {
     }
     /// Ends the cooldown of `key` (an operator re-enabled it).
     pub fn clear(&self, key: &str) {
-        self.with(|t| {
-            t.until.remove(key);
-        })
+        let had = self.with(|t| t.until.remove(key).is_some());
+        if had {
+            self.notify(key, CooldownChange::Clear);
+        }
     }
     /// Cooldown entries held (expired ones included until the next purge).
     pub fn len(&self) -> usize {
@@ -607,6 +684,35 @@ mod tests {
         assert_eq!(c.cool("k", 900, 0), 900);
         c.clear("k");
         assert_eq!(c.until("k", 0), None);
+    }
+
+    #[test]
+    fn d1_local_changes_are_heard_remote_ones_are_applied_silently() {
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let c = Cooldowns::default();
+        let h = heard.clone();
+        c.set_listener(Some(Arc::new(move |k: &str, ch| {
+            h.lock().unwrap().push((k.to_owned(), ch))
+        })));
+        c.cool("k", 1_500, 1_000);
+        c.cool("k", 1_200, 1_000); // not raised: not told
+        c.disable("d", 1_000);
+        c.clear("d");
+        c.clear("never-set");
+        c.apply("r", CooldownChange::Cool { remaining_ms: 300 }, 1_000);
+        c.apply("x", CooldownChange::Disable, 1_000);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [
+                ("k".to_owned(), CooldownChange::Cool { remaining_ms: 500 }),
+                ("d".to_owned(), CooldownChange::Disable),
+                ("d".to_owned(), CooldownChange::Clear),
+            ]
+        );
+        assert_eq!(c.until("r", 1_000), Some(1_300));
+        assert_eq!(c.until("x", 1_000), Some(DISABLED));
+        c.apply("x", CooldownChange::Clear, 1_000);
+        assert_eq!(c.until("x", 1_000), None);
     }
 
     #[test]

@@ -45,7 +45,12 @@ pub struct Gateway<St> {
     client: HttpClient,
     fake_base: Option<String>,
     limits: bool,
+    on_registry: Option<RegistryHook>,
 }
+
+/// Called with every channel registry the gateway builds (at start and on each
+/// reload), e.g. to share its cooldowns with other instances.
+pub type RegistryHook = Arc<dyn Fn(&Arc<tollgate::core::upstream::UpstreamRegistry>) + Send + Sync>;
 
 impl<St> Gateway<St>
 where
@@ -59,7 +64,15 @@ where
             client: http_client(),
             fake_base: None,
             limits: true,
+            on_registry: None,
         }
+    }
+
+    /// Calls `hook` with every channel registry built (at start and on each reload):
+    /// the place to share cooldowns between instances (`tollgate_redis::CooldownSync`).
+    pub fn on_registry(mut self, hook: RegistryHook) -> Self {
+        self.on_registry = Some(hook);
+        self
     }
 
     /// Points `fake://` channels at the bundled fake upstream at `base_url`.
@@ -166,6 +179,9 @@ where
         let forward = Forward::new(self.client.clone(), catalog.clone());
         let live_catalog = catalog.clone();
         let registry = Arc::new(crate::catalog::upstream_registry(&self.config));
+        if let Some(hook) = &self.on_registry {
+            hook(&registry);
+        }
         let failover = FailoverLayer::with_clock(
             registry.clone(),
             tollgate::time::TokioClock::default(),

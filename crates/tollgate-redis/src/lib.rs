@@ -41,11 +41,13 @@
 
 mod billing;
 mod codec;
+mod cooldowns;
 mod options;
 mod scripts;
 mod store;
 
 pub use billing::MAX_EXACT_MONEY;
+pub use cooldowns::CooldownSync;
 pub use options::{
     DEFAULT_AMOUNT_TTL, DEFAULT_BILLING_TAG, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE,
     DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,

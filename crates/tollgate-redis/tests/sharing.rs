@@ -220,3 +220,63 @@ async fn u1_upstream_scope_windows_are_shared_by_instances() {
         .unwrap();
     assert_eq!(itpm[0].used, 0);
 }
+
+/// D1, F6: a cooldown or a disabled credential set on one instance reaches the others
+/// over pub/sub (durations, not instants), and an operator's re-enable too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d1_cooldowns_set_on_one_instance_reach_the_other() {
+    use tollgate_core::upstream::{DISABLED, UpstreamRegistry};
+    use tollgate_core::{Clock, SystemClock};
+    use tollgate_redis::CooldownSync;
+    let server = RedisServer::start();
+    let client = || tollgate_redis::redis::Client::open(server.url()).unwrap();
+    let (a, b) = (
+        Arc::new(UpstreamRegistry::new()),
+        Arc::new(UpstreamRegistry::new()),
+    );
+    let sync_a = CooldownSync::start(client(), "t", "gw-a");
+    let sync_b = CooldownSync::start(client(), "t", "gw-b");
+    sync_a.attach(&a);
+    sync_b.attach(&b);
+    let now = || SystemClock::new().now();
+    let until = |r: &UpstreamRegistry, k: &str| r.cooldowns().until(k, now());
+    // Subscriptions come up asynchronously: wait (bounded) until one change goes through.
+    let mut linked = false;
+    for i in 0..100 {
+        a.cooldowns()
+            .cool(&format!("probe{i}"), now() + 60_000, now());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if until(&b, &format!("probe{i}")).is_some() {
+            linked = true;
+            break;
+        }
+    }
+    assert!(linked, "instance b never heard instance a");
+
+    let eventually = |r: Arc<UpstreamRegistry>, k: &'static str, want: fn(Option<u64>) -> bool| async move {
+        for _ in 0..100 {
+            if want(r.cooldowns().until(k, SystemClock::new().now())) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    };
+    let t = now();
+    a.cooldowns().cool("scope", t + 5_000, t);
+    assert!(eventually(b.clone(), "scope", |u| u.is_some()).await);
+    let got = until(&b, "scope").unwrap();
+    assert!(
+        got.abs_diff(t + 5_000) < 1_000,
+        "{} ms off",
+        got.abs_diff(t + 5_000)
+    );
+    // The other way round, and a disablement.
+    b.cooldowns().disable("cred", now());
+    assert!(eventually(a.clone(), "cred", |u| u == Some(DISABLED)).await);
+    // An operator re-enables on b: a hears it.
+    b.cooldowns().clear("cred");
+    assert!(eventually(a.clone(), "cred", |u| u.is_none()).await);
+    // Own messages are not applied twice: a's table still has one entry for "scope".
+    assert_eq!(until(&a, "scope"), Some(t + 5_000));
+}
