@@ -89,6 +89,8 @@ gateway_codes! {
     Forbidden = 40301, "This API key may not be used for this request.";
     /// Unknown model or route.
     NotFound = 40401, "The requested model or resource does not exist.";
+    /// The request body did not arrive in time (a slow or stalled client).
+    RequestTimeout = 40801, "The request body was not received in time.";
     /// Body over the configured limit.
     PayloadTooLarge = 41301, "The request body is too large.";
     /// Semantically invalid request.

@@ -38,6 +38,8 @@ pub struct Catalog {
     pub upstream_timeout: Duration,
     /// Longest silence of an upstream body.
     pub upstream_idle_timeout: Duration,
+    /// Longest time to receive a request body.
+    pub body_read_timeout: Duration,
 }
 
 /// Default max output when neither the request nor the model names one.
@@ -64,6 +66,7 @@ impl Catalog {
             max_body_bytes: config.raw.server.max_body_bytes,
             upstream_timeout: config.raw.server.upstream_timeout.0,
             upstream_idle_timeout: config.raw.server.upstream_idle_timeout.0,
+            body_read_timeout: config.raw.server.body_read_timeout.0,
         })
     }
 

@@ -361,6 +361,8 @@ pub struct ServerConfig {
     /// Longest silence of an upstream answer's body before it is cut (the attempt's
     /// outcome becomes unknown).
     pub upstream_idle_timeout: Span,
+    /// Longest time to receive a request body (slow clients get 408), default 30 s.
+    pub body_read_timeout: Span,
     /// JSON-lines file every settled or pending attempt is appended to (B6).
     pub usage_log: Option<PathBuf>,
     /// Environment variable holding the admin token (the `/admin/*` endpoints are
@@ -377,6 +379,7 @@ impl Default for ServerConfig {
             max_body_bytes: 4 << 20,
             upstream_timeout: Span(Duration::from_secs(600)),
             upstream_idle_timeout: Span(Duration::from_secs(300)),
+            body_read_timeout: Span(Duration::from_secs(30)),
             usage_log: None,
             admin_token_env: None,
             admin_token: None,

@@ -86,7 +86,23 @@ where
                 .get::<Dialect>()
                 .copied()
                 .unwrap_or_else(|| Dialect::from_path(parts.uri.path()));
-            let bytes = match Limited::new(body, catalog.max_body_bytes).collect().await {
+            // Bounded in size and in time: a client trickling its body (slow loris)
+            // gets 408 instead of holding its slot.
+            let read = tokio::time::timeout(
+                catalog.body_read_timeout,
+                Limited::new(body, catalog.max_body_bytes).collect(),
+            )
+            .await
+            .map_err(|_| {
+                reject(
+                    GatewayCode::RequestTimeout,
+                    format!(
+                        "The request body was not received within {} s.",
+                        catalog.body_read_timeout.as_secs()
+                    ),
+                )
+            })?;
+            let bytes = match read {
                 Ok(c) => c.to_bytes(),
                 Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                     return Err(reject(

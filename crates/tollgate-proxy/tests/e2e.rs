@@ -1033,3 +1033,50 @@ fn p3_bad_config_fails_with_file_line_reason() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e4_a_body_trickled_slower_than_body_read_timeout_gets_408_and_frees_the_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let toml = format!("[server]\nbody_read_timeout = \"300ms\"\n{E4}");
+    let p = Proxy::start(&toml).await;
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {CLIENT}\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{{\"model\":",
+        p.addr,
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = Vec::new();
+    let read = bounded(WAIT, "the 408", async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = s.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.windows(5).any(|w| w == b"40801") {
+                break;
+            }
+        }
+    });
+    read.await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("40801"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(p.fake.stats().total_calls, 0);
+    // The key's slot was given back (the connection is still open).
+    let freed = eventually(WAIT, || async {
+        in_flight(&usage(p.addr, CLIENT).await) == 0
+    })
+    .await;
+    assert!(freed, "the slot of the slow request is free");
+    drop(s);
+    let r = send(p.addr, &ask(Dialect::OpenAi, CLIENT, false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
