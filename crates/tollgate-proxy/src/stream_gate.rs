@@ -93,4 +93,18 @@ mod tests {
             ChunkKind::Content
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn f4_arbitrary_frames_never_panic(
+            frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            tail in "(\"content\":\"|data: \\{\"error\"|event: error|content_block|message_start)?",
+        ) {
+            let mut f = frame;
+            f.extend_from_slice(tail.as_bytes());
+            for d in [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini, Dialect::Native] {
+                let _ = chunk_kind(d, &f);
+            }
+        }
+    }
 }
