@@ -16,7 +16,10 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
     let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
     match dialect {
         Dialect::Anthropic => {
-            if has(b"event: error") || has(b"\"type\":\"error\"") {
+            // At a line start only: generated text inside a JSON string cannot hold
+            // a raw newline, so it cannot fake an event line.
+            if line_starts_with(frame, b"event: error") || frame.starts_with(b"{\"type\":\"error\"")
+            {
                 ChunkKind::Error
             } else if has(b"content_block") {
                 ChunkKind::Content
@@ -27,7 +30,7 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
             }
         }
         Dialect::OpenAi | Dialect::Native => {
-            if has(b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
+            if line_starts_with(frame, b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
                 ChunkKind::Error
             } else if openai_content(frame) {
                 ChunkKind::Content
@@ -37,13 +40,22 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
             }
         }
         Dialect::Gemini => {
-            if has(b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
+            if line_starts_with(frame, b"data: {\"error\"")
+                || frame.starts_with(b"{\"error\"")
+                || frame.starts_with(b"[{\"error\"")
+            {
                 ChunkKind::Error
             } else {
                 ChunkKind::Content
             }
         }
     }
+}
+
+/// Whether a line of `frame` starts with `prefix`.
+fn line_starts_with(frame: &[u8], prefix: &[u8]) -> bool {
+    frame.starts_with(prefix)
+        || memchr::memmem::find_iter(frame, prefix).any(|at| at > 0 && frame[at - 1] == b'\n')
 }
 
 /// Whether an OpenAI frame carries content: non-empty text, a tool call, a refusal,
@@ -71,6 +83,14 @@ mod tests {
         assert_eq!(chunk_kind(Dialect::Anthropic, delta), ChunkKind::Content);
         let err = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
         assert_eq!(chunk_kind(Dialect::Anthropic, err), ChunkKind::Error);
+    }
+
+    #[test]
+    fn f4_generated_text_cannot_fake_an_error_event() {
+        let text = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"event: error data: {\\\"error\\\"\"}}\n\n";
+        assert_eq!(chunk_kind(Dialect::Anthropic, text), ChunkKind::Content);
+        let oai = b"data: {\"choices\":[{\"delta\":{\"content\":\"data: {\\\"error\\\"\"}}]}\n\n";
+        assert_eq!(chunk_kind(Dialect::OpenAi, oai), ChunkKind::Content);
     }
 
     #[test]
