@@ -295,7 +295,7 @@ struct ChannelEntry {
     credential_key: Arc<str>,
     credential: Arc<str>,
     credential_windows: Vec<ScopeWindow>,
-    model_windows: HashMap<Arc<str>, Vec<ScopeWindow>>,
+    model_windows: HashMap<Arc<str>, Vec<ScopeWindow>, foldhash::fast::RandomState>,
 }
 
 /// The scopes of one (channel, model): the window keys to admit on and the cooldown
@@ -306,17 +306,33 @@ pub struct ChannelScopes<'a> {
     pub dialect: Dialect,
     /// Window keys over every granularity.
     pub windows: Vec<&'a ScopeWindow>,
+    credential: &'a str,
+    credential_key: &'a str,
+    vendor: &'a str,
+    model: Option<&'a str>,
+}
+
+impl ChannelScopes<'_> {
     /// Cooldown keys: credential + model (when the model is known), credential,
-    /// vendor.
-    pub cooldown_keys: Vec<String>,
+    /// vendor. Built on demand: most requests find the cooldown table empty and never
+    /// need them.
+    pub fn cooldown_keys(&self) -> Vec<String> {
+        let mut keys = Vec::with_capacity(3);
+        if let Some(m) = self.model {
+            keys.push(model_key(self.credential, m));
+        }
+        keys.push(self.credential_key.to_owned());
+        keys.push(vendor_key(self.vendor));
+        keys
+    }
 }
 
 /// Channels, their compiled limits and the cooldown table (U1, U3): what the upstream
 /// limit layer and the failover layer share.
 #[derive(Default)]
 pub struct UpstreamRegistry {
-    channels: HashMap<Arc<str>, ChannelEntry>,
-    vendors: HashMap<Arc<str>, Vec<ScopeWindow>>,
+    channels: HashMap<Arc<str>, ChannelEntry, foldhash::fast::RandomState>,
+    vendors: HashMap<Arc<str>, Vec<ScopeWindow>, foldhash::fast::RandomState>,
     cooldowns: Cooldowns,
 }
 
@@ -368,26 +384,29 @@ impl UpstreamRegistry {
     }
     /// The scopes of `channel` serving `model`; `None` for an unregistered channel
     /// (unconstrained).
-    pub fn scopes(&self, channel: &str, model: Option<&str>) -> Option<ChannelScopes<'_>> {
+    pub fn scopes<'a>(
+        &'a self,
+        channel: &str,
+        model: Option<&'a str>,
+    ) -> Option<ChannelScopes<'a>> {
         let e = self.channels.get(channel)?;
-        let mut windows: Vec<&ScopeWindow> = Vec::new();
-        let mut cooldown_keys = Vec::with_capacity(3);
-        if let Some(m) = model {
-            if let Some(w) = e.model_windows.get(m) {
-                windows.extend(w);
-            }
-            cooldown_keys.push(model_key(&e.credential, m));
-        }
+        let model_windows = model.and_then(|m| e.model_windows.get(m));
+        let vendor_windows = self.vendors.get(&e.vendor);
+        let mut windows: Vec<&ScopeWindow> = Vec::with_capacity(
+            model_windows.map_or(0, Vec::len)
+                + e.credential_windows.len()
+                + vendor_windows.map_or(0, Vec::len),
+        );
+        windows.extend(model_windows.into_iter().flatten());
         windows.extend(&e.credential_windows);
-        cooldown_keys.push(e.credential_key.to_string());
-        if let Some(w) = self.vendors.get(&e.vendor) {
-            windows.extend(w);
-        }
-        cooldown_keys.push(vendor_key(&e.vendor));
+        windows.extend(vendor_windows.into_iter().flatten());
         Some(ChannelScopes {
             dialect: e.dialect,
             windows,
-            cooldown_keys,
+            credential: &e.credential,
+            credential_key: &e.credential_key,
+            vendor: &e.vendor,
+            model,
         })
     }
     /// The cooldown key provider rate signals of `channel` for `model` apply to: the
@@ -423,6 +442,9 @@ pub const DISABLED: Millis = Millis::MAX;
 #[derive(Default)]
 pub struct Cooldowns {
     inner: Mutex<CooldownTable>,
+    /// Entries held, readable without the lock: an empty table (the usual case) costs
+    /// a request one atomic load.
+    entries: std::sync::atomic::AtomicUsize,
     listener: std::sync::RwLock<Option<CooldownListener>>,
 }
 
@@ -460,7 +482,15 @@ struct CooldownTable {
 
 impl Cooldowns {
     fn with<R>(&self, f: impl FnOnce(&mut CooldownTable) -> R) -> R {
-        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut t = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut t);
+        self.entries
+            .store(t.until.len(), std::sync::atomic::Ordering::Release);
+        r
+    }
+    /// True when no cooldown entry is held (expired ones count until purged).
+    pub fn is_empty(&self) -> bool {
+        self.entries.load(std::sync::atomic::Ordering::Acquire) == 0
     }
     /// Cools `key` until `until` (or keeps a later cooldown). Returns the deadline now
     /// in force. A raised deadline is told to the listener.
@@ -530,6 +560,9 @@ impl Cooldowns {
         keys: impl IntoIterator<Item = &'k String>,
         now: Millis,
     ) -> Option<Millis> {
+        if self.is_empty() {
+            return None;
+        }
         self.with(|t| {
             keys.into_iter()
                 .filter_map(|k| t.until.get(k.as_str()).copied())
@@ -550,11 +583,7 @@ impl Cooldowns {
     }
     /// Cooldown entries held (expired ones included until the next purge).
     pub fn len(&self) -> usize {
-        self.with(|t| t.until.len())
-    }
-    /// True when no entry is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.entries.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -669,7 +698,7 @@ mod tests {
             );
         let s = r.scopes("a", Some("gpt")).unwrap();
         assert_eq!(s.windows.len(), 3);
-        assert_eq!(s.cooldown_keys.len(), 3);
+        assert_eq!(s.cooldown_keys().len(), 3);
         assert_eq!(r.scopes("a", Some("other")).unwrap().windows.len(), 2);
         assert!(r.scopes("b", None).is_none());
     }

@@ -1,5 +1,6 @@
-//! Cost per request of each layer, and of the three stacked, over a no-op service
-//! (SPEC T1). In-memory store, one hot key and 100k distinct keys, 1 and 2 threads.
+//! Cost per request of each layer, of the three user-policy layers stacked and of all
+//! seven stacked, over a no-op service (SPEC T1). In-memory store, one hot key and
+//! 100k distinct keys, 1 and 2 threads.
 //!
 //! `cargo bench -p tollgate --bench layers`
 //!
@@ -18,8 +19,15 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use tollgate::core::{Demand, MemoryStore, Policy, SlotStore, Subject, Tier, WindowStore};
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use tollgate::core::upstream::{RateLimits, UpstreamChannel, UpstreamRegistry};
+use tollgate::core::{
+    BillingStore, Candidates, ChannelRef, Demand, Dialect, MemoryStore, ModelId, Policy, SlotStore,
+    Subject, Tier, WindowStore,
+};
+use tollgate::{
+    AnchoredWindowLayer, BillingGateLayer, CapacityQueueLayer, ConcurrencySlotLayer,
+    ErrorMappingLayer, FailoverLayer, UpstreamLimitLayer,
+};
 use tower::{Layer, Service, ServiceBuilder};
 
 const DISTINCT: usize = 100_000;
@@ -38,8 +46,41 @@ fn policy() -> Arc<Policy> {
 fn subjects(n: usize) -> Vec<Subject> {
     let p = policy();
     (0..n)
-        .map(|i| Subject::new(format!("sk-bench-{i:08}")).with_policy(p.clone()))
+        .map(|i| {
+            Subject::new(format!("sk-bench-{i:08}"))
+                .with_policy(p.clone())
+                .with_tenant("bench")
+        })
         .collect()
+}
+
+thread_local! {
+    static CANDIDATES: Candidates = Candidates::new([ChannelRef::new("openai-1", 1_000_000)]);
+    static MODEL: Arc<str> = Arc::from("gpt-4o-mini");
+}
+
+/// One channel with provider RPM and TPM that are never the bottleneck.
+fn registry() -> Arc<UpstreamRegistry> {
+    Arc::new(UpstreamRegistry::new().with_channel(UpstreamChannel {
+        name: "openai-1".into(),
+        dialect: Dialect::OpenAi,
+        vendor: "openai".into(),
+        credential: "org-1".into(),
+        limits: RateLimits {
+            rpm: Some(u64::MAX / 4),
+            tpm: Some(u64::MAX / 4),
+            ..RateLimits::default()
+        },
+        model_limits: vec![],
+    }))
+}
+
+/// A store whose tenant `bench` has a balance that never runs out.
+fn funded() -> MemoryStore {
+    let s = MemoryStore::new();
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = pin!(s.seed_balance("bench", i64::MAX / 4)).poll(&mut cx);
+    s
 }
 
 #[derive(Clone)]
@@ -64,8 +105,17 @@ where
     S: Service<Request<()>>,
 {
     let mut req = Request::new(());
-    req.extensions_mut().insert(subject.clone());
-    req.extensions_mut().insert(Demand::tokens(100));
+    let x = req.extensions_mut();
+    x.insert(subject.clone());
+    x.insert(Demand {
+        tokens: 100,
+        money: 10,
+        ..Demand::default()
+    });
+    // What the upstream-side layers read: the channels, the model, the dialect.
+    x.insert(CANDIDATES.with(Clone::clone));
+    x.insert(ModelId(MODEL.with(Clone::clone)));
+    x.insert(Dialect::OpenAi);
     let fut = pin!(svc.call(req));
     let mut cx = Context::from_waker(Waker::noop());
     match fut.poll(&mut cx) {
@@ -185,6 +235,27 @@ fn layers(c: &mut Criterion) {
             .layer(ErrorMappingLayer::new())
             .layer(ConcurrencySlotLayer::new(store.clone()))
             .layer(AnchoredWindowLayer::new(store))
+            .into_inner()
+    });
+    bench_stack(c, "upstream_limit_layer", || {
+        UpstreamLimitLayer::new(MemoryStore::new(), registry())
+    });
+    bench_stack(c, "capacity_queue_layer", || {
+        CapacityQueueLayer::new(MemoryStore::new())
+    });
+    bench_stack(c, "billing_gate_layer", || BillingGateLayer::new(funded()));
+    bench_stack(c, "failover_layer", || FailoverLayer::new(registry()));
+    bench_stack(c, "seven_stacked", || {
+        let store = funded();
+        let registry = registry();
+        ServiceBuilder::new()
+            .layer(ErrorMappingLayer::new())
+            .layer(ConcurrencySlotLayer::new(store.clone()))
+            .layer(AnchoredWindowLayer::new(store.clone()))
+            .layer(FailoverLayer::new(registry.clone()))
+            .layer(UpstreamLimitLayer::new(store.clone(), registry))
+            .layer(CapacityQueueLayer::new(store.clone()))
+            .layer(BillingGateLayer::new(store))
             .into_inner()
     });
 }

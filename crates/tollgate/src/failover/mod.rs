@@ -477,7 +477,17 @@ where
         let recorder = UsageRecorder::child_of(&outer);
         let mut attempt = Request::from_parts(parts.clone(), body.clone());
         attempt.extensions_mut().insert(recorder.clone());
-        attempt.extensions_mut().insert(Candidates(order.into()));
+        let narrowed = if order.len() == candidates.channels().len()
+            && order
+                .iter()
+                .zip(candidates.channels())
+                .all(|(a, b)| a.name == b.name)
+        {
+            candidates.clone()
+        } else {
+            Candidates(order.into())
+        };
+        attempt.extensions_mut().insert(narrowed);
         attempt.extensions_mut().remove::<Chosen>();
         let sent_at = Instant::now();
         let call: Result<S::Future, BoxError> = match inner.ready().await.map_err(Into::into) {
@@ -690,7 +700,7 @@ where
                 shared
                     .registry
                     .cooldowns()
-                    .any_until(&scopes.cooldown_keys, now)
+                    .any_until(&scopes.cooldown_keys(), now)
             })
             .min()
             .map(|u| Duration::from_millis(u.saturating_sub(now)))

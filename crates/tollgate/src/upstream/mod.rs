@@ -319,7 +319,13 @@ where
             if let Some(first) = plan.kept.first() {
                 req.extensions_mut().insert(Chosen(first.clone()));
             }
-            req.extensions_mut().insert(Candidates(plan.kept.into()));
+            // Nothing dropped: the request keeps its candidate list as it was.
+            let kept = if plan.kept.len() == candidates.channels().len() {
+                candidates
+            } else {
+                Candidates(plan.kept.into())
+            };
+            req.extensions_mut().insert(kept);
             let res = inner.call(req).await.map_err(Into::into);
             match res {
                 Ok(res) => {
@@ -384,11 +390,14 @@ async fn admit<St: WindowStore, C: Clock>(
             continue;
         };
         let now = shared.clock.now();
-        if let Some(until) = shared
-            .registry
-            .cooldowns()
-            .any_until(&scopes.cooldown_keys, now)
-        {
+        let cooldowns = shared.registry.cooldowns();
+        // An empty table (the usual case) is one atomic load, no key built.
+        let cooling = if cooldowns.is_empty() {
+            None
+        } else {
+            cooldowns.any_until(&scopes.cooldown_keys(), now)
+        };
+        if let Some(until) = cooling {
             skips.push(if until == tollgate_core::upstream::DISABLED {
                 Skip::Disabled
             } else {
