@@ -105,7 +105,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             tollgate::core::SystemClock::new(),
             config.raw.store.capacity,
         );
-        serve(&args, config, listen, store, "in-memory store", None).await
+        serve(&args, config, listen, store, "in-memory store", None, None).await
     } else if url.starts_with("redis://") || url.starts_with("rediss://") {
         let opts = RedisStoreOptions::default()
             .prefix(config.raw.store.prefix.clone())
@@ -125,8 +125,24 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let local_windows = sc.windows_failure == FailureModeConfig::Local;
         let billing = limits.clone();
         let limits = LocalFallback::new(limits, sc.instances, local_slots, local_windows);
+        // D4 `local` decisions are counted in the store; /metrics reports them with the
+        // layers' fail-open / fail-closed counts.
+        let counted = limits.clone();
+        let scrape: tollgate_proxy::app::ScrapeHook = Arc::new(move || {
+            metrics::counter!("tollgate_store_failures_total", "layer" => "store", "mode" => "local")
+                .absolute(counted.local_decisions());
+        });
         let store = Split { limits, billing };
-        serve(&args, config, listen, store, "Redis store", Some(hook)).await
+        serve(
+            &args,
+            config,
+            listen,
+            store,
+            "Redis store",
+            Some(hook),
+            Some(scrape),
+        )
+        .await
     } else {
         Err(format!("unknown store {url:?}: use `memory` or a redis:// URL").into())
     }
@@ -139,6 +155,7 @@ async fn serve<St>(
     store: St,
     what: &str,
     hook: Option<tollgate_proxy::app::RegistryHook>,
+    scrape: Option<tollgate_proxy::app::ScrapeHook>,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     St: SlotStore + WindowStore + BillingStore + tollgate::core::CapacityStore,
@@ -150,6 +167,9 @@ where
     let mut gateway = Gateway::new(config, store).limits(!args.bare);
     if let Some(hook) = hook {
         gateway = gateway.on_registry(hook);
+    }
+    if let Some(scrape) = scrape {
+        gateway = gateway.on_scrape(scrape);
     }
     let _fake = if uses_fake {
         let fake = FakeUpstream::start_on(args.fake).await?;

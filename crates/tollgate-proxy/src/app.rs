@@ -35,6 +35,7 @@ struct Ops<St> {
     store: St,
     keys: KeyTable,
     catalog: Arc<Catalog>,
+    on_scrape: Option<ScrapeHook>,
 }
 
 /// The gateway's router, built from a configuration and a store.
@@ -46,7 +47,12 @@ pub struct Gateway<St> {
     fake_base: Option<String>,
     limits: bool,
     on_registry: Option<RegistryHook>,
+    on_scrape: Option<ScrapeHook>,
 }
+
+/// Called before every `/metrics` answer, to bring gauges and counters kept outside
+/// the layers up to date (e.g. the local-mode decisions of a `LocalFallback` store).
+pub type ScrapeHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Called with every channel registry the gateway builds (at start and on each
 /// reload), e.g. to share its cooldowns with other instances.
@@ -65,6 +71,7 @@ where
             fake_base: None,
             limits: true,
             on_registry: None,
+            on_scrape: None,
         }
     }
 
@@ -72,6 +79,12 @@ where
     /// the place to share cooldowns between instances (`tollgate_redis::CooldownSync`).
     pub fn on_registry(mut self, hook: RegistryHook) -> Self {
         self.on_registry = Some(hook);
+        self
+    }
+
+    /// Calls `hook` before every `/metrics` answer.
+    pub fn on_scrape(mut self, hook: ScrapeHook) -> Self {
+        self.on_scrape = Some(hook);
         self
     }
 
@@ -255,6 +268,7 @@ where
             store: self.store.clone(),
             keys,
             catalog,
+            on_scrape: self.on_scrape.clone(),
         });
         let routes = api
             .route("/v1/models", get(list_models::<St>))
@@ -334,6 +348,9 @@ async fn not_found(req: Request) -> Response {
 
 /// `GET /metrics` (SPEC P4): Prometheus text.
 async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>) -> Response {
+    if let Some(hook) = &ops.on_scrape {
+        hook();
+    }
     if let Ok(pending) = ops.store.pending().await {
         let total: i64 = pending.iter().map(|(_, m)| *m).sum();
         metrics::gauge!("tollgate_pending_reconciliation_amount").set(total as f64);

@@ -19,6 +19,13 @@ balance = 1_000_000_000
 key = "sk-m"
 tenant = "t"
 policy = "two"
+
+[policies.open]
+
+[keys.o]
+key = "sk-o"
+tenant = "t"
+policy = "open"
 "#;
 
 fn value(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
@@ -113,4 +120,35 @@ async fn p4_metrics_count_a_scripted_run() {
         "{text}"
     );
     assert!(!text.contains("sk-m"), "no secret in metrics");
+
+    // In flight per layer: a stream held open counts once in the failover and the
+    // billing layer, and nothing is left once it is gone. (Anthropic: the OpenAI
+    // channel cools down after the provider's 429s above.)
+    let held = ask(Dialect::Anthropic, "sk-o", true)
+        .header("x-fake-chunks", 3)
+        .header("x-fake-chunk-interval-ms", 2_000);
+    let mut o = open(p.addr, &held).await;
+    assert_eq!(o.status.as_u16(), 200);
+    o.next_data().await;
+    let text = scrape().await;
+    for layer in ["failover", "billing_gate"] {
+        let label = format!("layer=\"{layer}\"");
+        assert_eq!(
+            value(&text, "tollgate_in_flight", &[label.as_str()]),
+            Some(1.0),
+            "{layer}: {text}"
+        );
+    }
+    o.disconnect();
+    let drained = eventually(WAIT, || async {
+        let t = scrape().await;
+        ["failover", "billing_gate", "anchored_window"]
+            .iter()
+            .all(|l| {
+                let label = format!("layer=\"{l}\"");
+                value(&t, "tollgate_in_flight", &[label.as_str()]) == Some(0.0)
+            })
+    })
+    .await;
+    assert!(drained, "{}", scrape().await);
 }

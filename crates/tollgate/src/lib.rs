@@ -59,6 +59,15 @@ pub mod failure;
     feature = "upstream",
     feature = "failover"
 ))]
+mod gauge;
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity",
+    feature = "upstream",
+    feature = "failover"
+))]
 mod spawn;
 
 #[cfg(feature = "billing")]

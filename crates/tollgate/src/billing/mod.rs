@@ -135,6 +135,7 @@ impl<St: BillingStore> Settlement<St> {
             s: self,
             refund: false,
             answered: false,
+            _in_flight: crate::gauge::InFlight::enter(tollgate_core::LayerKind::BillingGate),
         }
     }
 }
@@ -145,6 +146,7 @@ pub struct BillingGuard<St: BillingStore> {
     pub(crate) refund: bool,
     /// The inner service answered (a response head exists).
     pub(crate) answered: bool,
+    _in_flight: crate::gauge::InFlight,
 }
 
 impl<St: BillingStore> BillingGuard<St> {

@@ -294,6 +294,7 @@ pub struct CapacityGuard<St: CapacityStore> {
     registration: Option<Registration<CapacityRenew<St>, ChannelLease>>,
     /// The answer reached its end: release at once.
     finished: bool,
+    _in_flight: crate::gauge::InFlight,
 }
 
 impl<St: CapacityStore> CapacityGuard<St> {
@@ -305,6 +306,7 @@ impl<St: CapacityStore> CapacityGuard<St> {
             started: None,
             registration: None,
             finished: false,
+            _in_flight: crate::gauge::InFlight::enter(tollgate_core::LayerKind::CapacityQueue),
         }
     }
 

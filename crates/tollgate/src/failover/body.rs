@@ -21,6 +21,7 @@ pub struct FailoverBody<B: Body> {
     /// (and counted here) instead of cutting the stream.
     broken: Option<Arc<AtomicU64>>,
     done: bool,
+    _in_flight: Option<crate::gauge::InFlight>,
 }
 
 // Nothing in it is pinned in place: the provider's body is behind its own box.
@@ -39,7 +40,14 @@ impl<B: Body> FailoverBody<B> {
             dialect,
             broken,
             done: false,
+            _in_flight: None,
         }
+    }
+
+    /// Counts the request in flight in the failover layer until the body is done.
+    pub(crate) fn counting(mut self, token: crate::gauge::InFlight) -> Self {
+        self._in_flight = Some(token);
+        self
     }
 }
 

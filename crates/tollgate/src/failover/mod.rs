@@ -365,6 +365,7 @@ where
     ResB::Error: Into<BoxError>,
 {
     let started = Instant::now();
+    let in_flight = crate::gauge::InFlight::enter(LayerKind::Failover);
     let (mut parts, mut body) = req.into_parts();
     let dialect = parts
         .extensions
@@ -378,7 +379,9 @@ where
             .call(Request::from_parts(parts, body))
             .await
             .map_err(Into::into)?;
-        return Ok(res.map(|b| FailoverBody::new(VecDeque::new(), Box::pin(b), dialect, None)));
+        return Ok(res.map(|b| {
+            FailoverBody::new(VecDeque::new(), Box::pin(b), dialect, None).counting(in_flight)
+        }));
     };
     shared.counters.requests.fetch_add(1, Ordering::Relaxed);
     shared.budget.deposit();
@@ -638,7 +641,7 @@ where
                     record_attempts(&shared, attempts);
                     return Ok(Response::from_parts(
                         rparts,
-                        FailoverBody::new(prefix, rest, dialect, None),
+                        FailoverBody::new(prefix, rest, dialect, None).counting(in_flight),
                     ));
                 }
                 drop(rest);
@@ -667,7 +670,7 @@ where
     };
     record_attempts(&shared, attempts);
     if let Some(res) = result {
-        return Ok(res);
+        return Ok(res.map(|b| b.counting(in_flight)));
     }
     shared.counters.failed.fetch_add(1, Ordering::Relaxed);
     if tried.is_empty() {

@@ -94,6 +94,7 @@ pub struct SlotGuard<St: SlotStore> {
     lease: LeaseId,
     renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
     registration: Option<Registration<SlotRenew<St>, SlotLease>>,
+    _in_flight: crate::gauge::InFlight,
 }
 
 impl<St: SlotStore> SlotGuard<St> {
@@ -109,6 +110,7 @@ impl<St: SlotStore> SlotGuard<St> {
             lease,
             renewals,
             registration: None,
+            _in_flight: crate::gauge::InFlight::enter(tollgate_core::LayerKind::ConcurrencySlot),
         }
     }
 

@@ -314,6 +314,7 @@ where
                 recorder: recorder.clone(),
                 refund: false,
                 answered: false,
+                _in_flight: crate::gauge::InFlight::enter(LayerKind::UpstreamLimit),
             });
             let first = plan.kept.first().map(|c| c.name.clone());
             if let Some(first) = plan.kept.first() {
@@ -525,6 +526,7 @@ pub struct UpstreamGuard<St: WindowStore> {
     recorder: UsageRecorder,
     refund: bool,
     answered: bool,
+    _in_flight: crate::gauge::InFlight,
 }
 
 impl<St: WindowStore> UpstreamGuard<St> {

@@ -97,6 +97,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
                     recorder: self.recorder.clone(),
                     refund: false,
                     answered: false,
+                    _in_flight: crate::gauge::InFlight::enter(LayerKind::AnchoredWindow),
                 });
             }
             Ok(Admission::Exceeded(ex)) => ex,

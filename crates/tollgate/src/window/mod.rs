@@ -67,6 +67,7 @@ pub struct WindowGuard<St: WindowStore> {
     refund: bool,
     /// The inner service answered (a response head exists).
     answered: bool,
+    _in_flight: crate::gauge::InFlight,
 }
 
 impl<St: WindowStore> WindowGuard<St> {
