@@ -218,8 +218,62 @@ fn bench_decision(c: &mut Criterion) {
     g.finish();
 }
 
+/// Resident memory of this process, in bytes (Linux `/proc/self/statm`).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// T1 scaling: the three user-policy layers over 1 to 1,000,000 distinct keys (one
+/// thread), and the resident memory one idle key's state costs, measured once over a
+/// million keys.
+fn bench_scaling(c: &mut Criterion) {
+    const MILLION: usize = 1_000_000;
+    let all = Arc::new(subjects(MILLION));
+    {
+        let store = MemoryStore::new();
+        let mut svc = ServiceBuilder::new()
+            .layer(ConcurrencySlotLayer::new(store.clone()))
+            .layer(AnchoredWindowLayer::new(store.clone()))
+            .service(Noop);
+        let before = resident_bytes();
+        for s in all.iter() {
+            one(&mut svc, s);
+        }
+        if let (Some(b), Some(a)) = (before, resident_bytes()) {
+            let stats = store.stats();
+            println!(
+                "scaling: {MILLION} idle keys hold {:.0} bytes each ({} window entries, {} slot entries)",
+                a.saturating_sub(b) as f64 / MILLION as f64,
+                stats.window_entries,
+                stats.slot_entries
+            );
+        }
+    }
+    let mut g = c.benchmark_group("scaling_three_stacked");
+    g.throughput(Throughput::Elements(1));
+    for n in [1usize, 1_000, 100_000, MILLION] {
+        g.bench_function(BenchmarkId::from_parameter(n), |b| {
+            let store = MemoryStore::new();
+            let mut svc = ServiceBuilder::new()
+                .layer(ErrorMappingLayer::new())
+                .layer(ConcurrencySlotLayer::new(store.clone()))
+                .layer(AnchoredWindowLayer::new(store))
+                .service(Noop);
+            let mut i = 0usize;
+            b.iter(|| {
+                i = (i + 1) % n;
+                one(&mut svc, &all[i]);
+            });
+        });
+    }
+    g.finish();
+}
+
 fn layers(c: &mut Criterion) {
     bench_decision(c);
+    bench_scaling(c);
     // The cost of building the request and dropping the response, with no layer.
     bench_stack(c, "no_layer", tower::layer::util::Identity::new);
     bench_stack(c, "slot_layer", || {
