@@ -522,23 +522,8 @@ where
                         } else {
                             Transport::Timeout
                         };
-                        let f = ErrorFacts {
-                            transport: Some(transport),
-                            ..ErrorFacts::default()
-                        };
-                        let verdict = classify(dialect, &f);
-                        failed(
-                            &shared,
-                            served.as_deref(),
-                            model.as_deref(),
-                            &verdict,
-                            latency,
-                        );
-                        tried.push(Tried {
-                            channel: served,
-                            model: model.clone(),
-                            verdict,
-                        });
+                        let verdict = transport_verdict(dialect, transport);
+                        tried.push(failed(&shared, served, &model, verdict, latency));
                     }
                     // No channel usable now. First attempt: that is the answer (U4).
                     // On a retry: wait for the earliest recovery when it fits.
@@ -590,23 +575,9 @@ where
                             break Some(res);
                         }
                         Gate::Failed => {
-                            let f = ErrorFacts {
-                                transport: Some(Transport::StreamBeforeFirstChunk),
-                                ..ErrorFacts::default()
-                            };
-                            let verdict = classify(dialect, &f);
-                            failed(
-                                &shared,
-                                served.as_deref(),
-                                model.as_deref(),
-                                &verdict,
-                                latency,
-                            );
-                            tried.push(Tried {
-                                channel: served,
-                                model: model.clone(),
-                                verdict,
-                            });
+                            let verdict =
+                                transport_verdict(dialect, Transport::StreamBeforeFirstChunk);
+                            tried.push(failed(&shared, served, &model, verdict, latency));
                         }
                     }
                     continue;
@@ -653,18 +624,7 @@ where
                         stopped_accounts.push(k);
                     }
                 }
-                failed(
-                    &shared,
-                    served.as_deref(),
-                    model.as_deref(),
-                    &verdict,
-                    latency,
-                );
-                tried.push(Tried {
-                    channel: served,
-                    model: model.clone(),
-                    verdict,
-                });
+                tried.push(failed(&shared, served, &model, verdict, latency));
             }
         }
     };
@@ -726,20 +686,44 @@ fn record_attempts<C>(_shared: &Shared<C>, _attempts: u32) {
     }
 }
 
-/// A failed attempt: health record, channel action (F5, F6, F8), metrics.
+/// The verdict on an attempt that got no answer (F5).
+fn transport_verdict(dialect: Dialect, t: Transport) -> Verdict {
+    let f = ErrorFacts {
+        transport: Some(t),
+        ..ErrorFacts::default()
+    };
+    classify(dialect, &f)
+}
+
+/// A failed attempt on `channel` for `model`: health record, channel action (F5, F6,
+/// F8), metrics; returns it for the request's record of tried channels.
 fn failed<C: Clock>(
     shared: &Shared<C>,
-    channel: Option<&str>,
+    channel: Option<Arc<str>>,
+    model: &Option<Arc<str>>,
+    verdict: Verdict,
+    latency_ms: u64,
+) -> Tried {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_failover_attempt_failures_total", "reason" => verdict.reason.as_str())
+        .increment(1);
+    if let Some(ch) = channel.as_deref() {
+        act_on(shared, ch, model.as_deref(), &verdict, latency_ms);
+    }
+    Tried {
+        channel,
+        model: model.clone(),
+        verdict,
+    }
+}
+
+fn act_on<C: Clock>(
+    shared: &Shared<C>,
+    ch: &str,
     model: Option<&str>,
     verdict: &Verdict,
     latency_ms: u64,
 ) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("tollgate_failover_attempt_failures_total", "reason" => verdict.reason.as_str())
-        .increment(1);
-    let Some(ch) = channel else {
-        return;
-    };
     let now = shared.clock.now();
     shared.health.record(ch, false, latency_ms, now);
     let cooldowns = shared.registry.cooldowns();
