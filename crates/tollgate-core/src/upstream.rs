@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex};
 
 /// Limits at one granularity (U1). `None` = no limit of that kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct RateLimits {
     /// Requests per minute.
     pub rpm: Option<u64>,

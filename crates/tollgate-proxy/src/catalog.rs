@@ -185,7 +185,7 @@ pub fn upstream_registry(config: &Config) -> tollgate_core::upstream::UpstreamRe
     use tollgate_core::upstream::{UpstreamChannel, UpstreamRegistry};
     let mut reg = UpstreamRegistry::new();
     for (vendor, l) in &config.raw.vendors {
-        reg = reg.with_vendor(vendor.as_str(), l.to_core());
+        reg = reg.with_vendor(vendor.as_str(), *l);
     }
     for ch in &config.channels {
         reg = reg.with_channel(UpstreamChannel {
@@ -193,12 +193,12 @@ pub fn upstream_registry(config: &Config) -> tollgate_core::upstream::UpstreamRe
             dialect: ch.config.vendor.dialect(),
             vendor: ch.config.vendor.as_str().into(),
             credential: ch.credential_id().into(),
-            limits: ch.config.limits.to_core(),
+            limits: ch.config.limits,
             model_limits: ch
                 .config
                 .model_limits
                 .iter()
-                .map(|(m, l)| (Arc::from(m.as_str()), l.to_core()))
+                .map(|(m, l)| (Arc::from(m.as_str()), *l))
                 .collect(),
         });
     }

@@ -181,23 +181,8 @@ pub struct TaskConfig {
     pub period: Option<Span>,
 }
 
-/// Upstream limits at one granularity (SPEC U1).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct UpstreamLimits {
-    /// Requests per minute.
-    pub rpm: Option<u64>,
-    /// Requests per hour.
-    pub rph: Option<u64>,
-    /// Requests per day.
-    pub rpd: Option<u64>,
-    /// Tokens per minute.
-    pub tpm: Option<u64>,
-    /// Input tokens per minute.
-    pub itpm: Option<u64>,
-    /// Output tokens per minute.
-    pub otpm: Option<u64>,
-}
+/// Upstream limits at one granularity (SPEC U1): `{ rpm, rph, rpd, tpm, itpm, otpm }`.
+pub use tollgate_core::upstream::RateLimits as UpstreamLimits;
 
 /// The provider family of a channel.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
@@ -953,20 +938,6 @@ fn check_limits(l: &UpstreamLimits) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-impl UpstreamLimits {
-    /// As the layers' type.
-    pub fn to_core(&self) -> tollgate_core::upstream::RateLimits {
-        tollgate_core::upstream::RateLimits {
-            rpm: self.rpm,
-            rph: self.rph,
-            rpd: self.rpd,
-            tpm: self.tpm,
-            itpm: self.itpm,
-            otpm: self.otpm,
-        }
-    }
 }
 
 impl Vendor {
