@@ -120,6 +120,24 @@ async fn fetch(
         .unwrap_or_else(|| panic!("{method} {path}: no answer"))
 }
 
+/// The text without terminal colour codes (`ESC [ … m`).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_credential_in_logs_responses_or_metrics() {
     let dir = std::env::temp_dir().join(format!("tollgate-secrets-{}", std::process::id()));
@@ -307,6 +325,18 @@ async fn no_credential_in_logs_responses_or_metrics() {
     assert!(
         logs.contains("upstream attempt failed"),
         "debug logs were captured"
+    );
+    // Spans per request and per attempt: request id, attempt number, billing attempt id.
+    let plain = strip_ansi(&logs);
+    let attempt_line = plain
+        .lines()
+        .find(|l| l.contains("billing attempt opened"))
+        .expect("a billing attempt was logged");
+    assert!(
+        attempt_line.contains("request{method=POST path=\"/v1/")
+            && attempt_line.contains("id=\"tg-")
+            && attempt_line.contains("attempt{n=1 attempt_id=\"att-"),
+        "{attempt_line}"
     );
     assert!(
         logs.contains("credential disabled"),

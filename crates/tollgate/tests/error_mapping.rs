@@ -144,7 +144,7 @@ fn e1_openai_types_per_status() {
         let want = match status {
             429 => "rate_limit_exceeded",
             402 => "insufficient_quota",
-            400 | 404 | 413 | 422 => "invalid_request_error",
+            400 | 404 | 408 | 413 | 422 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
             500..=599 => "server_error",
@@ -173,7 +173,7 @@ fn e1_anthropic_types_per_status() {
         let want = match status {
             429 => "rate_limit_error",
             402 => "billing_error",
-            400 | 422 => "invalid_request_error",
+            400 | 408 | 422 => "invalid_request_error",
             413 => "request_too_large",
             401 => "authentication_error",
             403 => "permission_error",
@@ -200,7 +200,7 @@ fn e1_gemini_status_strings() {
         let want = match status {
             429 | 402 => "RESOURCE_EXHAUSTED",
             502 | 503 => "UNAVAILABLE",
-            400 | 413 | 422 => "INVALID_ARGUMENT",
+            400 | 408 | 413 | 422 => "INVALID_ARGUMENT",
             401 => "UNAUTHENTICATED",
             403 => "PERMISSION_DENIED",
             404 => "NOT_FOUND",

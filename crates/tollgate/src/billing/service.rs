@@ -131,6 +131,9 @@ where
             .copied()
             .unwrap_or_default();
         let attempt = next_attempt_id();
+        // Inside failover's `attempt` span this names the attempt in every line of it.
+        tracing::Span::current().record("attempt_id", &*attempt);
+        tracing::debug!(attempt_id = &*attempt, "billing attempt opened");
         req.extensions_mut().insert(Attempt(attempt.clone()));
         let recorder = req
             .extensions_mut()

@@ -172,7 +172,8 @@ fn openai_type(status: u16) -> &'static str {
         401 => "authentication_error",
         403 => "permission_error",
         500..=599 => "server_error",
-        // 400, 404, 413, 422 and any other client error.
+        // 400, 404, 408 (a body that did not arrive in time), 413, 422 and any other
+        // client error.
         _ => "invalid_request_error",
     }
 }
@@ -187,7 +188,7 @@ fn anthropic_type(status: u16) -> &'static str {
         404 => "not_found_error",
         413 => "request_too_large",
         500..=599 => "api_error",
-        // 400, 422 and any other client error.
+        // 400, 408, 422 and any other client error.
         _ => "invalid_request_error",
     }
 }
@@ -202,7 +203,7 @@ fn gemini_status(status: u16) -> &'static str {
         502 | 503 => "UNAVAILABLE",
         504 => "DEADLINE_EXCEEDED",
         500..=599 => "INTERNAL",
-        // 400, 413, 422 and any other client error.
+        // 400, 408, 413, 422 and any other client error.
         _ => "INVALID_ARGUMENT",
     }
 }

@@ -493,12 +493,24 @@ where
         attempt.extensions_mut().insert(narrowed);
         attempt.extensions_mut().remove::<Chosen>();
         let sent_at = Instant::now();
+        // One span per attempt: its number, the channel that served it, the billing
+        // attempt id (recorded by the billing layer inside it) and the outcome.
+        let span = tracing::debug_span!(
+            "attempt",
+            n = attempts + 1,
+            channel = tracing::field::Empty,
+            attempt_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
         let call: Result<S::Future, BoxError> = match inner.ready().await.map_err(Into::into) {
-            Ok(svc) => Ok(svc.call(attempt)),
+            Ok(svc) => Ok(span.in_scope(|| svc.call(attempt))),
             Err(e) => Err(e),
         };
         let res = match call {
-            Ok(fut) => fut.await.map_err(Into::into),
+            Ok(fut) => {
+                use tracing::Instrument;
+                fut.instrument(span.clone()).await.map_err(Into::into)
+            }
             Err(e) => Err(e),
         };
         let served = match &res {
@@ -508,6 +520,19 @@ where
         .or_else(|| recorder.channel());
         release_probes(&shared, &probes, served.as_deref());
         let latency = sent_at.elapsed().as_millis() as u64;
+        if !span.is_disabled() {
+            if let Some(ch) = served.as_deref() {
+                span.record("channel", ch);
+            }
+            let outcome = match &res {
+                // The provider's status, or the gateway code that refused the attempt.
+                Ok(r) => u64::from(r.status().as_u16()),
+                Err(e) => e
+                    .downcast_ref::<Rejection>()
+                    .map_or(0, |r| u64::from(r.code().code())),
+            };
+            span.record("outcome", outcome);
+        }
         match res {
             Err(e) => {
                 let Some(r) = e.downcast_ref::<Rejection>() else {
