@@ -3,7 +3,9 @@
 # loaded from a separate process over loopback, compared in one run against
 #   (a) the fake upstream called directly, and
 #   (b) the same gateway with every layer off (--bare),
-# for the in-memory and the Redis store, non-streaming and streaming.
+# for the in-memory and the Redis store, non-streaming and streaming; first at fixed
+# concurrency (max requests/s), then at a fixed rate of half of (b)'s maximum (added
+# latency at a load every target can carry; lines starting with `rate/`).
 #
 #   bash examples/bench_e2e.sh [REQUESTS] [CONCURRENCY]
 #
@@ -46,16 +48,25 @@ gateway() { # store bare(0/1) → starts a gateway: GW_PORT, GW_PID
   GW_PORT=$port
 }
 
-through() { # label store bare stream
-  gateway "$2" "$3"
-  run "$1" "http://127.0.0.1:$GW_PORT/v1/chat/completions" sk-bench $4
+through() { # label store bare load-args...
+  local label=$1 store=$2 bare=$3; shift 3
+  gateway "$store" "$bare"
+  run "$label" "http://127.0.0.1:$GW_PORT/v1/chat/completions" sk-bench "$@"
   kill "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
 }
 
 for stream in "" "--stream"; do
   mode=${stream:+stream}; mode=${mode:-json}
   run "direct/$mode" "http://127.0.0.1:$FAKE/v1/chat/completions" sk-bench $stream
-  through "bare/$mode" memory 1 "$stream"
-  through "memory/$mode" memory 0 "$stream"
-  through "redis/$mode" "redis://127.0.0.1:$RPORT" 0 "$stream"
+  bare=$(through "bare/$mode" memory 1 $stream); echo "$bare"
+  through "memory/$mode" memory 0 $stream
+  through "redis/$mode" "redis://127.0.0.1:$RPORT" 0 $stream
+  # Half of the bare forwarder's maximum, on a fixed schedule.
+  rate=$(echo "$bare" | sed -n 's/.*rps=\([0-9]*\).*/\1/p'); rate=$((rate / 2))
+  # (later flags win over run()'s --requests / --concurrency)
+  fixed=(--rate "$rate" --concurrency 512 --requests $((N / 2)))
+  run "rate/direct/$mode@$rate" "http://127.0.0.1:$FAKE/v1/chat/completions" sk-bench $stream "${fixed[@]}"
+  through "rate/bare/$mode@$rate" memory 1 $stream "${fixed[@]}"
+  through "rate/memory/$mode@$rate" memory 0 $stream "${fixed[@]}"
+  through "rate/redis/$mode@$rate" "redis://127.0.0.1:$RPORT" 0 $stream "${fixed[@]}"
 done

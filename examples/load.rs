@@ -1,10 +1,13 @@
 //! A small load generator: N requests at fixed concurrency against a gateway, then
-//! requests/s and latency percentiles.
+//! requests/s and latency percentiles; or, with `--rate R`, N requests started on a
+//! fixed schedule of R per second (open loop, up to `--concurrency` at once), whose
+//! latency is measured from each request's scheduled start, so a target that falls
+//! behind shows it in its percentiles instead of hiding it (no coordinated omission).
 //!
 //! ```sh
 //! cargo run --release -p tollgate-examples --example load -- \
 //!     --url http://127.0.0.1:8080/v1/chat/completions --key sk-demo-pro \
-//!     --requests 20000 --concurrency 32 [--stream]
+//!     --requests 20000 --concurrency 32 [--stream] [--rate 5000]
 //! ```
 //!
 //! Every request is an OpenAI chat completion for `gpt-4o-mini` (the demo model); the
@@ -27,6 +30,8 @@ struct Args {
     concurrency: usize,
     stream: bool,
     seconds: u64,
+    /// Requests per second on a fixed schedule; `None` = as fast as `concurrency` allows.
+    rate: Option<f64>,
 }
 
 fn args() -> Result<Args, String> {
@@ -37,6 +42,7 @@ fn args() -> Result<Args, String> {
         concurrency: 32,
         stream: false,
         seconds: 120,
+        rate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -50,6 +56,13 @@ fn args() -> Result<Args, String> {
             }
             "--seconds" => a.seconds = v()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--stream" => a.stream = true,
+            "--rate" => {
+                let r: f64 = v()?.parse().map_err(|e| format!("--rate: {e}"))?;
+                if !(r.is_finite() && r > 0.0) {
+                    return Err("--rate must be a positive number".into());
+                }
+                a.rate = Some(r);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -85,13 +98,22 @@ async fn main() {
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut statuses = BTreeMap::<u16, u64>::new();
-            while next.fetch_add(1, Ordering::Relaxed) < a.requests && Instant::now() < deadline {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= a.requests || Instant::now() >= deadline {
+                    break;
+                }
+                // Open loop: request i starts at its slot of the schedule.
+                let scheduled = a.rate.map(|r| started + Duration::from_secs_f64(i as f64 / r));
+                if let Some(at) = scheduled {
+                    tokio::time::sleep_until(at.into()).await;
+                }
                 let req = hyper::Request::post(&a.url)
                     .header("authorization", format!("Bearer {}", a.key))
                     .header("content-type", "application/json")
                     .body(Full::new(body.clone()))
                     .expect("request");
-                let t = Instant::now();
+                let t = scheduled.unwrap_or_else(Instant::now);
                 let status = match client.request(req).await {
                     Ok(res) => {
                         let s = res.status().as_u16();
