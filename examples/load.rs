@@ -104,7 +104,9 @@ async fn main() {
                     break;
                 }
                 // Open loop: request i starts at its slot of the schedule.
-                let scheduled = a.rate.map(|r| started + Duration::from_secs_f64(i as f64 / r));
+                let scheduled = a
+                    .rate
+                    .map(|r| started + Duration::from_secs_f64(i as f64 / r));
                 if let Some(at) = scheduled {
                     tokio::time::sleep_until(at.into()).await;
                 }

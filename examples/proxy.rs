@@ -11,7 +11,6 @@
 //! baseline forwarder the benchmarks compare against), `--fake-upstream ADDR` (where the bundled fake
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
 
-use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -179,6 +178,7 @@ where
     } else {
         None
     };
+    let header_read_timeout = gateway.config().raw.server.header_read_timeout.0;
     let app = gateway.build().await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -190,15 +190,9 @@ where
              -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'"
         );
     }
-    // Small stream chunks must not wait for Nagle's algorithm (a 40 ms stall per
-    // chunk against delayed ACKs).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    tollgate_proxy::serve::serve(listener, app, header_read_timeout, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
     Ok(())
 }

@@ -348,6 +348,9 @@ pub struct ServerConfig {
     pub upstream_idle_timeout: Span,
     /// Longest time to receive a request body (slow clients get 408), default 30 s.
     pub body_read_timeout: Span,
+    /// Longest time to receive a request head (slower connections are closed),
+    /// default 10 s.
+    pub header_read_timeout: Span,
     /// JSON-lines file every settled or pending attempt is appended to (B6).
     pub usage_log: Option<PathBuf>,
     /// Environment variable holding the admin token (the `/admin/*` endpoints are
@@ -365,6 +368,7 @@ impl Default for ServerConfig {
             upstream_timeout: Span(Duration::from_secs(600)),
             upstream_idle_timeout: Span(Duration::from_secs(300)),
             body_read_timeout: Span(Duration::from_secs(30)),
+            header_read_timeout: Span(Duration::from_secs(10)),
             usage_log: None,
             admin_token_env: None,
             admin_token: None,

@@ -21,6 +21,7 @@ pub mod config;
 pub mod forward;
 pub mod metrics;
 pub mod prepare;
+pub mod serve;
 pub mod sink;
 pub mod store;
 pub mod stream_gate;
