@@ -106,8 +106,8 @@ fn credential(i: usize) -> String {
 /// A configuration with `keys` (one tenant with a balance that never runs out), their
 /// channels on `base_url` (`fake://` or the fake's `http://` address), and `head`
 /// prepended (`[store]`, `[limits]` sections). Every channel has `capacity = 16`, above
-/// any key's concurrency: channel capacity is not enforced yet (issue 5) and would not
-/// bind here if it were, so the tests check per-key concurrency and windows only.
+/// any key's concurrency, so channel capacity never binds here and the tests check
+/// per-key concurrency and windows (capacity across instances has its own test).
 fn config_text(head: &str, keys: &[KeySpec], base_url: &str) -> String {
     let tiers = |v: &[(u64, u64)]| {
         v.iter()

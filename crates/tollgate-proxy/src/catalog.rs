@@ -24,6 +24,8 @@ pub struct Route {
     pub weight: u32,
     /// Most in-flight requests (0 = unlimited).
     pub capacity: u32,
+    /// Failover group: a request's candidates all share its first choice's group.
+    pub group: Arc<str>,
 }
 
 /// Everything the request path needs to know about models and channels.
@@ -86,7 +88,8 @@ impl Catalog {
     }
 
     /// The channels that may serve `model` for a `dialect` client, in order of
-    /// preference: the weighted round-robin pick first, then the others (Q2).
+    /// preference: the weighted round-robin pick first, then the others of the same
+    /// failover group (Q2, F1).
     pub fn candidates(&self, model: &str, dialect: Dialect) -> Vec<Arc<Route>> {
         let Some(first) = self.pick(model, dialect) else {
             return Vec::new();
@@ -97,7 +100,12 @@ impl Catalog {
                 .get(model)
                 .into_iter()
                 .flatten()
-                .filter(|r| r.dialect == dialect && r.weight > 0 && !Arc::ptr_eq(r, &first))
+                .filter(|r| {
+                    r.dialect == dialect
+                        && r.weight > 0
+                        && r.group == first.group
+                        && !Arc::ptr_eq(r, &first)
+                })
                 .cloned(),
         );
         v
@@ -175,6 +183,7 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         credential,
         weight: ch.config.weight,
         capacity: ch.config.capacity,
+        group: Arc::from(ch.config.group.as_str()),
     })
 }
 

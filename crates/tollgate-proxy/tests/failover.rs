@@ -488,3 +488,29 @@ async fn scenario6_no_switch_to_another_model_on_the_same_paying_account() {
     let s = p.fake.stats();
     assert_eq!((s.calls_for("cred-one"), s.calls_for("cred-two")), (1, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_failover_stays_within_the_first_choices_group() {
+    // one (group a, weight 10: a fresh gateway's first pick), other (group b), three
+    // (group a); by name, `other` comes before `three` in the candidate order. One
+    // fails: the request moves to three, never to other.
+    let cfg = config("", &["one"], "group = \"a\"\nweight = 10").replace(
+        "[models.gpt-4o-mini]",
+        "[channels.other]\nvendor = \"openai\"\nbase_url = \"fake://\"\ncredential = \"cred-other\"\nmodels = [\"gpt-4o-mini\"]\ngroup = \"b\"\n\n[channels.three]\nvendor = \"openai\"\nbase_url = \"fake://\"\ncredential = \"cred-three\"\nmodels = [\"gpt-4o-mini\"]\ngroup = \"a\"\n\n[models.gpt-4o-mini]",
+    );
+    let p = Proxy::start(&cfg).await;
+    p.fake
+        .set_default_for("cred-one", Behavior::error(ErrorKind::ServerError));
+    let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = p.fake.stats();
+    assert_eq!(
+        (
+            s.calls_for("cred-one"),
+            s.calls_for("cred-other"),
+            s.calls_for("cred-three")
+        ),
+        (1, 0, 1),
+        "{s:?}"
+    );
+}
