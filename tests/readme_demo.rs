@@ -1,6 +1,7 @@
 //! The README's quickstart, run as a newcomer would (SPEC P1, §13): start the gateway
 //! with the README's command, then run the README's curl lines and check that each
-//! answers as the comment above it says — 200, then 42901, 42902, 42905 and 42906.
+//! answers as the comment above it says — 200, then 42901, 42902, 42905, 42906, 50202
+//! and 42911.
 //!
 //! The curl lines are read from `README.md` itself (the ```sh block after "Then, from
 //! another terminal"), so the README and this test cannot drift apart. Each line runs
@@ -619,6 +620,29 @@ async fn p1_readme_quickstart_curl_lines_answer_as_documented() {
                     "{what}: {msg}"
                 );
             }
+            "50202" => {
+                let p = out.last().expect("the request");
+                assert_eq!(p.status, 502, "{what}: {}", p.text);
+                let (code, msg) = error_of(&p.json());
+                assert_eq!(code.as_deref(), Some("50202"), "{what}: {}", p.text);
+                assert_eq!(msg, "The model provider returned an error. Please retry.");
+            }
+            "42911" => {
+                let p = out.last().expect("the request");
+                assert_eq!(p.status, 429, "{what}: {}", p.text);
+                let (code, msg) = error_of(&p.json());
+                assert_eq!(code.as_deref(), Some("42911"), "{what}: {}", p.text);
+                assert_eq!(
+                    msg,
+                    "Upstream capacity for this model is busy. Retry shortly."
+                );
+                let head = p.text.to_ascii_lowercase();
+                assert!(
+                    head.contains("retry-after: 60") || head.contains("retry-after: 59"),
+                    "{what}: {}",
+                    p.text
+                );
+            }
             "what" => {
                 let p = out.last().expect("the /usage request");
                 assert_eq!(p.status, 200, "{what}: {}", p.text);
@@ -636,7 +660,7 @@ async fn p1_readme_quickstart_curl_lines_answer_as_documented() {
         }
         seen.push(code.to_owned());
     }
-    for code in ["200", "42901", "42902", "42905", "42906"] {
+    for code in ["200", "42901", "42902", "42905", "42906", "50202", "42911"] {
         assert!(
             seen.iter().any(|c| c == code),
             "README shows no {code}: {seen:?}"
