@@ -29,7 +29,7 @@ pub struct CooldownSync {
 
 struct Inner {
     instance: String,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::Sender<Vec<u8>>,
     registry: Mutex<Weak<UpstreamRegistry>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -49,6 +49,9 @@ impl Drop for Inner {
 
 /// Longest pause between two attempts to (re)subscribe.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// Changes waiting to be published; beyond it (Redis down during a storm of 429s)
+/// new ones are dropped rather than queued without bound.
+const BACKLOG: usize = 1024;
 
 impl CooldownSync {
     /// Starts sharing on `client`'s server, on the pub/sub channel `<prefix>:cooldowns`.
@@ -56,7 +59,7 @@ impl CooldownSync {
     /// messages). Needs a tokio runtime.
     pub fn start(client: redis::Client, prefix: &str, instance: impl Into<String>) -> Self {
         let channel = format!("{prefix}:cooldowns");
-        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(BACKLOG);
         let inner = Arc::new(Inner {
             instance: instance.into(),
             tx,
@@ -86,7 +89,13 @@ impl CooldownSync {
             .cooldowns()
             .set_listener(Some(Arc::new(move |key: &str, change| {
                 if let Some(inner) = weak.upgrade() {
-                    let _ = inner.tx.send(encode(&inner.instance, key, change));
+                    if inner
+                        .tx
+                        .try_send(encode(&inner.instance, key, change))
+                        .is_err()
+                    {
+                        tracing::warn!("cooldown not shared: publishing backlog full");
+                    }
                 }
             })));
     }
@@ -116,20 +125,38 @@ fn decode(msg: &[u8]) -> Option<(&str, CooldownChange, &str)> {
     Some((instance, change, key))
 }
 
-async fn publish(client: redis::Client, channel: String, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn publish(client: redis::Client, channel: String, mut rx: mpsc::Receiver<Vec<u8>>) {
     let mut conn = None;
     while let Some(msg) = rx.recv().await {
         if conn.is_none() {
-            conn = client.get_multiplexed_async_connection().await.ok();
+            // Bounded: a dead Redis costs each change at most a second, never a hang.
+            conn = tokio::time::timeout(
+                Duration::from_secs(1),
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok);
         }
         let Some(c) = conn.as_mut() else {
             tracing::warn!("cooldown not shared: Redis unreachable");
             continue;
         };
-        let sent: redis::RedisResult<i64> = c.publish(&channel, msg).await;
-        if let Err(e) = sent {
-            tracing::warn!(error = %e, "cooldown not shared");
-            conn = None;
+        let sent = tokio::time::timeout(
+            Duration::from_secs(1),
+            c.publish::<_, _, i64>(&channel, msg),
+        )
+        .await;
+        match sent {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cooldown not shared");
+                conn = None;
+            }
+            Err(_) => {
+                tracing::warn!("cooldown not shared: Redis did not answer within 1 s");
+                conn = None;
+            }
         }
     }
 }

@@ -280,3 +280,37 @@ async fn d1_cooldowns_set_on_one_instance_reach_the_other() {
     // Own messages are not applied twice: a's table still has one entry for "scope".
     assert_eq!(until(&a, "scope"), Some(t + 5_000));
 }
+
+/// D4 for cooldown sharing: with Redis dead, a storm of cooldown changes neither blocks
+/// the request path nor queues without bound; the local table still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d4_cooldown_sharing_with_redis_dead_never_blocks() {
+    use tollgate_core::upstream::UpstreamRegistry;
+    use tollgate_core::{Clock, SystemClock};
+    use tollgate_redis::CooldownSync;
+    let mut server = RedisServer::start();
+    let registry = Arc::new(UpstreamRegistry::new());
+    let sync = CooldownSync::start(
+        tollgate_redis::redis::Client::open(server.url()).unwrap(),
+        "t",
+        "gw-a",
+    );
+    sync.attach(&registry);
+    server.kill();
+    let now = SystemClock::new().now();
+    let started = std::time::Instant::now();
+    for i in 0..20_000 {
+        registry
+            .cooldowns()
+            .cool(&format!("k{i}"), now + 60_000, now);
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "20,000 local changes took {took:?}"
+    );
+    assert_eq!(
+        registry.cooldowns().until("k19999", now),
+        Some(now + 60_000)
+    );
+}
