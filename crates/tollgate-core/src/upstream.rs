@@ -425,6 +425,16 @@ impl UpstreamRegistry {
     pub fn credential_cooldown_key(&self, channel: &str) -> Option<String> {
         Some(self.channels.get(channel)?.credential_key.to_string())
     }
+    /// Ends every cooldown or disablement of `channel`'s credential: the credential
+    /// scope and each of its credential + model scopes (an operator re-enabled it).
+    pub fn clear_credential(&self, channel: &str) {
+        let Some(e) = self.channels.get(channel) else {
+            return;
+        };
+        let models = model_key(&e.credential, "");
+        self.cooldowns
+            .clear_where(|k| k == &*e.credential_key || k.starts_with(&models));
+    }
     /// The cooldown table.
     pub fn cooldowns(&self) -> &Cooldowns {
         &self.cooldowns
@@ -578,9 +588,20 @@ impl Cooldowns {
     }
     /// Ends the cooldown of `key` (an operator re-enabled it).
     pub fn clear(&self, key: &str) {
-        let had = self.with(|t| t.until.remove(key).is_some());
-        if had {
-            self.notify(key, CooldownChange::Clear);
+        self.clear_where(|k| k == key);
+    }
+    /// Ends the cooldown of every key for which `which` holds; each is told to the
+    /// listener.
+    pub fn clear_where(&self, which: impl Fn(&str) -> bool) {
+        let cleared: Vec<String> = self.with(|t| {
+            let keys: Vec<String> = t.until.keys().filter(|k| which(k)).cloned().collect();
+            for k in &keys {
+                t.until.remove(k);
+            }
+            keys
+        });
+        for k in cleared {
+            self.notify(&k, CooldownChange::Clear);
         }
     }
     /// Cooldown entries held (expired ones included until the next purge).
@@ -744,6 +765,31 @@ mod tests {
         assert_eq!(c.until("x", 1_000), Some(DISABLED));
         c.apply("x", CooldownChange::Clear, 1_000);
         assert_eq!(c.until("x", 1_000), None);
+    }
+
+    #[test]
+    fn f8_re_enabling_a_channel_clears_its_credential_and_model_scopes_only() {
+        let ch = |name: &str, cred: &str| UpstreamChannel {
+            name: name.into(),
+            dialect: Dialect::OpenAi,
+            vendor: "openai".into(),
+            credential: cred.into(),
+            limits: RateLimits::default(),
+            model_limits: vec![],
+        };
+        let r = UpstreamRegistry::new()
+            .with_channel(ch("a", "org"))
+            .with_channel(ch("b", "org2"));
+        let c = r.cooldowns();
+        c.disable(&credential_key("org"), 0);
+        c.cool(&model_key("org", "gpt"), 1_000, 0);
+        c.cool(&model_key("org2", "gpt"), 1_000, 0);
+        c.cool(&vendor_key("openai"), 1_000, 0);
+        r.clear_credential("a");
+        assert_eq!(c.until(&credential_key("org"), 0), None);
+        assert_eq!(c.until(&model_key("org", "gpt"), 0), None);
+        assert_eq!(c.until(&model_key("org2", "gpt"), 0), Some(1_000));
+        assert_eq!(c.until(&vendor_key("openai"), 0), Some(1_000));
     }
 
     #[test]

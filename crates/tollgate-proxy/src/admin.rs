@@ -180,13 +180,6 @@ async fn enable<St>(
         return refused(StatusCode::NOT_FOUND, format!("No channel named {name:?}."));
     };
     live.failover.reenable(&ch.name);
-    let cred = ch.credential_id();
-    for m in &ch.config.models {
-        live.failover
-            .registry()
-            .cooldowns()
-            .clear(&model_key(&cred, m.get_ref()));
-    }
     tracing::info!(channel = %name, "channel re-enabled by an operator");
     axum::Json(json!({ "enabled": name })).into_response()
 }

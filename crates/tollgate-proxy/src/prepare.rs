@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
-use tollgate::failover::ModelFallback;
+use tollgate::failover::{FallbackRequest, ModelFallback};
 use tollgate_core::capacity::{Candidates, ChannelRef};
 use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
 use tollgate_dialects::{RequestFacts, inspect_request};
@@ -153,6 +153,7 @@ where
             };
             parts.extensions.insert(dialect);
             let key = parts.extensions.get::<Arc<KeyEntry>>().cloned();
+            let facts = Arc::new(facts);
             if let Some(fb) = fallback(
                 &catalog,
                 key.as_deref(),
@@ -182,7 +183,7 @@ where
 fn model_extensions(
     catalog: &Catalog,
     dialect: Dialect,
-    facts: RequestFacts,
+    facts: Arc<RequestFacts>,
     model: &ModelConfig,
     max_output: u64,
 ) -> http::Extensions {
@@ -209,7 +210,7 @@ fn model_extensions(
         x.insert(Candidates(candidates.into()));
     }
     x.insert(tollgate_core::ModelId(facts.model.as_str().into()));
-    x.insert(Facts(Arc::new(facts)));
+    x.insert(Facts(facts));
     x
 }
 
@@ -257,14 +258,16 @@ pub fn fallback_refusal(
     None
 }
 
-/// The request for the configured fallback model, when it meets the contract (F11).
+/// The offer of the configured fallback model, when it meets the contract (F11). The
+/// contract is checked now (it is cheap); the request is rewritten only if failover
+/// takes the offer.
 fn fallback(
-    catalog: &Catalog,
+    catalog: &Arc<Catalog>,
     key: Option<&KeyEntry>,
     dialect: Dialect,
     uri: &http::Uri,
     body: &Bytes,
-    facts: &RequestFacts,
+    facts: &Arc<RequestFacts>,
     max_output: u64,
 ) -> Option<ModelFallback<Full<Bytes>>> {
     let to = catalog.model(&facts.model)?.fallback.as_deref()?;
@@ -272,6 +275,25 @@ fn fallback(
         tracing::debug!(from = %facts.model, to, why, "fallback model does not meet the request's contract");
         return None;
     }
+    let (catalog, uri, body, facts) = (catalog.clone(), uri.clone(), body.clone(), facts.clone());
+    let target: Arc<str> = Arc::from(to);
+    let to = target.clone();
+    Some(ModelFallback::new(target, move || {
+        rewrite_for(&catalog, dialect, &uri, &body, &facts, max_output, &to)
+    }))
+}
+
+/// The request rewritten for model `to`: the model named in the body (or, for Gemini,
+/// the path), and the extensions of that model.
+fn rewrite_for(
+    catalog: &Catalog,
+    dialect: Dialect,
+    uri: &http::Uri,
+    body: &Bytes,
+    facts: &RequestFacts,
+    max_output: u64,
+    to: &str,
+) -> Option<FallbackRequest<Full<Bytes>>> {
     let model = catalog.model(to)?;
     let (uri, body) = match dialect {
         Dialect::Gemini => {
@@ -295,11 +317,10 @@ fn fallback(
     };
     let mut facts = facts.clone();
     facts.model = to.to_owned();
-    Some(ModelFallback {
-        model: Arc::from(to),
+    Some(FallbackRequest {
         uri,
         body: Full::new(body),
-        extensions: model_extensions(catalog, dialect, facts, model, max_output),
+        extensions: model_extensions(catalog, dialect, Arc::new(facts), model, max_output),
     })
 }
 

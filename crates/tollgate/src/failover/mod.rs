@@ -45,7 +45,6 @@ mod body;
 mod facts;
 
 pub use body::FailoverBody;
-// `ModelFallback` is defined below.
 pub use facts::error_facts;
 
 use crate::BoxError;
@@ -84,10 +83,45 @@ use tower_layer::Layer;
 /// bound fits the remaining budget — a refusal there ends the request with the first
 /// model's failure). Channels of a paying account stopped by a spend cap stay excluded
 /// after the switch (scenario 6).
-#[derive(Clone, Debug)]
+///
+/// The request is rewritten for the fallback model only when failover switches to it,
+/// so requests that never fall back pay nothing for the offer.
+#[derive(Clone)]
 pub struct ModelFallback<B> {
     /// The fallback model.
     pub model: Arc<str>,
+    build: Arc<dyn Fn() -> Option<FallbackRequest<B>> + Send + Sync>,
+}
+
+impl<B> ModelFallback<B> {
+    /// Offers `model`; `build` rewrites the request for it when failover switches
+    /// (`None`: it cannot be rewritten after all, and the first model's failure stands).
+    pub fn new(
+        model: impl Into<Arc<str>>,
+        build: impl Fn() -> Option<FallbackRequest<B>> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            build: Arc::new(build),
+        }
+    }
+    /// The request rewritten for the fallback model.
+    pub fn build(&self) -> Option<FallbackRequest<B>> {
+        (self.build)()
+    }
+}
+
+impl<B> std::fmt::Debug for ModelFallback<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelFallback")
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request rewritten for a fallback model (F11).
+#[derive(Debug)]
+pub struct FallbackRequest<B> {
     /// The request's URI for it (Gemini names the model in the path).
     pub uri: http::Uri,
     /// The request's body for it.
@@ -265,12 +299,11 @@ impl<C: Clock> FailoverLayer<C> {
         &self.shared.registry
     }
     /// Puts a channel back into rotation: clears its health record and the cooldowns
-    /// or disablement of its credential (operator action).
+    /// or disablement of its credential and its credential + model scopes (operator
+    /// action).
     pub fn reenable(&self, channel: &str) {
         self.shared.health.reset(channel);
-        if let Some(k) = self.shared.registry.credential_cooldown_key(channel) {
-            self.shared.registry.cooldowns().clear(&k);
-        }
+        self.shared.registry.clear_credential(channel);
     }
     /// Counters so far.
     pub fn stats(&self) -> FailoverStats {
@@ -319,7 +352,7 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send,
     C: Clock,
-    ReqB: Clone + Send + Sync + 'static,
+    ReqB: Clone + Send + 'static,
     ResB: Body + Send + 'static,
     ResB::Data: From<Bytes> + Send,
     ResB::Error: Into<BoxError>,
@@ -359,7 +392,7 @@ where
     S::Error: Into<BoxError>,
     S::Future: Send,
     C: Clock,
-    ReqB: Clone + Send + Sync + 'static,
+    ReqB: Clone + Send + 'static,
     ResB: Body + Send + 'static,
     ResB::Data: From<Bytes> + Send,
     ResB::Error: Into<BoxError>,
@@ -432,13 +465,16 @@ where
         );
         if order.is_empty() {
             // F11: every channel of this model tried; switch to the fallback model.
-            if let Some(fb) = fallback.take() {
+            if let Some((fb, next)) = fallback.take().and_then(|fb| {
+                let next = fb.build()?;
+                Some((fb, next))
+            }) {
                 tracing::info!(from = model.as_deref().unwrap_or("?"), to = %fb.model, "failover switches to the fallback model");
                 #[cfg(feature = "metrics")]
                 metrics::counter!("tollgate_model_fallbacks_total").increment(1);
-                parts.uri = fb.uri;
-                body = fb.body;
-                parts.extensions.extend(fb.extensions);
+                parts.uri = next.uri;
+                body = next.body;
+                parts.extensions.extend(next.extensions);
                 candidates = parts
                     .extensions
                     .get::<Candidates>()
@@ -634,7 +670,7 @@ where
                     if !head.is_empty() {
                         prefix.push_back(Frame::data(ResB::Data::from(head)));
                     }
-                    record_attempts(&shared, attempts);
+                    record_attempts(attempts);
                     return Ok(Response::from_parts(
                         rparts,
                         FailoverBody::new(prefix, rest, dialect, None).counting(in_flight),
@@ -653,7 +689,7 @@ where
             }
         }
     };
-    record_attempts(&shared, attempts);
+    record_attempts(attempts);
     if let Some(res) = result {
         return Ok(res.map(|b| b.counting(in_flight)));
     }
@@ -704,7 +740,8 @@ where
     Err(rejection.into())
 }
 
-fn record_attempts<C>(_shared: &Shared<C>, _attempts: u32) {
+/// Retry amplification: the attempts one request took.
+fn record_attempts(_attempts: u32) {
     #[cfg(feature = "metrics")]
     if _attempts > 0 {
         metrics::histogram!("tollgate_attempts_per_request").record(f64::from(_attempts));
@@ -803,11 +840,13 @@ fn order<C: Clock>(
         model,
         retry_tried,
     } = *next;
+    // Builds the credential key only once an account has been stopped (rare).
     let account_ok = |c: &ChannelRef| {
-        shared
-            .registry
-            .credential_cooldown_key(&c.name)
-            .is_none_or(|k| !stopped.contains(&k))
+        stopped.is_empty()
+            || shared
+                .registry
+                .credential_cooldown_key(&c.name)
+                .is_none_or(|k| !stopped.contains(&k))
     };
     let this_model = |t: &&Tried| t.model.as_deref() == model;
     let was_tried = |c: &ChannelRef| {
