@@ -160,6 +160,9 @@ where
     /// tracing or panic layers, no admin routes), and the live state the admin
     /// endpoints read.
     pub(crate) fn assemble(&self) -> Result<(Router, Arc<crate::admin::Live<St>>), String> {
+        // The recorder first: the catalog's channels and the layers bind their metric
+        // handles to it.
+        crate::metrics::handle();
         let catalog = Arc::new(Catalog::new(&self.config, self.fake_base.as_deref())?);
         let tasks = self
             .config
@@ -175,8 +178,7 @@ where
             ),
             None => Arc::new(()),
         };
-        crate::metrics::handle();
-        let sink: Arc<dyn tollgate::UsageSink> = Arc::new(crate::metrics::Counting(sink));
+        let sink: Arc<dyn tollgate::UsageSink> = Arc::new(crate::metrics::Counting::new(sink));
         let limits = &self.config.raw.limits;
         let modes = &self.config.raw.store;
         let queue = &self.config.raw.queue;

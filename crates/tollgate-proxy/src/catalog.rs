@@ -26,6 +26,8 @@ pub struct Route {
     pub capacity: u32,
     /// Failover group: a request's candidates all share its first choice's group.
     pub group: Arc<str>,
+    /// Its `tollgate_upstream_responses_total` counters.
+    pub responses: crate::metrics::ResponseCounters,
 }
 
 /// Everything the request path needs to know about models and channels.
@@ -184,6 +186,7 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         weight: ch.config.weight,
         capacity: ch.config.capacity,
         group: Arc::from(ch.config.group.as_str()),
+        responses: crate::metrics::ResponseCounters::new(&ch.name),
     })
 }
 

@@ -43,8 +43,14 @@ pub fn http_client() -> HttpClient {
 }
 
 /// The innermost service of the proxy: forwards to a channel.
+///
+/// One `Arc` inside: the layers above clone their inner service for every request (the
+/// router once, each layer whose future calls later once more), and the pooled
+/// client alone holds several reference counts that both cores would bounce.
 #[derive(Clone)]
-pub struct Forward {
+pub struct Forward(Arc<Shared>);
+
+struct Shared {
     client: HttpClient,
     catalog: Arc<Catalog>,
 }
@@ -52,7 +58,7 @@ pub struct Forward {
 impl Forward {
     /// A forwarder on `client` and `catalog`.
     pub fn new(client: HttpClient, catalog: Arc<Catalog>) -> Self {
-        Self { client, catalog }
+        Self(Arc::new(Shared { client, catalog }))
     }
 }
 
@@ -138,9 +144,9 @@ impl Service<Request<Full<Bytes>>> for Forward {
     }
 
     fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
-        let client = self.client.clone();
-        let catalog = self.catalog.clone();
+        let shared = self.0.clone();
         Box::pin(async move {
+            let (client, catalog) = (&shared.client, &shared.catalog);
             let (mut parts, body) = req.into_parts();
             let facts = parts
                 .extensions
@@ -186,8 +192,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
-                    metrics::counter!("tollgate_upstream_responses_total", "channel" => route.name.to_string(), "class" => "error")
-                        .increment(1);
+                    route.responses.failed();
                     // A refused connection never reached the provider; anything later
                     // may have (B4) and stays unknown.
                     if e.is_connect() {
@@ -199,17 +204,11 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 }
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
-                    metrics::counter!("tollgate_upstream_responses_total", "channel" => route.name.to_string(), "class" => "error")
-                        .increment(1);
+                    route.responses.failed();
                     return Err(upstream_failed("timeout"));
                 }
             };
-            metrics::counter!(
-                "tollgate_upstream_responses_total",
-                "channel" => route.name.to_string(),
-                "class" => crate::metrics::status_class(res.status().as_u16())
-            )
-            .increment(1);
+            route.responses.answered(res.status().as_u16());
             let (mut rparts, incoming) = res.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             // The answer carries the gateway's request id (E3); the provider's is kept

@@ -2,6 +2,8 @@
 //! layer's first-chunk gate (F4): content commits the stream to its channel, a
 //! preamble is held, an error event before any content is a failover.
 
+use memchr::memmem::Finder;
+use std::sync::LazyLock;
 use tollgate::failover::ChunkKind;
 use tollgate_core::Dialect;
 
@@ -13,24 +15,23 @@ use tollgate_core::Dialect;
 ///   failure; anything else is content.
 /// - A JSON (non-stream) answer's first frame is content.
 pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
-    let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
+    let has = |needle: &Finder| needle.find(frame).is_some();
     match dialect {
         Dialect::Anthropic => {
             // At a line start only: generated text inside a JSON string cannot hold
             // a raw newline, so it cannot fake an event line.
-            if line_starts_with(frame, b"event: error") || frame.starts_with(b"{\"type\":\"error\"")
-            {
+            if line_starts_with(frame, &EVENT_ERROR) || frame.starts_with(b"{\"type\":\"error\"") {
                 ChunkKind::Error
-            } else if has(b"content_block") {
+            } else if has(&CONTENT_BLOCK) {
                 ChunkKind::Content
-            } else if has(b"message_start") || has(b"event: ping") {
+            } else if has(&MESSAGE_START) || has(&EVENT_PING) {
                 ChunkKind::Preamble
             } else {
                 ChunkKind::Content
             }
         }
         Dialect::OpenAi | Dialect::Native => {
-            if line_starts_with(frame, b"data: {\"error\"") || frame.starts_with(b"{\"error\"") {
+            if line_starts_with(frame, &DATA_ERROR) || frame.starts_with(b"{\"error\"") {
                 ChunkKind::Error
             } else if openai_content(frame) {
                 ChunkKind::Content
@@ -40,7 +41,7 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
             }
         }
         Dialect::Gemini => {
-            if line_starts_with(frame, b"data: {\"error\"")
+            if line_starts_with(frame, &DATA_ERROR)
                 || frame.starts_with(b"{\"error\"")
                 || frame.starts_with(b"[{\"error\"")
             {
@@ -52,21 +53,36 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
     }
 }
 
-/// Whether a line of `frame` starts with `prefix`.
-fn line_starts_with(frame: &[u8], prefix: &[u8]) -> bool {
-    frame.starts_with(prefix)
-        || memchr::memmem::find_iter(frame, prefix).any(|at| at > 0 && frame[at - 1] == b'\n')
+// The searchers are built once: building one costs more than searching a frame.
+static EVENT_ERROR: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"event: error"));
+static DATA_ERROR: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"data: {\"error\""));
+static CONTENT_BLOCK: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"content_block"));
+static MESSAGE_START: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"message_start"));
+static EVENT_PING: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"event: ping"));
+static TOOL_CALLS: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"\"tool_calls\""));
+static DONE: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"[DONE]"));
+static REFUSAL: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"\"refusal\":\""));
+static CONTENT: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"\"content\":\""));
+
+/// Whether a line of `frame` starts with the needle of `prefix`.
+fn line_starts_with(frame: &[u8], prefix: &Finder) -> bool {
+    frame.starts_with(prefix.needle())
+        || prefix
+            .find_iter(frame)
+            .any(|at| at > 0 && frame[at - 1] == b'\n')
 }
 
 /// Whether an OpenAI frame carries content: non-empty text, a tool call, a refusal,
 /// or the end of the stream.
 fn openai_content(frame: &[u8]) -> bool {
-    let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
-    if has(b"\"tool_calls\"") || has(b"[DONE]") || has(b"\"refusal\":\"") {
+    let has = |needle: &Finder| needle.find(frame).is_some();
+    if has(&TOOL_CALLS) || has(&DONE) || has(&REFUSAL) {
         return true;
     }
-    memchr::memmem::find_iter(frame, b"\"content\":\"")
-        .any(|at| frame.get(at + 11).is_some_and(|c| *c != b'"'))
+    let after = CONTENT.needle().len();
+    CONTENT
+        .find_iter(frame)
+        .any(|at| frame.get(at + after).is_some_and(|c| *c != b'"'))
 }
 
 #[cfg(test)]

@@ -1,14 +1,87 @@
 //! Requests each layer holds something for right now (SPEC P4 "in-flight per layer"):
 //! a token every guard carries, counted up when the guard is made and down when it
 //! is dropped. Without the `metrics` feature it is zero-sized and does nothing.
+//!
+//! The per-request metrics of the layers (these gauges and the attempts histogram)
+//! are looked up in the recorder on every use unless [`bind_metrics`] bound them
+//! once: a lookup hashes the name and labels and takes the registry's lock, a dozen
+//! times per request through the whole stack.
 
 use tollgate_core::LayerKind;
+
+#[cfg(feature = "metrics")]
+mod bound {
+    use super::LayerKind;
+    use metrics::{Gauge, Histogram};
+    use std::sync::OnceLock;
+
+    /// The layers whose in-flight gauge is counted, in index order.
+    const LAYERS: [LayerKind; 6] = [
+        LayerKind::ConcurrencySlot,
+        LayerKind::AnchoredWindow,
+        LayerKind::BillingGate,
+        LayerKind::UpstreamLimit,
+        LayerKind::CapacityQueue,
+        LayerKind::Failover,
+    ];
+
+    pub(crate) struct Handles {
+        in_flight: [Gauge; 6],
+        pub(crate) attempts: Histogram,
+    }
+
+    static BOUND: OnceLock<Handles> = OnceLock::new();
+
+    pub(crate) fn bind() {
+        BOUND.get_or_init(|| Handles {
+            in_flight: LAYERS.map(|l| metrics::gauge!("tollgate_in_flight", "layer" => l.as_str())),
+            attempts: metrics::histogram!("tollgate_attempts_per_request"),
+        });
+    }
+
+    pub(crate) fn get() -> Option<&'static Handles> {
+        BOUND.get()
+    }
+
+    /// Adds `delta` to the in-flight gauge of `layer`.
+    pub(crate) fn in_flight(layer: LayerKind, delta: f64) {
+        let bound = get().and_then(|h| {
+            let i = LAYERS.iter().position(|l| *l == layer)?;
+            Some(&h.in_flight[i])
+        });
+        match bound {
+            Some(g) => g.increment(delta),
+            None => {
+                metrics::gauge!("tollgate_in_flight", "layer" => layer.as_str()).increment(delta)
+            }
+        }
+    }
+}
+
+/// Binds the layers' per-request metric handles to the recorder installed now, so
+/// that a request no longer looks each one up in the recorder's registry. Call it
+/// once, after installing the recorder and before serving; handles bound before a
+/// recorder is installed record nothing. Without it every use looks the handle up
+/// (always correct, slower).
+#[cfg(feature = "metrics")]
+pub fn bind_metrics() {
+    bound::bind();
+}
+
+/// Records the attempts one request took (retry amplification, SPEC P4).
+#[cfg(all(feature = "metrics", feature = "failover"))]
+pub(crate) fn record_attempts(attempts: u32) {
+    match bound::get() {
+        Some(h) => h.attempts.record(f64::from(attempts)),
+        None => metrics::histogram!("tollgate_attempts_per_request").record(f64::from(attempts)),
+    }
+}
 
 /// Counts one request in flight in a layer for as long as it lives.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     #[cfg(feature = "metrics")]
-    layer: &'static str,
+    layer: LayerKind,
 }
 
 impl InFlight {
@@ -16,9 +89,8 @@ impl InFlight {
     pub(crate) fn enter(_layer: LayerKind) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let layer = _layer.as_str();
-            metrics::gauge!("tollgate_in_flight", "layer" => layer).increment(1.0);
-            Self { layer }
+            bound::in_flight(_layer, 1.0);
+            Self { layer: _layer }
         }
         #[cfg(not(feature = "metrics"))]
         Self {}
@@ -28,6 +100,6 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         #[cfg(feature = "metrics")]
-        metrics::gauge!("tollgate_in_flight", "layer" => self.layer).decrement(1.0);
+        bound::in_flight(self.layer, -1.0);
     }
 }

@@ -102,6 +102,18 @@ pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
     feature = "failover"
 ))]
 pub use failure::{FailureMode, FailureStats};
+#[cfg(all(
+    feature = "metrics",
+    any(
+        feature = "slots",
+        feature = "windows",
+        feature = "billing",
+        feature = "capacity",
+        feature = "upstream",
+        feature = "failover"
+    )
+))]
+pub use gauge::bind_metrics;
 pub use tollgate_core as core;
 
 #[cfg(feature = "billing")]

@@ -744,7 +744,7 @@ where
 fn record_attempts(_attempts: u32) {
     #[cfg(feature = "metrics")]
     if _attempts > 0 {
-        metrics::histogram!("tollgate_attempts_per_request").record(f64::from(_attempts));
+        crate::gauge::record_attempts(_attempts);
     }
 }
 
