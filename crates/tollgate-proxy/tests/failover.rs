@@ -514,3 +514,31 @@ async fn f1_failover_stays_within_the_first_choices_group() {
         "{s:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f4_held_json_answer_keeps_its_content_length_and_a_stream_claims_none() {
+    // The first-chunk gate holds a whole JSON answer before the client sees it; its
+    // length must still reach the client (a chunked answer costs an extra frame and,
+    // for pooled clients, a connection that is not reusable at the last byte).
+    let p = Proxy::start(&config("", &["one", "two"], "")).await;
+    for _ in 0..3 {
+        let dialect = Dialect::OpenAi;
+        let r = send(p.addr, &ask(dialect, "sk-a", false)).await;
+        assert_eq!(r.status, 200, "{dialect:?}: {}", r.text());
+        assert_eq!(
+            r.header("content-length"),
+            Some(r.body.len().to_string().as_str()),
+            "{dialect:?}: {:?}",
+            r.headers
+        );
+        let s = send(p.addr, &ask(dialect, "sk-a", true)).await;
+        assert_eq!(s.status, 200, "{dialect:?}: {}", s.text());
+        // A committed stream may still gain an error event (F3): no length promised.
+        assert_eq!(
+            s.header("content-length"),
+            None,
+            "{dialect:?}: {:?}",
+            s.headers
+        );
+    }
+}

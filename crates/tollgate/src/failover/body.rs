@@ -2,7 +2,7 @@
 //! rest of the provider's answer; a failure after commit becomes one in-stream error
 //! event in the client's dialect (F3).
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -15,6 +15,8 @@ use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
 /// per request: the first-chunk gate polls it before it is handed on.
 pub struct FailoverBody<B: Body> {
     prefix: VecDeque<Frame<B::Data>>,
+    /// Bytes of data in `prefix`, for the size hint.
+    prefix_bytes: u64,
     inner: Pin<Box<B>>,
     dialect: Dialect,
     /// `Some` on a committed event stream: a failure is turned into an error event
@@ -34,8 +36,14 @@ impl<B: Body> FailoverBody<B> {
         dialect: Dialect,
         broken: Option<Arc<AtomicU64>>,
     ) -> Self {
+        let prefix_bytes = prefix
+            .iter()
+            .filter_map(|f| f.data_ref())
+            .map(|d| d.remaining() as u64)
+            .sum();
         Self {
             prefix,
+            prefix_bytes,
             inner,
             dialect,
             broken,
@@ -65,6 +73,9 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         if let Some(f) = this.prefix.pop_front() {
+            if let Some(d) = f.data_ref() {
+                this.prefix_bytes -= d.remaining() as u64;
+            }
             return Poll::Ready(Some(Ok(f)));
         }
         if this.done {
@@ -93,11 +104,22 @@ where
         self.prefix.is_empty() && (self.done || self.inner.is_end_stream())
     }
 
+    /// The held bytes plus the provider's hint: a whole JSON answer held by the gate
+    /// keeps its exact length, so the client gets `content-length` (and can reuse its
+    /// connection as soon as the last byte arrives) instead of a chunked body. A stream
+    /// that may still gain an error event (F3) gives no upper bound.
     fn size_hint(&self) -> SizeHint {
-        if self.prefix.is_empty() && !self.done {
-            self.inner.size_hint()
-        } else {
-            SizeHint::default()
+        if self.done {
+            return SizeHint::with_exact(self.prefix_bytes);
         }
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(self.prefix_bytes));
+        if self.broken.is_none() {
+            if let Some(upper) = inner.upper() {
+                hint.set_upper(upper.saturating_add(self.prefix_bytes));
+            }
+        }
+        hint
     }
 }

@@ -397,7 +397,6 @@ where
     ResB::Data: From<Bytes> + Send,
     ResB::Error: Into<BoxError>,
 {
-    let started = Instant::now();
     let in_flight = crate::gauge::InFlight::enter(LayerKind::Failover);
     let (mut parts, mut body) = req.into_parts();
     let dialect = parts
@@ -437,7 +436,7 @@ where
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_millis)
         .or(shared.config.default_deadline)
-        .map(|d| started + d);
+        .map(|d| Instant::now() + d);
     let config = &shared.config;
     let mut tried: Vec<Tried> = Vec::new();
     let mut stopped_accounts: Vec<String> = Vec::new();
@@ -445,6 +444,8 @@ where
     // Bounded: every turn either sends an attempt (≤ max_attempts) or waits once for
     // a recovery (≤ max_attempts waits).
     let mut waits = 0u32;
+    // When the last attempt was sent (its latency, and the jitter's seed).
+    let mut sent_at: Option<Instant> = None;
     let result = loop {
         if attempts >= config.max_attempts.max(1) {
             break None;
@@ -504,13 +505,15 @@ where
                     attempts - 1,
                     config.backoff_base.as_millis() as u64,
                     config.backoff_cap.as_millis() as u64,
-                    started.elapsed().as_nanos() as u64 ^ u64::from(attempts),
+                    sent_at.map_or(0, |t| t.elapsed().as_nanos() as u64) ^ u64::from(attempts),
                 ));
                 if deadline.is_some_and(|d| Instant::now() + wait > d) {
                     release_probes(&shared, &probes, None);
                     break None;
                 }
-                tokio::time::sleep(wait).await;
+                // (Boxed here and below: the paths taken only on a failure keep their
+                // timers out of every request's future.)
+                Box::pin(tokio::time::sleep(wait)).await;
             }
         }
         let recorder = UsageRecorder::child_of(&outer);
@@ -528,7 +531,8 @@ where
         };
         attempt.extensions_mut().insert(narrowed);
         attempt.extensions_mut().remove::<Chosen>();
-        let sent_at = Instant::now();
+        let sent = Instant::now();
+        sent_at = Some(sent);
         // One span per attempt: its number, the channel that served it, the billing
         // attempt id (recorded by the billing layer inside it) and the outcome.
         let span = tracing::debug_span!(
@@ -555,7 +559,7 @@ where
         }
         .or_else(|| recorder.channel());
         release_probes(&shared, &probes, served.as_deref());
-        let latency = sent_at.elapsed().as_millis() as u64;
+        let latency = sent.elapsed().as_millis() as u64;
         if !span.is_disabled() {
             if let Some(ch) = served.as_deref() {
                 span.record("channel", ch);
@@ -608,7 +612,7 @@ where
                                     wait_ms = w.as_millis() as u64,
                                     "failover waits for a channel to recover"
                                 );
-                                tokio::time::sleep(w).await;
+                                Box::pin(tokio::time::sleep(w)).await;
                             }
                             _ => break None,
                         }
@@ -644,8 +648,12 @@ where
                     continue;
                 }
                 let (rparts, rbody) = res.into_parts();
-                let (head, rest) =
-                    read_prefix(rbody, config.error_body_limit, config.first_chunk_timeout).await;
+                let (head, rest) = Box::pin(read_prefix(
+                    rbody,
+                    config.error_body_limit,
+                    config.first_chunk_timeout,
+                ))
+                .await;
                 let f = error_facts(dialect, status, &rparts.headers, &head);
                 let verdict = classify(dialect, &f);
                 tracing::info!(
@@ -929,7 +937,9 @@ where
     let mut body = Box::pin(body);
     let mut held: VecDeque<Frame<B::Data>> = VecDeque::new();
     let mut held_bytes = 0usize;
-    let until = Instant::now() + shared.config.first_chunk_timeout;
+    // Armed at the first frame that is not ready at once: a small answer is usually
+    // whole by the time its head is, and needs no timer.
+    let mut until = None;
     // Only an event stream can carry an error event after content.
     let sse = parts
         .headers
@@ -941,11 +951,30 @@ where
         if body.is_end_stream() {
             break;
         }
-        let frame = match tokio::time::timeout_at(until, body.frame()).await {
-            Err(_) => return Gate::Failed,
-            Ok(None) => break,
-            Ok(Some(Err(_))) => return Gate::Failed,
-            Ok(Some(Ok(f))) => f,
+        // (The body's error is dropped here: a failed read is all the gate needs.)
+        let ready = std::future::poll_fn(|cx| {
+            Poll::Ready(
+                body.as_mut()
+                    .poll_frame(cx)
+                    .map(|n| n.map(|r| r.map_err(drop))),
+            )
+        })
+        .await;
+        let next = match ready {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                let until = *until
+                    .get_or_insert_with(|| Instant::now() + shared.config.first_chunk_timeout);
+                match Box::pin(tokio::time::timeout_at(until, body.frame())).await {
+                    Err(_) => return Gate::Failed,
+                    Ok(next) => next.map(|r| r.map_err(drop)),
+                }
+            }
+        };
+        let frame = match next {
+            None => break,
+            Some(Err(_)) => return Gate::Failed,
+            Some(Ok(f)) => f,
         };
         let Some(data) = frame.data_ref() else {
             held.push_back(frame);
