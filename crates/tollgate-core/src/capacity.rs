@@ -142,21 +142,27 @@ impl<C: Clock> CapacityStore for MemoryStore<C> {
         ttl: Millis,
     ) -> Self::Future<Option<LeaseId>> {
         ready(Ok(
-            match self.acquire_now(&channel_key(channel), capacity, ttl) {
+            match self.acquire_now(&self.channel_key(channel, channel_key), capacity, ttl) {
                 crate::SlotDecision::Acquired(id) => Some(id),
                 crate::SlotDecision::Full { .. } => None,
             },
         ))
     }
     fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
-        ready(Ok(self.renew_now(&channel_key(channel), lease, ttl)))
+        ready(Ok(self.renew_now(
+            &self.channel_key(channel, channel_key),
+            lease,
+            ttl,
+        )))
     }
     fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
-        self.release_now(&channel_key(channel), lease);
+        self.release_now(&self.channel_key(channel, channel_key), lease);
         ready(Ok(()))
     }
     fn in_flight(&self, channel: &str) -> Self::Future<u32> {
-        ready(Ok(self.in_flight_now(&channel_key(channel))))
+        ready(Ok(
+            self.in_flight_now(&self.channel_key(channel, channel_key))
+        ))
     }
 }
 

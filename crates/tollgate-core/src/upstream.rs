@@ -306,15 +306,26 @@ struct ChannelEntry {
 pub struct ChannelScopes<'a> {
     /// The provider's dialect (counting rules).
     pub dialect: Dialect,
-    /// Window keys over every granularity.
-    pub windows: Vec<&'a ScopeWindow>,
+    /// Window keys: credential + model, credential, vendor (borrowed from the
+    /// registry: building a scope allocates nothing).
+    windows: [&'a [ScopeWindow]; 3],
     credential: &'a str,
     credential_key: &'a str,
     vendor: &'a str,
     model: Option<&'a str>,
 }
 
-impl ChannelScopes<'_> {
+impl<'a> ChannelScopes<'a> {
+    /// The windows over every granularity: credential + model, credential, vendor.
+    pub fn windows(&self) -> impl Iterator<Item = &'a ScopeWindow> + Clone + 'a {
+        let [m, c, v] = self.windows;
+        m.iter().chain(c).chain(v)
+    }
+    /// How many windows [`windows`](Self::windows) yields.
+    pub fn window_count(&self) -> usize {
+        self.windows.iter().map(|w| w.len()).sum()
+    }
+
     /// Cooldown keys: credential + model (when the model is known), credential,
     /// vendor. Built on demand: most requests find the cooldown table empty and never
     /// need them.
@@ -394,17 +405,13 @@ impl UpstreamRegistry {
         let e = self.channels.get(channel)?;
         let model_windows = model.and_then(|m| e.model_windows.get(m));
         let vendor_windows = self.vendors.get(&e.vendor);
-        let mut windows: Vec<&ScopeWindow> = Vec::with_capacity(
-            model_windows.map_or(0, Vec::len)
-                + e.credential_windows.len()
-                + vendor_windows.map_or(0, Vec::len),
-        );
-        windows.extend(model_windows.into_iter().flatten());
-        windows.extend(&e.credential_windows);
-        windows.extend(vendor_windows.into_iter().flatten());
         Some(ChannelScopes {
             dialect: e.dialect,
-            windows,
+            windows: [
+                model_windows.map_or(&[][..], Vec::as_slice),
+                &e.credential_windows,
+                vendor_windows.map_or(&[][..], Vec::as_slice),
+            ],
             credential: &e.credential,
             credential_key: &e.credential_key,
             vendor: &e.vendor,
@@ -720,9 +727,10 @@ mod tests {
                 },
             );
         let s = r.scopes("a", Some("gpt")).unwrap();
-        assert_eq!(s.windows.len(), 3);
+        assert_eq!(s.window_count(), 3);
+        assert_eq!(s.windows().count(), 3);
         assert_eq!(s.cooldown_keys().len(), 3);
-        assert_eq!(r.scopes("a", Some("other")).unwrap().windows.len(), 2);
+        assert_eq!(r.scopes("a", Some("other")).unwrap().window_count(), 2);
         assert!(r.scopes("b", None).is_none());
     }
 

@@ -32,6 +32,45 @@ use tower::{Layer, Service, ServiceBuilder};
 
 const DISTINCT: usize = 100_000;
 
+/// The system allocator, counting allocations: the bench prints how many one request
+/// makes through each stack (allocation is the largest item of a profile).
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations per request through `svc`, over 1,000 warm requests.
+fn allocations_per_request<S: Service<Request<()>>>(svc: &mut S, subject: &Subject) -> f64 {
+    for _ in 0..100 {
+        one(svc, subject);
+    }
+    let before = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..1000 {
+        one(svc, subject);
+    }
+    (ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / 1000.0
+}
+
 fn policy() -> Arc<Policy> {
     Arc::new(
         Policy::default()
@@ -133,6 +172,14 @@ where
     g.throughput(Throughput::Elements(1));
     let hot = subjects(1);
     let many = Arc::new(subjects(DISTINCT));
+    {
+        let mut svc = make().layer(Noop);
+        // (Minus the request's own: the no-op stack's count is the baseline.)
+        println!(
+            "{name}: {:.1} allocations per request",
+            allocations_per_request(&mut svc, &hot[0])
+        );
+    }
     g.bench_function(BenchmarkId::new("hot_key", "1_thread"), |b| {
         let mut svc = make().layer(Noop);
         b.iter(|| one(&mut svc, &hot[0]));

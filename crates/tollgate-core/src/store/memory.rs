@@ -202,11 +202,16 @@ pub struct MemoryStats {
     pub evicted_live: u64,
 }
 
+/// Most capacity channel keys [`MemoryStore`] caches.
+const CHANNEL_KEYS: usize = 4096;
+
 struct Inner<C> {
     clock: C,
     slots: ShardedMap<LeaseSet>,
     windows: ShardedMap<SubjectWindows>,
     next_lease: AtomicU64,
+    /// Lease-map keys of capacity channels, built once per channel name.
+    channel_keys: std::sync::RwLock<HashMap<Box<str>, SubjectKey, foldhash::fast::RandomState>>,
     // One lock for the books: money decisions are rarer than limit decisions and
     // must see balances, spend and budgets together.
     ledger: Mutex<Ledger>,
@@ -273,6 +278,7 @@ impl<C: Clock> MemoryStore<C> {
                 slots: ShardedMap::new(capacity),
                 windows: ShardedMap::new(capacity),
                 next_lease: AtomicU64::new(1),
+                channel_keys: Default::default(),
                 ledger: Mutex::default(),
             }),
         }
@@ -301,6 +307,26 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     // Synchronous forms, used by the trait impls and by callers that want no future.
+
+    /// The lease-map key of capacity channel `channel`, from a cache: building it is
+    /// two allocations, and every request takes and gives back one channel lease. At
+    /// most [`CHANNEL_KEYS`] names are kept (channels come from configuration).
+    pub(crate) fn channel_key(
+        &self,
+        channel: &str,
+        build: impl FnOnce(&str) -> SubjectKey,
+    ) -> SubjectKey {
+        let keys = &self.inner.channel_keys;
+        if let Some(k) = keys.read().unwrap_or_else(|e| e.into_inner()).get(channel) {
+            return k.clone();
+        }
+        let key = build(channel);
+        let mut keys = keys.write().unwrap_or_else(|e| e.into_inner());
+        if keys.len() < CHANNEL_KEYS {
+            keys.insert(channel.into(), key.clone());
+        }
+        key
+    }
 
     /// [`SlotStore::acquire`] without a future.
     pub fn acquire_now(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> SlotDecision {

@@ -35,6 +35,7 @@ pub use service::BillingGate;
 
 use crate::body::Hold;
 use crate::spawn::detach;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{
@@ -117,7 +118,44 @@ pub(crate) fn next_attempt_id() -> AttemptId {
         h.write_u32(std::process::id());
         h.finish()
     });
-    format!("att-{p:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
+    // Written on the stack and copied once into the id's own allocation (a `format!`
+    // would allocate a `String` first, then copy it into the `Arc`).
+    let mut id = IdBuf::default();
+    let _ = write!(id, "att-{p:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    AttemptId::from(id.as_str())
+}
+
+/// A fixed buffer for an attempt id ("att-" + 16 hex digits + "-" + at most 20
+/// digits = 41 bytes).
+struct IdBuf {
+    bytes: [u8; 48],
+    len: usize,
+}
+
+impl Default for IdBuf {
+    fn default() -> Self {
+        Self {
+            bytes: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl IdBuf {
+    fn as_str(&self) -> &str {
+        // Only `write_str` fills it, with whole `str`s.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for IdBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.bytes.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 /// What settling an attempt needs, before it is admitted.
@@ -179,20 +217,31 @@ impl<St: BillingStore> Drop for BillingGuard<St> {
         let mut record = self.s.template.clone();
         record.usage = usage;
         record.channel = self.s.recorder.channel();
-        let sink = self.s.sink.clone();
-        let settle = self.s.store.settle_attempt(&record.attempt, outcome);
-        detach(
-            Box::pin(async move {
-                let state = settle.await?;
-                if let Some(state) = state {
-                    if state != AttemptState::Refunded {
-                        record.outcome = state;
-                        sink.record(record);
-                    }
-                }
-                Ok(())
-            }),
-            "billing settlement",
-        );
+        let mut settle = self.s.store.settle_attempt(&record.attempt, outcome);
+        // The in-memory store settles right here: record at once, no task, no box.
+        match crate::spawn::poll_now(&mut settle) {
+            Some(Ok(state)) => report(&*self.s.sink, record, state),
+            Some(Err(e)) => tracing::warn!(error = %e, "billing settlement failed"),
+            None => {
+                let sink = self.s.sink.clone();
+                detach(
+                    Box::pin(async move {
+                        report(&*sink, record, settle.await?);
+                        Ok(())
+                    }),
+                    "billing settlement",
+                );
+            }
+        }
+    }
+}
+
+/// Passes a settled attempt's record to the sink (a refund is not a usage record).
+fn report(sink: &dyn UsageSink, mut record: UsageRecord, state: Option<AttemptState>) {
+    if let Some(state) = state {
+        if state != AttemptState::Refunded {
+            record.outcome = state;
+            sink.record(record);
+        }
     }
 }

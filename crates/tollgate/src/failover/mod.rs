@@ -405,7 +405,9 @@ where
         .copied()
         .unwrap_or(Dialect::Native);
     let mut fallback = parts.extensions.remove::<ModelFallback<ReqB>>();
-    let Some(mut candidates) = parts.extensions.get::<Candidates>().cloned() else {
+    // The candidates, the request's usage recorder and a channel chosen above are
+    // taken out of the head that every attempt clones: each attempt gets its own.
+    let Some(mut candidates) = parts.extensions.remove::<Candidates>() else {
         // Nothing to fail over between: one call, passed through.
         let res = inner
             .call(Request::from_parts(parts, body))
@@ -419,8 +421,9 @@ where
     shared.budget.deposit();
     let outer = parts
         .extensions
-        .get_or_insert_with(UsageRecorder::new)
-        .clone();
+        .remove::<UsageRecorder>()
+        .unwrap_or_default();
+    parts.extensions.remove::<Chosen>();
     let mut model = parts.extensions.get::<ModelId>().map(|m| m.0.clone());
     let mut switched = false;
     let conversation: Option<Arc<str>> = parts
@@ -464,7 +467,7 @@ where
             },
             now,
         );
-        if order.is_empty() {
+        if order.as_ref().is_some_and(Vec::is_empty) {
             // F11: every channel of this model tried; switch to the fallback model.
             if let Some((fb, next)) = fallback.take().and_then(|fb| {
                 let next = fb.build()?;
@@ -478,9 +481,9 @@ where
                 parts.extensions.extend(next.extensions);
                 candidates = parts
                     .extensions
-                    .get::<Candidates>()
-                    .cloned()
+                    .remove::<Candidates>()
                     .unwrap_or_else(|| Candidates::new([]));
+                parts.extensions.remove::<Chosen>();
                 model = Some(fb.model);
                 switched = true;
                 continue;
@@ -519,18 +522,19 @@ where
         let recorder = UsageRecorder::child_of(&outer);
         let mut attempt = Request::from_parts(parts.clone(), body.clone());
         attempt.extensions_mut().insert(recorder.clone());
-        let narrowed = if order.len() == candidates.channels().len()
-            && order
-                .iter()
-                .zip(candidates.channels())
-                .all(|(a, b)| a.name == b.name)
-        {
-            candidates.clone()
-        } else {
-            Candidates(order.into())
+        let narrowed = match order {
+            Some(order)
+                if order.len() != candidates.channels().len()
+                    || order
+                        .iter()
+                        .zip(candidates.channels())
+                        .any(|(a, b)| a.name != b.name) =>
+            {
+                Candidates(order.into())
+            }
+            _ => candidates.clone(),
         };
         attempt.extensions_mut().insert(narrowed);
-        attempt.extensions_mut().remove::<Chosen>();
         let sent = Instant::now();
         sent_at = Some(sent);
         // One span per attempt: its number, the channel that served it, the billing
@@ -834,12 +838,14 @@ struct Next<'a> {
 /// was tried and `retry_tried`, those whose failure may pass — F6), none of a stopped
 /// paying account, none with an open circuit; half-open channels first (their probes),
 /// then the pinned channel of the conversation if healthy, degraded ones last (F8,
-/// F9). Returns the half-open channels a probe was taken on.
+/// F9). Returns the half-open channels a probe was taken on; `None` for "all
+/// candidates as they are" (the usual first attempt: nothing tried, every channel
+/// healthy, no pin to move forward), which allocates nothing.
 fn order<C: Clock>(
     shared: &Shared<C>,
     next: &Next<'_>,
     now: u64,
-) -> (Vec<ChannelRef>, Vec<Arc<str>>) {
+) -> (Option<Vec<ChannelRef>>, Vec<Arc<str>>) {
     let Next {
         all,
         tried,
@@ -848,6 +854,19 @@ fn order<C: Clock>(
         model,
         retry_tried,
     } = *next;
+    if tried.is_empty()
+        && stopped.is_empty()
+        && all
+            .channels()
+            .iter()
+            .all(|c| shared.health.state(&c.name, now) == HealthState::Healthy)
+    {
+        let pinned = conversation.and_then(|c| shared.sticky.get(c, now));
+        let moves = pinned.is_some_and(|p| all.channels().iter().skip(1).any(|c| c.name == p));
+        if !moves {
+            return (None, Vec::new());
+        }
+    }
     // Builds the credential key only once an account has been stopped (rare).
     let account_ok = |c: &ChannelRef| {
         stopped.is_empty()
@@ -909,7 +928,7 @@ fn order<C: Clock>(
     }
     healthy.extend(degraded);
     probing.extend(healthy);
-    (probing, probes)
+    (Some(probing), probes)
 }
 
 /// Gives back the probe slots of half-open channels the attempt did not use.

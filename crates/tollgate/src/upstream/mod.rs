@@ -316,17 +316,15 @@ where
                 answered: false,
                 _in_flight: crate::gauge::InFlight::enter(LayerKind::UpstreamLimit),
             });
-            let first = plan.kept.first().map(|c| c.name.clone());
-            if let Some(first) = plan.kept.first() {
+            let left = plan.kept.as_deref().unwrap_or(candidates.channels());
+            let first = left.first().map(|c| c.name.clone());
+            if let Some(first) = left.first() {
                 req.extensions_mut().insert(Chosen(first.clone()));
             }
             // Nothing dropped: the request keeps its candidate list as it was.
-            let kept = if plan.kept.len() == candidates.channels().len() {
-                candidates
-            } else {
-                Candidates(plan.kept.into())
-            };
-            req.extensions_mut().insert(kept);
+            if let Some(kept) = plan.kept {
+                req.extensions_mut().insert(Candidates(kept.into()));
+            }
             let res = inner.call(req).await.map_err(Into::into);
             match res {
                 Ok(res) => {
@@ -372,7 +370,8 @@ struct Held {
 
 /// The outcome of the admission walk.
 struct Plan {
-    kept: Vec<ChannelRef>,
+    /// The candidates left; `None` for all of them.
+    kept: Option<Vec<ChannelRef>>,
     reserved: Option<(Arc<str>, Vec<Held>, Dialect)>,
 }
 
@@ -382,12 +381,22 @@ async fn admit<St: WindowStore, C: Clock>(
     model: Option<&str>,
     estimate: RateCount,
 ) -> Result<Plan, Rejection> {
-    let mut kept = Vec::with_capacity(candidates.len());
+    // `None` while every candidate so far is kept (the usual case: the request keeps
+    // its list, nothing is allocated); the kept prefix is copied at the first drop.
+    let mut kept: Option<Vec<ChannelRef>> = None;
+    let drop_from = |kept: &mut Option<Vec<ChannelRef>>, i: usize| {
+        kept.get_or_insert_with(|| candidates[..i].to_vec());
+    };
+    let keep = |kept: &mut Option<Vec<ChannelRef>>, c: &ChannelRef| {
+        if let Some(k) = kept.as_mut() {
+            k.push(c.clone());
+        }
+    };
     let mut skips = Vec::new();
     let mut reserved = None;
-    for c in candidates {
+    for (i, c) in candidates.iter().enumerate() {
         let Some(scopes) = shared.registry.scopes(&c.name, model) else {
-            kept.push(c.clone());
+            keep(&mut kept, c);
             continue;
         };
         let now = shared.clock.now();
@@ -399,6 +408,7 @@ async fn admit<St: WindowStore, C: Clock>(
             cooldowns.any_until(&scopes.cooldown_keys(), now)
         };
         if let Some(until) = cooling {
+            drop_from(&mut kept, i);
             skips.push(if until == tollgate_core::upstream::DISABLED {
                 Skip::Disabled
             } else {
@@ -408,32 +418,36 @@ async fn admit<St: WindowStore, C: Clock>(
             });
             continue;
         }
-        if scopes.windows.is_empty() {
-            kept.push(c.clone());
+        if scopes.window_count() == 0 {
+            keep(&mut kept, c);
             continue;
         }
         if reserved.is_some() {
+            drop_from(&mut kept, i);
             continue;
         }
-        match reserve(&shared.store, &scopes.windows, estimate).await {
+        match reserve(&shared.store, &scopes, estimate).await {
             Ok(Ok(held)) => {
                 reserved = Some((c.name.clone(), held, scopes.dialect));
-                kept.push(c.clone());
+                keep(&mut kept, c);
             }
-            Ok(Err(skip)) => skips.push(skip),
+            Ok(Err(skip)) => {
+                drop_from(&mut kept, i);
+                skips.push(skip);
+            }
             Err(e) => {
                 match shared.failures.on_error(
                     shared.config.failure_mode,
                     LayerKind::UpstreamLimit,
                     &e,
                 ) {
-                    None => kept.push(c.clone()),
+                    None => keep(&mut kept, c),
                     Some(r) => return Err(r),
                 }
             }
         }
     }
-    if kept.is_empty() {
+    if kept.as_ref().is_some_and(Vec::is_empty) || candidates.is_empty() {
         let (code, retry) = no_channel_left(&skips);
         tracing::debug!(code = code.code(), ?skips, "no upstream channel usable");
         return Err(Rejection::new(code, LayerKind::UpstreamLimit).with_retry_after(retry.map(ms)));
@@ -445,10 +459,10 @@ async fn admit<St: WindowStore, C: Clock>(
 /// window without room the ones already counted are given back.
 async fn reserve<St: WindowStore>(
     store: &St,
-    windows: &[&tollgate_core::upstream::ScopeWindow],
+    scopes: &tollgate_core::upstream::ChannelScopes<'_>,
     estimate: RateCount,
 ) -> Result<Result<Vec<Held>, Skip>, StoreError> {
-    let mut held: Vec<Held> = Vec::with_capacity(windows.len());
+    let mut held: Vec<Held> = Vec::with_capacity(scopes.window_count());
     let give_back = |held: Vec<Held>| {
         for h in held {
             detach(
@@ -457,7 +471,7 @@ async fn reserve<St: WindowStore>(
             );
         }
     };
-    for w in windows {
+    for w in scopes.windows() {
         let demand = Demand::tokens(estimate.of(w.measure));
         match store.admit(&w.key, Scope::Key, &w.policy, &demand).await {
             Ok(Admission::Admitted(ticket)) => held.push(Held {
