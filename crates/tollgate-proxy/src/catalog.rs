@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tollgate_core::Dialect;
+use tollgate_core::capacity::ChannelRef;
+use tollgate_core::{Candidates, Dialect};
 
 /// A channel ready to forward to.
 #[derive(Debug)]
@@ -30,11 +31,26 @@ pub struct Route {
     pub responses: crate::metrics::ResponseCounters,
 }
 
+/// Maps looked up by model name on every request (names come from configuration).
+type Map<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
+/// The weighted round-robin choices for one model and client dialect: each channel
+/// with its weight and the candidate list it heads (itself, then the others of its
+/// failover group), built once so a request takes a reference-counted list instead of
+/// building one.
+#[derive(Debug, Default)]
+struct Choices {
+    total: u64,
+    picks: Vec<(u64, Candidates)>,
+}
+
 /// Everything the request path needs to know about models and channels.
 #[derive(Debug)]
 pub struct Catalog {
-    models: HashMap<String, ModelConfig>,
-    routes: HashMap<String, Vec<Arc<Route>>>,
+    models: Map<ModelConfig>,
+    routes: Map<Vec<Arc<Route>>>,
+    /// Per model, per client dialect (in [`dialect_index`] order).
+    choices: Map<[Choices; 4]>,
     next: AtomicUsize,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
@@ -53,7 +69,7 @@ impl Catalog {
     /// Builds the catalog; `fake://` base URLs are pointed at `fake_base` (the bundled
     /// fake upstream of the demo).
     pub fn new(config: &Config, fake_base: Option<&str>) -> Result<Self, String> {
-        let mut routes: HashMap<String, Vec<Arc<Route>>> = HashMap::new();
+        let mut routes: Map<Vec<Arc<Route>>> = Map::default();
         for ch in &config.channels {
             let route = Arc::new(route(ch, fake_base)?);
             for m in &ch.config.models {
@@ -63,9 +79,17 @@ impl Catalog {
                     .push(route.clone());
             }
         }
+        let choices = routes
+            .iter()
+            .map(|(model, rs)| {
+                let per_dialect = DIALECTS.map(|d| choices(rs, d));
+                (model.clone(), per_dialect)
+            })
+            .collect();
         Ok(Self {
             models: config.raw.models.clone().into_iter().collect(),
             routes,
+            choices,
             next: AtomicUsize::new(0),
             max_body_bytes: config.raw.server.max_body_bytes,
             upstream_timeout: config.raw.server.upstream_timeout.0,
@@ -113,6 +137,23 @@ impl Catalog {
         v
     }
 
+    /// [`candidates`](Self::candidates) as the layers read them (the same weighted
+    /// round-robin pick), from lists built once: no allocation per request.
+    pub fn candidate_list(&self, model: &str, dialect: Dialect) -> Option<Candidates> {
+        let c = &self.choices.get(model)?[dialect_index(dialect)];
+        if c.total == 0 {
+            return None;
+        }
+        let mut ticket = self.next.fetch_add(1, Ordering::Relaxed) as u64 % c.total;
+        for (weight, list) in &c.picks {
+            if ticket < *weight {
+                return Some(list.clone());
+            }
+            ticket -= weight;
+        }
+        None
+    }
+
     /// The route of a channel by name, among those serving `model`.
     pub fn route(&self, model: &str, name: &str) -> Option<Arc<Route>> {
         self.routes
@@ -142,6 +183,53 @@ impl Catalog {
             ticket -= u64::from(r.weight);
         }
         None
+    }
+}
+
+const DIALECTS: [Dialect; 4] = [
+    Dialect::OpenAi,
+    Dialect::Anthropic,
+    Dialect::Gemini,
+    Dialect::Native,
+];
+
+fn dialect_index(d: Dialect) -> usize {
+    match d {
+        Dialect::OpenAi => 0,
+        Dialect::Anthropic => 1,
+        Dialect::Gemini => 2,
+        Dialect::Native => 3,
+    }
+}
+
+/// The round-robin choices among `routes` for a `dialect` client: the same order and
+/// groups as [`Catalog::candidates`].
+fn choices(routes: &[Arc<Route>], dialect: Dialect) -> Choices {
+    let eligible: Vec<&Arc<Route>> = routes
+        .iter()
+        .filter(|r| r.dialect == dialect && r.weight > 0)
+        .collect();
+    let picks = eligible
+        .iter()
+        .map(|first| {
+            let list = std::iter::once(*first)
+                .chain(
+                    eligible
+                        .iter()
+                        .copied()
+                        .filter(|r| r.group == first.group && !Arc::ptr_eq(r, first)),
+                )
+                .map(|r| ChannelRef {
+                    name: r.name.clone(),
+                    capacity: r.capacity,
+                })
+                .collect::<Vec<_>>();
+            (u64::from(first.weight), Candidates(list.into()))
+        })
+        .collect::<Vec<_>>();
+    Choices {
+        total: picks.iter().map(|(w, _)| w).sum(),
+        picks,
     }
 }
 
@@ -215,4 +303,85 @@ pub fn upstream_registry(config: &Config) -> tollgate_core::upstream::UpstreamRe
         });
     }
     reg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> Catalog {
+        let text = r#"
+[keys.k]
+key = "sk-k"
+tenant = "t"
+
+[tenants.t]
+balance = 1000
+
+[channels.a]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+weight = 2
+group = "g1"
+
+[channels.b]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+group = "g1"
+
+[channels.c]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+group = "g2"
+
+[channels.d]
+vendor = "anthropic"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+
+[models.m]
+price = { input_per_mtok = 1, output_per_mtok = 1 }
+"#;
+        let config = Config::parse(text).expect("test config");
+        Catalog::new(&config, None).expect("catalog")
+    }
+
+    fn names(c: &Candidates) -> Vec<String> {
+        c.channels().iter().map(|r| r.name.to_string()).collect()
+    }
+
+    #[test]
+    fn f1_q2_prebuilt_candidate_lists_follow_weights_groups_and_dialect() {
+        let cat = catalog();
+        // Weights 2 / 1 / 1 over a, b, c: a twice, then b, then c; each list is the
+        // pick, then the others of its group in channel order.
+        let seen: Vec<Vec<String>> = (0..8)
+            .map(|_| names(&cat.candidate_list("m", Dialect::OpenAi).expect("a list")))
+            .collect();
+        let (ab, ba, c) = (vec!["a", "b"], vec!["b", "a"], vec!["c"]);
+        let expect = [&ab, &ab, &ba, &c, &ab, &ab, &ba, &c];
+        for (got, want) in seen.iter().zip(expect) {
+            assert_eq!(got, want, "{seen:?}");
+        }
+        // The same lists, in the same turn, as the per-request builder gives.
+        let (built, listed) = (catalog(), catalog());
+        for _ in 0..8 {
+            let b: Vec<String> = built
+                .candidates("m", Dialect::OpenAi)
+                .iter()
+                .map(|r| r.name.to_string())
+                .collect();
+            let l = names(&listed.candidate_list("m", Dialect::OpenAi).unwrap());
+            assert_eq!(b, l);
+        }
+        assert_eq!(
+            names(&cat.candidate_list("m", Dialect::Anthropic).unwrap()),
+            ["d"]
+        );
+        assert!(cat.candidate_list("m", Dialect::Gemini).is_none());
+        assert!(cat.candidate_list("unknown", Dialect::OpenAi).is_none());
+    }
 }

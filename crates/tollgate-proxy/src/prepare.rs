@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
 use tollgate::failover::{FallbackRequest, ModelFallback};
-use tollgate_core::capacity::{Candidates, ChannelRef};
 use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
 use tollgate_dialects::{RequestFacts, inspect_request};
 use tower::{Layer, Service};
@@ -165,9 +164,14 @@ where
             ) {
                 parts.extensions.insert(fb);
             }
-            parts.extensions.extend(model_extensions(
-                &catalog, dialect, facts, model, max_output,
-            ));
+            model_extensions(
+                &mut parts.extensions,
+                &catalog,
+                dialect,
+                facts,
+                model,
+                max_output,
+            );
             inner
                 .call(Request::from_parts(parts, Full::new(bytes)))
                 .await
@@ -181,13 +185,13 @@ where
 /// speak the client's dialect, so that vendor's rules apply, U2), its candidates, the
 /// model id and the facts.
 fn model_extensions(
+    x: &mut http::Extensions,
     catalog: &Catalog,
     dialect: Dialect,
     facts: Arc<RequestFacts>,
     model: &ModelConfig,
     max_output: u64,
-) -> http::Extensions {
-    let mut x = http::Extensions::new();
+) {
     x.insert(
         model
             .price
@@ -198,20 +202,11 @@ fn model_extensions(
         facts.input_tokens,
         max_output,
     ));
-    let candidates: Vec<ChannelRef> = catalog
-        .candidates(&facts.model, dialect)
-        .iter()
-        .map(|r| ChannelRef {
-            name: r.name.clone(),
-            capacity: r.capacity,
-        })
-        .collect();
-    if !candidates.is_empty() {
-        x.insert(Candidates(candidates.into()));
+    if let Some(candidates) = catalog.candidate_list(&facts.model, dialect) {
+        x.insert(candidates);
     }
     x.insert(tollgate_core::ModelId(facts.model.as_str().into()));
     x.insert(Facts(facts));
-    x
 }
 
 /// Why a fallback model does not meet a request's contract (F11), or `None` if it
@@ -320,7 +315,11 @@ fn rewrite_for(
     Some(FallbackRequest {
         uri,
         body: Full::new(body),
-        extensions: model_extensions(catalog, dialect, Arc::new(facts), model, max_output),
+        extensions: {
+            let mut x = http::Extensions::new();
+            model_extensions(&mut x, catalog, dialect, Arc::new(facts), model, max_output);
+            x
+        },
     })
 }
 

@@ -5,7 +5,7 @@
 //! durations such as `6m0s` or `1.5s`, Anthropic's RFC 3339 instants, HTTP-date or
 //! seconds in `retry-after`), and no crate parses the first.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use std::time::{Duration, SystemTime};
 
 /// What a provider answer says about its limits. Times are milliseconds from now.
@@ -20,30 +20,37 @@ pub struct RateSignal {
     pub exhausted_until_ms: Option<u64>,
 }
 
-/// Header pairs (remaining, reset) of the limits the providers report.
-const PAIRS: &[(&str, &str)] = &[
+/// Header pairs (remaining, reset) of the limits the providers report. Names built
+/// once: every answer is read, and a lookup by `&str` parses the name each time.
+const PAIRS: [(HeaderName, HeaderName); 6] = [
     (
-        "x-ratelimit-remaining-requests",
-        "x-ratelimit-reset-requests",
-    ),
-    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
-    (
-        "anthropic-ratelimit-requests-remaining",
-        "anthropic-ratelimit-requests-reset",
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
     ),
     (
-        "anthropic-ratelimit-tokens-remaining",
-        "anthropic-ratelimit-tokens-reset",
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
     ),
     (
-        "anthropic-ratelimit-input-tokens-remaining",
-        "anthropic-ratelimit-input-tokens-reset",
+        HeaderName::from_static("anthropic-ratelimit-requests-remaining"),
+        HeaderName::from_static("anthropic-ratelimit-requests-reset"),
     ),
     (
-        "anthropic-ratelimit-output-tokens-remaining",
-        "anthropic-ratelimit-output-tokens-reset",
+        HeaderName::from_static("anthropic-ratelimit-tokens-remaining"),
+        HeaderName::from_static("anthropic-ratelimit-tokens-reset"),
+    ),
+    (
+        HeaderName::from_static("anthropic-ratelimit-input-tokens-remaining"),
+        HeaderName::from_static("anthropic-ratelimit-input-tokens-reset"),
+    ),
+    (
+        HeaderName::from_static("anthropic-ratelimit-output-tokens-remaining"),
+        HeaderName::from_static("anthropic-ratelimit-output-tokens-reset"),
     ),
 ];
+
+/// OpenAI's millisecond retry hint.
+const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
 
 /// Longest cooldown a provider header may impose (a garbled reset must not park a
 /// channel for days).
@@ -52,15 +59,15 @@ pub const MAX_SIGNAL_MS: u64 = 24 * 3_600_000;
 impl RateSignal {
     /// Reads `status` and `headers` of a provider answer received at wall time `now`.
     pub fn read(status: u16, headers: &HeaderMap, now: SystemTime) -> Self {
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let retry_after_ms = text("retry-after-ms")
+        let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+        let retry_after_ms = text(&RETRY_AFTER_MS)
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
             .map(|v| v.ceil() as u64)
-            .or_else(|| text("retry-after").and_then(|v| retry_after(v, now)))
+            .or_else(|| text(&http::header::RETRY_AFTER).and_then(|v| retry_after(v, now)))
             .map(|v| v.min(MAX_SIGNAL_MS));
         let mut exhausted_until_ms = None;
-        for (remaining, reset) in PAIRS {
+        for (remaining, reset) in &PAIRS {
             let Some(left) = text(remaining).and_then(|v| v.trim().parse::<u64>().ok()) else {
                 continue;
             };
