@@ -15,6 +15,17 @@ use tollgate_core::Dialect;
 ///   failure; anything else is content.
 /// - A JSON (non-stream) answer's first frame is content.
 pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
+    // A JSON answer (not an event stream) opens with its document: an error object or
+    // the answer itself, which nothing follows but its own rest. No search needed.
+    if frame.first() == Some(&b'{') {
+        let error = frame.starts_with(b"{\"error\"")
+            || (dialect == Dialect::Anthropic && frame.starts_with(b"{\"type\":\"error\""));
+        return if error {
+            ChunkKind::Error
+        } else {
+            ChunkKind::Content
+        };
+    }
     let has = |needle: &Finder| needle.find(frame).is_some();
     match dialect {
         Dialect::Anthropic => {
@@ -99,6 +110,26 @@ mod tests {
         assert_eq!(chunk_kind(Dialect::Anthropic, delta), ChunkKind::Content);
         let err = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
         assert_eq!(chunk_kind(Dialect::Anthropic, err), ChunkKind::Error);
+    }
+
+    #[test]
+    fn f4_a_json_answer_is_content_or_an_error_object_in_every_dialect() {
+        let answer = br#"{"id":"x","choices":[{"message":{"role":"assistant","content":""}}]}"#;
+        let error = br#"{"error":{"message":"overloaded","type":"server_error"}}"#;
+        for d in [
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            Dialect::Gemini,
+            Dialect::Native,
+        ] {
+            assert_eq!(chunk_kind(d, answer), ChunkKind::Content, "{d:?}");
+            assert_eq!(chunk_kind(d, error), ChunkKind::Error, "{d:?}");
+        }
+        let anthropic = br#"{"type":"error","error":{"type":"overloaded_error"}}"#;
+        assert_eq!(chunk_kind(Dialect::Anthropic, anthropic), ChunkKind::Error);
+        // Text that mentions an error inside a JSON answer is still the answer.
+        let text = br#"{"content":[{"type":"text","text":"data: {"error"}"}]}"#;
+        assert_eq!(chunk_kind(Dialect::Anthropic, text), ChunkKind::Content);
     }
 
     #[test]
