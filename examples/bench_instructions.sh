@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Instructions the gateway executes per request (all its threads), bare forwarder
+# against all seven layers, counted by valgrind's callgrind: a figure that does not
+# move with the load on a shared machine, unlike requests/s. Each target serves N and
+# then 3N small OpenAI chat requests (concurrency 8) from the fake upstream; the
+# difference divided by 2N leaves start-up and shutdown out.
+#
+#   bash examples/bench_instructions.sh [N]
+#
+# Needs valgrind (Debian: apt-get install valgrind). Loopback only; ~2 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-2000}
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
+cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
+BIN=target/release/examples
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 300); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
+OUT=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$OUT"; }
+trap cleanup EXIT
+
+FAKE=$(free_port)
+$BIN/fake_upstream --port "$FAKE" > /dev/null 2>&1 & pids+=($!)
+wait_port "$FAKE"
+sed "s#http://127.0.0.1:9100#http://127.0.0.1:$FAKE#" examples/bench.toml > "$OUT/bench.toml"
+
+total() { # bare(0/1) requests → instructions of the whole gateway run
+  local bare=$1 n=$2 port gw
+  port=$(free_port)
+  local flags=(--config "$OUT/bench.toml" --listen 127.0.0.1:"$port" --store memory)
+  [ "$bare" = 1 ] && flags+=(--bare)
+  RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$bare.$n" \
+    $BIN/proxy "${flags[@]}" > /dev/null 2>&1 &
+  gw=$!
+  wait_port "$port"
+  $BIN/load --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench \
+    --requests "$n" --concurrency 8 > /dev/null
+  kill -INT "$gw"; wait "$gw" 2>/dev/null || true
+  callgrind_annotate "$OUT/cg.$bare.$n" | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
+}
+
+for bare in 1 0; do
+  a=$(total $bare "$N"); b=$(total $bare $((3 * N)))
+  label=$([ $bare = 1 ] && echo "bare forwarder" || echo "all seven layers")
+  echo "$label: $(( (b - a) / (2 * N) )) instructions per request"
+done
