@@ -222,12 +222,14 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 inner: incoming,
                 idle,
                 silence: tokio::time::sleep(idle),
-                watch: recorder.map(|recorder| Watch {
-                    // A provider error answer is not billed and uses no tokens.
-                    watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
-                    recorder,
-                    price,
-                    done: false,
+                watch: recorder.map(|recorder| {
+                    Box::new(Watch {
+                        // A provider error answer is not billed and uses no tokens.
+                        watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
+                        recorder,
+                        price,
+                        done: false,
+                    })
                 }),
             };
             // An empty answer is over before anyone polls it, and the layers outside
@@ -302,7 +304,9 @@ pin_project! {
     pub struct ForwardBody {
         #[pin]
         inner: hyper::body::Incoming,
-        watch: Option<Watch>,
+        // Boxed: the usage watcher is most of a kilobyte, and every layer above moves
+        // the response (and this body in it) at least once.
+        watch: Option<Box<Watch>>,
         idle: Duration,
         #[pin]
         silence: tokio::time::Sleep,
