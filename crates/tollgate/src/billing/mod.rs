@@ -35,7 +35,6 @@ pub use service::BillingGate;
 
 use crate::body::Hold;
 use crate::spawn::detach;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{
@@ -108,54 +107,37 @@ impl<F: Fn(UsageRecord) + Send + Sync + 'static> UsageSink for F {
     }
 }
 
-/// A new attempt id: a per-process random prefix and a counter.
+/// A new attempt id: a per-process random prefix and a counter
+/// (`att-<16 hex digits>-<counter>`).
 pub(crate) fn next_attempt_id() -> AttemptId {
-    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    let p = PREFIX.get_or_init(|| {
+    let prefix = PREFIX.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(std::process::id());
-        h.finish()
+        format!("att-{:016x}-", h.finish())
     });
-    // Written on the stack and copied once into the id's own allocation (a `format!`
-    // would allocate a `String` first, then copy it into the `Arc`).
-    let mut id = IdBuf::default();
-    let _ = write!(id, "att-{p:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-    AttemptId::from(id.as_str())
-}
-
-/// A fixed buffer for an attempt id ("att-" + 16 hex digits + "-" + at most 20
-/// digits = 41 bytes).
-struct IdBuf {
-    bytes: [u8; 48],
-    len: usize,
-}
-
-impl Default for IdBuf {
-    fn default() -> Self {
-        Self {
-            bytes: [0; 48],
-            len: 0,
+    // Built on the stack and copied once into the id's own allocation; the counter's
+    // digits by hand (`format!` would allocate a `String` first, and its machinery
+    // costs more than the rest of the billing decision).
+    let mut n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
-}
-
-impl IdBuf {
-    fn as_str(&self) -> &str {
-        // Only `write_str` fills it, with whole `str`s.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
-    }
-}
-
-impl std::fmt::Write for IdBuf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let dst = self.bytes.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
+    let mut id = [0u8; 64];
+    let (p, d) = (prefix.as_bytes(), &digits[at..]);
+    id[..p.len()].copy_from_slice(p);
+    id[p.len()..p.len() + d.len()].copy_from_slice(d);
+    // ASCII only: the prefix is hex, the counter decimal.
+    AttemptId::from(std::str::from_utf8(&id[..p.len() + d.len()]).unwrap_or("att"))
 }
 
 /// What settling an attempt needs, before it is admitted.
@@ -243,5 +225,28 @@ fn report(sink: &dyn UsageSink, mut record: UsageRecord, state: Option<AttemptSt
             record.outcome = state;
             sink.record(record);
         }
+    }
+}
+
+#[cfg(test)]
+mod attempt_id_tests {
+    use super::next_attempt_id;
+
+    #[test]
+    fn b4_attempt_ids_are_unique_and_shaped_prefix_then_counter() {
+        let ids: Vec<_> = (0..1000).map(|_| next_attempt_id()).collect();
+        let unique: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len());
+        let mut last = 0u64;
+        for id in &ids {
+            let rest = id.strip_prefix("att-").expect("att- prefix");
+            let (hex, n) = rest.split_once('-').expect("prefix-counter");
+            assert_eq!(hex.len(), 16, "{id}");
+            assert!(hex.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
+            let n: u64 = n.parse().expect("decimal counter");
+            assert!(n > last, "{id} after {last}");
+            last = n;
+        }
+        assert!(ids.iter().all(|id| id[..21] == ids[0][..21]));
     }
 }
