@@ -528,6 +528,13 @@ impl Scanner {
 /// `Some(value)` for a valid number (`value` is `None` unless it is a non-negative
 /// number that fits a `u64`, fractions truncated); `None` for an invalid one.
 fn parse_number(s: &[u8]) -> Option<Option<u64>> {
+    // The usual case, a small non-negative integer (token counts): no UTF-8 check and no
+    // `str::parse`. Nineteen digits always fit a `u64`.
+    if !s.is_empty() && s.len() <= 19 && s.iter().all(u8::is_ascii_digit) {
+        return Some(Some(
+            s.iter().fold(0u64, |v, d| v * 10 + u64::from(d - b'0')),
+        ));
+    }
     let s = std::str::from_utf8(s).ok()?;
     if let Ok(v) = s.parse::<u64>() {
         return Some(Some(v));
@@ -544,6 +551,34 @@ fn parse_number(s: &[u8]) -> Option<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The integer fast path of `parse_number` agrees with `str::parse` on every length
+    /// around the `u64` limit, leading zeros included.
+    #[test]
+    fn w5_integer_fast_path_agrees_with_the_general_parse() {
+        let general = |s: &str| -> Option<Option<u64>> {
+            if let Ok(v) = s.parse::<u64>() {
+                return Some(Some(v));
+            }
+            let f: f64 = s.parse().ok()?;
+            Some((f.is_finite() && f >= 0.0).then_some(f as u64))
+        };
+        let mut cases: Vec<String> = vec!["0".into(), "007".into(), "42".into()];
+        for len in 1..=22 {
+            cases.push("9".repeat(len));
+            cases.push(format!("1{}", "0".repeat(len - 1)));
+        }
+        cases.push(u64::MAX.to_string());
+        cases.push("18446744073709551616".into());
+        for c in &cases {
+            assert_eq!(parse_number(c.as_bytes()), general(c), "{c}");
+        }
+        // Unchanged for everything else.
+        assert_eq!(parse_number(b"1.5"), Some(Some(1)));
+        assert_eq!(parse_number(b"-3"), Some(None));
+        assert_eq!(parse_number(b"2e3"), Some(Some(2000)));
+        assert_eq!(parse_number(b"-"), None);
+    }
 
     /// Records every event as text.
     #[derive(Default)]
