@@ -12,7 +12,9 @@ use tollgate_core::LayerKind;
 #[cfg(feature = "metrics")]
 mod bound {
     use super::LayerKind;
-    use metrics::{Gauge, Histogram};
+    use metrics::Gauge;
+    #[cfg(feature = "failover")]
+    use metrics::Histogram;
     use std::sync::OnceLock;
 
     /// The layers whose in-flight gauge is counted, in index order.
@@ -27,6 +29,7 @@ mod bound {
 
     pub(crate) struct Handles {
         in_flight: [Gauge; 6],
+        #[cfg(feature = "failover")]
         pub(crate) attempts: Histogram,
     }
 
@@ -35,6 +38,7 @@ mod bound {
     pub(crate) fn bind() {
         BOUND.get_or_init(|| Handles {
             in_flight: LAYERS.map(|l| metrics::gauge!("tollgate_in_flight", "layer" => l.as_str())),
+            #[cfg(feature = "failover")]
             attempts: metrics::histogram!("tollgate_attempts_per_request"),
         });
     }
