@@ -72,7 +72,7 @@ fn upstream_failed(why: &str) -> BoxError {
 
 /// Headers a client must not pass to a provider: its own credentials, hop-by-hop
 /// headers, and what the client library recomputes.
-const STRIP: [HeaderName; 11] = [
+const STRIP: [HeaderName; 14] = [
     header::AUTHORIZATION,
     // The answer is read for its usage on the way through: ask for it uncompressed
     // (a compressed body would leave every SDK request unsettled).
@@ -86,15 +86,18 @@ const STRIP: [HeaderName; 11] = [
     header::TRANSFER_ENCODING,
     header::UPGRADE,
     header::CONTENT_LENGTH,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
 ];
+
+/// The provider's request id, kept for support as `x-upstream-request-id`.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     for name in STRIP.iter() {
         h.remove(name);
     }
-    h.remove("keep-alive");
-    h.remove("proxy-connection");
-    h.remove("proxy-authorization");
 }
 
 /// The upstream URI: the channel's base URL + the client's path and query, without a
@@ -213,7 +216,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
             strip_hop_by_hop(&mut rparts.headers);
             // The answer carries the gateway's request id (E3); the provider's is kept
             // for support under its own name.
-            if let Some(theirs) = rparts.headers.remove("x-request-id") {
+            if let Some(theirs) = rparts.headers.remove(X_REQUEST_ID) {
                 rparts.headers.insert("x-upstream-request-id", theirs);
             }
             let success = rparts.status.is_success();
@@ -372,5 +375,37 @@ impl Body for ForwardBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p2_client_credentials_and_hop_by_hop_headers_never_reach_the_provider() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer sk-client"),
+            ("x-api-key", "sk-client"),
+            ("x-goog-api-key", "sk-client"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("proxy-connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("connection", "keep-alive"),
+            ("te", "trailers"),
+            ("accept-encoding", "gzip"),
+            ("content-length", "12"),
+            ("host", "gateway.example"),
+            ("content-type", "application/json"),
+            ("anthropic-version", "2023-06-01"),
+            ("x-request-id", "tg-1"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["anthropic-version", "content-type", "x-request-id"]);
     }
 }

@@ -1,4 +1,8 @@
 use super::future::{Deferred, ResponseFuture};
+
+/// The request id header (the usage record's idempotency key), as a header name built
+/// at compile time.
+const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 use super::layer::Shared;
 use super::{Attempt, BillingGuard, BillingProfile, Settlement, UsageRecord, next_attempt_id};
 use crate::BoxError;
@@ -157,7 +161,7 @@ where
             attempt,
             idempotency_key: req
                 .headers()
-                .get("x-request-id")
+                .get(X_REQUEST_ID)
                 .and_then(|v| v.to_str().ok())
                 .map(Into::into),
             usage: None,

@@ -134,6 +134,11 @@ pub struct FallbackRequest<B> {
 /// Request header naming a conversation, pinned to one channel (F9).
 pub const CONVERSATION_HEADER: &str = "x-tollgate-conversation";
 
+// The same names as header names, built at compile time (a lookup by `&str` parses the
+// name on every request).
+const CONVERSATION: HeaderName = HeaderName::from_static(CONVERSATION_HEADER);
+const DEADLINE: HeaderName = HeaderName::from_static(crate::DEADLINE_HEADER);
+
 /// What a frame held before the first content chunk is (F4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkKind {
@@ -428,13 +433,13 @@ where
     let mut switched = false;
     let conversation: Option<Arc<str>> = parts
         .headers
-        .get(HeaderName::from_static(CONVERSATION_HEADER))
+        .get(CONVERSATION)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 256)
         .map(Arc::from);
     let deadline = parts
         .headers
-        .get(crate::DEADLINE_HEADER)
+        .get(DEADLINE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_millis)
