@@ -14,7 +14,6 @@ use crate::clock::{Clock, Millis};
 use crate::slots::LeaseId;
 use crate::store::StoreResult;
 use crate::store::memory::MemoryStore;
-use crate::subject::SubjectKey;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::{Future, Ready, ready};
@@ -119,15 +118,6 @@ pub trait CapacityStore: Clone + Send + Sync + 'static {
     fn in_flight(&self, channel: &str) -> Self::Future<u32>;
 }
 
-/// The key a channel's leases live under in the in-memory store's lease map. The NUL
-/// bytes keep it apart from every subject key a header could carry.
-fn channel_key(channel: &str) -> SubjectKey {
-    let mut k = String::with_capacity(channel.len() + 10);
-    k.push_str("\0capacity\0");
-    k.push_str(channel);
-    SubjectKey::from(k)
-}
-
 /// Channel leases share the store's lease map (and lease ids, clock and bounds) with
 /// the slot leases, under keys no subject can have: each channel is one more entry in
 /// [`MemoryStats::slot_entries`](crate::store::memory::MemoryStats) while it has live
@@ -142,27 +132,21 @@ impl<C: Clock> CapacityStore for MemoryStore<C> {
         ttl: Millis,
     ) -> Self::Future<Option<LeaseId>> {
         ready(Ok(
-            match self.acquire_now(&self.channel_key(channel, channel_key), capacity, ttl) {
+            match self.acquire_now(&self.channel_key(channel), capacity, ttl) {
                 crate::SlotDecision::Acquired(id) => Some(id),
                 crate::SlotDecision::Full { .. } => None,
             },
         ))
     }
     fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
-        ready(Ok(self.renew_now(
-            &self.channel_key(channel, channel_key),
-            lease,
-            ttl,
-        )))
+        ready(Ok(self.renew_now(&self.channel_key(channel), lease, ttl)))
     }
     fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
-        self.release_now(&self.channel_key(channel, channel_key), lease);
+        self.release_now(&self.channel_key(channel), lease);
         ready(Ok(()))
     }
     fn in_flight(&self, channel: &str) -> Self::Future<u32> {
-        ready(Ok(
-            self.in_flight_now(&self.channel_key(channel, channel_key))
-        ))
+        ready(Ok(self.in_flight_now(&self.channel_key(channel))))
     }
 }
 
@@ -493,6 +477,7 @@ pub mod conformance {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::subject::SubjectKey;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;

@@ -9,38 +9,37 @@ use tollgate_core::StoreResult;
 /// in-memory store finishes right there, with no task and no allocation — and spawned
 /// on the current tokio runtime if it is still pending. Failures are logged, never
 /// silently lost; a lease that could not be released still expires by its TTL.
-pub(crate) fn detach<F>(mut fut: F, what: &'static str)
+pub(crate) fn detach<F, T>(fut: F, what: &'static str)
 where
-    F: Future<Output = StoreResult<()>> + Send + Unpin + 'static,
+    F: Future<Output = StoreResult<T>> + Send + Unpin + 'static,
+    T: Send + 'static,
+{
+    detach_then(fut, what, drop);
+}
+
+/// [`detach`], then `then` with the answer (in place, or on the spawned task).
+pub(crate) fn detach_then<F, T>(
+    mut fut: F,
+    what: &'static str,
+    then: impl FnOnce(T) + Send + 'static,
+) where
+    F: Future<Output = StoreResult<T>> + Send + Unpin + 'static,
+    T: Send + 'static,
 {
     match poll_now(&mut fut) {
-        Some(Ok(())) => {}
+        Some(Ok(v)) => then(v),
         Some(Err(e)) => tracing::warn!(error = %e, "{what} failed"),
         None => match tokio::runtime::Handle::try_current() {
             Ok(h) => {
                 h.spawn(async move {
-                    if let Err(e) = fut.await {
-                        tracing::warn!(error = %e, "{what} failed");
+                    match fut.await {
+                        Ok(v) => then(v),
+                        Err(e) => tracing::warn!(error = %e, "{what} failed"),
                     }
                 });
             }
             Err(_) => tracing::warn!("{what} dropped: no tokio runtime to finish it on"),
         },
-    }
-}
-
-/// Maps a store future's output to `()` so it can be detached.
-#[cfg(feature = "billing")]
-pub(crate) struct Discard<F>(pub(crate) F);
-
-#[cfg(feature = "billing")]
-impl<F, T> Future for Discard<F>
-where
-    F: Future<Output = StoreResult<T>> + Unpin,
-{
-    type Output = StoreResult<()>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|r| r.map(drop))
     }
 }
 

@@ -308,19 +308,17 @@ impl<C: Clock> MemoryStore<C> {
 
     // Synchronous forms, used by the trait impls and by callers that want no future.
 
-    /// The lease-map key of capacity channel `channel`, from a cache: building it is
-    /// two allocations, and every request takes and gives back one channel lease. At
-    /// most [`CHANNEL_KEYS`] names are kept (channels come from configuration).
-    pub(crate) fn channel_key(
-        &self,
-        channel: &str,
-        build: impl FnOnce(&str) -> SubjectKey,
-    ) -> SubjectKey {
+    /// The key capacity channel `channel`'s leases live under in the lease map (the
+    /// NUL bytes keep it apart from every subject key a header could carry), from a
+    /// cache: building it is two allocations, and every request takes and gives back
+    /// one channel lease. At most [`CHANNEL_KEYS`] names are kept (channels come from
+    /// configuration).
+    pub(crate) fn channel_key(&self, channel: &str) -> SubjectKey {
         let keys = &self.inner.channel_keys;
         if let Some(k) = keys.read().unwrap_or_else(|e| e.into_inner()).get(channel) {
             return k.clone();
         }
-        let key = build(channel);
+        let key = SubjectKey::from(format!("\0capacity\0{channel}"));
         let mut keys = keys.write().unwrap_or_else(|e| e.into_inner());
         if keys.len() < CHANNEL_KEYS {
             keys.insert(channel.into(), key.clone());

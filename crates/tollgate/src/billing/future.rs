@@ -3,7 +3,7 @@ use super::service::decide;
 use super::{BillingGuard, Settlement};
 use crate::BoxError;
 use crate::body::HoldBody;
-use crate::spawn::{Discard, detach};
+use crate::spawn::detach;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -28,10 +28,8 @@ impl<S, ReqB, St: BillingStore, C> Drop for Deferred<S, ReqB, St, C> {
         // nothing if it had not.
         if let Some(s) = self.settlement.take() {
             detach(
-                Discard(
-                    s.store
-                        .settle_attempt(&s.template.attempt, BillingOutcome::Refund),
-                ),
+                s.store
+                    .settle_attempt(&s.template.attempt, BillingOutcome::Refund),
                 "refund of an abandoned billing decision",
             );
         }

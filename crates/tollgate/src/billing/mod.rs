@@ -34,7 +34,7 @@ pub use layer::BillingGateLayer;
 pub use service::BillingGate;
 
 use crate::body::Hold;
-use crate::spawn::detach;
+use crate::spawn::detach_then;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{
@@ -199,22 +199,12 @@ impl<St: BillingStore> Drop for BillingGuard<St> {
         let mut record = self.s.template.clone();
         record.usage = usage;
         record.channel = self.s.recorder.channel();
-        let mut settle = self.s.store.settle_attempt(&record.attempt, outcome);
-        // The in-memory store settles right here: record at once, no task, no box.
-        match crate::spawn::poll_now(&mut settle) {
-            Some(Ok(state)) => report(&*self.s.sink, record, state),
-            Some(Err(e)) => tracing::warn!(error = %e, "billing settlement failed"),
-            None => {
-                let sink = self.s.sink.clone();
-                detach(
-                    Box::pin(async move {
-                        report(&*sink, record, settle.await?);
-                        Ok(())
-                    }),
-                    "billing settlement",
-                );
-            }
-        }
+        let settle = self.s.store.settle_attempt(&record.attempt, outcome);
+        let sink = self.s.sink.clone();
+        // The in-memory store settles right here: recorded at once, no task, no box.
+        detach_then(settle, "billing settlement", move |state| {
+            report(&*sink, record, state)
+        });
     }
 }
 

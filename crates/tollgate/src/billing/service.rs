@@ -7,7 +7,7 @@ use super::layer::Shared;
 use super::{Attempt, BillingGuard, BillingProfile, Settlement, UsageRecord, next_attempt_id};
 use crate::BoxError;
 use crate::body::HoldBody;
-use crate::spawn::{Discard, detach, poll_now};
+use crate::spawn::{detach, poll_now};
 use http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -72,7 +72,7 @@ pub(crate) fn decide<St: BillingStore, C>(
 ) -> Result<bool, Rejection> {
     if answer.is_err() {
         detach(
-            Discard(shared.store.settle_attempt(attempt, BillingOutcome::Refund)),
+            shared.store.settle_attempt(attempt, BillingOutcome::Refund),
             "refund of an attempt whose reservation answer was lost",
         );
     }
