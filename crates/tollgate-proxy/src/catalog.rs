@@ -34,14 +34,22 @@ pub struct Route {
 /// Maps looked up by model name on every request (names come from configuration).
 type Map<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
-/// The weighted round-robin choices for one model and client dialect: each channel
-/// with its weight and the candidate list it heads (itself, then the others of its
-/// failover group), built once so a request takes a reference-counted list instead of
-/// building one.
+/// The weighted round-robin choices for one model and client dialect, built once so
+/// a request takes a reference-counted list instead of building one.
 #[derive(Debug, Default)]
 struct Choices {
     total: u64,
-    picks: Vec<(u64, Candidates)>,
+    picks: Vec<Pick>,
+}
+
+/// One channel a request may be sent to first: its route, its weight, and the
+/// candidates it heads (itself, then the others of its failover group, in channel
+/// order; F1, Q2) as the layers read them.
+#[derive(Debug)]
+struct Pick {
+    first: Arc<Route>,
+    weight: u64,
+    list: Candidates,
 }
 
 /// Everything the request path needs to know about models and channels.
@@ -108,50 +116,38 @@ impl Catalog {
         self.models.keys().map(String::as_str)
     }
 
-    /// Whether any channel serves `model` at all (else 50201, a configuration problem).
-    pub fn has_channel(&self, model: &str) -> bool {
-        self.routes.get(model).is_some_and(|r| !r.is_empty())
+    /// Whether a channel serves `model` for a `dialect` client. Takes no round-robin
+    /// turn (a check must not shift which channel the next request gets).
+    pub fn serves(&self, model: &str, dialect: Dialect) -> bool {
+        self.choices
+            .get(model)
+            .is_some_and(|c| c[dialect_index(dialect)].total > 0)
     }
 
     /// The channels that may serve `model` for a `dialect` client, in order of
     /// preference: the weighted round-robin pick first, then the others of the same
-    /// failover group (Q2, F1).
-    pub fn candidates(&self, model: &str, dialect: Dialect) -> Vec<Arc<Route>> {
-        let Some(first) = self.pick(model, dialect) else {
-            return Vec::new();
-        };
-        let mut v = vec![first.clone()];
-        v.extend(
-            self.routes
-                .get(model)
-                .into_iter()
-                .flatten()
-                .filter(|r| {
-                    r.dialect == dialect
-                        && r.weight > 0
-                        && r.group == first.group
-                        && !Arc::ptr_eq(r, &first)
-                })
-                .cloned(),
-        );
-        v
+    /// failover group (Q2, F1). Built once: no allocation per request.
+    pub fn candidate_list(&self, model: &str, dialect: Dialect) -> Option<Candidates> {
+        self.choose(model, dialect).map(|p| p.list.clone())
     }
 
-    /// [`candidates`](Self::candidates) as the layers read them (the same weighted
-    /// round-robin pick), from lists built once: no allocation per request.
-    pub fn candidate_list(&self, model: &str, dialect: Dialect) -> Option<Candidates> {
+    /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
+    pub fn pick(&self, model: &str, dialect: Dialect) -> Option<Arc<Route>> {
+        self.choose(model, dialect).map(|p| p.first.clone())
+    }
+
+    /// The next weighted round-robin turn for `model` and `dialect`.
+    fn choose(&self, model: &str, dialect: Dialect) -> Option<&Pick> {
         let c = &self.choices.get(model)?[dialect_index(dialect)];
         if c.total == 0 {
             return None;
         }
         let mut ticket = self.next.fetch_add(1, Ordering::Relaxed) as u64 % c.total;
-        for (weight, list) in &c.picks {
-            if ticket < *weight {
-                return Some(list.clone());
-            }
-            ticket -= weight;
-        }
-        None
+        c.picks.iter().find(|p| {
+            let hit = ticket < p.weight;
+            ticket = ticket.saturating_sub(p.weight);
+            hit
+        })
     }
 
     /// The route of a channel by name, among those serving `model`.
@@ -161,28 +157,6 @@ impl Catalog {
             .iter()
             .find(|r| &*r.name == name)
             .cloned()
-    }
-
-    /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
-    pub fn pick(&self, model: &str, dialect: Dialect) -> Option<Arc<Route>> {
-        let candidates: Vec<&Arc<Route>> = self
-            .routes
-            .get(model)?
-            .iter()
-            .filter(|r| r.dialect == dialect && r.weight > 0)
-            .collect();
-        let total: u64 = candidates.iter().map(|r| u64::from(r.weight)).sum();
-        if total == 0 {
-            return None;
-        }
-        let mut ticket = self.next.fetch_add(1, Ordering::Relaxed) as u64 % total;
-        for r in &candidates {
-            if ticket < u64::from(r.weight) {
-                return Some((*r).clone());
-            }
-            ticket -= u64::from(r.weight);
-        }
-        None
     }
 }
 
@@ -202,8 +176,7 @@ fn dialect_index(d: Dialect) -> usize {
     }
 }
 
-/// The round-robin choices among `routes` for a `dialect` client: the same order and
-/// groups as [`Catalog::candidates`].
+/// The round-robin choices among `routes` for a `dialect` client.
 fn choices(routes: &[Arc<Route>], dialect: Dialect) -> Choices {
     let eligible: Vec<&Arc<Route>> = routes
         .iter()
@@ -224,11 +197,15 @@ fn choices(routes: &[Arc<Route>], dialect: Dialect) -> Choices {
                     capacity: r.capacity,
                 })
                 .collect::<Vec<_>>();
-            (u64::from(first.weight), Candidates(list.into()))
+            Pick {
+                first: Arc::clone(first),
+                weight: u64::from(first.weight),
+                list: Candidates(list.into()),
+            }
         })
         .collect::<Vec<_>>();
     Choices {
-        total: picks.iter().map(|(w, _)| w).sum(),
+        total: picks.iter().map(|p| p.weight).sum(),
         picks,
     }
 }
@@ -366,17 +343,18 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
         for (got, want) in seen.iter().zip(expect) {
             assert_eq!(got, want, "{seen:?}");
         }
-        // The same lists, in the same turn, as the per-request builder gives.
-        let (built, listed) = (catalog(), catalog());
-        for _ in 0..8 {
-            let b: Vec<String> = built
-                .candidates("m", Dialect::OpenAi)
-                .iter()
-                .map(|r| r.name.to_string())
-                .collect();
-            let l = names(&listed.candidate_list("m", Dialect::OpenAi).unwrap());
-            assert_eq!(b, l);
-        }
+        // The forwarder's own pick (no capacity layer) takes the same turns.
+        let picked = catalog();
+        let firsts: Vec<String> = (0..8)
+            .map(|_| picked.pick("m", Dialect::OpenAi).unwrap().name.to_string())
+            .collect();
+        assert_eq!(firsts, ["a", "a", "b", "c", "a", "a", "b", "c"]);
+        // Checking whether a model is served takes no turn.
+        assert!(cat.serves("m", Dialect::OpenAi) && !cat.serves("m", Dialect::Gemini));
+        assert_eq!(
+            names(&cat.candidate_list("m", Dialect::OpenAi).unwrap()),
+            ["a", "b"]
+        );
         assert_eq!(
             names(&cat.candidate_list("m", Dialect::Anthropic).unwrap()),
             ["d"]

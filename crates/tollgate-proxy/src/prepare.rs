@@ -247,7 +247,7 @@ pub fn fallback_refusal(
     if key.is_some_and(|k| !k.models.is_empty() && !k.models.iter().any(|x| x == to)) {
         return Some("not allowed for the key");
     }
-    if catalog.candidates(to, dialect).is_empty() {
+    if !catalog.serves(to, dialect) {
         return Some("no channel in the client's dialect");
     }
     None

@@ -542,3 +542,28 @@ async fn f4_held_json_answer_keeps_its_content_length_and_a_stream_claims_none()
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q2_checking_a_fallback_offer_takes_no_round_robin_turn() {
+    // Two equal channels for gpt-4o-mini, whose fallback gpt-4o has its own channel.
+    // Checking the fallback's contract on every request must not advance the weighted
+    // round-robin: the requests still alternate between `one` and `two`.
+    let cfg = config("", &["one", "two"], "").replace(
+        "[models.gpt-4o-mini]",
+        "[channels.three]\nvendor = \"openai\"\nbase_url = \"fake://\"\ncredential = \"cred-three\"\nmodels = [\"gpt-4o\"]\n\n[models.gpt-4o]\nprice = { input_per_mtok = 1_000_000, output_per_mtok = 1_000_000 }\nmax_output_tokens = 16\n\n[models.gpt-4o-mini]\nfallback = \"gpt-4o\"",
+    );
+    let p = Proxy::start(&cfg).await;
+    for _ in 0..6 {
+        let r = send(p.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let s = p.fake.stats();
+    assert_eq!(
+        (
+            s.calls_for("cred-one"),
+            s.calls_for("cred-two"),
+            s.calls_for("cred-three")
+        ),
+        (3, 3, 0)
+    );
+}
