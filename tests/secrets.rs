@@ -247,47 +247,15 @@ async fn no_credential_in_logs_responses_or_metrics() {
         )
         .await,
     );
-    // A wrong key, a malformed body.
-    answers.push(
-        fetch(
-            addr,
-            "POST",
-            "/v1/chat/completions",
-            &[("authorization", "Bearer sk-nope")],
-            "{}",
-        )
-        .await,
-    );
-    answers.push(
-        fetch(
-            addr,
-            "POST",
-            "/v1/chat/completions",
-            &[("authorization", bearer.as_str())],
-            "{not json",
-        )
-        .await,
-    );
-    answers.push(
-        fetch(
-            addr,
-            "GET",
-            "/usage",
-            &[("authorization", bearer.as_str())],
-            "",
-        )
-        .await,
-    );
-    answers.push(
-        fetch(
-            addr,
-            "GET",
-            "/v1/models",
-            &[("authorization", bearer.as_str())],
-            "",
-        )
-        .await,
-    );
+    // A wrong key, a malformed body, the key's usage and the model list.
+    for (method, path, auth, body) in [
+        ("POST", "/v1/chat/completions", "Bearer sk-nope", "{}"),
+        ("POST", "/v1/chat/completions", bearer.as_str(), "{not json"),
+        ("GET", "/usage", bearer.as_str(), ""),
+        ("GET", "/v1/models", bearer.as_str(), ""),
+    ] {
+        answers.push(fetch(addr, method, path, &[("authorization", auth)], body).await);
+    }
     let admin = format!("Bearer {ADMIN}");
     let channels = fetch(
         addr,

@@ -298,10 +298,14 @@ where
 }
 
 /// The tracing span of one request: method, path (never the query) and request id.
+/// Nothing is looked up when debug spans are off.
 fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
+    if tracing::level_filters::LevelFilter::current() < tracing::Level::DEBUG {
+        return tracing::Span::none();
+    }
     let id = req
         .headers()
-        .get("x-request-id")
+        .get(http::header::HeaderName::from_static("x-request-id"))
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     tracing::debug_span!("request", method = %req.method(), path = req.uri().path(), id)
