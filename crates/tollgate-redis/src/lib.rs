@@ -41,6 +41,7 @@
 
 mod billing;
 mod codec;
+mod conn;
 mod cooldowns;
 mod options;
 mod scripts;
@@ -49,8 +50,8 @@ mod store;
 pub use billing::MAX_EXACT_MONEY;
 pub use cooldowns::CooldownSync;
 pub use options::{
-    DEFAULT_AMOUNT_TTL, DEFAULT_BILLING_TAG, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DEADLINE,
-    DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
+    DEFAULT_AMOUNT_TTL, DEFAULT_BILLING_TAG, DEFAULT_BUSY_LIMIT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DEADLINE, DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
 };
 pub use redis;
 pub use store::{RedisStore, RedisStoreFuture};

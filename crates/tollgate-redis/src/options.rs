@@ -13,6 +13,9 @@ pub const DEFAULT_BILLING_TAG: &str = "billing";
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
 /// Default life of amount-cap state after its last change (W6): 400 days.
 pub const DEFAULT_AMOUNT_TTL: Duration = Duration::from_secs(400 * 86_400);
+/// Default longest wait of one store call on a Redis that keeps answering other calls
+/// (D8): a busy Redis delays a decision this long at most before it counts as failed.
+pub const DEFAULT_BUSY_LIMIT: Duration = Duration::from_millis(500);
 /// Default timeout of one connection attempt.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Default longest pause between two reconnection attempts.
@@ -35,6 +38,7 @@ pub struct RedisStoreOptions {
     pub(crate) prefix: String,
     pub(crate) billing_tag: String,
     pub(crate) deadline: Duration,
+    pub(crate) busy_limit: Duration,
     pub(crate) instance_id: Option<String>,
     pub(crate) amount_ttl: Duration,
     pub(crate) time: TimeSource,
@@ -73,6 +77,7 @@ impl Default for RedisStoreOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             billing_tag: DEFAULT_BILLING_TAG.to_owned(),
             deadline: DEFAULT_DEADLINE,
+            busy_limit: DEFAULT_BUSY_LIMIT,
             instance_id: None,
             amount_ttl: DEFAULT_AMOUNT_TTL,
             time: TimeSource::Server,
@@ -110,11 +115,23 @@ impl RedisStoreOptions {
         self
     }
 
-    /// Deadline of every store call, from the moment the call is made (default 20 ms,
-    /// D4). A call that has no answer by then returns
-    /// [`StoreErrorKind::Timeout`](tollgate_core::StoreErrorKind::Timeout).
+    /// Deadline of every store call (default 20 ms, D4): a call fails with
+    /// [`StoreErrorKind::Timeout`](tollgate_core::StoreErrorKind::Timeout) once Redis
+    /// has been *silent* that long — no reply to any call of this store since the call
+    /// was made, or since the last reply. A stalled or vanished Redis thus costs each
+    /// call at most the deadline (T5), while a Redis that is slow because it is busy,
+    /// and keeps answering, delays calls instead of failing them (D8), up to
+    /// [`busy_limit`](Self::busy_limit).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
+        self
+    }
+
+    /// Longest wait of one call while Redis keeps answering other calls (default
+    /// 500 ms; never below the deadline). Past it the call fails as a timeout even
+    /// though Redis is alive (on a Cluster: one node stalled while the others answer).
+    pub fn busy_limit(mut self, limit: Duration) -> Self {
+        self.busy_limit = limit;
         self
     }
 

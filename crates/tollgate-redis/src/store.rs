@@ -1,6 +1,7 @@
 //! [`RedisStore`]: the store traits of tollgate-core on Redis.
 
 use crate::codec::{self, AdmitReply, Doubles};
+use crate::conn::{Conn, Endpoint, GaveUp, Liveness, says_cluster};
 use crate::options::{RedisStoreOptions, TimeSource};
 use crate::scripts::{SCRIPTS, Scripts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tollgate_core::{
     Admission, Demand, LeaseId, LimitView, Millis, Outcome, Policy, Scope, SlotDecision, SlotStore,
     StoreError, StoreErrorKind, StoreResult, SubjectKey, WindowStore, WindowTicket,
@@ -44,17 +45,45 @@ impl<T> fmt::Debug for RedisStoreFuture<T> {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
     /// `<prefix>:{<billing tag>}:`, the start of every billing key.
     billing: String,
     instance: String,
     next_lease: AtomicU64,
     deadline: Duration,
+    busy_limit: Duration,
     connect_timeout: Duration,
     amount_ttl_ms: Millis,
     time: TimeSource,
     breaker: Breaker,
+    liveness: Liveness,
+}
+
+impl Inner {
+    /// Awaits one Redis call made at `start` under the store's deadline (see
+    /// [`Liveness::bounded`]) and classifies its failure.
+    async fn bounded<T>(
+        &self,
+        start: Instant,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> StoreResult<T> {
+        match self
+            .liveness
+            .bounded(start, self.deadline, self.busy_limit, fut)
+            .await
+        {
+            Ok(r) => r.map_err(map_err),
+            Err(GaveUp::Silent) => Err(timeout(self.deadline)),
+            Err(GaveUp::Busy) => Err(StoreError::new(
+                StoreErrorKind::Timeout,
+                format!(
+                    "redis answered other calls but not this one within {} ms",
+                    self.busy_limit.as_millis()
+                ),
+            )),
+        }
+    }
 }
 
 /// Fail fast while Redis is known to be down (D4, T5): after a connection error, or
@@ -220,33 +249,92 @@ fn scripts() -> &'static Scripts {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`), loads the scripts and returns the
-    /// store. Fails if Redis cannot be reached within the options' connect timeout; use
+    /// Connects to `url`, loads the scripts and returns the store. Fails if Redis cannot
+    /// be reached within the options' connect timeout; use
     /// [`connect_lazy`](Self::connect_lazy) to start while Redis is down.
+    ///
+    /// `url` is one node (`redis://host:port/db`, `rediss://…` for TLS) or a
+    /// comma-separated list of the nodes of a Redis Cluster (D6). One node that belongs
+    /// to a Cluster (`INFO cluster` says `cluster_enabled:1`) is used as the Cluster's
+    /// seed: the store learns the other nodes from it.
     pub async fn connect(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
-        let store = Self::connect_lazy(url, options)?;
+        let nodes = match Endpoint::parse(url).map_err(protocol)? {
+            Endpoint::Cluster(nodes) => nodes,
+            Endpoint::Detect(url) if Self::is_cluster_node(&url, &options).await? => vec![url],
+            Endpoint::Detect(url) => {
+                let store = Self::connect_lazy(&url, options)?;
+                store.load_scripts().await?;
+                return Ok(store);
+            }
+        };
+        let store = Self::cluster_lazy(&nodes, options)?;
         store.load_scripts().await?;
         Ok(store)
+    }
+
+    /// Asks the node at `url` whether it runs in Cluster mode, within the connect
+    /// timeout.
+    async fn is_cluster_node(url: &str, options: &RedisStoreOptions) -> StoreResult<bool> {
+        let client =
+            redis::Client::open(url).map_err(|e| protocol(format!("redis url {url:?}: {e}")))?;
+        let limit = options.connect_timeout.max(options.deadline);
+        let ask = async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("INFO")
+                .arg("cluster")
+                .query_async::<String>(&mut c)
+                .await
+        };
+        match tokio::time::timeout(limit, ask).await {
+            Err(_) => Err(timeout(limit)),
+            Ok(r) => Ok(says_cluster(&r.map_err(map_err)?)),
+        }
     }
 
     /// A store that connects on first use and reconnects by itself; no I/O here. Calls
     /// fail with [`StoreError`] until Redis answers. Must be called inside a Tokio
     /// runtime.
+    ///
+    /// A comma-separated list of URLs is a Redis Cluster; one URL is a single node here
+    /// (telling a Cluster node apart needs I/O: use [`connect`](Self::connect), or
+    /// [`cluster_lazy`](Self::cluster_lazy) with that one URL).
     pub fn connect_lazy(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::new(StoreErrorKind::Protocol, format!("redis url: {e}")))?;
-        Self::from_client(client, options)
+        match Endpoint::parse(url).map_err(protocol)? {
+            Endpoint::Cluster(nodes) => Self::cluster_lazy(&nodes, options),
+            Endpoint::Detect(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| protocol(format!("redis url: {e}")))?;
+                Self::from_client(client, options)
+            }
+        }
     }
 
-    /// [`connect_lazy`](Self::connect_lazy) with a client configured by the caller
-    /// (TLS, credentials, RESP version). Must be called inside a Tokio runtime.
+    /// A store on the Redis Cluster that `nodes` belong to (any reachable one is enough
+    /// to find the rest), connecting in the background; no I/O here. `MOVED` / `ASK`
+    /// redirections and topology changes (a failover, a resharded slot) are followed by
+    /// the client; a call in flight during one fails at its deadline at worst. Must be
+    /// called inside a Tokio runtime.
+    pub fn cluster_lazy(nodes: &[String], options: RedisStoreOptions) -> StoreResult<Self> {
+        in_runtime()?;
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+            .connection_timeout(options.connect_timeout)
+            // Our own deadline bounds each call; the client's retries follow redirections
+            // and reconnect, each wait short so a call can still land within it.
+            .retries(4)
+            .min_retry_wait(2)
+            .max_retry_wait(options.reconnect_max_delay.as_millis().max(2) as u64)
+            .build()
+            .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
+        let config =
+            redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
+        let conn = client.get_pending_async_connection_with_config(config);
+        Ok(Self::with_conn(Conn::Cluster(conn), options))
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) with a single-node client configured by the
+    /// caller (TLS, credentials, RESP version). Must be called inside a Tokio runtime.
     pub fn from_client(client: redis::Client, options: RedisStoreOptions) -> StoreResult<Self> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                "RedisStore must be created inside a Tokio runtime",
-            ));
-        }
+        in_runtime()?;
         let config = ConnectionManagerConfig::new()
             .set_min_delay(Duration::from_millis(10))
             .set_exponent_base(2.0)
@@ -255,9 +343,13 @@ impl RedisStore {
             .set_connection_timeout(Some(options.connect_timeout))
             .set_pipeline_buffer_size(options.pipeline_buffer);
         let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
+        Ok(Self::with_conn(Conn::Node(conn), options))
+    }
+
+    fn with_conn(conn: Conn, options: RedisStoreOptions) -> Self {
         let instance = options.instance_id.unwrap_or_else(random_instance_id);
         let billing = format!("{}:{{{}}}:", options.prefix, options.billing_tag);
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 conn,
                 billing,
@@ -267,30 +359,55 @@ impl RedisStore {
                 // a lease released through the wrong store frees nothing.
                 next_lease: AtomicU64::new((random_u64() >> 2).max(1)),
                 deadline: options.deadline,
+                busy_limit: options.busy_limit,
                 connect_timeout: options.connect_timeout,
                 amount_ttl_ms: tollgate_core::clock::millis(options.amount_ttl),
                 time: options.time,
                 breaker: Breaker::new(),
+                liveness: Liveness::new(),
             }),
-        })
+        }
     }
 
-    /// Loads every script into the server's script cache (`SCRIPT LOAD`), bounded by
-    /// the connect timeout. [`connect`](Self::connect) does it; calls also reload a
-    /// missing script by themselves (after a restart or `SCRIPT FLUSH`).
+    /// True when the store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.conn.is_cluster()
+    }
+
+    /// Loads every script into the server's script cache (`SCRIPT LOAD`; on a Cluster,
+    /// on every master), bounded by the connect timeout. [`connect`](Self::connect)
+    /// does it; calls also reload a missing script by themselves (after a restart,
+    /// `SCRIPT FLUSH` or a failover to a replica that never saw it).
     pub async fn load_scripts(&self) -> StoreResult<()> {
         let s = scripts();
-        let mut pipe = redis::pipe();
-        for src in &s.sources {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(src.as_str());
-        }
         let mut conn = self.inner.conn.clone();
         let limit = self.inner.connect_timeout.max(self.inner.deadline);
-        let hashes: Vec<String> =
-            match tokio::time::timeout(limit, pipe.query_async(&mut conn)).await {
-                Err(_) => return Err(timeout(limit)),
-                Ok(r) => r.map_err(map_err)?,
-            };
+        let load = async {
+            if conn.is_cluster() {
+                // One command per script: the Cluster client sends `SCRIPT LOAD` to every
+                // master (a pipeline would go to one node).
+                let mut hashes = Vec::with_capacity(s.sources.len());
+                for src in &s.sources {
+                    let h: String = redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(src.as_str())
+                        .query_async(&mut conn)
+                        .await?;
+                    hashes.push(h);
+                }
+                Ok(hashes)
+            } else {
+                let mut pipe = redis::pipe();
+                for src in &s.sources {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(src.as_str());
+                }
+                pipe.query_async::<Vec<String>>(&mut conn).await
+            }
+        };
+        let hashes: Vec<String> = match tokio::time::timeout(limit, load).await {
+            Err(_) => return Err(timeout(limit)),
+            Ok(r) => r.map_err(map_err)?,
+        };
         if hashes.iter().map(String::as_str).ne(s.hashes()) {
             return Err(StoreError::new(
                 StoreErrorKind::Protocol,
@@ -370,19 +487,14 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        let deadline = Instant::now() + self.inner.deadline;
-        let limit = self.inner.deadline;
+        let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
             if let Some(e) = inner.breaker.check() {
                 return Err(e);
             }
-            let r = match timeout_at(deadline, cmd.query_async::<R>(&mut conn)).await {
-                Err(_) => Err(timeout(limit)),
-                Ok(Err(e)) => Err(map_err(e)),
-                Ok(Ok(r)) => Ok(r),
-            };
+            let r = inner.bounded(start, cmd.query_async::<R>(&mut conn)).await;
             inner.breaker.record(&r);
             decode(r?)
         })
@@ -401,8 +513,7 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        let deadline = Instant::now() + self.inner.deadline;
-        let limit = self.inner.deadline;
+        let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
@@ -420,11 +531,9 @@ impl RedisStore {
                 return Err(e);
             }
             // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
-            let r = match timeout_at(deadline, call.invoke_async::<R>(&mut conn)).await {
-                Err(_) => Err(timeout(limit)),
-                Ok(Err(e)) => Err(map_err(e)),
-                Ok(Ok(r)) => Ok(r),
-            };
+            let r = inner
+                .bounded(start, call.invoke_async::<R>(&mut conn))
+                .await;
             inner.breaker.record(&r);
             decode(r?)
         })
@@ -436,7 +545,7 @@ struct LateLease {
     armed: bool,
     slots: String,
     member: String,
-    conn: ConnectionManager,
+    conn: Conn,
 }
 
 impl Drop for LateLease {
@@ -461,6 +570,21 @@ impl Drop for LateLease {
 /// Retries of a failed release, and their spacing (about 5 s in all).
 const RELEASE_RETRIES: u32 = 20;
 const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(250);
+
+fn in_runtime() -> StoreResult<()> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                "RedisStore must be created inside a Tokio runtime",
+            )
+        })
+}
+
+fn protocol(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Protocol, message)
+}
 
 fn timeout(limit: Duration) -> StoreError {
     StoreError::new(
@@ -581,17 +705,16 @@ impl SlotStore for RedisStore {
         // dropped for a passing outage: it does not wait on the breaker, and if it
         // fails it is retried off the caller's path for a few seconds (the lease's TTL
         // is the last resort).
-        let deadline = Instant::now() + self.inner.deadline;
-        let limit = self.inner.deadline;
+        let start = Instant::now();
         let mut conn = self.inner.conn.clone();
+        let inner = self.inner.clone();
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(self.slots_key(key)).arg(self.member(lease));
         RedisStoreFuture::new(async move {
-            let r = match timeout_at(deadline, cmd.query_async::<i64>(&mut conn)).await {
-                Err(_) => Err(timeout(limit)),
-                Ok(Err(e)) => Err(map_err(e)),
-                Ok(Ok(_)) => Ok(()),
-            };
+            let r = inner
+                .bounded(start, cmd.query_async::<i64>(&mut conn))
+                .await
+                .map(drop);
             if r.is_err() {
                 tokio::spawn(async move {
                     for _ in 0..RELEASE_RETRIES {
