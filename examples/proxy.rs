@@ -109,12 +109,35 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let opts = RedisStoreOptions::default()
             .prefix(config.raw.store.prefix.clone())
             .deadline(config.raw.store.deadline.0);
-        // Lazy: the gateway starts while Redis is down and each layer applies its
-        // failure mode until it is back (D4).
-        let limits = RedisStore::connect_lazy(&url, opts)?;
+        // One node URL is asked whether it belongs to a Cluster; a comma-separated list
+        // is a Cluster (D6). When Redis cannot be reached at start the gateway still
+        // starts, lazily connected, and each layer applies its failure mode until it is
+        // back (D4).
+        let limits = match RedisStore::connect(&url, opts.clone()).await {
+            Ok(store) => {
+                let mode = if store.is_cluster() {
+                    "Redis Cluster"
+                } else {
+                    "single node"
+                };
+                tracing::info!(url = %url, mode, "connected to the Redis store");
+                store
+            }
+            Err(e) => {
+                tracing::warn!(
+                    url = %url,
+                    error = %e,
+                    "Redis unreachable at start: connecting lazily (one URL is taken as a \
+                     single node; list a Cluster's nodes comma-separated)"
+                );
+                RedisStore::connect_lazy(&url, opts)?
+            }
+        };
         // Provider cooldowns and disabled credentials reach every instance (D1, F6).
+        // Pub/sub messages reach every node of a Cluster: one node is enough.
+        let first = url.split(',').next().unwrap_or(&url).trim();
         let sync = Arc::new(CooldownSync::start(
-            tollgate_redis::redis::Client::open(url.as_str())?,
+            tollgate_redis::redis::Client::open(first)?,
             &config.raw.store.prefix,
             format!("gw-{}-{}", std::process::id(), SystemClock::new().now()),
         ));

@@ -81,6 +81,36 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
     }
 });
 
+/// The scripts as a Redis Cluster runs them: each with a `#!lua` shebang (Redis 7+),
+/// which declares it a write command. redis-rs marks every Cluster connection
+/// `READONLY` (so reads may go to replicas), and a replica serves a script *without*
+/// the shebang to such a connection instead of redirecting it: after a failover, the
+/// demoted master would answer every call with `READONLY` errors and the client would
+/// never learn the new topology. A write command gets `MOVED` to the new master, which
+/// makes the client refresh its slot map. In the order of [`Scripts::sources`].
+pub(crate) static CLUSTER_SCRIPTS: LazyLock<Vec<Script>> = LazyLock::new(|| {
+    SCRIPTS
+        .sources
+        .iter()
+        .map(|src| Script::new(&cluster_source(src)))
+        .collect()
+});
+
+/// A script's source as a Cluster runs it.
+pub(crate) fn cluster_source(src: &str) -> String {
+    ["#!lua\n", src].concat()
+}
+
+/// The Cluster variant of one of [`SCRIPTS`]' scripts.
+pub(crate) fn for_cluster(script: &'static Script) -> &'static Script {
+    let i = SCRIPTS
+        .hashes()
+        .iter()
+        .position(|h| *h == script.get_hash())
+        .expect("every script of the store is one of SCRIPTS");
+    &CLUSTER_SCRIPTS[i]
+}
+
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
     pub(crate) fn hashes(&self) -> [&str; 11] {

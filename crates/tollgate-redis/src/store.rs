@@ -3,7 +3,7 @@
 use crate::codec::{self, AdmitReply, Doubles};
 use crate::conn::{Conn, Endpoint, GaveUp, Liveness, says_cluster};
 use crate::options::{RedisStoreOptions, TimeSource};
-use crate::scripts::{SCRIPTS, Scripts};
+use crate::scripts::{CLUSTER_SCRIPTS, SCRIPTS, Scripts, cluster_source, for_cluster};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 use std::fmt;
@@ -390,7 +390,7 @@ impl RedisStore {
                 for src in &s.sources {
                     let h: String = redis::cmd("SCRIPT")
                         .arg("LOAD")
-                        .arg(src.as_str())
+                        .arg(cluster_source(src))
                         .query_async(&mut conn)
                         .await?;
                     hashes.push(h);
@@ -408,7 +408,12 @@ impl RedisStore {
             Err(_) => return Err(timeout(limit)),
             Ok(r) => r.map_err(map_err)?,
         };
-        if hashes.iter().map(String::as_str).ne(s.hashes()) {
+        let expected: Vec<&str> = if self.is_cluster() {
+            CLUSTER_SCRIPTS.iter().map(Script::get_hash).collect()
+        } else {
+            s.hashes().to_vec()
+        };
+        if hashes.iter().map(String::as_str).ne(expected) {
             return Err(StoreError::new(
                 StoreErrorKind::Protocol,
                 format!("SCRIPT LOAD returned unexpected hashes {hashes:?}"),
@@ -516,6 +521,11 @@ impl RedisStore {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
+        let script = if self.inner.conn.is_cluster() {
+            for_cluster(script)
+        } else {
+            script
+        };
         RedisStoreFuture::new(async move {
             let mut call = script.prepare_invoke();
             for k in &keys {

@@ -1,0 +1,301 @@
+//! The Redis store on a real Redis Cluster (D6): `redis-server --cluster-enabled yes`
+//! processes on loopback ports joined with `redis-cli --cluster create`.
+//!
+//! - The store conformance suite of tollgate-core (slots, windows, billing) and the
+//!   channel-capacity suite run unchanged on a 3-master Cluster, once reached through
+//!   one node URL (Cluster mode detected) and once through the comma-separated list.
+//! - Keys spread over the masters (D3): every script's keys are on one slot, different
+//!   subjects on different slots.
+//! - A master failing over to its replica under load (D6): no over-admission, every
+//!   call answered or failed within its deadline, and normal service within 1 s.
+
+#[path = "../../../tests/support/cluster.rs"]
+mod cluster;
+
+use cluster::RedisCluster;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tollgate_core::store::conformance::Harness;
+use tollgate_core::{
+    Clock, ManualClock, Millis, SlotDecision, SlotStore, StoreErrorKind, SubjectKey,
+};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
+
+/// The suites check decisions, not latency: a generous deadline keeps them from failing
+/// on a busy machine.
+fn options() -> RedisStoreOptions {
+    RedisStoreOptions::default().deadline(Duration::from_secs(2))
+}
+
+/// How the harness reaches the Cluster.
+#[derive(Clone, Copy)]
+enum Reach {
+    /// One node URL: the store must detect the Cluster.
+    OneNode,
+    /// Every master, comma-separated.
+    List,
+}
+
+struct ClusterHarness {
+    cluster: RedisCluster,
+    reach: Reach,
+    offset: Arc<AtomicU64>,
+    clock: Option<ManualClock>,
+}
+
+impl ClusterHarness {
+    fn new(reach: Reach, manual: bool) -> Self {
+        Self {
+            cluster: RedisCluster::start(3, 0),
+            reach,
+            offset: Arc::new(AtomicU64::new(0)),
+            // A start on no calendar boundary, as the in-memory suite uses.
+            clock: manual.then(|| ManualClock::new(1_700_000_000_123)),
+        }
+    }
+
+    async fn connect(&self, options: RedisStoreOptions) -> RedisStore {
+        let url = match self.reach {
+            Reach::OneNode => self.cluster.seed_url(),
+            Reach::List => self.cluster.comma_urls(),
+        };
+        let store = RedisStore::connect(&url, options)
+            .await
+            .expect("connect to the test cluster");
+        assert!(
+            store.is_cluster(),
+            "{url} is a Cluster: the store must say so"
+        );
+        store
+    }
+
+    fn options(&self) -> RedisStoreOptions {
+        match &self.clock {
+            Some(c) => options().manual_clock(c.clone()),
+            None => options().time_offset(self.offset.clone()),
+        }
+    }
+}
+
+impl Harness for ClusterHarness {
+    type Store = RedisStore;
+
+    /// Real time passing between the suite's calls on the server-time variant.
+    const SLACK_MS: Millis = 250;
+
+    async fn store(&self) -> RedisStore {
+        // "A store with no state": the suite's functions never share a store.
+        self.cluster.flush_all();
+        self.connect(self.options()).await
+    }
+
+    async fn advance(&self, d: Duration) {
+        match &self.clock {
+            Some(c) => c.advance(d),
+            None => {
+                self.offset
+                    .fetch_add(tollgate_core::clock::millis(d), Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn now(&self) -> Option<Millis> {
+        self.clock.as_ref().map(|c| c.now())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_conformance_suite_runs_unchanged_on_a_cluster_found_from_one_node() {
+    let h = ClusterHarness::new(Reach::OneNode, false);
+    tollgate_core::store::conformance::run_all(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_conformance_suite_runs_unchanged_on_a_cluster_named_by_a_list_exact_time() {
+    let h = ClusterHarness::new(Reach::List, true);
+    tollgate_core::store::conformance::run_all(&h).await;
+}
+
+mod capacity {
+    use super::*;
+    use tollgate_core::capacity::conformance::{Harness as CapacityHarness, run_all};
+
+    impl CapacityHarness for ClusterHarness {
+        type Store = RedisStore;
+        async fn store(&self) -> RedisStore {
+            self.cluster.flush_all();
+            self.connect(self.options()).await
+        }
+        async fn advance(&self, d: Duration) {
+            Harness::advance(self, d).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn d6_capacity_conformance_suite_runs_unchanged_on_a_cluster() {
+        run_all(&ClusterHarness::new(Reach::List, true)).await;
+    }
+}
+
+/// D3: per-subject keys spread over the masters, each subject's keys on one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d3_subjects_spread_over_the_masters_of_a_cluster() {
+    let c = RedisCluster::start(3, 0);
+    let store = RedisStore::connect(&c.seed_url(), options()).await.unwrap();
+    let mut masters = HashMap::new();
+    for i in 0..64 {
+        let key = SubjectKey::from(format!("key-{i}"));
+        let SlotDecision::Acquired(_) = store.acquire(&key, 1, 60_000).await.unwrap() else {
+            panic!("a fresh subject has a free slot");
+        };
+        let slot = cluster::key_slot(store.slots_key(&key).as_bytes());
+        *masters.entry(c.master_of_slot(slot)).or_insert(0) += 1;
+    }
+    assert_eq!(masters.len(), 3, "64 subjects on every master: {masters:?}");
+    let (total, _) = c.key_counts();
+    assert_eq!(total, 64, "one lease key per subject across the masters");
+}
+
+/// What the failover test measured.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    slowest_failure_us: AtomicU64,
+    violations: AtomicU64,
+}
+
+/// D6, T4, T5: a master fails over to its replica while 16 workers take and give back
+/// slots of 8 subjects (limit 2 each). No subject is ever over its limit, every call is
+/// answered or fails within its deadline (plus scheduling slack), and within 1 s of the
+/// failover every call succeeds again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_master_failover_under_load_loses_no_limit_and_recovers_within_a_second() {
+    const LIMIT: u32 = 2;
+    const SUBJECTS: usize = 8;
+    let deadline = Duration::from_millis(100);
+    let c = RedisCluster::start(3, 1);
+    let store = RedisStore::connect(&c.comma_urls(), options().deadline(deadline))
+        .await
+        .unwrap();
+    let held: Arc<Vec<AtomicI64>> = Arc::new((0..SUBJECTS).map(|_| AtomicI64::new(0)).collect());
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    // Failures after this instant (µs since `t0`) break "normal service within 1 s".
+    let t0 = Instant::now();
+    let late_failures = Arc::new(AtomicU64::new(0));
+    let recovered_after_us = Arc::new(AtomicU64::new(u64::MAX));
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (store, held, tally, stop) = (store.clone(), held.clone(), tally.clone(), stop.clone());
+        let (late, recovered) = (late_failures.clone(), recovered_after_us.clone());
+        workers.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            // Bounded: at most 20 s of work or 100k calls per worker.
+            while !stop.load(Ordering::Relaxed)
+                && n < 100_000
+                && t0.elapsed() < Duration::from_secs(20)
+            {
+                n += 1;
+                let s = (w + n as usize) % SUBJECTS;
+                let key = SubjectKey::from(format!("sub-{s}"));
+                let began = Instant::now();
+                match store.acquire(&key, LIMIT, 30_000).await {
+                    Ok(SlotDecision::Acquired(lease)) => {
+                        tally.ok.fetch_add(1, Ordering::Relaxed);
+                        let now_held = held[s].fetch_add(1, Ordering::SeqCst) + 1;
+                        if now_held > i64::from(LIMIT) {
+                            tally.violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        held[s].fetch_sub(1, Ordering::SeqCst);
+                        // A release that fails is retried by the store; the lease TTL is
+                        // the last resort. Either way the slot is no longer ours.
+                        let _ = store.release(&key, lease).await;
+                    }
+                    Ok(SlotDecision::Full { .. }) => {
+                        tally.ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        let took = began.elapsed().as_micros() as u64;
+                        tally.failed.fetch_add(1, Ordering::Relaxed);
+                        tally.slowest_failure_us.fetch_max(took, Ordering::Relaxed);
+                        assert!(
+                            matches!(
+                                e.kind(),
+                                StoreErrorKind::Timeout | StoreErrorKind::Unavailable
+                            ),
+                            "a failover fails calls as timeouts or unavailability, not {e}"
+                        );
+                        let at = t0.elapsed().as_micros() as u64;
+                        if std::env::var_os("TOLLGATE_DEBUG").is_some()
+                            && !e.to_string().contains("failing fast")
+                        {
+                            eprintln!("{at} us: {e}");
+                        }
+                        if at > recovered.load(Ordering::Relaxed) {
+                            late.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    // Load on every master, then fail over the master of subject 0's slot.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before_ok = tally.ok.load(Ordering::Relaxed);
+    assert!(before_ok > 0, "no call succeeded before the failover");
+    let slot = cluster::key_slot(store.slots_key(&SubjectKey::from("sub-0")).as_bytes());
+    let old = c.master_of_slot(slot);
+    let failover_started = t0.elapsed();
+    // Blocks this worker thread only: the workers go on on the other one.
+    let new = tokio::task::block_in_place(|| c.failover(old));
+    assert_ne!(new, old);
+    let failover_done = t0.elapsed();
+    // From 1 s after the new master took over, every call must succeed.
+    recovered_after_us.store(
+        (failover_done + Duration::from_secs(1)).as_micros() as u64,
+        Ordering::Relaxed,
+    );
+    let ok_at_failover = tally.ok.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let ok_after = tally.ok.load(Ordering::Relaxed) - ok_at_failover;
+    let failed = tally.failed.load(Ordering::Relaxed);
+    let slowest = Duration::from_micros(tally.slowest_failure_us.load(Ordering::Relaxed));
+    eprintln!(
+        "failover {failover_started:?}..{failover_done:?}: ok {} (after: {ok_after}), failed {failed}, \
+         slowest failure {slowest:?}",
+        tally.ok.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        tally.violations.load(Ordering::Relaxed),
+        0,
+        "a subject went over its limit"
+    );
+    assert!(
+        ok_after > 100,
+        "service resumed after the failover ({ok_after} calls)"
+    );
+    assert_eq!(
+        late_failures.load(Ordering::Relaxed),
+        0,
+        "calls still failed more than 1 s after the failover"
+    );
+    // A failure costs at most the deadline, plus scheduling slack on a busy 2-core box.
+    assert!(
+        slowest <= deadline + Duration::from_millis(50),
+        "a failed call took {slowest:?} (deadline {deadline:?})"
+    );
+    // Nothing left held: every lease of the run was released.
+    for s in 0..SUBJECTS {
+        let key = SubjectKey::from(format!("sub-{s}"));
+        let n = store.in_flight(&key).await.unwrap();
+        assert_eq!(n, 0, "subject {s} still has {n} leases");
+    }
+}
