@@ -134,13 +134,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         };
         // Provider cooldowns and disabled credentials reach every instance (D1, F6).
-        // Pub/sub messages reach every node of a Cluster: one node is enough.
-        let first = url.split(',').next().unwrap_or(&url).trim();
-        let sync = Arc::new(CooldownSync::start(
-            tollgate_redis::redis::Client::open(first)?,
+        let sync = Arc::new(CooldownSync::start_url(
+            &url,
             &config.raw.store.prefix,
             format!("gw-{}-{}", std::process::id(), SystemClock::new().now()),
-        ));
+        )?);
         let hook: tollgate_proxy::app::RegistryHook = Arc::new(move |r| sync.attach(r));
         let sc = &config.raw.store;
         let local_slots = sc.slots_failure == FailureModeConfig::Local;

@@ -193,11 +193,10 @@ where
     let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let redis = redis_store(&config, url, id);
     // As the example: provider cooldowns reach every instance (D1, F6).
-    let sync = Arc::new(tollgate_redis::CooldownSync::start(
-        tollgate_redis::redis::Client::open(url).expect("a redis:// URL"),
-        &config.raw.store.prefix,
-        id,
-    ));
+    let sync = Arc::new(
+        tollgate_redis::CooldownSync::start_url(url, &config.raw.store.prefix, id)
+            .expect("a redis:// URL"),
+    );
     let app = Gateway::new(config, store(redis))
         .on_registry(Arc::new(move |r| sync.attach(r)))
         .fake_upstream(fake.base_url())
@@ -687,10 +686,28 @@ const T4_CLIENTS: usize = 64;
 fn t4_two_instances_share_one_set_of_limits_under_load() {
     serial(async {
         let total = env_u64("TOLLGATE_LOAD_REQUESTS").unwrap_or(100_000);
+        let redis = RedisServer::start();
+        t4_two_instances(&redis.url(), total).await;
+    });
+}
+
+/// D6, T4: the same run on a 3-master Redis Cluster (20,000 requests unless
+/// `TOLLGATE_CLUSTER_LOAD_REQUESTS` says otherwise): the instances reach it through the
+/// comma-separated list of its masters.
+#[test]
+fn t4_two_instances_share_one_set_of_limits_on_a_redis_cluster() {
+    serial(async {
+        let total = env_u64("TOLLGATE_CLUSTER_LOAD_REQUESTS").unwrap_or(20_000);
+        let cluster = tollgate_tests::cluster::RedisCluster::start(3, 0);
+        t4_two_instances(&cluster.comma_urls(), total).await;
+    });
+}
+
+async fn t4_two_instances(url: &str, total: u64) {
+    {
         let seed = env_u64("TOLLGATE_LOAD_SEED").unwrap_or_else(|| Wall::new().us);
         eprintln!("T4: {total} requests, seed {seed} (TOLLGATE_LOAD_SEED={seed} to replay)");
 
-        let redis = RedisServer::start();
         let fake = FakeUpstream::builder()
             .recent_capacity(0)
             .start()
@@ -699,8 +716,8 @@ fn t4_two_instances_share_one_set_of_limits_under_load() {
         // A deadline long enough never to be hit: T4 counts decisions, and a decision
         // that timed out would fail open (D4) and admit past the limits by design.
         let text = config_text("[store]\ndeadline = \"2s\"\n", &T4_KEYS, "fake://");
-        let a = instance(&text, &redis.url(), "gw-a", &fake).await;
-        let b = instance(&text, &redis.url(), "gw-b", &fake).await;
+        let a = instance(&text, url, "gw-a", &fake).await;
+        let b = instance(&text, url, "gw-b", &fake).await;
         let addrs = [a.addr, b.addr];
         let client = http_client();
         let wall = Wall::new();
@@ -924,7 +941,7 @@ fn t4_two_instances_share_one_set_of_limits_under_load() {
             stats.cancelled,
             drained.as_secs_f64() * 1000.0
         );
-    });
+    }
 }
 
 // ------------------------------------------------------------------ T5: Redis dies

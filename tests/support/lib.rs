@@ -39,6 +39,7 @@ use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 
+pub mod cluster;
 pub mod example;
 pub mod redis;
 

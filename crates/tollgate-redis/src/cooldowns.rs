@@ -76,6 +76,20 @@ impl CooldownSync {
         Self { inner }
     }
 
+    /// [`start`](Self::start) on the store URL the [`RedisStore`](crate::RedisStore)
+    /// takes: one node, or a comma-separated list of a Cluster's nodes. On a Cluster
+    /// a message published on any node reaches the subscribers on every node, so the
+    /// first node of the list carries the sharing.
+    pub fn start_url(url: &str, prefix: &str, instance: impl Into<String>) -> Result<Self, String> {
+        let first = url
+            .split(',')
+            .map(str::trim)
+            .find(|s| !s.is_empty())
+            .unwrap_or(url);
+        let client = redis::Client::open(first).map_err(|e| format!("redis url {first:?}: {e}"))?;
+        Ok(Self::start(client, prefix, instance))
+    }
+
     /// Shares `registry`'s cooldowns from now on, in place of the registry attached
     /// before (a configuration reload builds a new one).
     pub fn attach(&self, registry: &Arc<UpstreamRegistry>) {
