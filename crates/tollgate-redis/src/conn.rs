@@ -17,9 +17,11 @@
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
+use tollgate_core::{StoreError, StoreErrorKind, StoreResult};
 
 /// One node or a Cluster; cheap to clone (both are handles to a shared driver task).
 #[derive(Clone)]
@@ -107,6 +109,184 @@ impl Endpoint {
 pub(crate) fn says_cluster(info: &str) -> bool {
     info.lines()
         .any(|l| l.trim().strip_prefix("cluster_enabled:") == Some("1"))
+}
+
+/// Fail fast while Redis is known to be down (D4, T5): after a connection error, or
+/// after [`Breaker::TRIP_AFTER`] timeouts in a row, calls fail at once for
+/// [`Breaker::OPEN_FOR`] instead of each waiting out its deadline — a request crosses
+/// up to three layers, and each would otherwise pay the deadline again. When the
+/// period ends the next calls probe Redis; one success closes the breaker.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    origin: std::time::Instant,
+    /// Microseconds since `origin` until which calls fail fast.
+    open_until: AtomicU64,
+    consecutive: std::sync::atomic::AtomicU32,
+}
+
+impl Breaker {
+    const TRIP_AFTER: u32 = 3;
+    const OPEN_FOR: Duration = Duration::from_millis(200);
+
+    pub(crate) fn new() -> Self {
+        Self {
+            origin: std::time::Instant::now(),
+            open_until: AtomicU64::new(0),
+            consecutive: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+    /// `Some(error)` while open.
+    pub(crate) fn check(&self) -> Option<StoreError> {
+        (self.now_us() < self.open_until.load(Ordering::Relaxed)).then(|| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                "redis is down (failing fast until the next probe)",
+            )
+        })
+    }
+    pub(crate) fn record<T>(&self, r: &StoreResult<T>) {
+        match r {
+            Ok(_) => self.consecutive.store(0, Ordering::Relaxed),
+            Err(e) => {
+                let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+                let trip = match e.kind() {
+                    StoreErrorKind::Unavailable => true,
+                    StoreErrorKind::Timeout => n >= Self::TRIP_AFTER,
+                    StoreErrorKind::Protocol => false,
+                };
+                if trip {
+                    let until = self.now_us() + Self::OPEN_FOR.as_micros() as u64;
+                    self.open_until.fetch_max(until, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Hash slots of a Redis Cluster.
+pub(crate) const SLOTS: usize = 16_384;
+
+/// Most Cluster nodes whose liveness is told apart; nodes beyond share one entry.
+const MAX_NODES: usize = 255;
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16/XMODEM of the key, or of
+/// its hash tag (the text between the first `{` and the next `}`, when not empty).
+pub(crate) fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % SLOTS as u16
+}
+
+/// Which node owns each hash slot (as last read from `CLUSTER SLOTS`), and one
+/// [`Liveness`] per node: on a Cluster, a node that is stalled must fail its own calls
+/// at the deadline even while the other nodes answer theirs (T5), and a node that is
+/// busy must not fail its calls because it was quiet for a while on some slot. Entry 0
+/// stands for "owner unknown" (before the first read, or past [`MAX_NODES`]).
+pub(crate) struct Nodes {
+    owner: Box<[AtomicU16]>,
+    names: Mutex<Vec<String>>,
+    live: Box<[Liveness]>,
+    breakers: Box<[Breaker]>,
+}
+
+impl Nodes {
+    pub(crate) fn new() -> Self {
+        Self {
+            owner: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            names: Mutex::new(Vec::new()),
+            live: (0..=MAX_NODES).map(|_| Liveness::new()).collect(),
+            breakers: (0..=MAX_NODES).map(|_| Breaker::new()).collect(),
+        }
+    }
+
+    /// The liveness of the node that owns `key`'s slot.
+    pub(crate) fn of(&self, key: &[u8]) -> &Liveness {
+        let node = self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed);
+        &self.live[usize::from(node)]
+    }
+
+    /// The breaker of the node that owns `key`'s slot: one node down fails its own
+    /// calls fast, not every node's.
+    pub(crate) fn breaker_of(&self, key: &[u8]) -> &Breaker {
+        let node = self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed);
+        &self.breakers[usize::from(node)]
+    }
+
+    /// Index (≥ 1) of the node `name` (`host:port`), 0 past [`MAX_NODES`].
+    fn index(&self, name: &str) -> u16 {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = names.iter().position(|n| n == name) {
+            return (i + 1) as u16;
+        }
+        if names.len() >= MAX_NODES {
+            return 0;
+        }
+        names.push(name.to_owned());
+        names.len() as u16
+    }
+
+    /// Takes the slot owners from a `CLUSTER SLOTS` reply; returns how many ranges it
+    /// read.
+    pub(crate) fn update(&self, reply: &Value) -> usize {
+        let Value::Array(ranges) = reply else {
+            return 0;
+        };
+        let mut read = 0;
+        for r in ranges {
+            let Value::Array(r) = r else { continue };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (r.first(), r.get(1), r.get(2))
+            else {
+                continue;
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                _ => continue,
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                continue;
+            };
+            let node = self.index(&format!("{host}:{port}"));
+            let last = SLOTS as i64 - 1;
+            for slot in (*start).clamp(0, last)..=(*end).clamp(0, last) {
+                self.owner[slot as usize].store(node, Ordering::Relaxed);
+            }
+            read += 1;
+        }
+        read
+    }
+}
+
+/// Keeps `nodes` up to date with the Cluster's slot owners: reads `CLUSTER SLOTS` now
+/// and every `every` until the store is dropped (the task holds a weak reference only).
+pub(crate) fn watch_topology(
+    conn: ClusterConnection,
+    nodes: std::sync::Weak<Nodes>,
+    every: Duration,
+    limit: Duration,
+) {
+    tokio::spawn(async move {
+        let mut conn = conn;
+        while nodes.strong_count() > 0 {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SLOTS");
+            let read = cmd.query_async::<Value>(&mut conn);
+            if let Ok(Ok(reply)) = tokio::time::timeout(limit, read).await {
+                let Some(n) = nodes.upgrade() else { return };
+                n.update(&reply);
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
 }
 
 /// When Redis last answered anything, shared by every call of a store.
@@ -216,6 +396,51 @@ mod tests {
         );
         assert!(Endpoint::parse("").is_err());
         assert!(Endpoint::parse("redis://a:1,http://b:2").is_err());
+    }
+
+    #[test]
+    fn d3_hash_slots_follow_the_cluster_rules() {
+        // Values from CLUSTER KEYSLOT on redis-server 7.
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"tollgate:{k}:slots"), hash_slot(b"k"));
+        // An empty tag is no tag: the whole key is hashed.
+        assert_eq!(
+            hash_slot(b"a{}b"),
+            crc16::State::<crc16::XMODEM>::calculate(b"a{}b") % 16384
+        );
+    }
+
+    #[test]
+    fn d6_slot_owners_are_read_from_cluster_slots() {
+        let nodes = Nodes::new();
+        let master = |port: i64| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |a: i64, b: i64, port: i64| {
+            Value::Array(vec![Value::Int(a), Value::Int(b), master(port)])
+        };
+        let key_in = |lo: u16, hi: u16| {
+            (0..)
+                .map(|i| format!("k{i}"))
+                .find(|k| (lo..=hi).contains(&hash_slot(k.as_bytes())))
+                .unwrap()
+        };
+        let (low, high) = (key_in(0, 8191), key_in(8192, 16383));
+        // Before the first read every key shares the "unknown" entry.
+        assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[0]));
+        let reply = Value::Array(vec![range(0, 8191, 7001), range(8192, 16383, 7002)]);
+        assert_eq!(nodes.update(&reply), 2);
+        assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[1]));
+        assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[2]));
+        // A failover moves the range to another node.
+        nodes.update(&Value::Array(vec![range(0, 16383, 7003)]));
+        assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[3]));
+        assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[3]));
     }
 
     #[test]

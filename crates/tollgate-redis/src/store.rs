@@ -1,7 +1,7 @@
 //! [`RedisStore`]: the store traits of tollgate-core on Redis.
 
 use crate::codec::{self, AdmitReply, Doubles};
-use crate::conn::{Conn, Endpoint, GaveUp, Liveness, says_cluster};
+use crate::conn::{Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, says_cluster, watch_topology};
 use crate::options::{RedisStoreOptions, TimeSource};
 use crate::scripts::{CLUSTER_SCRIPTS, SCRIPTS, Scripts, cluster_source, for_cluster};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -57,19 +57,31 @@ struct Inner {
     amount_ttl_ms: Millis,
     time: TimeSource,
     breaker: Breaker,
+    /// When a single node last answered.
     liveness: Liveness,
+    /// On a Cluster: which node owns each slot, and when each node last answered.
+    nodes: Option<Arc<Nodes>>,
 }
 
 impl Inner {
-    /// Awaits one Redis call made at `start` under the store's deadline (see
-    /// [`Liveness::bounded`]) and classifies its failure.
+    /// The breaker of the node `key` lives on (the one node's, off a Cluster).
+    fn breaker(&self, key: &[u8]) -> &Breaker {
+        self.nodes
+            .as_ref()
+            .map_or(&self.breaker, |n| n.breaker_of(key))
+    }
+
+    /// Awaits one Redis call on `key` made at `start` under the store's deadline (see
+    /// [`Liveness::bounded`]; on a Cluster, the liveness of the node owning `key`) and
+    /// classifies its failure.
     async fn bounded<T>(
         &self,
         start: Instant,
+        key: &[u8],
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> StoreResult<T> {
-        match self
-            .liveness
+        let live = self.nodes.as_ref().map_or(&self.liveness, |n| n.of(key));
+        match live
             .bounded(start, self.deadline, self.busy_limit, fut)
             .await
         {
@@ -82,61 +94,6 @@ impl Inner {
                     self.busy_limit.as_millis()
                 ),
             )),
-        }
-    }
-}
-
-/// Fail fast while Redis is known to be down (D4, T5): after a connection error, or
-/// after [`Breaker::TRIP_AFTER`] timeouts in a row, calls fail at once for
-/// [`Breaker::OPEN_FOR`] instead of each waiting out its deadline — a request crosses
-/// up to three layers, and each would otherwise pay the deadline again. When the
-/// period ends the next calls probe Redis; one success closes the breaker.
-#[derive(Debug)]
-struct Breaker {
-    origin: std::time::Instant,
-    /// Microseconds since `origin` until which calls fail fast.
-    open_until: AtomicU64,
-    consecutive: std::sync::atomic::AtomicU32,
-}
-
-impl Breaker {
-    const TRIP_AFTER: u32 = 3;
-    const OPEN_FOR: Duration = Duration::from_millis(200);
-
-    fn new() -> Self {
-        Self {
-            origin: std::time::Instant::now(),
-            open_until: AtomicU64::new(0),
-            consecutive: std::sync::atomic::AtomicU32::new(0),
-        }
-    }
-    fn now_us(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
-    }
-    /// `Some(error)` while open.
-    fn check(&self) -> Option<StoreError> {
-        (self.now_us() < self.open_until.load(Ordering::Relaxed)).then(|| {
-            StoreError::new(
-                StoreErrorKind::Unavailable,
-                "redis is down (failing fast until the next probe)",
-            )
-        })
-    }
-    fn record<T>(&self, r: &StoreResult<T>) {
-        match r {
-            Ok(_) => self.consecutive.store(0, Ordering::Relaxed),
-            Err(e) => {
-                let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-                let trip = match e.kind() {
-                    StoreErrorKind::Unavailable => true,
-                    StoreErrorKind::Timeout => n >= Self::TRIP_AFTER,
-                    StoreErrorKind::Protocol => false,
-                };
-                if trip {
-                    let until = self.now_us() + Self::OPEN_FOR.as_micros() as u64;
-                    self.open_until.fetch_max(until, Ordering::Relaxed);
-                }
-            }
         }
     }
 }
@@ -347,6 +304,19 @@ impl RedisStore {
     }
 
     fn with_conn(conn: Conn, options: RedisStoreOptions) -> Self {
+        let nodes = match &conn {
+            Conn::Node(_) => None,
+            Conn::Cluster(c) => {
+                let nodes = Arc::new(Nodes::new());
+                watch_topology(
+                    c.clone(),
+                    Arc::downgrade(&nodes),
+                    TOPOLOGY_EVERY,
+                    options.connect_timeout,
+                );
+                Some(nodes)
+            }
+        };
         let instance = options.instance_id.unwrap_or_else(random_instance_id);
         let billing = format!("{}:{{{}}}:", options.prefix, options.billing_tag);
         Self {
@@ -365,6 +335,7 @@ impl RedisStore {
                 time: options.time,
                 breaker: Breaker::new(),
                 liveness: Liveness::new(),
+                nodes,
             }),
         }
     }
@@ -496,11 +467,15 @@ impl RedisStore {
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
-            if let Some(e) = inner.breaker.check() {
+            let key = first_key(&cmd);
+            let breaker = inner.breaker(&key);
+            if let Some(e) = breaker.check() {
                 return Err(e);
             }
-            let r = inner.bounded(start, cmd.query_async::<R>(&mut conn)).await;
-            inner.breaker.record(&r);
+            let r = inner
+                .bounded(start, &key, cmd.query_async::<R>(&mut conn))
+                .await;
+            breaker.record(&r);
             decode(r?)
         })
     }
@@ -537,14 +512,16 @@ impl RedisStore {
             if let Some(b) = &blob {
                 call.arg(b.bytes());
             }
-            if let Some(e) = inner.breaker.check() {
+            let key = keys.first().map_or(&[][..], |k| k.as_bytes());
+            let breaker = inner.breaker(key);
+            if let Some(e) = breaker.check() {
                 return Err(e);
             }
             // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
             let r = inner
-                .bounded(start, call.invoke_async::<R>(&mut conn))
+                .bounded(start, key, call.invoke_async::<R>(&mut conn))
                 .await;
-            inner.breaker.record(&r);
+            breaker.record(&r);
             decode(r?)
         })
     }
@@ -580,6 +557,17 @@ impl Drop for LateLease {
 /// Retries of a failed release, and their spacing (about 5 s in all).
 const RELEASE_RETRIES: u32 = 20;
 const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// How often a Cluster store rereads the slot owners.
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
+
+/// The key a plain command works on (its first argument), for routing its liveness.
+fn first_key(cmd: &redis::Cmd) -> Vec<u8> {
+    match cmd.args_iter().nth(1) {
+        Some(redis::Arg::Simple(b)) => b.to_vec(),
+        _ => Vec::new(),
+    }
+}
 
 fn in_runtime() -> StoreResult<()> {
     tokio::runtime::Handle::try_current()
@@ -721,8 +709,9 @@ impl SlotStore for RedisStore {
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(self.slots_key(key)).arg(self.member(lease));
         RedisStoreFuture::new(async move {
+            let key = first_key(&cmd);
             let r = inner
-                .bounded(start, cmd.query_async::<i64>(&mut conn))
+                .bounded(start, &key, cmd.query_async::<i64>(&mut conn))
                 .await
                 .map(drop);
             if r.is_err() {

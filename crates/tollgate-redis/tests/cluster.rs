@@ -299,3 +299,92 @@ async fn d6_master_failover_under_load_loses_no_limit_and_recovers_within_a_seco
         assert_eq!(n, 0, "subject {s} still has {n} leases");
     }
 }
+
+/// T5, D8 on a Cluster: one master stalled (SIGSTOP) fails the calls on its slots at
+/// the deadline — its silence is judged per node, not drowned by the other nodes'
+/// answers — while calls on the other masters go on succeeding (no breaker shared
+/// across nodes); once it resumes, its calls succeed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t5_one_stalled_master_fails_its_own_calls_at_the_deadline_and_no_others() {
+    let deadline = Duration::from_millis(50);
+    let c = RedisCluster::start(3, 0);
+    let store = RedisStore::connect(&c.comma_urls(), options().deadline(deadline))
+        .await
+        .unwrap();
+    // Give the store its first read of the slot owners.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let master_of =
+        |k: &SubjectKey| c.master_of_slot(cluster::key_slot(store.slots_key(k).as_bytes()));
+    let stalled_key = SubjectKey::from("stalled-0");
+    let frozen = master_of(&stalled_key);
+    let healthy_key = (0..)
+        .map(|i| SubjectKey::from(format!("healthy-{i}")))
+        .find(|k| master_of(k) != frozen)
+        .unwrap();
+    for k in [&stalled_key, &healthy_key] {
+        assert!(store.in_flight(k).await.is_ok(), "warm-up on {k:?}");
+    }
+    c.freeze(frozen);
+    // Shorter than the Cluster's node timeout (1 s): no failover, no CLUSTERDOWN.
+    let until = Instant::now() + Duration::from_millis(600);
+    let healthy = {
+        let store = store.clone();
+        let key = healthy_key.clone();
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while Instant::now() < until {
+                match store.acquire(&key, 1_000, 30_000).await {
+                    Ok(SlotDecision::Acquired(lease)) => {
+                        ok += 1;
+                        let _ = store.release(&key, lease).await;
+                    }
+                    Ok(SlotDecision::Full { .. }) => ok += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    let mut stalled_calls = Vec::new();
+    while Instant::now() < until {
+        let began = Instant::now();
+        let r = store.in_flight(&stalled_key).await;
+        stalled_calls.push((began.elapsed(), r.map_err(|e| e.kind())));
+    }
+    c.thaw(frozen);
+    let (ok, failed) = healthy.await.unwrap();
+    eprintln!(
+        "stalled node: {} calls, slowest {:?}; healthy node: {ok} ok, {} failed",
+        stalled_calls.len(),
+        stalled_calls.iter().map(|(d, _)| *d).max(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "calls on a healthy master failed: {failed:?}"
+    );
+    assert!(ok > 10, "calls on a healthy master went on ({ok})");
+    assert!(
+        stalled_calls.iter().all(|(_, r)| r.is_err()),
+        "a stalled master answered nothing"
+    );
+    for (took, r) in &stalled_calls {
+        // The deadline (or at once, while its breaker is open), plus scheduling slack.
+        assert!(
+            *took <= deadline + Duration::from_millis(25),
+            "a call on the stalled master took {took:?} ({r:?})"
+        );
+    }
+    // Back: within 1 s its calls succeed again.
+    let back = Instant::now();
+    loop {
+        if store.in_flight(&stalled_key).await.is_ok() {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(1),
+            "no recovery within 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
