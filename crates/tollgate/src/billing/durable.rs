@@ -61,6 +61,11 @@ pub(crate) struct Settler<St> {
 }
 
 impl<St: BillingStore> Settler<St> {
+    /// The store settlements go to.
+    pub(crate) fn store(&self) -> &St {
+        &self.store
+    }
+
     pub(crate) fn new(store: St) -> Arc<Self> {
         Arc::new(Self {
             store,

@@ -186,6 +186,18 @@ impl<St: BillingStore> Settlement<St> {
         });
     }
 
+    /// Sends one refund of the attempt, not retried: for a reservation that was
+    /// certainly never carried out (the store was unreachable), where a refund finds
+    /// nothing anyway.
+    pub(crate) fn refund_once(&self, what: &'static str) {
+        crate::spawn::detach(
+            self.settler
+                .store()
+                .settle_attempt(&self.attempt, BillingOutcome::Refund),
+            what,
+        );
+    }
+
     /// The attempt was admitted: settle it when the guard drops.
     pub(crate) fn admitted(self) -> BillingGuard<St> {
         BillingGuard {

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate_core::{
     AdmittedUnder, AttemptState, BillingDecision, BillingRequest, BillingStore, Books, Clock,
-    Demand, GatewayCode, LayerKind, ModelId, Refusal, Rejection, Scope, StoreResult, Subject,
-    UsageRecorder,
+    Demand, GatewayCode, LayerKind, ModelId, Refusal, Rejection, Scope, StoreErrorKind,
+    StoreResult, Subject, UsageRecorder,
 };
 use tower_service::Service;
 
@@ -91,8 +91,16 @@ pub(crate) fn decide<St: BillingStore, C>(
     settlement: &Settlement<St>,
     answer: StoreResult<BillingDecision>,
 ) -> Result<bool, Rejection> {
-    if answer.is_err() {
-        settlement.refund("refund of an attempt whose reservation answer was lost");
+    if let Err(e) = &answer {
+        // A deadline passed: the reservation may have been made, so its refund must
+        // land (retried, B7). Unreachable (breaker open, connection refused): it was
+        // not sent; one refund is enough — retrying those would queue one job per
+        // request refused during an outage.
+        if e.kind() == StoreErrorKind::Unavailable {
+            settlement.refund_once("refund of an attempt whose reservation was not sent");
+        } else {
+            settlement.refund("refund of an attempt whose reservation answer was lost");
+        }
     }
     match answer {
         Ok(BillingDecision::Admitted) => Ok(true),
