@@ -276,6 +276,16 @@ struct Book {
 }
 
 impl Book {
+    fn is_empty(&self) -> bool {
+        self.tenant.is_none()
+            && self.keys.is_empty()
+            && self.attempts.is_empty()
+            && self
+                .budgets
+                .values()
+                .all(|b| b.start.is_none() && b.spent == 0 && b.reserved == 0)
+    }
+
     /// Sweeps up to [`SWEEP_BATCH`] open attempts whose deadline has passed into
     /// pending reconciliation, releasing their budget reservations (B7). Returns how
     /// many.
@@ -362,7 +372,19 @@ impl Ledger {
     /// request's books (see the module docs). Re-admitting an attempt that is still
     /// open or pending reserves nothing twice.
     pub fn admit(&mut self, req: &BillingRequest, now: Millis) -> BillingDecision {
-        let book = self.books.entry(req.books()).or_default();
+        let books = req.books();
+        let d = self.admit_in(&books, req, now);
+        if matches!(d, BillingDecision::Refused(_))
+            && self.books.get(&books).is_some_and(Book::is_empty)
+        {
+            // A refusal in books nobody has written leaves nothing behind.
+            self.books.remove(&books);
+        }
+        d
+    }
+
+    fn admit_in(&mut self, books: &Books, req: &BillingRequest, now: Millis) -> BillingDecision {
+        let book = self.books.entry(books.clone()).or_default();
         book.sweep(now);
         if book.attempts.contains_key(&req.attempt) {
             return BillingDecision::Admitted;
