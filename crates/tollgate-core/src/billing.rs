@@ -1,4 +1,4 @@
-//! Money: balances, key spend, budgets and per-attempt settlement (SPEC B1–B5), as a
+//! Money: balances, key spend, budgets and per-attempt settlement (SPEC B1–B7), as a
 //! plain ledger that both stores run.
 //!
 //! Eligibility is decided at request start (B1): a tenant whose balance (less what is
@@ -9,11 +9,30 @@
 //! *pending*: its upper bound counts against balance, spend and budgets until it is
 //! reconciled, and it is never written as zero. A request that starts with a positive
 //! balance runs to completion, so a balance may end below zero (B2).
+//!
+//! **Books (D3).** Everything is kept per [`Books`]: the books of the request's tenant
+//! (its balance, the spend of its keys, the budgets its requests draw on, its attempts),
+//! or, for a request with no tenant, the books of its key. The Redis store puts one
+//! books' keys on one Cluster slot, so every decision stays on one slot and tenants
+//! spread over the nodes. A budget is therefore kept per books: a budget id named by
+//! requests of two tenants is two budgets, one per tenant (give budgets ids unique
+//! across tenants, as the proxy does). An attempt is named by an [`AttemptRef`] — its
+//! id and its books — which the caller that settles already knows.
+//!
+//! **Bounded memory (D7, B7).** A settled or refunded attempt is forgotten at once: a
+//! duplicate settlement then finds no attempt and does nothing, which is the idempotent
+//! answer (the reservation it would have released is already gone). An open attempt
+//! carries a deadline, its request's longest possible life
+//! ([`BillingRequest::lifetime_ms`]); one still open after it (its instance died) is
+//! swept into pending reconciliation at a later reservation in the same books, at most
+//! [`SWEEP_BATCH`] per call, and its reservation is released from its budgets (its
+//! upper bound then counts against the balance and the key's spend as pending money).
+//! Pending attempts stay until reconciled.
 
 use crate::clock::Millis;
 use crate::money::Money;
 use crate::subject::SubjectKey;
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
@@ -21,10 +40,50 @@ use std::sync::Arc;
 /// Identifies one attempt (one send to one channel).
 pub type AttemptId = Arc<str>;
 
+/// Whose books an attempt is kept in (D3): its tenant's, or for a request with no
+/// tenant, its key's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Books {
+    /// A tenant's books: its balance, its keys' spend, its budgets and attempts.
+    Tenant(Arc<str>),
+    /// The books of a key whose requests have no tenant.
+    Key(SubjectKey),
+}
+
+impl Books {
+    /// The books of a request of `tenant` (if any) under `key`.
+    pub fn of(tenant: Option<&str>, key: &SubjectKey) -> Self {
+        match tenant {
+            Some(t) => Books::Tenant(t.into()),
+            None => Books::Key(key.clone()),
+        }
+    }
+}
+
+/// An attempt and the books it was reserved in: what settling it needs (the billing
+/// layer has it from the [`BillingRequest`]; [`Ledger::pending`] lists it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptRef {
+    /// The attempt.
+    pub attempt: AttemptId,
+    /// Its books.
+    pub books: Books,
+}
+
+/// Longest life of a request by default: an attempt still open an hour after it was
+/// reserved is taken for lost (its instance died) and swept into pending
+/// reconciliation (B7).
+pub const DEFAULT_ATTEMPT_LIFETIME_MS: Millis = 3_600_000;
+
+/// Most open attempts past their deadline that one reservation sweeps (B7): the sweep
+/// is bounded work inside a decision.
+pub const SWEEP_BATCH: usize = 16;
+
 /// A money budget a request draws on (B3): per tenant, task or billing period.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budget {
-    /// Unique id, e.g. `tenant:acme:monthly` or `task:nightly-eval`.
+    /// Id, unique within the books it is kept in (see the module docs), e.g.
+    /// `tenant:acme:monthly` or `task:nightly-eval`.
     pub id: Arc<str>,
     /// Most money spent + reserved per period.
     pub limit: Money,
@@ -51,6 +110,27 @@ pub struct BillingRequest {
     /// False when a subscription covers the request (W8): the balance and the key's
     /// spend are neither checked nor charged (budgets still are).
     pub bill_balance: bool,
+    /// Longest possible life of the attempt, in ms ([`DEFAULT_ATTEMPT_LIFETIME_MS`]):
+    /// still open after it, it is swept into pending reconciliation (B7).
+    pub lifetime_ms: Millis,
+    /// The tenant is expected to have a billing record (the configuration names it with
+    /// a balance): a missing record is [`Refusal::RecordMissing`], never a zero balance
+    /// (B7).
+    pub tenant_expected: bool,
+}
+
+impl BillingRequest {
+    /// The books the attempt is kept in.
+    pub fn books(&self) -> Books {
+        Books::of(self.tenant.as_deref(), &self.key)
+    }
+    /// The attempt and its books, as settling it names them.
+    pub fn attempt_ref(&self) -> AttemptRef {
+        AttemptRef {
+            attempt: self.attempt.clone(),
+            books: self.books(),
+        }
+    }
 }
 
 /// Why billing refused.
@@ -62,6 +142,9 @@ pub enum Refusal {
     SpendCap,
     /// A budget cannot hold the upper bound.
     Budget(Arc<str>),
+    /// The tenant's billing record is missing although the request expected it (B7):
+    /// the store lost its data. A fail-closed 503, never a 402.
+    RecordMissing,
 }
 
 /// Billing's answer at request start.
@@ -152,70 +235,174 @@ impl BudgetState {
             self.spent = 0;
         }
     }
+
+    /// Gives back a reservation of `money`: a period only it had started has not
+    /// started (L5), judged on the current period (rolled first).
+    fn release(&mut self, money: Money, period: Option<Millis>, now: Millis) {
+        self.reserved = self.reserved.saturating_sub(money).max(0);
+        self.roll(period, now);
+        if self.spent == 0 && self.reserved == 0 {
+            self.start = None;
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
 struct Attempt {
-    tenant: Option<Arc<str>>,
+    /// Billed to the tenant's balance (a tenant, and `bill_balance`).
+    to_tenant: bool,
     key: SubjectKey,
     budgets: Arc<[Budget]>,
     money: Money,
     bill_balance: bool,
+    /// Open: swept into pending reconciliation once this has passed.
+    deadline: Millis,
+    /// The budgets no longer hold its reservation (swept, B7).
+    released: bool,
     state: AttemptState,
 }
 
-/// How long a finished attempt is remembered, so a late duplicate settlement is
-/// recognised and ignored.
-pub const ATTEMPT_MEMORY_MS: Millis = 24 * 3600 * 1000;
-
-/// Most finished attempts the in-memory ledger remembers: past it the oldest are
-/// forgotten first, so memory stays bounded however busy the day (a duplicate
-/// settlement of a forgotten attempt is then ignored as unknown, which is what an
-/// idempotent settlement must do anyway).
-pub const MAX_FINISHED_ATTEMPTS: usize = 250_000;
-
-/// The books: balances, key spend, budgets, attempts.
+/// One books (D3): what one Redis Cluster slot holds.
 #[derive(Debug, Default)]
-pub struct Ledger {
-    tenants: HashMap<Arc<str>, Acct>,
+struct Book {
+    /// The tenant's record (tenant books only); `None` = missing.
+    tenant: Option<Acct>,
     keys: HashMap<SubjectKey, Acct>,
     budgets: HashMap<Arc<str>, BudgetState>,
+    /// Open and pending attempts (final ones are forgotten at once).
     attempts: HashMap<AttemptId, Attempt>,
-    finished: VecDeque<(Millis, AttemptId)>,
+    /// Open attempts by deadline, then id.
+    open: BTreeSet<(Millis, AttemptId)>,
+}
+
+impl Book {
+    fn is_empty(&self) -> bool {
+        self.tenant.is_none()
+            && self.keys.is_empty()
+            && self.attempts.is_empty()
+            && self
+                .budgets
+                .values()
+                .all(|b| b.start.is_none() && b.spent == 0 && b.reserved == 0)
+    }
+
+    /// Sweeps up to [`SWEEP_BATCH`] open attempts whose deadline has passed into
+    /// pending reconciliation, releasing their budget reservations (B7). Returns how
+    /// many.
+    fn sweep(&mut self, now: Millis) -> usize {
+        let mut swept = 0;
+        for _ in 0..SWEEP_BATCH {
+            match self.open.first() {
+                Some((deadline, _)) if *deadline <= now => {}
+                _ => break,
+            }
+            let (_, id) = self.open.pop_first().expect("first exists");
+            let Some(a) = self.attempts.get_mut(&id) else {
+                continue;
+            };
+            if a.state != AttemptState::Open {
+                continue;
+            }
+            let money = a.money;
+            if a.bill_balance {
+                if a.to_tenant {
+                    let t = self.tenant.get_or_insert_default();
+                    t.pending = t.pending.saturating_add(money);
+                }
+                let k = self.keys.entry(a.key.clone()).or_default();
+                k.pending = k.pending.saturating_add(money);
+            }
+            for b in a.budgets.iter() {
+                self.budgets
+                    .entry(b.id.clone())
+                    .or_default()
+                    .release(money, b.period_ms, now);
+            }
+            a.released = true;
+            a.state = AttemptState::Pending(money);
+            swept += 1;
+        }
+        swept
+    }
+}
+
+/// The books: balances, key spend, budgets, attempts, kept per [`Books`].
+#[derive(Debug, Default)]
+pub struct Ledger {
+    books: HashMap<Books, Book>,
 }
 
 impl Ledger {
-    /// Sets a tenant's balance if it has none yet (seeding from configuration must not
-    /// reset a running balance).
-    pub fn seed_balance(&mut self, tenant: &str, amount: Money) {
-        self.tenants.entry(tenant.into()).or_insert(Acct {
+    fn tenant_book(&mut self, tenant: &str) -> &mut Book {
+        self.books.entry(Books::Tenant(tenant.into())).or_default()
+    }
+
+    /// Sets a tenant's balance if it has no record yet (seeding from configuration
+    /// must not reset a running balance). True if it was written, false if the tenant
+    /// kept the record it had.
+    pub fn seed_balance(&mut self, tenant: &str, amount: Money) -> bool {
+        let b = self.tenant_book(tenant);
+        if b.tenant.is_some() {
+            return false;
+        }
+        b.tenant = Some(Acct {
             money: amount,
             pending: 0,
         });
+        true
+    }
+
+    /// Sets a tenant's balance explicitly (an operator's decision, e.g. after the
+    /// store lost its data); money pending reconciliation is kept.
+    pub fn set_balance(&mut self, tenant: &str, amount: Money) {
+        self.tenant_book(tenant)
+            .tenant
+            .get_or_insert_default()
+            .money = amount;
     }
 
     /// Adds to a tenant's balance; returns the new balance.
     pub fn credit(&mut self, tenant: &str, amount: Money) -> Money {
-        let a = self.tenants.entry(tenant.into()).or_default();
+        let a = self.tenant_book(tenant).tenant.get_or_insert_default();
         a.money = a.money.saturating_add(amount);
         a.money
     }
 
-    /// Eligibility and reservation at request start (B1, B3). Re-admitting an attempt
-    /// that is already known reserves nothing twice.
+    /// Eligibility and reservation at request start (B1, B3, B7). First sweeps the
+    /// request's books (see the module docs). Re-admitting an attempt that is still
+    /// open or pending reserves nothing twice.
     pub fn admit(&mut self, req: &BillingRequest, now: Millis) -> BillingDecision {
-        if self.attempts.contains_key(&req.attempt) {
+        let books = req.books();
+        let d = self.admit_in(&books, req, now);
+        if matches!(d, BillingDecision::Refused(_))
+            && self.books.get(&books).is_some_and(Book::is_empty)
+        {
+            // A refusal in books nobody has written leaves nothing behind.
+            self.books.remove(&books);
+        }
+        d
+    }
+
+    fn admit_in(&mut self, books: &Books, req: &BillingRequest, now: Millis) -> BillingDecision {
+        let book = self.books.entry(books.clone()).or_default();
+        book.sweep(now);
+        if book.attempts.contains_key(&req.attempt) {
             return BillingDecision::Admitted;
         }
         if req.bill_balance {
-            if let Some(t) = &req.tenant {
-                let a = self.tenants.get(t).copied().unwrap_or_default();
+            if req.tenant.is_some() {
+                let a = match book.tenant {
+                    None if req.tenant_expected => {
+                        return BillingDecision::Refused(Refusal::RecordMissing);
+                    }
+                    a => a.unwrap_or_default(),
+                };
                 if a.money.saturating_sub(a.pending) <= 0 {
                     return BillingDecision::Refused(Refusal::InsufficientBalance);
                 }
             }
             if let Some(cap) = req.spend_cap {
-                let k = self.keys.get(&req.key).copied().unwrap_or_default();
+                let k = book.keys.get(&req.key).copied().unwrap_or_default();
                 if k.money.saturating_add(k.pending) >= cap {
                     return BillingDecision::Refused(Refusal::SpendCap);
                 }
@@ -223,7 +410,7 @@ impl Ledger {
         }
         let money = req.money.max(0);
         for b in req.budgets.iter() {
-            let s = self.budgets.entry(b.id.clone()).or_default();
+            let s = book.budgets.entry(b.id.clone()).or_default();
             s.roll(b.period_ms, now);
             let committed = s.spent.saturating_add(s.reserved);
             if committed.saturating_add(money) > b.limit {
@@ -231,137 +418,153 @@ impl Ledger {
             }
         }
         for b in req.budgets.iter() {
-            let s = self.budgets.entry(b.id.clone()).or_default();
+            let s = book.budgets.entry(b.id.clone()).or_default();
             s.start.get_or_insert(now);
             s.reserved = s.reserved.saturating_add(money);
         }
-        self.attempts.insert(
+        let deadline = now.saturating_add(req.lifetime_ms);
+        book.open.insert((deadline, req.attempt.clone()));
+        book.attempts.insert(
             req.attempt.clone(),
             Attempt {
-                tenant: req.tenant.clone(),
+                to_tenant: req.tenant.is_some() && req.bill_balance,
                 key: req.key.clone(),
                 budgets: req.budgets.clone(),
                 money,
                 bill_balance: req.bill_balance,
+                deadline,
+                released: false,
                 state: AttemptState::Open,
             },
         );
         BillingDecision::Admitted
     }
 
-    /// Settles an attempt. Idempotent: an attempt already settled or refunded, or
-    /// unknown, is left alone and `None` is returned. A pending attempt may be settled
+    /// Settles an attempt. Idempotent: an unknown attempt (never reserved, or already
+    /// settled or refunded, which forgets it) is left alone and `None` is returned; so
+    /// is a pending one settled as pending again. A pending attempt may be settled
     /// later with its real cost (reconciliation).
     pub fn settle(
         &mut self,
-        attempt: &str,
+        attempt: &AttemptRef,
         outcome: BillingOutcome,
         now: Millis,
     ) -> Option<AttemptState> {
-        self.forget_old(now);
-        let a = self.attempts.get_mut(attempt)?;
-        let was_pending = match a.state {
-            AttemptState::Open => false,
-            AttemptState::Pending(_) => true,
-            AttemptState::Settled(_) | AttemptState::Refunded => return None,
-        };
+        let book = self.books.get_mut(&attempt.books)?;
+        let a = book.attempts.get(&attempt.attempt)?;
+        let was_pending = matches!(a.state, AttemptState::Pending(_));
         if was_pending && outcome == BillingOutcome::Pending {
             return None;
         }
+        let a = book.attempts.remove(&attempt.attempt).expect("present");
+        book.open.remove(&(a.deadline, attempt.attempt.clone()));
         let money = a.money;
         let bill = a.bill_balance;
         // Undo what "pending" counted.
-        if was_pending {
-            if let Some(t) = a.tenant.as_ref().filter(|_| bill) {
-                let acct = self.tenants.entry(t.clone()).or_default();
-                acct.pending = acct.pending.saturating_sub(money);
+        if was_pending && bill {
+            if a.to_tenant {
+                let t = book.tenant.get_or_insert_default();
+                t.pending = t.pending.saturating_sub(money);
             }
-            if bill {
-                let k = self.keys.entry(a.key.clone()).or_default();
-                k.pending = k.pending.saturating_sub(money);
-            }
+            let k = book.keys.entry(a.key.clone()).or_default();
+            k.pending = k.pending.saturating_sub(money);
         }
         let state = match outcome {
             BillingOutcome::Settled(cost) => {
                 let cost = cost.max(0);
-                if let Some(t) = a.tenant.as_ref().filter(|_| bill) {
-                    let acct = self.tenants.entry(t.clone()).or_default();
-                    acct.money = acct.money.saturating_sub(cost);
-                }
                 if bill {
-                    let k = self.keys.entry(a.key.clone()).or_default();
+                    if a.to_tenant {
+                        let t = book.tenant.get_or_insert_default();
+                        t.money = t.money.saturating_sub(cost);
+                    }
+                    let k = book.keys.entry(a.key.clone()).or_default();
                     k.money = k.money.saturating_add(cost);
                 }
                 for b in a.budgets.iter() {
-                    let s = self.budgets.entry(b.id.clone()).or_default();
-                    s.reserved = s.reserved.saturating_sub(money).max(0);
+                    let s = book.budgets.entry(b.id.clone()).or_default();
+                    if !a.released {
+                        s.reserved = s.reserved.saturating_sub(money).max(0);
+                    }
+                    // Charged to the period it settles in.
                     s.roll(b.period_ms, now);
+                    s.start.get_or_insert(now);
                     s.spent = s.spent.saturating_add(cost);
                 }
                 AttemptState::Settled(cost)
             }
             BillingOutcome::Pending => {
-                if let Some(t) = a.tenant.as_ref().filter(|_| bill) {
-                    let acct = self.tenants.entry(t.clone()).or_default();
-                    acct.pending = acct.pending.saturating_add(money);
-                }
                 if bill {
-                    let k = self.keys.entry(a.key.clone()).or_default();
+                    if a.to_tenant {
+                        let t = book.tenant.get_or_insert_default();
+                        t.pending = t.pending.saturating_add(money);
+                    }
+                    let k = book.keys.entry(a.key.clone()).or_default();
                     k.pending = k.pending.saturating_add(money);
                 }
-                // Budgets keep the reservation.
-                AttemptState::Pending(money)
+                // Budgets keep the reservation; no longer open, so never swept.
+                book.attempts.insert(
+                    attempt.attempt.clone(),
+                    Attempt {
+                        state: AttemptState::Pending(money),
+                        ..a
+                    },
+                );
+                return Some(AttemptState::Pending(money));
             }
             BillingOutcome::Refund => {
-                for b in a.budgets.iter() {
-                    let s = self.budgets.entry(b.id.clone()).or_default();
-                    s.reserved = s.reserved.saturating_sub(money).max(0);
-                    // A refund leaves no trace: a period only this attempt had started
-                    // has not started (L5). Judged on the current period (rolled first),
-                    // so it never depends on whether a refused request rolled it.
-                    s.roll(b.period_ms, now);
-                    if s.spent == 0 && s.reserved == 0 {
-                        s.start = None;
+                if !a.released {
+                    for b in a.budgets.iter() {
+                        book.budgets.entry(b.id.clone()).or_default().release(
+                            money,
+                            b.period_ms,
+                            now,
+                        );
                     }
                 }
                 AttemptState::Refunded
             }
         };
-        a.state = state;
-        if matches!(state, AttemptState::Settled(_) | AttemptState::Refunded) {
-            self.finished.push_back((now, attempt.into()));
-        }
         Some(state)
     }
 
-    fn forget_old(&mut self, now: Millis) {
-        while let Some((at, _)) = self.finished.front() {
-            let expired = at.saturating_add(ATTEMPT_MEMORY_MS) <= now;
-            if !expired && self.finished.len() <= MAX_FINISHED_ATTEMPTS {
-                break;
-            }
-            let (_, id) = self.finished.pop_front().expect("front exists");
-            self.attempts.remove(&id);
-        }
+    /// The state of an attempt, if it is open or pending (final ones are forgotten).
+    pub fn attempt(&self, attempt: &AttemptRef) -> Option<AttemptState> {
+        self.books
+            .get(&attempt.books)?
+            .attempts
+            .get(&attempt.attempt)
+            .map(|a| a.state)
     }
 
-    /// The state of an attempt, if remembered.
-    pub fn attempt(&self, attempt: &str) -> Option<AttemptState> {
-        self.attempts.get(attempt).map(|a| a.state)
+    /// Attempts held now (open or pending), over all books.
+    pub fn attempts_held(&self) -> usize {
+        self.books.values().map(|b| b.attempts.len()).sum()
     }
 
     /// Attempts pending reconciliation, with their amounts.
-    pub fn pending(&self) -> Vec<(AttemptId, Money)> {
-        self.attempts
+    pub fn pending(&self) -> Vec<(AttemptRef, Money)> {
+        let mut v: Vec<(AttemptRef, Money)> = self
+            .books
             .iter()
-            .filter_map(|(id, a)| match a.state {
-                AttemptState::Pending(m) => Some((id.clone(), m)),
-                _ => None,
+            .flat_map(|(books, b)| {
+                b.attempts.iter().filter_map(|(id, a)| match a.state {
+                    AttemptState::Pending(m) => Some((
+                        AttemptRef {
+                            attempt: id.clone(),
+                            books: books.clone(),
+                        },
+                        m,
+                    )),
+                    _ => None,
+                })
             })
-            .collect()
+            .collect();
+        v.sort();
+        v
     }
 
-    /// Money as the usage view shows it.
+    /// Money as the usage view shows it (in the books of `tenant`, or of `key` when
+    /// there is none).
     pub fn account(
         &self,
         tenant: Option<&str>,
@@ -369,8 +572,12 @@ impl Ledger {
         budgets: &[Budget],
         now: Millis,
     ) -> AccountView {
-        let t = tenant.and_then(|t| self.tenants.get(t)).copied();
-        let k = self.keys.get(key).copied().unwrap_or_default();
+        let book = self.books.get(&Books::of(tenant, key));
+        let t = book.and_then(|b| b.tenant);
+        let k = book
+            .and_then(|b| b.keys.get(key))
+            .copied()
+            .unwrap_or_default();
         AccountView {
             balance: tenant.map(|_| t.unwrap_or_default().money),
             tenant_pending: t.map_or(0, |t| t.pending),
@@ -379,7 +586,10 @@ impl Ledger {
             budgets: budgets
                 .iter()
                 .map(|b| {
-                    let mut s = self.budgets.get(&b.id).copied().unwrap_or_default();
+                    let mut s = book
+                        .and_then(|bk| bk.budgets.get(&b.id))
+                        .copied()
+                        .unwrap_or_default();
                     s.roll(b.period_ms, now);
                     BudgetView {
                         id: b.id.clone(),
@@ -407,6 +617,16 @@ mod tests {
             budgets: Arc::from(vec![]),
             money,
             bill_balance: true,
+            lifetime_ms: DEFAULT_ATTEMPT_LIFETIME_MS,
+            tenant_expected: false,
+        }
+    }
+
+    /// Attempt `a` in acme's books.
+    fn r(a: &str) -> AttemptRef {
+        AttemptRef {
+            attempt: a.into(),
+            books: Books::Tenant("acme".into()),
         }
     }
 
@@ -428,7 +648,7 @@ mod tests {
         l.seed_balance("acme", 10);
         assert_eq!(l.admit(&req("a1", 100), 0), BillingDecision::Admitted);
         assert_eq!(
-            l.settle("a1", BillingOutcome::Settled(37), 1),
+            l.settle(&r("a1"), BillingOutcome::Settled(37), 1),
             Some(AttemptState::Settled(37))
         );
         let v = l.account(Some("acme"), &"k".into(), &[], 1);
@@ -449,9 +669,9 @@ mod tests {
             ..req(a, 30)
         };
         assert_eq!(l.admit(&capped("a1"), 0), BillingDecision::Admitted);
-        l.settle("a1", BillingOutcome::Pending, 0);
+        l.settle(&r("a1"), BillingOutcome::Pending, 0);
         assert_eq!(l.admit(&capped("a2"), 0), BillingDecision::Admitted);
-        l.settle("a2", BillingOutcome::Settled(20), 0);
+        l.settle(&r("a2"), BillingOutcome::Settled(20), 0);
         // 20 spent + 30 pending = 50 = cap.
         assert_eq!(
             l.admit(&capped("a3"), 0),
@@ -464,10 +684,10 @@ mod tests {
         let mut l = Ledger::default();
         l.seed_balance("acme", 100);
         l.admit(&req("a1", 10), 0);
-        assert!(l.settle("a1", BillingOutcome::Settled(7), 0).is_some());
-        assert_eq!(l.settle("a1", BillingOutcome::Settled(7), 0), None);
-        assert_eq!(l.settle("a1", BillingOutcome::Refund, 0), None);
-        assert_eq!(l.settle("never", BillingOutcome::Settled(7), 0), None);
+        assert!(l.settle(&r("a1"), BillingOutcome::Settled(7), 0).is_some());
+        assert_eq!(l.settle(&r("a1"), BillingOutcome::Settled(7), 0), None);
+        assert_eq!(l.settle(&r("a1"), BillingOutcome::Refund, 0), None);
+        assert_eq!(l.settle(&r("never"), BillingOutcome::Settled(7), 0), None);
         // A re-admission of a known attempt reserves nothing twice.
         assert_eq!(l.admit(&req("a1", 10), 0), BillingDecision::Admitted);
         assert_eq!(
@@ -482,7 +702,7 @@ mod tests {
         l.seed_balance("acme", 100);
         l.admit(&req("a1", 40), 0);
         assert_eq!(
-            l.settle("a1", BillingOutcome::Pending, 0),
+            l.settle(&r("a1"), BillingOutcome::Pending, 0),
             Some(AttemptState::Pending(40))
         );
         let v = l.account(Some("acme"), &"k".into(), &[], 0);
@@ -490,10 +710,10 @@ mod tests {
             (v.balance, v.tenant_pending, v.key_pending),
             (Some(100), 40, 40)
         );
-        assert_eq!(l.pending(), vec![("a1".into(), 40)]);
+        assert_eq!(l.pending(), vec![(r("a1"), 40)]);
         // Reconciled with the real cost.
         assert_eq!(
-            l.settle("a1", BillingOutcome::Settled(25), 0),
+            l.settle(&r("a1"), BillingOutcome::Settled(25), 0),
             Some(AttemptState::Settled(25))
         );
         let v = l.account(Some("acme"), &"k".into(), &[], 0);
@@ -523,14 +743,14 @@ mod tests {
             BillingDecision::Refused(Refusal::Budget("task:x".into())),
             "60 reserved + 60 > 100"
         );
-        l.settle("a1", BillingOutcome::Settled(10), 0);
+        l.settle(&r("a1"), BillingOutcome::Settled(10), 0);
         assert_eq!(l.admit(&b("a2", 60), 0), BillingDecision::Admitted);
-        l.settle("a2", BillingOutcome::Refund, 0);
-        let v = l.account(None, &"k".into(), &budget, 0);
+        l.settle(&r("a2"), BillingOutcome::Refund, 0);
+        let v = l.account(Some("acme"), &"k".into(), &budget, 0);
         assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (10, 0));
         // The period rolls: spend starts again.
         assert_eq!(
-            l.account(None, &"k".into(), &budget, 1000).budgets[0].spent,
+            l.account(Some("acme"), &"k".into(), &budget, 1000).budgets[0].spent,
             0
         );
     }
@@ -552,7 +772,7 @@ mod tests {
             let mut l = Ledger::default();
             l.seed_balance("acme", 1_000);
             l.admit(&b("a1", 10), 0);
-            l.settle("a1", BillingOutcome::Settled(10), 0);
+            l.settle(&r("a1"), BillingOutcome::Settled(10), 0);
             l.admit(&b("a2", 10), 1_000);
             if refused_in_between {
                 assert!(matches!(
@@ -560,8 +780,8 @@ mod tests {
                     BillingDecision::Refused(Refusal::Budget(_))
                 ));
             }
-            l.settle("a2", BillingOutcome::Refund, 6_000);
-            l.account(None, &"k".into(), &budget, 7_000).budgets[0].resets_at
+            l.settle(&r("a2"), BillingOutcome::Refund, 6_000);
+            l.account(Some("acme"), &"k".into(), &budget, 7_000).budgets[0].resets_at
         };
         assert_eq!(run(true), run(false));
     }
@@ -575,7 +795,7 @@ mod tests {
             ..req("a1", 10)
         };
         assert_eq!(l.admit(&covered, 0), BillingDecision::Admitted);
-        l.settle("a1", BillingOutcome::Settled(10), 0);
+        l.settle(&r("a1"), BillingOutcome::Settled(10), 0);
         assert_eq!(
             l.account(Some("acme"), &"k".into(), &[], 0).balance,
             Some(0)
@@ -583,35 +803,149 @@ mod tests {
     }
 
     #[test]
-    fn finished_attempts_memory_is_bounded() {
+    fn d7_final_attempts_are_forgotten_at_once() {
         let mut l = Ledger::default();
         l.seed_balance("acme", Money::MAX / 2);
-        for i in 0..MAX_FINISHED_ATTEMPTS + 10 {
+        for i in 0..1000 {
             let id = format!("a{i}");
             l.admit(&req(&id, 1), 0);
-            l.settle(&id, BillingOutcome::Settled(1), 0);
+            if i % 2 == 0 {
+                l.settle(&r(&id), BillingOutcome::Settled(1), 0);
+            } else {
+                l.settle(&r(&id), BillingOutcome::Refund, 0);
+            }
         }
-        assert!(
-            l.attempts.len() <= MAX_FINISHED_ATTEMPTS + 1,
-            "{}",
-            l.attempts.len()
+        assert_eq!(l.attempts_held(), 0);
+        assert!(l.books.values().all(|b| b.open.is_empty()));
+        // A duplicate settlement finds nothing and charges nothing.
+        assert_eq!(l.settle(&r("a0"), BillingOutcome::Settled(1), 0), None);
+        assert_eq!(l.account(Some("acme"), &"k".into(), &[], 0).key_spent, 500);
+    }
+
+    #[test]
+    fn b7_open_attempt_past_its_lifetime_is_swept_into_pending_and_releases_budgets() {
+        let mut l = Ledger::default();
+        l.seed_balance("acme", 1_000);
+        let budget: Arc<[Budget]> = Arc::from(vec![Budget {
+            id: "x".into(),
+            limit: 100,
+            period_ms: None,
+        }]);
+        let b = |a: &str, m| BillingRequest {
+            budgets: Arc::clone(&budget),
+            lifetime_ms: 1_000,
+            ..req(a, m)
+        };
+        assert_eq!(l.admit(&b("dead", 80), 0), BillingDecision::Admitted);
+        assert_eq!(
+            l.admit(&b("a2", 30), 999),
+            BillingDecision::Refused(Refusal::Budget("x".into()))
         );
-        assert!(l.attempt("a0").is_none(), "the oldest went first");
-        assert!(
-            l.attempt(&format!("a{}", MAX_FINISHED_ATTEMPTS + 9))
-                .is_some()
+        // Past its deadline: swept at the next reservation in the same books.
+        assert_eq!(l.admit(&b("a2", 30), 1_000), BillingDecision::Admitted);
+        assert_eq!(l.attempt(&r("dead")), Some(AttemptState::Pending(80)));
+        assert_eq!(l.pending(), vec![(r("dead"), 80)]);
+        let v = l.account(Some("acme"), &"k".into(), &budget, 1_000);
+        assert_eq!(
+            (v.balance, v.tenant_pending, v.key_pending),
+            (Some(1_000), 80, 80)
+        );
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (0, 30));
+        // Reconciled later: charged, budgets not released twice.
+        assert_eq!(
+            l.settle(&r("dead"), BillingOutcome::Settled(50), 2_000),
+            Some(AttemptState::Settled(50))
+        );
+        let v = l.account(Some("acme"), &"k".into(), &budget, 2_000);
+        assert_eq!(
+            (v.balance, v.tenant_pending, v.key_pending),
+            (Some(950), 0, 0)
+        );
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (50, 30));
+        // A late settlement of the dead instance's attempt changes nothing.
+        assert_eq!(
+            l.settle(&r("dead"), BillingOutcome::Settled(50), 2_000),
+            None
         );
     }
 
     #[test]
-    fn finished_attempts_are_forgotten_after_a_day() {
+    fn b7_sweep_is_bounded_per_reservation() {
+        let mut l = Ledger::default();
+        l.seed_balance("acme", 1_000_000);
+        for i in 0..(SWEEP_BATCH + 5) {
+            let a = BillingRequest {
+                lifetime_ms: 10,
+                ..req(&format!("o{i:03}"), 1)
+            };
+            l.admit(&a, 0);
+        }
+        l.admit(&req("n1", 1), 100);
+        assert_eq!(l.pending().len(), SWEEP_BATCH);
+        l.admit(&req("n2", 1), 100);
+        assert_eq!(l.pending().len(), SWEEP_BATCH + 5);
+    }
+
+    #[test]
+    fn b7_missing_expected_tenant_record_is_not_a_zero_balance() {
+        let mut l = Ledger::default();
+        let expected = BillingRequest {
+            tenant_expected: true,
+            ..req("a1", 5)
+        };
+        assert_eq!(
+            l.admit(&expected, 0),
+            BillingDecision::Refused(Refusal::RecordMissing)
+        );
+        // Not expected: read as no balance, as before.
+        assert_eq!(
+            l.admit(&req("a1", 5), 0),
+            BillingDecision::Refused(Refusal::InsufficientBalance)
+        );
+        l.set_balance("acme", 10);
+        assert_eq!(l.admit(&expected, 0), BillingDecision::Admitted);
+        assert!(!l.seed_balance("acme", 99), "kept");
+        l.set_balance("acme", 7);
+        assert_eq!(
+            l.account(Some("acme"), &"k".into(), &[], 0).balance,
+            Some(7)
+        );
+    }
+
+    #[test]
+    fn d3_books_are_per_tenant_and_budgets_with_them() {
         let mut l = Ledger::default();
         l.seed_balance("acme", 100);
-        l.admit(&req("a1", 1), 0);
-        l.settle("a1", BillingOutcome::Settled(1), 0);
-        assert!(l.attempt("a1").is_some());
-        l.admit(&req("a2", 1), ATTEMPT_MEMORY_MS);
-        l.settle("a2", BillingOutcome::Settled(1), ATTEMPT_MEMORY_MS);
-        assert!(l.attempt("a1").is_none());
+        l.seed_balance("other", 100);
+        let budget: Arc<[Budget]> = Arc::from(vec![Budget {
+            id: "shared-id".into(),
+            limit: 50,
+            period_ms: None,
+        }]);
+        let b = |a: &str, t: &str| BillingRequest {
+            tenant: Some(t.into()),
+            budgets: Arc::clone(&budget),
+            ..req(a, 40)
+        };
+        assert_eq!(l.admit(&b("a1", "acme"), 0), BillingDecision::Admitted);
+        assert_eq!(l.admit(&b("a1", "other"), 0), BillingDecision::Admitted);
+        // The same attempt id in the other books is another attempt.
+        let other = AttemptRef {
+            attempt: "a1".into(),
+            books: Books::Tenant("other".into()),
+        };
+        assert_eq!(
+            l.settle(&other, BillingOutcome::Settled(3), 0),
+            Some(AttemptState::Settled(3))
+        );
+        assert_eq!(l.attempt(&r("a1")), Some(AttemptState::Open));
+        assert_eq!(
+            l.account(Some("acme"), &"k".into(), &[], 0).balance,
+            Some(100)
+        );
+        assert_eq!(
+            l.account(Some("other"), &"k".into(), &[], 0).balance,
+            Some(97)
+        );
     }
 }

@@ -33,8 +33,8 @@ pub mod window;
 mod window_tests;
 
 pub use billing::{
-    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
-    Ledger, Refusal,
+    AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
+    BillingRequest, Books, Budget, Ledger, Refusal,
 };
 pub use capacity::{
     Candidates, CapacityStore, ChannelRef, Chosen, FairQueue, QueueFull, QueueLimits, TenantWeight,

@@ -121,6 +121,9 @@ gateway_codes! {
     UpstreamFailed = 50202, "The model provider returned an error. Please retry.";
     /// A limit store could not decide and the layer fails closed (B5, D4).
     StoreUnavailable = 50301, "The gateway cannot check limits right now. Retry shortly.";
+    /// The tenant's billing record is missing from the store although the
+    /// configuration names it (B7): fail closed until an operator sets the balance.
+    BillingRecordMissing = 50303, "The gateway cannot bill this account right now. Retry later.";
     /// Deadline passed while queued (Q3).
     QueueDeadlineExceeded = 50401, "QUEUE_DEADLINE_EXCEEDED";
 }

@@ -6,6 +6,7 @@
 //! | `GET /admin/channels` | every channel's live state: in flight, cooldowns and disablement, health |
 //! | `POST /admin/channels/{name}/enable` | puts a disabled or failing channel back into rotation |
 //! | `POST /admin/reload` | re-reads the configuration file; a bad file is refused with its `file:line: reason` and the running configuration stays |
+//! | `PUT /admin/tenants/{tenant}/balance` | sets a tenant's balance, body `{"balance": <minor units>}` (pending money is kept); the way back after the store lost a tenant's record (503 50303, B7) |
 //!
 //! Without an admin token in the configuration the routes answer 404 like any unknown
 //! path. A reload builds a complete new stack on the same store (limits, balances and
@@ -19,7 +20,7 @@ use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde_json::json;
 use std::sync::{Arc, RwLock};
 use subtle::ConstantTimeEq;
@@ -99,6 +100,7 @@ where
         .route("/admin/channels", get(channels::<St>))
         .route("/admin/channels/{name}/enable", post(enable::<St>))
         .route("/admin/reload", post(reload::<St>))
+        .route("/admin/tenants/{tenant}/balance", put(set_balance::<St>))
         .with_state(admin)
         .fallback_service(fallback)
 }
@@ -222,4 +224,55 @@ where
     *admin.gateway.lock().unwrap_or_else(|e| e.into_inner()) = next;
     tracing::info!(path = %path.display(), "configuration reloaded");
     axum::Json(json!({ "reloaded": path.display().to_string() })).into_response()
+}
+
+/// `PUT /admin/tenants/{tenant}/balance` with `{"balance": <minor units>}`: sets a
+/// tenant's balance explicitly (B7) — e.g. after the store lost its data, which the
+/// gateway answers with 503 50303 rather than re-seeding silently. Money pending
+/// reconciliation is kept.
+async fn set_balance<St>(
+    State(admin): State<Arc<Admin<St>>>,
+    Path(tenant): Path<String>,
+    req: Request,
+) -> Response
+where
+    St: SlotStore + WindowStore + BillingStore + CapacityStore,
+{
+    if let Some(r) = gate(&admin, &req) {
+        return r;
+    }
+    let bytes = match axum::body::to_bytes(req.into_body(), 4096).await {
+        Ok(b) => b,
+        Err(_) => return refused(StatusCode::BAD_REQUEST, "The body could not be read."),
+    };
+    let balance = match serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("balance").and_then(serde_json::Value::as_i64))
+    {
+        Some(b) => b,
+        None => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                r#"Expected a JSON body {"balance": <integer minor units>}."#,
+            );
+        }
+    };
+    let live = admin.live();
+    if let Err(e) = live.store.set_balance(&tenant, balance).await {
+        tracing::error!(tenant = %tenant, error = %e, "setting a tenant balance failed");
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("The store failed: {e}"),
+        );
+    }
+    let known = admin
+        .gateway
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .config()
+        .raw
+        .tenants
+        .contains_key(&tenant);
+    tracing::warn!(tenant = %tenant, balance, configured = known, "tenant balance set by an operator");
+    axum::Json(json!({ "tenant": tenant, "balance": balance })).into_response()
 }

@@ -106,10 +106,12 @@ where
     /// balance keeps it), then builds the router.
     pub async fn build(self) -> Result<Router, String> {
         for (name, t) in &self.config.raw.tenants {
-            self.store
+            let seeded = self
+                .store
                 .seed_balance(name, t.balance)
                 .await
                 .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
+            log_seed(name, t.balance, seeded);
         }
         self.router()
     }
@@ -137,8 +139,24 @@ where
         for (name, t) in &self.config.raw.tenants {
             let mut seed = self.store.seed_balance(name, t.balance);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            if std::pin::Pin::new(&mut seed).poll(&mut cx).is_pending() {
-                tokio::spawn(seed);
+            let (name, balance) = (name.clone(), t.balance);
+            match std::pin::Pin::new(&mut seed).poll(&mut cx) {
+                std::task::Poll::Ready(Ok(seeded)) => log_seed(&name, balance, seeded),
+                std::task::Poll::Ready(Err(e)) => {
+                    tracing::error!(tenant = %name, error = %e, "seeding a tenant balance failed")
+                }
+                std::task::Poll::Pending => {
+                    tokio::spawn(async move {
+                        match seed.await {
+                            Ok(seeded) => log_seed(&name, balance, seeded),
+                            Err(e) => tracing::error!(
+                                tenant = %name,
+                                error = %e,
+                                "seeding a tenant balance failed"
+                            ),
+                        }
+                    });
+                }
             }
         }
     }
@@ -353,6 +371,24 @@ async fn not_found(req: Request) -> Response {
 }
 
 /// `GET /metrics` (SPEC P4): Prometheus text.
+/// Says what seeding a tenant's balance did: written (the tenant had no record) or kept
+/// (a running balance is never reset).
+fn log_seed(tenant: &str, balance: tollgate::core::Money, seeded: bool) {
+    if seeded {
+        tracing::info!(
+            tenant,
+            balance,
+            "tenant balance seeded from the configuration"
+        );
+    } else {
+        tracing::info!(
+            tenant,
+            configured = balance,
+            "tenant balance kept: the store already holds its record"
+        );
+    }
+}
+
 async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>) -> Response {
     if let Some(hook) = &ops.on_scrape {
         hook();

@@ -791,6 +791,12 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                 billing: tollgate::BillingProfile {
                     spend_cap: k.spend_cap,
                     budgets: budgets.into(),
+                    // A tenant of the configuration has a balance, hence a record: a
+                    // missing one is data loss, a 503 (B7), never a zero balance.
+                    tenant_expected: k
+                        .tenant
+                        .as_ref()
+                        .is_some_and(|t| raw.tenants.contains_key(t.get_ref())),
                 },
                 weight: k
                     .tenant

@@ -10,6 +10,9 @@
 //! | `tollgate_settlements_total` | counter | `outcome` (settled / pending_reconciliation) |
 //! | `tollgate_request_cost` | histogram | — (minor units, settled requests) |
 //! | `tollgate_pending_reconciliation_amount` | gauge | — (set at each scrape) |
+//! | `tollgate_billing_settlement_failures_total` | counter | — (settlements or refunds the store could not take, queued for retries, B7) |
+//! | `tollgate_billing_settlement_retries_total` | counter | — (retries sent) |
+//! | `tollgate_billing_record_missing_total` | counter | — (requests refused with 50303: a configured tenant's record is missing, B7) |
 //!
 //! One recorder per process: the first gateway installs it, later ones share it.
 

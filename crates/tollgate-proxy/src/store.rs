@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use tollgate::core::{
-    AccountView, Admission, AttemptId, AttemptState, BillingDecision, BillingOutcome,
+    AccountView, Admission, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
     BillingRequest, BillingStore, Budget, CapacityStore, Demand, LeaseId, LimitView, Millis, Money,
     Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, WindowStore, WindowTicket,
 };
@@ -72,7 +72,7 @@ impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L
     }
     fn settle_attempt(
         &self,
-        attempt: &AttemptId,
+        attempt: &AttemptRef,
         outcome: BillingOutcome,
     ) -> Self::Future<Option<AttemptState>> {
         self.billing.settle_attempt(attempt, outcome)
@@ -85,13 +85,16 @@ impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L
     ) -> Self::Future<AccountView> {
         self.billing.account(tenant, key, budgets)
     }
-    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
         self.billing.seed_balance(tenant, amount)
+    }
+    fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+        self.billing.set_balance(tenant, amount)
     }
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
         self.billing.credit(tenant, amount)
     }
-    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
+    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         self.billing.pending()
     }
 }

@@ -208,3 +208,31 @@ async fn p4_reload_applies_a_good_file_and_keeps_the_last_good_one_on_a_bad_file
         401
     );
 }
+
+/// B7: `PUT /admin/tenants/{tenant}/balance` sets a balance explicitly, behind the
+/// admin token like every admin route; a body without an integer balance is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_admin_route_sets_a_tenant_balance_behind_the_token() {
+    let p = Proxy::start(&config("")).await;
+    let put = |body: &str, token: Option<&str>| {
+        let mut r = admin("POST", "/admin/tenants/acme/balance", token).body(body.to_owned());
+        r.method = hyper::Method::PUT;
+        r
+    };
+    let r = send(p.addr, &put(r#"{"balance": 42}"#, None)).await;
+    assert_eq!(r.status, 401);
+    let r = send(p.addr, &put(r#"{"balance": 4.5}"#, Some(TOKEN))).await;
+    assert_eq!(r.status, 400);
+    let r = send(p.addr, &put(r#"{"balance": 42}"#, Some(TOKEN))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = p
+        .store
+        .with_ledger(|l, now| l.account(Some("acme"), &"k".into(), &[], now));
+    assert_eq!(v.balance, Some(42));
+    let r = send(p.addr, &put(r#"{"balance": -7}"#, Some(TOKEN))).await;
+    assert_eq!(r.status, 200);
+    let v = p
+        .store
+        .with_ledger(|l, now| l.account(Some("acme"), &"k".into(), &[], now));
+    assert_eq!(v.balance, Some(-7));
+}

@@ -1,15 +1,15 @@
 //! [`BillingStore`] for [`RedisStore`]: the decisions of
-//! [`Ledger`](tollgate_core::Ledger) in Lua (B1–B4, D1–D3). The design — keys, the one
-//! hash tag, expiries, number handling — is documented on
+//! [`Ledger`](tollgate_core::Ledger) in Lua (B1–B7, D1–D3, D7). The design — keys, one
+//! hash tag per tenant's books, expiries, number handling — is documented on
 //! [`RedisStore`](crate::RedisStore#billing).
 
 use crate::scripts::SCRIPTS;
 use crate::store::{RedisStore, RedisStoreFuture};
-use tollgate_core::billing::{ATTEMPT_MEMORY_MS, BudgetView};
+use tollgate_core::billing::BudgetView;
 use tollgate_core::{
-    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
-    BillingStore, Budget, Millis, Money, Refusal, StoreError, StoreErrorKind, StoreResult,
-    SubjectKey,
+    AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
+    BillingRequest, BillingStore, Books, Budget, Millis, Money, Refusal, StoreError,
+    StoreErrorKind, StoreResult, SubjectKey,
 };
 
 /// Largest amount, in minor units, that the Redis store keeps exactly: 2^53 − 1
@@ -59,37 +59,96 @@ fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
 }
 
 impl RedisStore {
-    /// The key of a tenant's balance: `<prefix>:{<billing tag>}:tenant:<tenant>` (HASH:
-    /// `bal`, `pend`).
+    /// The key prefix, recovered from the base of the billing registry
+    /// (`<prefix>:{<billing tag>}:`; a tag holds no `{`).
+    fn billing_prefix(&self) -> &str {
+        let base = self.billing_base();
+        base.rfind(":{").map_or(base, |i| &base[..i])
+    }
+
+    /// The start of every key of `books` (D3): `<prefix>:{tenant:<tenant>}:billing:` for a
+    /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
+    /// slot is its own slots' and windows').
+    pub fn books_base(&self, books: &Books) -> String {
+        match books {
+            Books::Tenant(t) => format!("{}:{{tenant:{t}}}:billing:", self.billing_prefix()),
+            Books::Key(k) => format!("{}:{{{}}}:keybilling:", self.billing_prefix(), k.as_str()),
+        }
+    }
+
+    /// The key of a tenant's balance: `<tenant base>tenant` (HASH: `bal`, `pend`).
     pub fn tenant_key(&self, tenant: &str) -> String {
-        format!("{}tenant:{tenant}", self.billing_base())
+        let mut k = self.books_base(&Books::Tenant(tenant.into()));
+        k.push_str("tenant");
+        k
     }
 
-    /// The key of an API key's spend: `<prefix>:{<billing tag>}:key:<subject>` (HASH:
+    /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
     /// `spent`, `pend`).
-    pub fn spend_key(&self, key: &SubjectKey) -> String {
-        format!("{}key:{}", self.billing_base(), key.as_str())
+    pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
+        format!("{}key:{}", self.books_base(books), key.as_str())
     }
 
-    /// The key of a money budget: `<prefix>:{<billing tag>}:budget:<id>` (HASH: `start`,
+    /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
     /// `spent`, `res`).
-    pub fn budget_key(&self, id: &str) -> String {
-        format!("{}budget:{id}", self.billing_base())
+    pub fn budget_key(&self, books: &Books, id: &str) -> String {
+        format!("{}budget:{id}", self.books_base(books))
     }
 
-    /// The key of an attempt's record: `<prefix>:{<billing tag>}:attempt:<id>`.
-    pub fn attempt_key(&self, id: &str) -> String {
-        format!("{}attempt:{id}", self.billing_base())
+    /// The key of an attempt's record: `<books base>attempt:<id>`.
+    pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
+        format!(
+            "{}attempt:{}",
+            self.books_base(&attempt.books),
+            attempt.attempt
+        )
     }
 
-    /// The key of the list of attempts pending reconciliation:
-    /// `<prefix>:{<billing tag>}:pending` (HASH: attempt id → amount).
-    pub fn pending_key(&self) -> String {
-        format!("{}pending", self.billing_base())
+    /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
+    pub fn open_key(&self, books: &Books) -> String {
+        format!("{}open", self.books_base(books))
+    }
+
+    /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
+    /// attempt id → amount).
+    pub fn pending_key(&self, books: &Books) -> String {
+        format!("{}pending", self.books_base(books))
+    }
+
+    /// The key of the registry of books that have had attempts pending reconciliation:
+    /// `<prefix>:{<billing tag>}:pending-books` (SET of `t:<tenant>` / `k:<key>`). The one
+    /// billing key shared by every tenant, written only when an attempt becomes pending;
+    /// it holds one member per such books (bounded by tenants and keys, like balances).
+    pub fn pending_registry_key(&self) -> String {
+        format!("{}pending-books", self.billing_base())
     }
 
     fn budget_ttl(&self) -> String {
         self.amount_ttl_ms().to_string()
+    }
+
+    /// Registers `books` as having pending work (before the attempt becomes pending, so
+    /// a listing never misses it).
+    fn register_pending(&self, books: &Books) -> RedisStoreFuture<()> {
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(self.pending_registry_key())
+            .arg(registry_member(books));
+        self.command(cmd, |_: i64| Ok(()))
+    }
+}
+
+fn registry_member(books: &Books) -> String {
+    match books {
+        Books::Tenant(t) => format!("t:{t}"),
+        Books::Key(k) => format!("k:{}", k.as_str()),
+    }
+}
+
+fn registry_books(member: &str) -> Option<Books> {
+    if let Some(t) = member.strip_prefix("t:") {
+        Some(Books::Tenant(t.into()))
+    } else {
+        member.strip_prefix("k:").map(|k| Books::Key(k.into()))
     }
 }
 
@@ -105,14 +164,18 @@ impl BillingStore for RedisStore {
             Ok(m) => m,
             Err(e) => return failed(e),
         };
-        let attempt = self.attempt_key(&req.attempt);
-        let spend = self.spend_key(&req.key);
-        let tenant = req.tenant.as_deref().map(|t| self.tenant_key(t));
-        let mut keys = Vec::with_capacity(3 + req.budgets.len());
+        let books = req.books();
+        let base = self.books_base(&books);
+        let attempt = format!("{base}attempt:{}", req.attempt);
+        let spend = format!("{base}key:{}", req.key.as_str());
+        let tenant = req.tenant.is_some().then(|| format!("{base}tenant"));
+        let mut keys = Vec::with_capacity(5 + req.budgets.len());
         keys.push(attempt.clone());
         keys.push(tenant.unwrap_or(attempt));
         keys.push(spend);
-        let mut args = Vec::with_capacity(7 + 2 * req.budgets.len());
+        keys.push(format!("{base}open"));
+        keys.push(format!("{base}pending"));
+        let mut args = Vec::with_capacity(10 + 2 * req.budgets.len());
         args.extend([
             self.time(),
             flag(req.bill_balance),
@@ -120,10 +183,15 @@ impl BillingStore for RedisStore {
             req.spend_cap.map_or_else(String::new, |c| c.to_string()),
             money,
             self.budget_ttl(),
-            ATTEMPT_MEMORY_MS.to_string(),
+            req.lifetime_ms.max(1).to_string(),
+            flag(req.tenant_expected),
         ]);
         for b in req.budgets.iter() {
-            keys.push(self.budget_key(&b.id));
+            keys.push(format!("{base}budget:{}", b.id));
+        }
+        args.push(base);
+        args.push(req.attempt.to_string());
+        for b in req.budgets.iter() {
             args.push(b.limit.to_string());
             match period(b) {
                 Ok(p) => args.push(p),
@@ -131,28 +199,49 @@ impl BillingStore for RedisStore {
             }
         }
         let budgets = req.budgets.clone();
+        let store = self.clone();
         self.eval(
             &SCRIPTS.reserve,
             keys,
             args,
             None,
-            move |r: Vec<i64>| match r.as_slice() {
-                [1] => Ok(BillingDecision::Admitted),
-                [0, 1] => Ok(BillingDecision::Refused(Refusal::InsufficientBalance)),
-                [0, 2] => Ok(BillingDecision::Refused(Refusal::SpendCap)),
-                [0, 3, i] => usize::try_from(*i - 1)
-                    .ok()
-                    .and_then(|i| budgets.get(i))
-                    .map(|b| BillingDecision::Refused(Refusal::Budget(b.id.clone())))
-                    .ok_or_else(|| reply_err("check_and_reserve", &r)),
-                _ => Err(reply_err("check_and_reserve", &r)),
+            move |r: Vec<i64>| {
+                let (swept, d) = r
+                    .split_first()
+                    .ok_or_else(|| reply_err("check_and_reserve", &r))?;
+                if *swept > 0 {
+                    // Open attempts of a dead instance went pending: list them (B7). Off
+                    // the decision; rare.
+                    tracing::warn!(
+                        swept,
+                        "billing: open attempts past their lifetime swept into pending reconciliation"
+                    );
+                    let reg = store.register_pending(&books);
+                    tokio::spawn(async move {
+                        if let Err(e) = reg.await {
+                            tracing::error!(error = %e, "billing: registering swept pending attempts failed");
+                        }
+                    });
+                }
+                match d {
+                    [1] => Ok(BillingDecision::Admitted),
+                    [0, 1] => Ok(BillingDecision::Refused(Refusal::InsufficientBalance)),
+                    [0, 2] => Ok(BillingDecision::Refused(Refusal::SpendCap)),
+                    [0, 4] => Ok(BillingDecision::Refused(Refusal::RecordMissing)),
+                    [0, 3, i] => usize::try_from(*i - 1)
+                        .ok()
+                        .and_then(|i| budgets.get(i))
+                        .map(|b| BillingDecision::Refused(Refusal::Budget(b.id.clone())))
+                        .ok_or_else(|| reply_err("check_and_reserve", &r)),
+                    _ => Err(reply_err("check_and_reserve", &r)),
+                }
             },
         )
     }
 
     fn settle_attempt(
         &self,
-        attempt: &AttemptId,
+        attempt: &AttemptRef,
         outcome: BillingOutcome,
     ) -> Self::Future<Option<AttemptState>> {
         let (code, cost) = match outcome {
@@ -164,27 +253,39 @@ impl BillingStore for RedisStore {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
+        let base = self.books_base(&attempt.books);
+        let keys = vec![
+            format!("{base}attempt:{}", attempt.attempt),
+            format!("{base}pending"),
+            format!("{base}open"),
+        ];
         let args = vec![
             self.time(),
             code.to_owned(),
             cost,
             self.budget_ttl(),
-            ATTEMPT_MEMORY_MS.to_string(),
-            attempt.to_string(),
+            attempt.attempt.to_string(),
         ];
-        self.eval(
-            &SCRIPTS.settle_attempt,
-            vec![self.attempt_key(attempt), self.pending_key()],
-            args,
-            None,
-            |r: Vec<i64>| match r.as_slice() {
-                [0] => Ok(None),
-                [1, c] => Ok(Some(AttemptState::Settled(*c))),
-                [2, m] => Ok(Some(AttemptState::Pending(*m))),
-                [3] => Ok(Some(AttemptState::Refunded)),
-                _ => Err(reply_err("settle_attempt", &r)),
-            },
-        )
+        let decode = |r: Vec<i64>| match r.as_slice() {
+            [0] => Ok(None),
+            [1, c] => Ok(Some(AttemptState::Settled(*c))),
+            [2, m] => Ok(Some(AttemptState::Pending(*m))),
+            [3] => Ok(Some(AttemptState::Refunded)),
+            _ => Err(reply_err("settle_attempt", &r)),
+        };
+        if outcome != BillingOutcome::Pending {
+            return self.eval(&SCRIPTS.settle_attempt, keys, args, None, decode);
+        }
+        // Becoming pending: registered first (its own slot, so its own command), then
+        // settled; each under its own deadline. Off the response path, and rare.
+        let reg = self.register_pending(&attempt.books);
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            reg.await?;
+            store
+                .eval(&SCRIPTS.settle_attempt, keys, args, None, decode)
+                .await
+        })
     }
 
     fn account(
@@ -193,14 +294,15 @@ impl BillingStore for RedisStore {
         key: &SubjectKey,
         budgets: &[Budget],
     ) -> Self::Future<AccountView> {
-        let spend = self.spend_key(key);
+        let base = self.books_base(&Books::of(tenant, key));
+        let spend = format!("{base}key:{}", key.as_str());
         let mut keys = Vec::with_capacity(2 + budgets.len());
-        keys.push(tenant.map_or_else(|| spend.clone(), |t| self.tenant_key(t)));
+        keys.push(tenant.map_or_else(|| spend.clone(), |_| format!("{base}tenant")));
         keys.push(spend);
         let mut args = Vec::with_capacity(2 + budgets.len());
         args.extend([self.time(), flag(tenant.is_some())]);
         for b in budgets {
-            keys.push(self.budget_key(&b.id));
+            keys.push(format!("{base}budget:{}", b.id));
             match period(b) {
                 Ok(p) => args.push(p),
                 Err(e) => return failed(e),
@@ -232,7 +334,7 @@ impl BillingStore for RedisStore {
         })
     }
 
-    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
         let amount = match exact(amount, "seed balance") {
             Ok(a) => a,
             Err(e) => return failed(e),
@@ -242,8 +344,19 @@ impl BillingStore for RedisStore {
             vec![self.tenant_key(tenant)],
             vec![amount],
             None,
-            |_: i64| Ok(()),
+            |r: i64| Ok(r == 1),
         )
+    }
+
+    fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+        let amount = match exact(amount, "balance") {
+            Ok(a) => a,
+            Err(e) => return failed(e),
+        };
+        // One field of one hash: no script needed.
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.tenant_key(tenant)).arg("bal").arg(amount);
+        self.command(cmd, |_: i64| Ok(()))
     }
 
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
@@ -260,15 +373,42 @@ impl BillingStore for RedisStore {
         )
     }
 
-    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
-        // One HGETALL: the list needs no script and no time.
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(self.pending_key());
-        self.command(cmd, |r: Vec<(String, Money)>| {
-            let mut v: Vec<(AttemptId, Money)> = r
-                .into_iter()
-                .map(|(id, m)| (AttemptId::from(id), m))
+    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
+        // The registry names the books with pending work; one HGETALL per books, all in
+        // flight at once (each on its own slot).
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(self.pending_registry_key());
+        let members = self.command(cmd, |m: Vec<String>| Ok(m));
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let books: Vec<Books> = members
+                .await?
+                .iter()
+                .filter_map(|m| registry_books(m))
                 .collect();
+            let lists: Vec<_> = books
+                .iter()
+                .map(|b| {
+                    let mut cmd = redis::cmd("HGETALL");
+                    cmd.arg(store.pending_key(b));
+                    store.command(cmd, |r: Vec<(String, Money)>| Ok(r))
+                })
+                .collect();
+            let mut v = Vec::new();
+            for (b, list) in books
+                .into_iter()
+                .zip(futures_util::future::join_all(lists).await)
+            {
+                for (id, m) in list? {
+                    v.push((
+                        AttemptRef {
+                            attempt: AttemptId::from(id),
+                            books: b.clone(),
+                        },
+                        m,
+                    ));
+                }
+            }
             v.sort();
             Ok(v)
         })

@@ -18,9 +18,9 @@
 //!   with a [`StoreError`](tollgate_core::StoreError) instead of hanging; the layers
 //!   decide what a failure means (open, closed, local).
 //! - **Cluster-ready keys** (D3): `<prefix>:{<subject>}:…`, one hash slot per subject;
-//!   every billing key shares one tag, `<prefix>:{billing}:…`, because one billing
-//!   decision spans tenant, key, budgets and attempt (see
-//!   [`RedisStore`'s billing section](RedisStore#billing)).
+//!   every key of one tenant's books (balance, its keys' spend, budgets, attempts)
+//!   shares the tenant's tag, `<prefix>:{tenant:<t>}:billing:…`, because one billing
+//!   decision spans them all (see [`RedisStore`'s billing section](RedisStore#billing)).
 //! - **Exact money**: integers up to 2^53 − 1 ([`MAX_EXACT_MONEY`]); beyond, a call
 //!   fails instead of rounding.
 //!
@@ -34,7 +34,7 @@
 //! late): an admission's reservation then stays until its windows roll, and its money
 //! reservation under an amount cap until [`amount_ttl`](RedisStoreOptions::amount_ttl);
 //! a slot lease until its TTL. A billing reservation stays with its attempt until the
-//! attempt is settled: settling is idempotent per attempt id, so a caller that gave up
+//! attempt is settled, or swept into pending reconciliation after its lifetime: settling is idempotent per attempt id, so a caller that gave up
 //! on a reservation can send a refund for it (an attempt never reserved is ignored).
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]

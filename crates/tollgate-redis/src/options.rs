@@ -7,7 +7,8 @@ use tollgate_core::ManualClock;
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "tollgate";
-/// Default hash tag of every billing key (`<prefix>:{billing}:…`).
+/// Default hash tag of the billing registry, the one billing key shared by every tenant
+/// (`<prefix>:{billing}:pending-books`).
 pub const DEFAULT_BILLING_TAG: &str = "billing";
 /// Default deadline of one store call (D4; Envoy's rate-limit filter uses the same).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(20);
@@ -95,12 +96,12 @@ impl RedisStoreOptions {
         self
     }
 
-    /// Hash tag of every billing key (default `billing`): keys are
-    /// `<prefix>:{<tag>}:tenant:<t>`, `…:key:<k>`, `…:budget:<id>`, `…:attempt:<id>` and
-    /// `…:pending`, all on one Redis Cluster slot (see
-    /// [`RedisStore`](crate::RedisStore#billing) for why). Gateways that keep separate
-    /// books on one Cluster can spread them over slots with different tags. Must not
-    /// contain `{` or `}` (they are removed).
+    /// Hash tag of the billing registry (default `billing`):
+    /// `<prefix>:{<tag>}:pending-books`, the set of books with attempts pending
+    /// reconciliation, the one billing key shared by every tenant and written only when
+    /// an attempt becomes pending. Every other billing key carries its tenant's tag (see
+    /// [`RedisStore`](crate::RedisStore#billing)); before per-tenant books this tag was
+    /// on every billing key. Must not contain `{` or `}` (they are removed).
     pub fn billing_tag(mut self, tag: impl Into<String>) -> Self {
         let tag: String = tag
             .into()

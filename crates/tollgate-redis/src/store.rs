@@ -128,40 +128,63 @@ impl Inner {
 /// # Billing
 ///
 /// [`BillingStore`](tollgate_core::BillingStore) makes the decisions of
-/// [`Ledger`](tollgate_core::Ledger), rule for rule (B1–B4): each call — reserve,
+/// [`Ledger`](tollgate_core::Ledger), rule for rule (B1–B7): each call — reserve,
 /// settle, account, seed, credit — is one Lua script by SHA, on the server's `TIME`
-/// (budget periods, attempt memory); listing the attempts pending reconciliation is one
-/// `HGETALL`.
+/// (budget periods, attempt deadlines); setting a balance is one `HSET`.
 ///
-/// **One hash tag for all billing keys.** One decision reads and writes the tenant's
-/// balance, the key's spend, every budget of the request and the attempt — keys whose
-/// natural hash tags differ. They all carry one tag, `{billing}`
-/// ([`billing_tag`](RedisStoreOptions::billing_tag)), so every script touches one
-/// Cluster slot. Tagging by tenant instead (`{tenant:<t>}`) was rejected:
-/// [`settle_attempt`](tollgate_core::BillingStore::settle_attempt) and
-/// [`pending`](tollgate_core::BillingStore::pending) are keyed by attempt alone, so a
-/// settlement would first have to look up which tenant's slot holds the attempt (two
-/// round trips), a request with no tenant would have no slot, and a budget shared by
-/// tenants would split into one budget per tenant. The price: all billing traffic of a
-/// deployment is served by the one node that owns that slot. A billing call costs a few
-/// µs of server time (two calls per attempt), so one node carries tens of thousands of
-/// attempts per second; the slot and window keys, the hot path, stay spread by subject.
-/// The settlement script finds the tenant, key and budget keys in the attempt's record;
-/// they share the declared key's tag, hence its slot.
+/// **One hash tag per tenant's books (D3).** One decision reads and writes the tenant's
+/// balance, the key's spend, every budget of the request and the attempt. They are the
+/// tenant's *books* ([`Books`](tollgate_core::Books)) and all carry the tenant's tag,
+/// `{tenant:<tenant>}`, so every script touches one Cluster slot and tenants spread over
+/// the nodes; a request with no tenant keeps its books under its key's own tag
+/// (`{<subject>}`, the slot of its slots and windows). Settling names the attempt with
+/// its books ([`AttemptRef`](tollgate_core::AttemptRef)), which the billing layer has
+/// from the request, so a settlement is one round trip too. A budget is kept in the
+/// books of the request that draws on it: a budget id named by requests of two tenants
+/// is two budgets, one per tenant, in both stores (give budgets ids unique across
+/// tenants, as the proxy does). The settlement script finds the tenant, key and budget
+/// keys in the attempt's record; they share the declared key's tag, hence its slot.
 ///
 /// | key | type | holds | expires |
 /// |---|---|---|---|
-/// | `<prefix>:{billing}:tenant:<tenant>` | HASH | `bal` balance, `pend` pending reconciliation | never |
-/// | `<prefix>:{billing}:key:<subject>` | HASH | `spent` key spend, `pend` pending | never |
-/// | `<prefix>:{billing}:budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
-/// | `<prefix>:{billing}:attempt:<id>` | HASH | state, money upper bound, cost, finish time, the keys it charges | once settled or refunded: the attempt memory (24 h, [`ATTEMPT_MEMORY_MS`](tollgate_core::billing::ATTEMPT_MEMORY_MS)); open or pending: never |
-/// | `<prefix>:{billing}:pending` | HASH | attempt id → amount pending reconciliation | never |
+/// | `<prefix>:{tenant:<t>}:billing:tenant` | HASH | `bal` balance, `pend` pending reconciliation | never |
+/// | `<books>key:<subject>` | HASH | `spent` key spend, `pend` pending | never |
+/// | `<books>budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
+/// | `<books>attempt:<id>` | HASH | state, money upper bound, deadline, the keys it charges | open: two lifetimes after its reservation; pending: never; settled or refunded: deleted |
+/// | `<books>open` | ZSET | open attempt id → deadline | with its newest attempt |
+/// | `<books>pending` | HASH | attempt id → amount pending reconciliation | never (gone when empty) |
+/// | `<prefix>:{billing}:pending-books` | SET | books that have had pending attempts | never (one member per books) |
 ///
-/// A pending attempt never expires: it is reconciliation work, listed by
-/// [`pending`](tollgate_core::BillingStore::pending) until it is settled. A final
-/// attempt is remembered for the attempt memory, so a late duplicate settlement changes
-/// nothing; the scripts judge that age on their own time and the key's expiry collects
-/// the record.
+/// `<books>` is `<prefix>:{tenant:<t>}:billing:` for a tenant and
+/// `<prefix>:{<subject>}:keybilling:` for a key with no tenant.
+///
+/// **Bounded memory (D7, B7).** A settled or refunded attempt is deleted: settling it
+/// again finds no attempt and does nothing, which is the idempotent answer (the
+/// reservation it would release is gone with it). An open attempt carries a deadline,
+/// its request's longest life ([`BillingRequest::lifetime_ms`](tollgate_core::BillingRequest));
+/// a reservation in the same books first sweeps up to
+/// [`SWEEP_BATCH`](tollgate_core::billing::SWEEP_BATCH) open attempts past their deadline
+/// (their instance died) into pending reconciliation and releases their budget
+/// reservations — inside the same script, no extra round trip. The record is kept for
+/// a second lifetime so the sweep finds it; books that see no reservation in that time
+/// lose the record (the budget reservation then lapses with the budget's expiry). A
+/// pending attempt stays until it is reconciled: what the store keeps is proportional
+/// to tenants, keys and attempts in flight or pending, not to requests served.
+///
+/// **Listing pending work.** [`pending`](tollgate_core::BillingStore::pending) reads the
+/// registry `<prefix>:{billing}:pending-books` (the tag is
+/// [`billing_tag`](RedisStoreOptions::billing_tag)) and then each listed books' pending
+/// hash — no `KEYS` or `SCAN`. The registry is the only cross-tenant key and is written
+/// only on the rare path: before an attempt is settled as pending (its own `SADD`, then
+/// the settlement) and after a sweep moved attempts to pending.
+///
+/// **Missing records (B7).** A request that expects its tenant's record
+/// ([`tenant_expected`](tollgate_core::BillingRequest)) and finds no tenant hash (a
+/// Redis restarted without its data) is refused as
+/// [`Refusal::RecordMissing`](tollgate_core::Refusal) — the billing layer answers 503,
+/// never 402 — and nothing re-seeds it silently: an operator sets the balance
+/// ([`set_balance`](tollgate_core::BillingStore::set_balance)). Billing needs a
+/// persistent Redis (AOF, `appendonly yes`, `appendfsync everysec`).
 ///
 /// **Numbers.** Money is stored as decimal integer strings (readable, `HINCRBY`-able)
 /// and computed on Lua numbers, which are doubles: exact up to 2^53 − 1
@@ -170,8 +193,8 @@ impl Inner {
 /// fails, so money is never rounded; the billing layer fails closed instead (B5).
 ///
 /// A billing call that times out may still have been carried out: settlement is
-/// idempotent per attempt, so repeating it is safe; a repeated reservation of the same
-/// attempt reserves nothing twice.
+/// idempotent per attempt, so repeating it is safe; a repeated reservation of an
+/// attempt still open or pending reserves nothing twice.
 ///
 /// Must be created and used inside a Tokio runtime.
 ///

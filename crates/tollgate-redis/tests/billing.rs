@@ -10,10 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
-use tollgate_core::billing::ATTEMPT_MEMORY_MS;
 use tollgate_core::{
-    AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget,
-    Money, Refusal, StoreErrorKind, StoreResult, SubjectKey,
+    AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
+    BillingStore, Books, Budget, Money, Refusal, StoreErrorKind, StoreResult, SubjectKey,
 };
 use tollgate_redis::{MAX_EXACT_MONEY, RedisStore, RedisStoreOptions};
 
@@ -34,6 +33,16 @@ fn request(attempt: &str, tenant: &str, key: &str, money: Money, b: &[&Budget]) 
         budgets: b.iter().map(|&b| b.clone()).collect(),
         money,
         bill_balance: true,
+        lifetime_ms: tollgate_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS,
+        tenant_expected: false,
+    }
+}
+
+/// Attempt `a` in tenant `t`'s books.
+fn in_t(a: &str, t: &str) -> AttemptRef {
+    AttemptRef {
+        attempt: a.into(),
+        books: Books::Tenant(t.into()),
     }
 }
 
@@ -51,7 +60,20 @@ fn generous() -> RedisStoreOptions {
 // One round trip per call (D2, T3)
 
 /// What the billing scripts call inside the server: not round trips.
-const IN_SCRIPT: &[&str] = &["time", "hmget", "hset", "hdel", "del", "exists", "pexpire"];
+const IN_SCRIPT: &[&str] = &[
+    "time",
+    "hmget",
+    "hset",
+    "hdel",
+    "del",
+    "exists",
+    "pexpire",
+    "pttl",
+    "persist",
+    "zadd",
+    "zrem",
+    "zrangebyscore",
+];
 /// Test plumbing.
 const HARNESS: &[&str] = &["config|resetstat", "info"];
 
@@ -66,6 +88,14 @@ fn client_commands(server: &RedisServer) -> Vec<(String, u64)> {
 }
 
 #[track_caller]
+fn assert_two(server: &RedisServer, a: &str, b: &str, what: &str) {
+    let mut want = [(a.to_owned(), 1), (b.to_owned(), 1)];
+    want.sort();
+    assert_eq!(client_commands(server), want, "{what}: two calls");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+}
+
+#[track_caller]
 fn assert_one(server: &RedisServer, command: &str, what: &str) {
     assert_eq!(
         client_commands(server),
@@ -77,8 +107,10 @@ fn assert_one(server: &RedisServer, command: &str, what: &str) {
 
 /// D2, T3: every billing call — reserve (admitted, refused by balance, by spend cap, by
 /// budget, an attempt already known), settle (settled, pending, reconciled, refunded,
-/// a duplicate, an unknown attempt), account, seed, credit — is one `EVALSHA`; the
-/// pending list is one `HGETALL`.
+/// a duplicate, an unknown attempt), account, seed, credit — is one `EVALSHA`; setting
+/// a balance is one `HSET`. Two calls on the rare paths: an attempt becoming pending
+/// first registers its books (`SADD`, another slot), and the pending list reads the
+/// registry (`SMEMBERS`) and then each books' list (`HGETALL`).
 #[tokio::test]
 async fn t3_every_billing_call_is_one_round_trip() {
     let server = RedisServer::start();
@@ -127,16 +159,16 @@ async fn t3_every_billing_call_is_one_round_trip() {
     );
     assert_one(&server, "evalsha", "reserve, refused by the spend cap");
 
-    let a1: AttemptId = "rt:a1".into();
+    let a1 = in_t("rt:a1", "rt:t");
     assert_eq!(
         s.settle_attempt(&a1, BillingOutcome::Pending)
             .await
             .unwrap(),
         Some(AttemptState::Pending(60))
     );
-    assert_one(&server, "evalsha", "settle, pending");
+    assert_two(&server, "evalsha", "sadd", "settle, pending");
     assert_eq!(s.pending().await.unwrap(), [(a1.clone(), 60)]);
-    assert_one(&server, "hgetall", "pending list");
+    assert_two(&server, "hgetall", "smembers", "pending list");
     assert_eq!(
         s.settle_attempt(&a1, BillingOutcome::Settled(42))
             .await
@@ -152,7 +184,7 @@ async fn t3_every_billing_call_is_one_round_trip() {
     );
     assert_one(&server, "evalsha", "settle, duplicate");
     assert_eq!(
-        s.settle_attempt(&"rt:never".into(), BillingOutcome::Refund)
+        s.settle_attempt(&in_t("rt:never", "rt:t"), BillingOutcome::Refund)
             .await
             .unwrap(),
         None
@@ -163,7 +195,7 @@ async fn t3_every_billing_call_is_one_round_trip() {
         .unwrap();
     server.cli(&["CONFIG", "RESETSTAT"]);
     assert_eq!(
-        s.settle_attempt(&"rt:a4".into(), BillingOutcome::Refund)
+        s.settle_attempt(&in_t("rt:a4", "rt:t"), BillingOutcome::Refund)
             .await
             .unwrap(),
         Some(AttemptState::Refunded)
@@ -174,6 +206,14 @@ async fn t3_every_billing_call_is_one_round_trip() {
         .await
         .unwrap();
     assert_one(&server, "evalsha", "account");
+    s.set_balance("rt:t", 963).await.unwrap();
+    let calls: Vec<_> = command_calls(&server.cli(&["INFO", "commandstats"]))
+        .into_iter()
+        .filter(|(c, _, _)| !HARNESS.contains(&c.as_str()))
+        .map(|(c, n, _)| (c, n))
+        .collect();
+    assert_eq!(calls, [("hset".to_owned(), 1)], "set balance: one HSET");
+    server.cli(&["CONFIG", "RESETSTAT"]);
     assert_eq!(
         (
             v.balance,
@@ -236,7 +276,7 @@ async fn t3_billing_script_server_time_per_call() {
         } else {
             BillingOutcome::Settled(700)
         };
-        s.settle_attempt(&req(i).attempt, o).await.unwrap();
+        s.settle_attempt(&req(i).attempt_ref(), o).await.unwrap();
     }
     let settle = usec("settle_attempt (settled or pending)");
     for _ in 0..N {
@@ -295,7 +335,7 @@ async fn t4_two_instances_share_balances_and_budgets() {
     /// Settles `attempt` through both instances at once: exactly one does it.
     async fn settle_once(
         stores: [&RedisStore; 2],
-        attempt: &AttemptId,
+        attempt: &AttemptRef,
         outcome: BillingOutcome,
     ) -> AttemptState {
         let (a, b) = tokio::join!(
@@ -303,7 +343,7 @@ async fn t4_two_instances_share_balances_and_budgets() {
             stores[1].settle_attempt(attempt, outcome)
         );
         let done: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
-        assert_eq!(done.len(), 1, "{attempt} settled {done:?}");
+        assert_eq!(done.len(), 1, "{attempt:?} settled {done:?}");
         done[0]
     }
     let tasks: Vec<_> = (0..WORKERS)
@@ -326,9 +366,13 @@ async fn t4_two_instances_share_balances_and_budgets() {
                     tries += 1;
                     assert!(tries < 5_000, "worker {w} starved");
                     let money = 20 + ((w * 31 + tries * 17) % 81) as Money;
-                    let attempt: AttemptId = format!("share:{w}:{tries}").into();
+                    let id: AttemptId = format!("share:{w}:{tries}").into();
+                    let attempt = AttemptRef {
+                        attempt: id.clone(),
+                        books: Books::Tenant("share:t".into()),
+                    };
                     let req = BillingRequest {
-                        attempt: attempt.clone(),
+                        attempt: id,
                         ..request("", "share:t", &format!("share:k{}", w % 4), money, &[&x])
                     };
                     match mine.check_and_reserve(&req).await.unwrap() {
@@ -426,7 +470,7 @@ async fn t4_two_instances_share_balances_and_budgets() {
     let mut spent = 0;
     for k in 0..4 {
         let v = stores[1]
-            .account(None, &format!("share:k{k}").into(), &[])
+            .account(Some("share:t"), &format!("share:k{k}").into(), &[])
             .await
             .unwrap();
         assert_eq!(v.key_pending, 0);
@@ -470,7 +514,7 @@ async fn every_billing_call_fails_fast(s: &RedisStore, what: &str) {
     let d = s.deadline();
     let x = budget("fault:x", 100, Some(60_000));
     let req = request("fault:a", "fault:t", "fault:k", 10, &[&x]);
-    let a: AttemptId = "fault:a".into();
+    let a = in_t("fault:a", "fault:t");
     for round in 0..3 {
         let what = |call: &str| format!("{what}, round {round}: {call}");
         fails_fast(d, &what("check_and_reserve"), s.check_and_reserve(&req)).await;
@@ -488,6 +532,7 @@ async fn every_billing_call_fails_fast(s: &RedisStore, what: &str) {
         .await;
         fails_fast(d, &what("seed_balance"), s.seed_balance("fault:t", 1)).await;
         fails_fast(d, &what("credit"), s.credit("fault:t", 1)).await;
+        fails_fast(d, &what("set_balance"), s.set_balance("fault:t", 1)).await;
         fails_fast(d, &what("pending"), s.pending()).await;
     }
 }
@@ -549,12 +594,15 @@ fn hash_tag(key: &str) -> Option<&str> {
     Some(&key[open + 1..open + 1 + close]).filter(|t| !t.is_empty())
 }
 
-/// D3: every billing key carries the one billing tag (so each script stays on one
-/// Cluster slot); balances, key spend and the pending list never expire; budgets expire
-/// `amount_ttl` after their last change; a final attempt the attempt memory after it
-/// finished; an open or pending attempt never. Money is stored as integer text.
+/// D3, D7: every key of one tenant's books carries that tenant's tag (so each script
+/// stays on one Cluster slot and tenants spread over the nodes); a request with no
+/// tenant uses its key's tag; the one shared key is the registry of books with pending
+/// work, on the billing tag. Balances, key spend, the pending list and the registry
+/// never expire; budgets expire `amount_ttl` after their last change; an open attempt
+/// and the books' open list two lifetimes after the reservation; a pending attempt
+/// never; a settled or refunded attempt is deleted. Money is stored as integer text.
 #[tokio::test]
-async fn d3_billing_keys_share_one_tag_and_expire_as_documented() {
+async fn d3_billing_keys_are_tagged_per_tenant_and_expire_as_documented() {
     let server = RedisServer::start();
     let s = connect(
         &server,
@@ -567,21 +615,31 @@ async fn d3_billing_keys_share_one_tag_and_expire_as_documented() {
     let x = budget("team:{x}", 1_000, Some(60_000));
     let y = budget("task:y", 1_000, None);
     s.seed_balance("acme", 100).await.unwrap();
-    for (a, o) in [
-        ("a1", Some(BillingOutcome::Settled(37))),
-        ("a2", Some(BillingOutcome::Pending)),
-        ("a3", Some(BillingOutcome::Refund)),
-        ("a4", None),
+    s.seed_balance("globex", 100).await.unwrap();
+    for (a, t, o) in [
+        ("a1", "acme", Some(BillingOutcome::Settled(37))),
+        ("a2", "acme", Some(BillingOutcome::Pending)),
+        ("a3", "acme", Some(BillingOutcome::Refund)),
+        ("a4", "acme", None),
+        ("g1", "globex", Some(BillingOutcome::Settled(1))),
     ] {
-        let req = request(a, "acme", "key-1", 50, &[&x, &y]);
+        let req = request(a, t, "key-1", 50, &[&x, &y]);
         assert_eq!(
             s.check_and_reserve(&req).await.unwrap(),
             BillingDecision::Admitted
         );
         if let Some(o) = o {
-            s.settle_attempt(&a.into(), o).await.unwrap();
+            s.settle_attempt(&req.attempt_ref(), o).await.unwrap();
         }
     }
+    let lone = BillingRequest {
+        tenant: None,
+        ..request("n1", "", "lone-key", 5, &[])
+    };
+    assert_eq!(
+        s.check_and_reserve(&lone).await.unwrap(),
+        BillingDecision::Admitted
+    );
     let keys: BTreeMap<String, i64> = server
         .cli(&["KEYS", "*"])
         .lines()
@@ -592,41 +650,137 @@ async fn d3_billing_keys_share_one_tag_and_expire_as_documented() {
         })
         .collect();
     for k in keys.keys() {
-        assert!(k.starts_with("gw:{books}:"), "{k}");
-        assert_eq!(hash_tag(k), Some("books"), "{k}");
+        let tag = hash_tag(k);
+        assert!(
+            [
+                Some("tenant:acme"),
+                Some("tenant:globex"),
+                Some("lone-key"),
+                Some("books")
+            ]
+            .contains(&tag),
+            "{k}"
+        );
+        assert!(k.starts_with("gw:{"), "{k}");
     }
+    let acme = Books::Tenant("acme".into());
     let ttl = |k: String| {
         *keys
             .get(&k)
             .unwrap_or_else(|| panic!("no key {k} in {keys:?}"))
     };
-    let day = i64::try_from(ATTEMPT_MEMORY_MS).unwrap();
+    let absent = |k: String| assert!(!keys.contains_key(&k), "{k} is left: {keys:?}");
+    let hour = i64::try_from(tollgate_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS).unwrap();
     assert_eq!(ttl(s.tenant_key("acme")), -1);
-    assert_eq!(ttl(s.spend_key(&"key-1".into())), -1);
-    assert_eq!(ttl(s.pending_key()), -1);
+    assert_eq!(ttl(s.spend_key(&acme, &"key-1".into())), -1);
+    assert_eq!(ttl(s.pending_key(&acme)), -1);
+    assert_eq!(ttl(s.pending_registry_key()), -1);
+    assert_eq!(s.pending_registry_key(), "gw:{books}:pending-books");
     for b in [&x, &y] {
-        let t = ttl(s.budget_key(&b.id));
+        let t = ttl(s.budget_key(&acme, &b.id));
         assert!((3_590_000..=3_600_000).contains(&t), "{}: {t}", b.id);
     }
     for a in ["a1", "a3"] {
-        let t = ttl(s.attempt_key(a));
-        assert!((day - 10_000..=day).contains(&t), "final {a}: {t}");
+        absent(s.attempt_key(&in_t(a, "acme")));
     }
-    for a in ["a2", "a4"] {
-        assert_eq!(
-            ttl(s.attempt_key(a)),
-            -1,
-            "open or pending {a} must not expire"
-        );
+    absent(s.attempt_key(&in_t("g1", "globex")));
+    assert_eq!(
+        ttl(s.attempt_key(&in_t("a2", "acme"))),
+        -1,
+        "pending must not expire"
+    );
+    for k in [s.attempt_key(&in_t("a4", "acme")), s.open_key(&acme)] {
+        let t = ttl(k.clone());
+        assert!((2 * hour - 10_000..=2 * hour).contains(&t), "open {k}: {t}");
     }
-    assert_eq!(keys.len(), 9, "{keys:?}");
+    let lone_ref = lone.attempt_ref();
+    assert!(s.attempt_key(&lone_ref).starts_with("gw:{lone-key}:"));
+    assert!(ttl(s.attempt_key(&lone_ref)) > 0);
+    // acme: tenant, spend, 2 budgets, a2, a4, open, pending; globex: tenant, spend, 2
+    // budgets; lone-key: spend? (not billed yet: none), attempt, open; the registry.
+    assert_eq!(keys.len(), 8 + 4 + 2 + 1, "{keys:?}");
     // Money is integer text, readable with redis-cli.
     let hget = |k: String, f: &str| server.cli(&["HGET", &k, f]).trim().to_owned();
     assert_eq!(hget(s.tenant_key("acme"), "bal"), "63");
     assert_eq!(hget(s.tenant_key("acme"), "pend"), "50");
-    assert_eq!(hget(s.spend_key(&"key-1".into()), "spent"), "37");
-    assert_eq!(hget(s.budget_key("task:y"), "res"), "100");
-    assert_eq!(hget(s.pending_key(), "a2"), "50");
+    assert_eq!(hget(s.spend_key(&acme, &"key-1".into()), "spent"), "37");
+    assert_eq!(hget(s.budget_key(&acme, "task:y"), "res"), "100");
+    assert_eq!(hget(s.pending_key(&acme), "a2"), "50");
+}
+
+/// Keys of the test Redis: (total, without an expiry).
+fn key_counts(server: &RedisServer) -> (usize, usize) {
+    let keys: Vec<String> = server
+        .cli(&["KEYS", "*"])
+        .lines()
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let persistent = keys
+        .iter()
+        .filter(|k| server.cli(&["TTL", k]).trim() == "-1")
+        .count();
+    let dbsize: usize = server.cli(&["DBSIZE"]).trim().parse().unwrap();
+    assert_eq!(dbsize, keys.len());
+    (keys.len(), persistent)
+}
+
+/// D7: what the store keeps does not grow with the requests served: after N reserve +
+/// settle cycles over a few tenants (settled, refunded, some pending then reconciled),
+/// the number of keys and of keys without an expiry is the same for N = 200 and
+/// N = 2000 — settled attempts are deleted, not remembered.
+#[tokio::test]
+async fn d7_keys_do_not_grow_with_requests_served() {
+    async fn serve(n: usize) -> (usize, usize) {
+        let server = RedisServer::start();
+        let s = connect(&server, generous()).await;
+        let x = budget("mem:x", 1_000_000_000, Some(3_600_000));
+        for t in 0..3 {
+            s.seed_balance(&format!("mem:t{t}"), 1_000_000_000)
+                .await
+                .unwrap();
+        }
+        for i in 0..n {
+            let req = request(
+                &format!("mem:a{i}"),
+                &format!("mem:t{}", i % 3),
+                &format!("mem:k{}", i % 5),
+                100,
+                &[&x],
+            );
+            assert_eq!(
+                s.check_and_reserve(&req).await.unwrap(),
+                BillingDecision::Admitted
+            );
+            let r = req.attempt_ref();
+            match i % 4 {
+                0 => {
+                    s.settle_attempt(&r, BillingOutcome::Refund).await.unwrap();
+                }
+                1 => {
+                    s.settle_attempt(&r, BillingOutcome::Pending).await.unwrap();
+                    s.settle_attempt(&r, BillingOutcome::Settled(7))
+                        .await
+                        .unwrap();
+                }
+                _ => {
+                    s.settle_attempt(&r, BillingOutcome::Settled(9))
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        assert!(s.pending().await.unwrap().is_empty());
+        let info = server.cli(&["INFO", "keyspace"]);
+        eprintln!("after {n} requests: {}", info.trim());
+        key_counts(&server)
+    }
+    let small = serve(200).await;
+    let large = serve(2_000).await;
+    eprintln!("keys (total, without expiry): N=200 {small:?}, N=2000 {large:?}");
+    assert_eq!(small, large, "the keys grew with the requests served");
+    // 3 tenants × (tenant, 5 keys' spend, a budget) + the pending registry.
+    assert!(large.0 <= 3 * 7 + 1, "{large:?}");
 }
 
 // ---------------------------------------------------------------------------------
@@ -685,9 +839,12 @@ async fn money_is_exact_up_to_2_pow_53() {
         BillingDecision::Admitted
     );
     assert_eq!(
-        s.settle_attempt(&"big:a1".into(), BillingOutcome::Settled(MAX_EXACT_MONEY))
-            .await
-            .unwrap(),
+        s.settle_attempt(
+            &in_t("big:a1", "big:t"),
+            BillingOutcome::Settled(MAX_EXACT_MONEY)
+        )
+        .await
+        .unwrap(),
         Some(AttemptState::Settled(MAX_EXACT_MONEY))
     );
     let v = s
@@ -707,7 +864,7 @@ async fn money_is_exact_up_to_2_pow_53() {
         s.check_and_reserve(&req).await.unwrap(),
         BillingDecision::Admitted
     );
-    let a2: AttemptId = "big:a2".into();
+    let a2 = in_t("big:a2", "big:t");
     let e = s
         .settle_attempt(&a2, BillingOutcome::Settled(1))
         .await

@@ -2,8 +2,9 @@
 //! long random sequence of reservations, settlements (every outcome, duplicates, unknown
 //! attempts), account views, credits, seeds and pending lists, over several tenants,
 //! keys and budgets (periods, no period, a period of 0, a budget named twice), with the
-//! time moving across budget periods and once past the attempt memory, on one manual
-//! clock shared by both stores. Every answer must be identical, to the cent. Two
+//! time moving across budget periods and past attempt lifetimes (open attempts swept into
+//! pending, B7), tenants whose record is expected but missing, per-tenant books (D3), on
+//! one manual clock shared by both stores. Every answer must be identical, to the cent. Two
 //! `RedisStore` instances share the Redis and take turns.
 
 mod common;
@@ -11,10 +12,10 @@ mod common;
 use common::RedisServer;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_core::billing::ATTEMPT_MEMORY_MS;
+use tollgate_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS;
 use tollgate_core::{
-    AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget,
-    ManualClock, MemoryStore, Refusal, SubjectKey,
+    AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
+    BillingStore, Books, Budget, ManualClock, MemoryStore, Refusal, SubjectKey,
 };
 use tollgate_redis::{RedisStore, RedisStoreOptions};
 
@@ -84,6 +85,7 @@ struct Counts {
     balance: u32,
     cap: u32,
     budget: u32,
+    missing: u32,
     settled: u32,
     pending: u32,
     refunded: u32,
@@ -124,15 +126,16 @@ async fn run(seed: u64) {
             .await
             .unwrap(),
     ];
-    let tenants: Vec<String> = (0..3).map(|i| format!("diff:t{i}")).collect();
+    // diff:t3 has no record until the last quarter (B7: a missing expected record).
+    let tenants: Vec<String> = (0..4).map(|i| format!("diff:t{i}")).collect();
     let keys: Vec<SubjectKey> = (0..4)
         .map(|i| SubjectKey::from(format!("diff:k{i}")))
         .collect();
     let all_budgets = budgets();
     let mut r = Rng(seed);
-    let mut ids: Vec<AttemptId> = Vec::new();
+    let mut ids: Vec<AttemptRef> = Vec::new();
     // Admitted and not final yet (open or pending), as the ledger answered.
-    let mut live: Vec<AttemptId> = Vec::new();
+    let mut live: Vec<AttemptRef> = Vec::new();
     let mut c = Counts::default();
 
     // Two tenants start with money, one with none (seeded later, or credited).
@@ -141,27 +144,10 @@ async fn run(seed: u64) {
         redis[0].seed_balance(t, amount).await.unwrap();
     }
 
+    let funded = |op: usize| &tenants[..if op < OPS * 3 / 4 { 3 } else { 4 }];
     for op in 0..OPS {
         let rs = &redis[r.below(2) as usize];
         let ctx = |what: &str| format!("op {op} {what}");
-        if op == OPS / 2 {
-            // Past the attempt memory: every final attempt is forgotten; a settlement
-            // (of nothing) lets the ledger, which forgets lazily, catch up.
-            clock.advance(Duration::from_millis(ATTEMPT_MEMORY_MS + 1));
-            let nobody: AttemptId = "diff:nobody".into();
-            assert_eq!(
-                mem.settle_attempt(&nobody, BillingOutcome::Refund)
-                    .await
-                    .unwrap(),
-                None
-            );
-            assert_eq!(
-                rs.settle_attempt(&nobody, BillingOutcome::Refund)
-                    .await
-                    .unwrap(),
-                None
-            );
-        }
         match r.below(100) {
             0..=12 => {
                 let step = *r.pick(&[1, 499, 500, 999, 1_000, 1_999, 2_000, 3_000, 4_999, 5_000]);
@@ -169,17 +155,29 @@ async fn run(seed: u64) {
                 clock.advance(Duration::from_millis(step));
             }
             13..=44 => {
-                let attempt = if ids.is_empty() || r.chance(88) {
+                let (attempt, tenant, key) = if ids.is_empty() || r.chance(88) {
                     let id: AttemptId = format!("diff:{seed:x}:{op}").into();
-                    ids.push(id.clone());
-                    id
+                    let tenant: Option<Arc<str>> =
+                        r.chance(85).then(|| r.pick(&tenants).as_str().into());
+                    let key = r.pick(&keys).clone();
+                    ids.push(AttemptRef {
+                        attempt: id.clone(),
+                        books: Books::of(tenant.as_deref(), &key),
+                    });
+                    (id, tenant, key)
                 } else {
-                    r.pick(&ids).clone()
+                    // A known attempt again, in its own books.
+                    let known = r.pick(&ids).clone();
+                    match known.books {
+                        Books::Tenant(t) => (known.attempt, Some(t), r.pick(&keys).clone()),
+                        Books::Key(k) => (known.attempt, None, k),
+                    }
                 };
                 let mut req = BillingRequest {
                     attempt,
-                    tenant: r.chance(85).then(|| r.pick(&tenants).as_str().into()),
-                    key: r.pick(&keys).clone(),
+                    tenant_expected: tenant.is_some() && r.chance(20),
+                    tenant,
+                    key,
                     spend_cap: r.chance(40).then(|| r.range(0, 2_000)),
                     budgets: Arc::from(pick_budgets(&mut r, &all_budgets)),
                     money: if r.chance(5) {
@@ -188,11 +186,17 @@ async fn run(seed: u64) {
                         r.range(0, 80)
                     },
                     bill_balance: r.chance(80),
+                    // Short enough that the time steps sweep some; long enough that no
+                    // record expires on the server's real time during the run.
+                    lifetime_ms: *r.pick(&[20_000, 45_000, DEFAULT_ATTEMPT_LIFETIME_MS]),
                 };
                 if r.chance(30) {
                     // On the edges: a cap at the key's spend + pending ± 1, an upper
                     // bound at the first budget's room ± 1 (the ledger's view of now).
-                    let v = mem.account(None, &req.key, &req.budgets).await.unwrap();
+                    let v = mem
+                        .account(req.tenant.as_deref(), &req.key, &req.budgets)
+                        .await
+                        .unwrap();
                     let edge = r.range(-1, 2);
                     if r.chance(50) {
                         req.spend_cap = Some(v.key_spent + v.key_pending + edge);
@@ -207,18 +211,23 @@ async fn run(seed: u64) {
                 match a {
                     BillingDecision::Admitted => {
                         c.admitted += 1;
-                        if !live.contains(&req.attempt) {
-                            live.push(req.attempt.clone());
+                        let known = req.attempt_ref();
+                        if !live.contains(&known) {
+                            live.push(known);
                         }
                     }
                     BillingDecision::Refused(Refusal::InsufficientBalance) => c.balance += 1,
                     BillingDecision::Refused(Refusal::SpendCap) => c.cap += 1,
                     BillingDecision::Refused(Refusal::Budget(_)) => c.budget += 1,
+                    BillingDecision::Refused(Refusal::RecordMissing) => c.missing += 1,
                 }
             }
             45..=69 if !ids.is_empty() => {
-                let attempt: AttemptId = if r.chance(3) {
-                    "diff:unknown".into()
+                let attempt: AttemptRef = if r.chance(3) {
+                    AttemptRef {
+                        attempt: "diff:unknown".into(),
+                        books: Books::Tenant(r.pick(&tenants).as_str().into()),
+                    }
                 } else if !live.is_empty() && r.chance(75) {
                     r.pick(&live).clone()
                 } else {
@@ -227,7 +236,7 @@ async fn run(seed: u64) {
                 let o = outcome(&mut r);
                 let a = mem.settle_attempt(&attempt, o).await.unwrap();
                 let b = rs.settle_attempt(&attempt, o).await.unwrap();
-                assert_eq!(a, b, "{}", ctx(&format!("settle {attempt} {o:?}")));
+                assert_eq!(a, b, "{}", ctx(&format!("settle {attempt:?} {o:?}")));
                 if matches!(a, Some(AttemptState::Settled(_) | AttemptState::Refunded)) {
                     live.retain(|id| *id != attempt);
                 }
@@ -248,7 +257,7 @@ async fn run(seed: u64) {
                 assert_eq!(x, y, "{}", ctx(&format!("account {tenant:?} {key:?}")));
             }
             82..=86 => {
-                let t = r.pick(&tenants).clone();
+                let t = r.pick(funded(op)).clone();
                 let amount = if r.chance(25) {
                     // On the edge: balance less pending to exactly 0 or 1.
                     let v = mem.account(Some(&t), &keys[0], &[]).await.unwrap();
@@ -261,10 +270,11 @@ async fn run(seed: u64) {
                 assert_eq!(x, y, "{}", ctx(&format!("credit {t} {amount}")));
             }
             87..=89 => {
-                let t = r.pick(&tenants).clone();
+                let t = r.pick(funded(op)).clone();
                 let amount = r.range(-20, 300);
-                mem.seed_balance(&t, amount).await.unwrap();
-                rs.seed_balance(&t, amount).await.unwrap();
+                let x = mem.seed_balance(&t, amount).await.unwrap();
+                let y = rs.seed_balance(&t, amount).await.unwrap();
+                assert_eq!(x, y, "{}", ctx(&format!("seed {t} {amount}")));
             }
             _ => {
                 let mut x = mem.pending().await.unwrap();
@@ -284,7 +294,7 @@ async fn run(seed: u64) {
         };
         let a = mem.settle_attempt(id, o).await.unwrap();
         let b = redis[0].settle_attempt(id, o).await.unwrap();
-        assert_eq!(a, b, "final settle {id}");
+        assert_eq!(a, b, "final settle {id:?}");
     }
     assert!(mem.pending().await.unwrap().is_empty());
     assert!(redis[1].pending().await.unwrap().is_empty());
@@ -297,9 +307,17 @@ async fn run(seed: u64) {
         }
     }
     let summary = format!(
-        "seed {seed:x}: admitted {}; refused for balance {}, cap {}, budget {}; settled {}, \
-         pending {}, refunded {}, ignored {}",
-        c.admitted, c.balance, c.cap, c.budget, c.settled, c.pending, c.refunded, c.ignored
+        "seed {seed:x}: admitted {}; refused for balance {}, cap {}, budget {}, missing \
+         record {}; settled {}, pending {}, refunded {}, ignored {}",
+        c.admitted,
+        c.balance,
+        c.cap,
+        c.budget,
+        c.missing,
+        c.settled,
+        c.pending,
+        c.refunded,
+        c.ignored
     );
     eprintln!("{summary}");
     // The sequence exercised every branch.
@@ -308,6 +326,7 @@ async fn run(seed: u64) {
             && c.balance > 30
             && c.cap > 30
             && c.budget > 30
+            && c.missing > 5
             && c.settled > 100
             && c.pending > 50
             && c.refunded > 50

@@ -136,7 +136,9 @@ redis_conformance!(
     b3_budgets_reserve_and_roll_by_period,
     b3_concurrent_reservations_never_exceed_budget,
     b4_settlement_idempotent_and_pending_reconciled,
-    b4_final_attempts_remembered_for_attempt_memory,
+    b7_final_attempts_forgotten_open_ones_swept,
+    b7_missing_tenant_record_is_its_own_refusal,
+    d3_books_are_kept_per_tenant,
     w8_covered_requests_skip_balance_and_spend,
     seed_balance_keeps_running_balance,
     // The whole suite in order on one server, the database flushed before each

@@ -108,6 +108,7 @@ async fn b1_key_spend_cap_is_402() {
     let request = || {
         let mut r = req(&tenant_subject(), money(10));
         r.extensions_mut().insert(BillingProfile {
+            tenant_expected: false,
             spend_cap: Some(50),
             ..BillingProfile::default()
         });
@@ -154,7 +155,7 @@ async fn b2_settled_from_usage_once_per_attempt_and_balance_may_go_negative() {
     assert!(recs[0].billed_to_balance);
     // Idempotent: settling the same attempt again changes nothing.
     let again = st.settle_attempt(
-        &recs[0].attempt,
+        &recs[0].attempt_ref(),
         tollgate::core::BillingOutcome::Settled(40),
     );
     assert_eq!(again.await.unwrap(), None);
@@ -182,6 +183,7 @@ async fn b3_scenario_4_budget_short_means_no_provider_call() {
     }]);
     let mut r = req(&tenant_subject(), money(101));
     r.extensions_mut().insert(BillingProfile {
+        tenant_expected: false,
         spend_cap: None,
         budgets: budget.clone(),
     });
@@ -306,6 +308,7 @@ async fn b6_l5_rejection_further_in_is_refunded_and_emits_no_record() {
         });
     let mut r = req(&tenant_subject(), money(300));
     r.extensions_mut().insert(BillingProfile {
+        tenant_expected: false,
         spend_cap: None,
         budgets: budget.clone(),
     });
@@ -409,6 +412,7 @@ async fn b3_parallel_requests_never_overdraw_and_books_balance() {
         tasks.push(tokio::spawn(async move {
             let mut r = req(&tenant_subject(), money(100 + (i % 7) * 50));
             r.extensions_mut().insert(BillingProfile {
+                tenant_expected: false,
                 spend_cap: None,
                 budgets: budget,
             });
@@ -469,7 +473,7 @@ impl tollgate::core::BillingStore for LostAnswer {
     }
     fn settle_attempt(
         &self,
-        a: &tollgate::core::AttemptId,
+        a: &tollgate::core::AttemptRef,
         o: tollgate::core::BillingOutcome,
     ) -> Self::Future<Option<AttemptState>> {
         self.0.settle_attempt(a, o)
@@ -482,13 +486,16 @@ impl tollgate::core::BillingStore for LostAnswer {
     ) -> Self::Future<tollgate::core::AccountView> {
         self.0.account(t, k, b)
     }
-    fn seed_balance(&self, t: &str, m: i64) -> Self::Future<()> {
+    fn seed_balance(&self, t: &str, m: i64) -> Self::Future<bool> {
         self.0.seed_balance(t, m)
+    }
+    fn set_balance(&self, t: &str, m: i64) -> Self::Future<()> {
+        self.0.set_balance(t, m)
     }
     fn credit(&self, t: &str, m: i64) -> Self::Future<i64> {
         self.0.credit(t, m)
     }
-    fn pending(&self) -> Self::Future<Vec<(tollgate::core::AttemptId, i64)>> {
+    fn pending(&self) -> Self::Future<Vec<(tollgate::core::AttemptRef, i64)>> {
         self.0.pending()
     }
 }
@@ -507,6 +514,7 @@ async fn b5_a_lost_reservation_answer_is_refunded() {
         .service(costing(1, calls.clone()));
     let mut r = req(&tenant_subject(), money(300));
     r.extensions_mut().insert(BillingProfile {
+        tenant_expected: false,
         spend_cap: None,
         budgets: budget.clone(),
     });
@@ -518,4 +526,168 @@ async fn b5_a_lost_reservation_answer_is_refunded() {
         v.budgets[0].reserved, 0,
         "the reservation the answer lost is given back"
     );
+}
+
+/// A store whose first `fail` settlements fail (a store deadline, a breaker open), then
+/// work; it counts every settlement call.
+#[derive(Clone)]
+struct FlakySettle {
+    inner: Store,
+    fail: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl tollgate::core::BillingStore for FlakySettle {
+    type Future<T: Send + 'static> = std::future::Ready<tollgate::core::StoreResult<T>>;
+    fn check_and_reserve(
+        &self,
+        req: &tollgate::core::BillingRequest,
+    ) -> Self::Future<tollgate::core::BillingDecision> {
+        self.inner.check_and_reserve(req)
+    }
+    fn settle_attempt(
+        &self,
+        a: &tollgate::core::AttemptRef,
+        o: tollgate::core::BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return std::future::ready(Err(tollgate::core::StoreError::new(
+                tollgate::core::StoreErrorKind::Timeout,
+                "deadline passed",
+            )));
+        }
+        self.inner.settle_attempt(a, o)
+    }
+    fn account(
+        &self,
+        t: Option<&str>,
+        k: &tollgate::core::SubjectKey,
+        b: &[Budget],
+    ) -> Self::Future<tollgate::core::AccountView> {
+        self.inner.account(t, k, b)
+    }
+    fn seed_balance(&self, t: &str, m: i64) -> Self::Future<bool> {
+        self.inner.seed_balance(t, m)
+    }
+    fn set_balance(&self, t: &str, m: i64) -> Self::Future<()> {
+        self.inner.set_balance(t, m)
+    }
+    fn credit(&self, t: &str, m: i64) -> Self::Future<i64> {
+        self.inner.credit(t, m)
+    }
+    fn pending(&self) -> Self::Future<Vec<(tollgate::core::AttemptRef, i64)>> {
+        self.inner.pending()
+    }
+}
+
+/// B7: settlements that fail (here the first 7 calls) are retried with backoff until
+/// they land; each attempt is charged once and has exactly one usage record; nothing is
+/// left reserved; the retries are counted.
+#[tokio::test(start_paused = true)]
+async fn b7_failed_settlement_is_retried_until_it_lands() {
+    const N: usize = 5;
+    let st = store(1_000);
+    let flaky = FlakySettle {
+        inner: st.clone(),
+        fail: Arc::new(AtomicUsize::new(7)),
+        calls: Arc::default(),
+    };
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
+        id: "b7".into(),
+        limit: 10_000,
+        period_ms: None,
+    }]);
+    let records = Records::default();
+    let r = records.clone();
+    let layer = BillingGateLayer::new(flaky.clone())
+        .clock(st.clock().clone())
+        .sink(move |rec: UsageRecord| r.lock().unwrap().push(rec));
+    let svc = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(costing(40, Arc::default()));
+    for _ in 0..N {
+        let mut rq = req(&tenant_subject(), money(100));
+        rq.extensions_mut().insert(BillingProfile {
+            spend_cap: None,
+            budgets: budget.clone(),
+            tenant_expected: true,
+        });
+        let res = svc.clone().oneshot(rq).await.unwrap();
+        drain(res.into_body()).await.unwrap();
+    }
+    assert!(records.lock().unwrap().len() < N, "some settlements failed");
+    assert!(layer.settlement_stats().waiting > 0);
+    for _ in 0..200 {
+        if records.lock().unwrap().len() == N && layer.settlement_stats().waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let recs = records.lock().unwrap().clone();
+    assert_eq!(recs.len(), N, "one usage record per attempt");
+    let mut ids: Vec<_> = recs.iter().map(|r| r.attempt.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), N, "no record twice");
+    assert!(recs.iter().all(|r| r.outcome == AttemptState::Settled(40)));
+    let v = st.with_ledger(|l, now| l.account(Some("acme"), &"key-1".into(), &budget, now));
+    assert_eq!(v.balance, Some(1_000 - 40 * N as i64), "each charged once");
+    assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (200, 0));
+    assert!(st.with_ledger(|l, _| l.pending()).is_empty());
+    let stats = layer.settlement_stats();
+    // Every first try failed; 2 retries failed too; every attempt landed late.
+    assert_eq!(
+        (stats.failed, stats.landed_late),
+        (N as u64, N as u64),
+        "{stats:?}"
+    );
+    assert_eq!(stats.retried, 7, "{stats:?}");
+    assert_eq!((stats.waiting, stats.dropped), (0, 0), "{stats:?}");
+    assert_eq!(flaky.calls.load(Ordering::SeqCst), 7 + N);
+}
+
+/// B7: a tenant the configuration names (its record expected) whose record is missing
+/// from the store gets a fail-closed 503 with its own code and a Retry-After — never a
+/// 402 — and no provider call; once an operator sets its balance, requests pass again.
+#[tokio::test(start_paused = true)]
+async fn b7_missing_tenant_record_is_503_not_402() {
+    let st = MemoryStore::with_clock(TokioClock::new(1_000_000)); // acme never seeded
+    let records = Records::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st, &records))
+        .service(costing(3, calls.clone()));
+    let expected = || {
+        let mut r = req(&tenant_subject(), money(10));
+        r.extensions_mut().insert(BillingProfile {
+            tenant_expected: true,
+            ..BillingProfile::default()
+        });
+        r
+    };
+    let e = svc.clone().oneshot(expected()).await.unwrap_err();
+    let rej = rejection(&e);
+    assert_eq!(rej.code(), GatewayCode::BillingRecordMissing);
+    assert_eq!(rej.code().code(), 50303);
+    assert_eq!(rej.http_status(), 503);
+    assert!(rej.retry_after().is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // Without the expectation the missing record reads as no balance (402), as before.
+    let e = svc
+        .clone()
+        .oneshot(req(&tenant_subject(), money(10)))
+        .await
+        .unwrap_err();
+    assert_eq!(rejection(&e).code(), GatewayCode::InsufficientBalance);
+
+    st.set_balance("acme", 100).await.unwrap();
+    let res = svc.clone().oneshot(expected()).await.unwrap();
+    drain(res.into_body()).await.unwrap();
+    assert_eq!(balance(&st), 97);
+    assert_eq!(records.lock().unwrap().len(), 1);
 }

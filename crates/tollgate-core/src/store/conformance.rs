@@ -13,15 +13,14 @@
 //! from the nominal schedule in [`Harness::SLACK_MS`] (it must stay below 500 ms); times
 //! and retry-afters are then compared within that slack, and the checks placed exactly
 //! on a window, period or TTL boundary run only for exact clocks (`SLACK_MS == 0`). Only
-//! the W10 check needs more than 15 s of advanced time (a rolling window is 60 s long),
-//! and the attempt-memory check two days (it cannot be slept through: shift the time).
+//! the W10 check needs more than 15 s of advanced time (a rolling window is 60 s long).
 //!
 //! Billing figures are exact: money is integer minor units and every store must keep
 //! every cent.
 use super::{Admission, BillingStore, SlotDecision, SlotStore, WindowStore};
 use crate::billing::{
-    ATTEMPT_MEMORY_MS, AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, Budget, Refusal,
+    AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
+    BillingRequest, Books, Budget, DEFAULT_ATTEMPT_LIFETIME_MS, Refusal,
 };
 use crate::clock::Millis;
 use crate::demand::{Demand, Usage};
@@ -86,7 +85,9 @@ pub async fn run_all<H: Harness>(h: &H) {
     b3_budgets_reserve_and_roll_by_period(h).await;
     b3_concurrent_reservations_never_exceed_budget(h).await;
     b4_settlement_idempotent_and_pending_reconciled(h).await;
-    b4_final_attempts_remembered_for_attempt_memory(h).await;
+    b7_final_attempts_forgotten_open_ones_swept(h).await;
+    b7_missing_tenant_record_is_its_own_refusal(h).await;
+    d3_books_are_kept_per_tenant(h).await;
     w8_covered_requests_skip_balance_and_spend(h).await;
     seed_balance_keeps_running_balance(h).await;
 }
@@ -1107,6 +1108,16 @@ fn bill(a: &str, tenant: Option<&str>, key: &SubjectKey, money: Money) -> Billin
         budgets: Arc::from(Vec::new()),
         money,
         bill_balance: true,
+        lifetime_ms: DEFAULT_ATTEMPT_LIFETIME_MS,
+        tenant_expected: false,
+    }
+}
+
+/// Attempt `a` in the books of tenant `t`.
+fn in_tenant(t: &str, a: &str) -> AttemptRef {
+    AttemptRef {
+        attempt: attempt(a),
+        books: Books::Tenant(t.into()),
     }
 }
 
@@ -1126,12 +1137,14 @@ async fn bill_refused<S: BillingStore>(s: &S, r: &BillingRequest, why: Refusal) 
     assert_eq!(d, BillingDecision::Refused(why), "{r:?}");
 }
 
+/// Settles attempt `a` of tenant `t`.
 async fn settle_attempt<S: BillingStore>(
     s: &S,
+    t: &str,
     a: &str,
     o: BillingOutcome,
 ) -> Option<AttemptState> {
-    s.settle_attempt(&attempt(a), o)
+    s.settle_attempt(&in_tenant(t, a), o)
         .await
         .expect("settle_attempt: store error")
 }
@@ -1148,18 +1161,26 @@ async fn account<S: BillingStore>(
         .expect("account: store error")
 }
 
-async fn seed<S: BillingStore>(s: &S, tenant: &str, amount: Money) {
+/// True if the balance was written, false if the tenant kept its record.
+async fn seed<S: BillingStore>(s: &S, tenant: &str, amount: Money) -> bool {
     s.seed_balance(tenant, amount)
         .await
-        .expect("seed_balance: store error");
+        .expect("seed_balance: store error")
 }
 
 async fn credit<S: BillingStore>(s: &S, tenant: &str, amount: Money) -> Money {
     s.credit(tenant, amount).await.expect("credit: store error")
 }
 
+/// The attempts pending reconciliation (ids and amounts), sorted.
 async fn pending_list<S: BillingStore>(s: &S) -> Vec<(AttemptId, Money)> {
-    let mut v = s.pending().await.expect("pending: store error");
+    let mut v: Vec<(AttemptId, Money)> = s
+        .pending()
+        .await
+        .expect("pending: store error")
+        .into_iter()
+        .map(|(r, m)| (r.attempt, m))
+        .collect();
     v.sort();
     v
 }
@@ -1237,7 +1258,7 @@ pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
     assert_eq!(credit(&s, &t, 1).await, 1);
     bill_ok(&s, &with_x("b1:a1", 5)).await;
     assert_eq!(
-        settle_attempt(&s, "b1:a1", BillingOutcome::Settled(1)).await,
+        settle_attempt(&s, &t, "b1:a1", BillingOutcome::Settled(1)).await,
         Some(AttemptState::Settled(1))
     );
     bill_refused(&s, &with_x("b1:a2", 5), Refusal::InsufficientBalance).await;
@@ -1253,12 +1274,12 @@ pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
     };
     bill_ok(&s, &capped("b1:a3", &k, 50)).await;
     assert_eq!(
-        settle_attempt(&s, "b1:a3", BillingOutcome::Pending).await,
+        settle_attempt(&s, &t, "b1:a3", BillingOutcome::Pending).await,
         Some(AttemptState::Pending(30))
     );
     bill_ok(&s, &capped("b1:a4", &k, 50)).await; // 0 spent + 30 pending < 50
     assert_eq!(
-        settle_attempt(&s, "b1:a4", BillingOutcome::Settled(20)).await,
+        settle_attempt(&s, &t, "b1:a4", BillingOutcome::Settled(20)).await,
         Some(AttemptState::Settled(20))
     );
     let v = account(&s, Some(&t), &k, &[]).await;
@@ -1267,17 +1288,17 @@ pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
     bill_refused(&s, &capped("b1:a5", &k, 50), Refusal::SpendCap).await;
     bill_ok(&s, &capped("b1:a5", &k, 51)).await;
     assert_eq!(
-        settle_attempt(&s, "b1:a5", BillingOutcome::Refund).await,
+        settle_attempt(&s, &t, "b1:a5", BillingOutcome::Refund).await,
         Some(AttemptState::Refunded)
     );
     // Caps are per key: another key of the tenant has spent nothing; a cap of 0 allows
     // nothing.
     bill_ok(&s, &capped("b1:a6", &k2, 50)).await;
-    settle_attempt(&s, "b1:a6", BillingOutcome::Refund).await;
+    settle_attempt(&s, &t, "b1:a6", BillingOutcome::Refund).await;
     bill_refused(&s, &capped("b1:a6b", &k2, 0), Refusal::SpendCap).await;
     // No cap: no cap check.
     bill_ok(&s, &bill("b1:a7", Some(&t), &k, 30)).await;
-    settle_attempt(&s, "b1:a7", BillingOutcome::Refund).await;
+    settle_attempt(&s, &t, "b1:a7", BillingOutcome::Refund).await;
 
     // The balance counts pending money: 30 - 30 pending = 0; checked before the cap.
     assert_eq!(credit(&s, &t, -50).await, 30);
@@ -1290,13 +1311,13 @@ pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
     bill_refused(&s, &capped("b1:a8", &k, 50), Refusal::InsufficientBalance).await;
     // Reconciled below its upper bound: room again, under the balance and the cap.
     assert_eq!(
-        settle_attempt(&s, "b1:a3", BillingOutcome::Settled(25)).await,
+        settle_attempt(&s, &t, "b1:a3", BillingOutcome::Settled(25)).await,
         Some(AttemptState::Settled(25))
     );
     let v = account(&s, Some(&t), &k, &[]).await;
     assert_eq!(money_of(&v), (Some(5), 0, 45, 0));
     bill_ok(&s, &capped("b1:a8", &k, 50)).await; // 45 < 50
-    settle_attempt(&s, "b1:a8", BillingOutcome::Refund).await;
+    settle_attempt(&s, &t, "b1:a8", BillingOutcome::Refund).await;
     assert_eq!(
         money_of(&account(&s, Some(&t), &k, &[]).await),
         (Some(5), 0, 45, 0),
@@ -1305,7 +1326,16 @@ pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
 
     // No tenant: no balance to check; the key's spend is still counted.
     bill_ok(&s, &bill("b1:a9", None, &k3, 1)).await;
-    settle_attempt(&s, "b1:a9", BillingOutcome::Settled(1)).await;
+    let in_k3 = AttemptRef {
+        attempt: attempt("b1:a9"),
+        books: Books::Key(k3.clone()),
+    };
+    assert_eq!(
+        s.settle_attempt(&in_k3, BillingOutcome::Settled(1))
+            .await
+            .expect("settle_attempt: store error"),
+        Some(AttemptState::Settled(1))
+    );
     assert_eq!(
         money_of(&account(&s, None, &k3, &[]).await),
         (None, 0, 1, 0)
@@ -1318,9 +1348,10 @@ pub async fn b1_balance_and_spend_cap<H: Harness>(h: &H) {
         Refusal::InsufficientBalance,
     )
     .await;
+    // k3's spend without a tenant is kept in k3's own books (D3), not in t2's.
     assert_eq!(
         money_of(&account(&s, Some(&t2), &k3, &[]).await),
-        (Some(-5), 0, 1, 0)
+        (Some(-5), 0, 0, 0)
     );
 }
 
@@ -1335,7 +1366,7 @@ pub async fn b2_settle_may_go_below_zero<H: Harness>(h: &H) {
     seed(&s, &t, 10).await;
     bill_ok(&s, &bill("b2:a1", Some(&t), &k, 100)).await;
     assert_eq!(
-        settle_attempt(&s, "b2:a1", BillingOutcome::Settled(37)).await,
+        settle_attempt(&s, &t, "b2:a1", BillingOutcome::Settled(37)).await,
         Some(AttemptState::Settled(37))
     );
     assert_eq!(
@@ -1351,14 +1382,14 @@ pub async fn b2_settle_may_go_below_zero<H: Harness>(h: &H) {
     assert_eq!(credit(&s, &t, 30).await, 3);
     bill_ok(&s, &bill("b2:a3", Some(&t), &k, 10)).await;
     assert_eq!(
-        settle_attempt(&s, "b2:a3", BillingOutcome::Settled(15)).await,
+        settle_attempt(&s, &t, "b2:a3", BillingOutcome::Settled(15)).await,
         Some(AttemptState::Settled(15)),
         "the real cost, above the upper bound, is charged in full"
     );
     assert_eq!(credit(&s, &t, 13).await, 1);
     bill_ok(&s, &bill("b2:a4", Some(&t), &k, 5)).await;
     assert_eq!(
-        settle_attempt(&s, "b2:a4", BillingOutcome::Settled(-5)).await,
+        settle_attempt(&s, &t, "b2:a4", BillingOutcome::Settled(-5)).await,
         Some(AttemptState::Settled(0)),
         "a negative cost charges nothing"
     );
@@ -1390,14 +1421,14 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     };
     let all = [&x, &y, &z];
 
-    let v = account(&s, None, &k, &all).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!(
         (v.budgets[0].limit, budget_of(&v, 0), v.budgets[0].resets_at),
         (100, (0, 0), None),
         "no use, no period"
     );
     bill_ok(&s, &req("b3:a1", 60, &[&x, &y])).await;
-    let v = account(&s, None, &k, &all).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!((budget_of(&v, 0), budget_of(&v, 1)), ((0, 60), (0, 60)));
     let anchor = v.budgets[0].resets_at.expect("the period started") - 4_000;
     if let Some(now) = h.now() {
@@ -1419,7 +1450,7 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
         Refusal::Budget(z.id.clone()),
     )
     .await;
-    let v = account(&s, None, &k, &all).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!(
         (budget_of(&v, 0), budget_of(&v, 1), budget_of(&v, 2)),
         ((0, 60), (0, 60), (0, 0)),
@@ -1429,13 +1460,13 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     bill_ok(&s, &req("b3:a3", 40, &[&x])).await; // exactly the limit
     bill_refused(&s, &req("b3:a4", 1, &[&x]), Refusal::Budget(x.id.clone())).await;
     assert_eq!(
-        settle_attempt(&s, "b3:a1", BillingOutcome::Settled(10)).await,
+        settle_attempt(&s, &t, "b3:a1", BillingOutcome::Settled(10)).await,
         Some(AttemptState::Settled(10))
     );
-    let v = account(&s, None, &k, &all).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!((budget_of(&v, 0), budget_of(&v, 1)), ((10, 40), (10, 0)));
-    settle_attempt(&s, "b3:a3", BillingOutcome::Refund).await;
-    let v = account(&s, None, &k, &all).await;
+    settle_attempt(&s, &t, "b3:a3", BillingOutcome::Refund).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!(budget_of(&v, 0), (10, 0));
     assert_eq!(
         v.budgets[0].resets_at,
@@ -1446,13 +1477,13 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
 
     if exact::<H>() {
         h.advance(ms(3_999)).await;
-        let v = account(&s, None, &k, &[&x]).await;
+        let v = account(&s, Some(&t), &k, &[&x]).await;
         assert_eq!(budget_of(&v, 0), (10, 90), "1 ms before the period ends");
         h.advance(ms(1)).await; // exactly anchor + 4 s: the next period
     } else {
         h.advance(ms(4_500)).await;
     }
-    let v = account(&s, None, &k, &[&x]).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(
         budget_of(&v, 0),
         (0, 90),
@@ -1461,15 +1492,15 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     assert_eq!(v.budgets[0].resets_at, Some(anchor + 8_000));
     bill_ok(&s, &req("b3:a6", 10, &[&x])).await;
     bill_refused(&s, &req("b3:a7", 1, &[&x]), Refusal::Budget(x.id.clone())).await;
-    settle_attempt(&s, "b3:a5", BillingOutcome::Settled(70)).await;
-    let v = account(&s, None, &k, &[&x]).await;
+    settle_attempt(&s, &t, "b3:a5", BillingOutcome::Settled(70)).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(
         budget_of(&v, 0),
         (70, 10),
         "charged to the period it settles in"
     );
-    settle_attempt(&s, "b3:a6", BillingOutcome::Refund).await;
-    let v = account(&s, None, &k, &all).await;
+    settle_attempt(&s, &t, "b3:a6", BillingOutcome::Refund).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!(budget_of(&v, 0), (70, 0));
     assert_eq!(v.budgets[0].resets_at, Some(anchor + 8_000));
     assert_eq!(
@@ -1480,7 +1511,7 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
 
     // Skip the period [8 s, 12 s): the next one is still aligned at the anchor.
     h.advance(ms(8_000)).await; // 12.5 s (12 s with an exact clock)
-    let v = account(&s, None, &k, &all).await;
+    let v = account(&s, Some(&t), &k, &all).await;
     assert_eq!(budget_of(&v, 0), (0, 0));
     assert_eq!(v.budgets[0].resets_at, Some(anchor + 16_000));
     assert_eq!(budget_of(&v, 1), (10, 0));
@@ -1488,16 +1519,16 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     // A refund leaves no trace: the period only it had started has not started.
     bill_ok(&s, &req("b3:a8", 30, &[&w])).await;
     assert!(
-        account(&s, None, &k, &[&w]).await.budgets[0]
+        account(&s, Some(&t), &k, &[&w]).await.budgets[0]
             .resets_at
             .is_some()
     );
-    settle_attempt(&s, "b3:a8", BillingOutcome::Refund).await;
-    let v = account(&s, None, &k, &[&w]).await;
+    settle_attempt(&s, &t, "b3:a8", BillingOutcome::Refund).await;
+    let v = account(&s, Some(&t), &k, &[&w]).await;
     assert_eq!((budget_of(&v, 0), v.budgets[0].resets_at), ((0, 0), None));
     h.advance(ms(1_000)).await;
     bill_ok(&s, &req("b3:a9", 30, &[&w])).await;
-    let r = account(&s, None, &k, &[&w]).await.budgets[0]
+    let r = account(&s, Some(&t), &k, &[&w]).await.budgets[0]
         .resets_at
         .expect("the period started");
     if let Some(now) = h.now() {
@@ -1509,7 +1540,7 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
         expected,
         "anchored at the first use that stayed",
     );
-    settle_attempt(&s, "b3:a9", BillingOutcome::Refund).await;
+    settle_attempt(&s, &t, "b3:a9", BillingOutcome::Refund).await;
 
     // L5: a refused request changes nothing. A refund that leaves a rolled period empty
     // un-starts it, whether or not a refused request looked at the budget in between.
@@ -1517,7 +1548,7 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     let v2 = budget("b3:v2", 100, Some(4_000));
     for (i, v) in [&v1, &v2].into_iter().enumerate() {
         bill_ok(&s, &req(&format!("b3:v{i}:a"), 10, &[v])).await;
-        settle_attempt(&s, &format!("b3:v{i}:a"), BillingOutcome::Settled(10)).await;
+        settle_attempt(&s, &t, &format!("b3:v{i}:a"), BillingOutcome::Settled(10)).await;
         bill_ok(&s, &req(&format!("b3:v{i}:b"), 10, &[v])).await;
     }
     h.advance(ms(4_500)).await;
@@ -1528,8 +1559,8 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     )
     .await;
     for (i, v) in [&v1, &v2].into_iter().enumerate() {
-        settle_attempt(&s, &format!("b3:v{i}:b"), BillingOutcome::Refund).await;
-        let view = account(&s, None, &k, &[v]).await;
+        settle_attempt(&s, &t, &format!("b3:v{i}:b"), BillingOutcome::Refund).await;
+        let view = account(&s, Some(&t), &k, &[v]).await;
         assert_eq!(
             (budget_of(&view, 0), view.budgets[0].resets_at),
             ((0, 0), None),
@@ -1563,7 +1594,7 @@ pub async fn b3_concurrent_reservations_never_exceed_budget<H: Harness>(h: &H) {
     let mut admitted = Vec::new();
     for (r, d) in reqs.iter().zip(decisions) {
         match d.expect("check_and_reserve: store error") {
-            BillingDecision::Admitted => admitted.push(r.attempt.clone()),
+            BillingDecision::Admitted => admitted.push(r.attempt_ref()),
             d => assert_eq!(d, BillingDecision::Refused(Refusal::Budget(x.id.clone()))),
         }
     }
@@ -1623,14 +1654,14 @@ pub async fn b3_concurrent_reservations_never_exceed_budget<H: Harness>(h: &H) {
     for m in &refused {
         assert!(sum + m > 65, "{m} was refused but fits beside {sum}");
     }
-    let v = account(&s, None, &key("concurrent:0"), &[&x]).await;
+    let v = account(&s, Some(&t), &key("concurrent:0"), &[&x]).await;
     assert_eq!(budget_of(&v, 0), (35, sum));
     let refunds: Vec<_> = reqs
         .iter()
-        .map(|r| s.settle_attempt(&r.attempt, BillingOutcome::Refund))
+        .map(|r| s.settle_attempt(&r.attempt_ref(), BillingOutcome::Refund))
         .collect();
     join_all(refunds).await;
-    let v = account(&s, None, &key("concurrent:0"), &[&x]).await;
+    let v = account(&s, Some(&t), &key("concurrent:0"), &[&x]).await;
     assert_eq!(budget_of(&v, 0), (35, 0));
 }
 
@@ -1654,7 +1685,7 @@ pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) 
 
     bill_ok(&s, &req("b4:a1", 10)).await;
     assert_eq!(
-        settle_attempt(&s, "b4:a1", BillingOutcome::Settled(7)).await,
+        settle_attempt(&s, &t, "b4:a1", BillingOutcome::Settled(7)).await,
         Some(AttemptState::Settled(7))
     );
     for o in [
@@ -1663,32 +1694,41 @@ pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) 
         BillingOutcome::Refund,
         BillingOutcome::Pending,
     ] {
-        assert_eq!(settle_attempt(&s, "b4:a1", o).await, None, "{o:?} again");
+        assert_eq!(
+            settle_attempt(&s, &t, "b4:a1", o).await,
+            None,
+            "{o:?} again"
+        );
     }
     assert_eq!(
-        settle_attempt(&s, "b4:never", BillingOutcome::Settled(7)).await,
+        settle_attempt(&s, &t, "b4:never", BillingOutcome::Settled(7)).await,
         None
     );
     assert_eq!(
-        settle_attempt(&s, "b4:never", BillingOutcome::Pending).await,
+        settle_attempt(&s, &t, "b4:never", BillingOutcome::Pending).await,
         None
     );
-    bill_ok(&s, &req("b4:a1", 10)).await; // known: nothing reserved twice
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(93), 0, 7, 0), (7, 0)));
+    // An open attempt admitted again reserves nothing twice.
+    bill_ok(&s, &req("b4:a1b", 10)).await;
+    bill_ok(&s, &req("b4:a1b", 10)).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(93), 0, 7, 0), (7, 10)));
+    settle_attempt(&s, &t, "b4:a1b", BillingOutcome::Refund).await;
 
     // Two attempts of one request, each settled on its own.
     bill_ok(&s, &req("b4:a2", 20)).await;
     bill_ok(&s, &req("b4:a3", 20)).await;
-    settle_attempt(&s, "b4:a2", BillingOutcome::Refund).await;
-    settle_attempt(&s, "b4:a3", BillingOutcome::Settled(12)).await;
+    settle_attempt(&s, &t, "b4:a2", BillingOutcome::Refund).await;
+    settle_attempt(&s, &t, "b4:a3", BillingOutcome::Settled(12)).await;
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(81), 0, 19, 0), (19, 0)));
 
     // Unknown result: pending with its upper bound.
     bill_ok(&s, &req("b4:a4", 40)).await;
     assert_eq!(
-        settle_attempt(&s, "b4:a4", BillingOutcome::Pending).await,
+        settle_attempt(&s, &t, "b4:a4", BillingOutcome::Pending).await,
         Some(AttemptState::Pending(40))
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
@@ -1699,7 +1739,7 @@ pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) 
     );
     assert_eq!(pending_list(&s).await, [(attempt("b4:a4"), 40)]);
     assert_eq!(
-        settle_attempt(&s, "b4:a4", BillingOutcome::Pending).await,
+        settle_attempt(&s, &t, "b4:a4", BillingOutcome::Pending).await,
         None
     );
     bill_ok(&s, &req("b4:a4", 40)).await; // known: nothing reserved twice
@@ -1709,7 +1749,7 @@ pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) 
     bill_refused(&s, &req("b4:a6", 1), Refusal::InsufficientBalance).await;
     assert_eq!(credit(&s, &t, 41).await, 81);
     bill_ok(&s, &req("b4:a7", 30)).await;
-    settle_attempt(&s, "b4:a7", BillingOutcome::Pending).await;
+    settle_attempt(&s, &t, "b4:a7", BillingOutcome::Pending).await;
     assert_eq!(
         pending_list(&s).await,
         [(attempt("b4:a4"), 40), (attempt("b4:a7"), 30)]
@@ -1717,7 +1757,7 @@ pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) 
 
     // Reconciled with the real cost.
     assert_eq!(
-        settle_attempt(&s, "b4:a4", BillingOutcome::Settled(25)).await,
+        settle_attempt(&s, &t, "b4:a4", BillingOutcome::Settled(25)).await,
         Some(AttemptState::Settled(25))
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
@@ -1725,80 +1765,242 @@ pub async fn b4_settlement_idempotent_and_pending_reconciled<H: Harness>(h: &H) 
     assert_eq!(pending_list(&s).await, [(attempt("b4:a7"), 30)]);
     // Reconciled as never sent: everything released, nothing charged.
     assert_eq!(
-        settle_attempt(&s, "b4:a7", BillingOutcome::Refund).await,
+        settle_attempt(&s, &t, "b4:a7", BillingOutcome::Refund).await,
         Some(AttemptState::Refunded)
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(56), 0, 44, 0), (44, 0)));
     assert!(pending_list(&s).await.is_empty());
     assert_eq!(
-        settle_attempt(&s, "b4:a7", BillingOutcome::Settled(1)).await,
+        settle_attempt(&s, &t, "b4:a7", BillingOutcome::Settled(1)).await,
         None
     );
     assert_eq!(
-        settle_attempt(&s, "b4:a4", BillingOutcome::Settled(1)).await,
+        settle_attempt(&s, &t, "b4:a4", BillingOutcome::Settled(1)).await,
         None
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(56), 0, 44, 0), (44, 0)));
 }
 
-/// B4: a settled or refunded attempt is remembered for the attempt memory (24 h), so a
-/// late duplicate settlement changes nothing; after that the id is unknown (and a new
-/// attempt if admitted again). A pending attempt is never forgotten.
-pub async fn b4_final_attempts_remembered_for_attempt_memory<H: Harness>(h: &H) {
+/// B4, D7, B7: a settled or refunded attempt is forgotten at once — a duplicate
+/// settlement finds nothing and changes nothing, and the same id admitted again is a
+/// new attempt. An attempt still open after its lifetime (its instance died) is swept
+/// into pending reconciliation at the next reservation in its books, its budget
+/// reservation released; its upper bound then counts against the balance and the key's
+/// spend as pending money until it is reconciled, and its budgets are not released
+/// twice. A pending attempt is never swept.
+pub async fn b7_final_attempts_forgotten_open_ones_swept<H: Harness>(h: &H) {
     let s = h.store().await;
-    let t = tenant("b4m");
-    let k = key("b4m");
+    let t = tenant("b7");
+    let k = key("b7");
     seed(&s, &t, 100).await;
-    let x = budget("b4m:x", 100, None);
-    let req = |a: &str| BillingRequest {
+    let x = budget("b7:x", 100, None);
+    let req = |a: &str, money| BillingRequest {
         budgets: budgets(&[&x]),
-        ..bill(a, Some(&t), &k, 10)
+        lifetime_ms: 2_000,
+        ..bill(a, Some(&t), &k, money)
     };
-    bill_ok(&s, &req("b4m:a1")).await;
-    settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await;
+    let figures = |v: &AccountView| (money_of(v), budget_of(v, 0));
 
-    h.advance(Duration::from_millis(ATTEMPT_MEMORY_MS - 1_000))
-        .await;
+    bill_ok(&s, &req("b7:a1", 10)).await;
     assert_eq!(
-        settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await,
-        None
-    );
-    bill_ok(&s, &req("b4m:a1")).await; // still known: nothing reserved
-    assert_eq!(budget_of(&account(&s, None, &k, &[&x]).await, 0), (5, 0));
-    bill_ok(&s, &req("b4m:a2")).await;
-    settle_attempt(&s, "b4m:a2", BillingOutcome::Pending).await;
-
-    h.advance(ms(2_000)).await; // 1 s past a1's memory
-    assert_eq!(
-        settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await,
-        None
-    );
-    // Forgotten: the same id is a new attempt.
-    bill_ok(&s, &req("b4m:a1")).await;
-    assert_eq!(budget_of(&account(&s, None, &k, &[&x]).await, 0), (5, 20));
-    assert_eq!(
-        settle_attempt(&s, "b4m:a1", BillingOutcome::Settled(5)).await,
+        settle_attempt(&s, &t, "b7:a1", BillingOutcome::Settled(5)).await,
         Some(AttemptState::Settled(5))
     );
+    for o in [BillingOutcome::Settled(5), BillingOutcome::Refund] {
+        assert_eq!(
+            settle_attempt(&s, &t, "b7:a1", o).await,
+            None,
+            "{o:?} again"
+        );
+    }
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(95), 0, 5, 0), (5, 0)));
+    // Forgotten: the same id is a new attempt.
+    bill_ok(&s, &req("b7:a1", 10)).await;
+    assert_eq!(
+        budget_of(&account(&s, Some(&t), &k, &[&x]).await, 0),
+        (5, 10)
+    );
+    assert_eq!(
+        settle_attempt(&s, &t, "b7:a1", BillingOutcome::Refund).await,
+        Some(AttemptState::Refunded)
+    );
 
-    h.advance(Duration::from_millis(ATTEMPT_MEMORY_MS)).await;
+    // An attempt whose instance died stays open; another one goes pending.
+    bill_ok(&s, &req("b7:dead", 60)).await;
+    bill_ok(&s, &req("b7:a2", 30)).await;
+    assert_eq!(
+        settle_attempt(&s, &t, "b7:a2", BillingOutcome::Pending).await,
+        Some(AttemptState::Pending(30))
+    );
+    h.advance(ms(1_000)).await;
+    // 5 + 60 + 30 + 40 > 100: the dead attempt still holds its reservation.
+    bill_refused(&s, &req("b7:a3", 40), Refusal::Budget(x.id.clone())).await;
+    h.advance(ms(1_500)).await;
+    // Past its lifetime: swept at this reservation, before the decision.
+    bill_ok(&s, &req("b7:a3", 40)).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(95), 90, 5, 90), (5, 70)));
     assert_eq!(
         pending_list(&s).await,
-        [(attempt("b4m:a2"), 10)],
-        "a pending attempt was forgotten"
+        [(attempt("b7:a2"), 30), (attempt("b7:dead"), 60)]
     );
+    // Reconciled at its real cost; the budget is not released twice.
     assert_eq!(
-        settle_attempt(&s, "b4m:a2", BillingOutcome::Settled(3)).await,
-        Some(AttemptState::Settled(3))
+        settle_attempt(&s, &t, "b7:dead", BillingOutcome::Settled(20)).await,
+        Some(AttemptState::Settled(20))
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(75), 30, 25, 30), (25, 70)));
     assert_eq!(
-        (money_of(&v), budget_of(&v, 0)),
-        ((Some(87), 0, 13, 0), (13, 0))
+        settle_attempt(&s, &t, "b7:dead", BillingOutcome::Settled(20)).await,
+        None
     );
+    assert_eq!(
+        settle_attempt(&s, &t, "b7:a3", BillingOutcome::Refund).await,
+        Some(AttemptState::Refunded)
+    );
+    assert_eq!(
+        settle_attempt(&s, &t, "b7:a2", BillingOutcome::Settled(10)).await,
+        Some(AttemptState::Settled(10))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(65), 0, 35, 0), (35, 0)));
     assert!(pending_list(&s).await.is_empty());
+
+    // A swept attempt refunded later gives nothing back to the budgets twice.
+    bill_ok(&s, &req("b7:dead2", 50)).await;
+    h.advance(ms(2_500)).await;
+    bill_ok(&s, &req("b7:a4", 1)).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(65), 50, 35, 50), (35, 1)));
+    assert_eq!(
+        settle_attempt(&s, &t, "b7:dead2", BillingOutcome::Refund).await,
+        Some(AttemptState::Refunded)
+    );
+    settle_attempt(&s, &t, "b7:a4", BillingOutcome::Refund).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(figures(&v), ((Some(65), 0, 35, 0), (35, 0)));
+}
+
+/// B7: a tenant whose billing record is missing although the request expects one (the
+/// configuration names it) is refused as [`Refusal::RecordMissing`], never as a zero
+/// balance; an explicit balance brings it back, and seeding keeps a record that exists.
+pub async fn b7_missing_tenant_record_is_its_own_refusal<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("b7m");
+    let k = key("b7m");
+    let expected = |a: &str| BillingRequest {
+        tenant_expected: true,
+        ..bill(a, Some(&t), &k, 5)
+    };
+    bill_refused(&s, &expected("b7m:a1"), Refusal::RecordMissing).await;
+    // Not expected: no record reads as no balance.
+    bill_refused(
+        &s,
+        &bill("b7m:a1", Some(&t), &k, 5),
+        Refusal::InsufficientBalance,
+    )
+    .await;
+    // A request the balance does not pay for needs no record.
+    let covered = BillingRequest {
+        bill_balance: false,
+        ..expected("b7m:a2")
+    };
+    bill_ok(&s, &covered).await;
+    settle_attempt(&s, &t, "b7m:a2", BillingOutcome::Refund).await;
+    bill_refused(&s, &expected("b7m:a3"), Refusal::RecordMissing).await;
+
+    s.set_balance(&t, 50)
+        .await
+        .expect("set_balance: store error");
+    bill_ok(&s, &expected("b7m:a3")).await;
+    settle_attempt(&s, &t, "b7m:a3", BillingOutcome::Pending).await;
+    assert!(!seed(&s, &t, 1_000).await, "seeding replaced a record");
+    s.set_balance(&t, 7)
+        .await
+        .expect("set_balance: store error");
+    assert_eq!(
+        money_of(&account(&s, Some(&t), &k, &[]).await),
+        (Some(7), 5, 0, 5),
+        "an explicit balance keeps pending money"
+    );
+    settle_attempt(&s, &t, "b7m:a3", BillingOutcome::Settled(2)).await;
+    assert_eq!(
+        money_of(&account(&s, Some(&t), &k, &[]).await),
+        (Some(5), 0, 2, 0)
+    );
+    assert!(
+        seed(&s, &tenant("b7m:new"), 3).await,
+        "a new tenant was not seeded"
+    );
+    let _ = h;
+}
+
+/// D3: the books are per tenant (or, with no tenant, per key): one attempt id in two
+/// books is two attempts, a budget id named by requests of two tenants is two budgets,
+/// and the pending list names each attempt's books.
+pub async fn d3_books_are_kept_per_tenant<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (t1, t2) = (tenant("d3:one"), tenant("d3:two"));
+    let k = key("d3");
+    seed(&s, &t1, 100).await;
+    seed(&s, &t2, 100).await;
+    let x = budget("d3:x", 50, None);
+    let req = |t: &str| BillingRequest {
+        budgets: budgets(&[&x]),
+        ..bill("d3:a", Some(t), &k, 40)
+    };
+    bill_ok(&s, &req(&t1)).await;
+    bill_ok(&s, &req(&t2)).await; // its own budget x: 40 ≤ 50
+    bill_ok(&s, &bill("d3:a", None, &k, 40)).await;
+    assert_eq!(
+        settle_attempt(&s, &t2, "d3:a", BillingOutcome::Settled(3)).await,
+        Some(AttemptState::Settled(3))
+    );
+    assert_eq!(
+        settle_attempt(&s, &t1, "d3:a", BillingOutcome::Pending).await,
+        Some(AttemptState::Pending(40))
+    );
+    let in_key = AttemptRef {
+        attempt: attempt("d3:a"),
+        books: Books::Key(k.clone()),
+    };
+    assert_eq!(
+        s.settle_attempt(&in_key, BillingOutcome::Pending)
+            .await
+            .expect("settle_attempt: store error"),
+        Some(AttemptState::Pending(40))
+    );
+    let v1 = account(&s, Some(&t1), &k, &[&x]).await;
+    let v2 = account(&s, Some(&t2), &k, &[&x]).await;
+    let v0 = account(&s, None, &k, &[&x]).await;
+    assert_eq!(
+        (money_of(&v1), budget_of(&v1, 0)),
+        ((Some(100), 40, 0, 40), (0, 40))
+    );
+    assert_eq!(
+        (money_of(&v2), budget_of(&v2, 0)),
+        ((Some(97), 0, 3, 0), (3, 0))
+    );
+    assert_eq!(
+        (money_of(&v0), budget_of(&v0, 0)),
+        ((None, 0, 0, 40), (0, 0))
+    );
+    let mut pending = s.pending().await.expect("pending: store error");
+    pending.sort();
+    let mut want = vec![(in_tenant(&t1, "d3:a"), 40), (in_key.clone(), 40)];
+    want.sort();
+    assert_eq!(pending, want);
+    for r in [in_tenant(&t1, "d3:a"), in_key] {
+        s.settle_attempt(&r, BillingOutcome::Refund)
+            .await
+            .expect("settle_attempt: store error");
+    }
+    assert!(pending_list(&s).await.is_empty());
+    let _ = h;
 }
 
 /// W8, B1: a request covered by a subscription is neither checked against nor charged
@@ -1827,27 +2029,27 @@ pub async fn w8_covered_requests_skip_balance_and_spend<H: Harness>(h: &H) {
     .await;
     bill_ok(&s, &covered("w8:a1", 10)).await;
     assert_eq!(
-        settle_attempt(&s, "w8:a1", BillingOutcome::Settled(10)).await,
+        settle_attempt(&s, &t, "w8:a1", BillingOutcome::Settled(10)).await,
         Some(AttemptState::Settled(10))
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (10, 0)));
     bill_ok(&s, &covered("w8:a2", 10)).await;
     assert_eq!(
-        settle_attempt(&s, "w8:a2", BillingOutcome::Pending).await,
+        settle_attempt(&s, &t, "w8:a2", BillingOutcome::Pending).await,
         Some(AttemptState::Pending(10))
     );
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (10, 10)));
     assert_eq!(pending_list(&s).await, [(attempt("w8:a2"), 10)]);
-    settle_attempt(&s, "w8:a2", BillingOutcome::Settled(4)).await;
+    settle_attempt(&s, &t, "w8:a2", BillingOutcome::Settled(4)).await;
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (14, 0)));
     assert!(pending_list(&s).await.is_empty());
     // Budgets still bind a covered request.
     bill_refused(&s, &covered("w8:a3", 87), Refusal::Budget(x.id.clone())).await;
     bill_ok(&s, &covered("w8:a3", 86)).await;
-    settle_attempt(&s, "w8:a3", BillingOutcome::Refund).await;
+    settle_attempt(&s, &t, "w8:a3", BillingOutcome::Refund).await;
     let v = account(&s, Some(&t), &k, &[&x]).await;
     assert_eq!(figures(&v), ((Some(0), 0, 0, 0), (14, 0)));
 }
@@ -1872,7 +2074,7 @@ pub async fn seed_balance_keeps_running_balance<H: Harness>(h: &H) {
     seed(&s, &t, 100).await;
     assert_eq!(balance(&t).await, Some(100));
     bill_ok(&s, &bill("seed:a1", Some(&t), &k, 50)).await;
-    settle_attempt(&s, "seed:a1", BillingOutcome::Settled(30)).await;
+    settle_attempt(&s, &t, "seed:a1", BillingOutcome::Settled(30)).await;
     assert_eq!(balance(&t).await, Some(70));
     seed(&s, &t, 100).await;
     assert_eq!(
@@ -1982,7 +2184,9 @@ mod memory {
         b3_budgets_reserve_and_roll_by_period,
         b3_concurrent_reservations_never_exceed_budget,
         b4_settlement_idempotent_and_pending_reconciled,
-        b4_final_attempts_remembered_for_attempt_memory,
+        b7_final_attempts_forgotten_open_ones_swept,
+        b7_missing_tenant_record_is_its_own_refusal,
+        d3_books_are_kept_per_tenant,
         w8_covered_requests_skip_balance_and_spend,
         seed_balance_keeps_running_balance,
         run_all,

@@ -14,7 +14,7 @@
 
 use super::{Admission, BillingStore, SlotDecision, SlotStore, StoreResult, WindowStore};
 use crate::billing::{
-    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
+    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
     Ledger,
 };
 use crate::clock::{Clock, Millis, SystemClock};
@@ -428,7 +428,7 @@ impl<C: Clock> BillingStore for MemoryStore<C> {
     }
     fn settle_attempt(
         &self,
-        attempt: &AttemptId,
+        attempt: &AttemptRef,
         outcome: BillingOutcome,
     ) -> Self::Future<Option<AttemptState>> {
         ready(Ok(
@@ -445,14 +445,17 @@ impl<C: Clock> BillingStore for MemoryStore<C> {
             self.with_ledger(|l, now| l.account(tenant, key, budgets, now))
         ))
     }
-    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
-        self.with_ledger(|l, _| l.seed_balance(tenant, amount));
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
+        ready(Ok(self.with_ledger(|l, _| l.seed_balance(tenant, amount))))
+    }
+    fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+        self.with_ledger(|l, _| l.set_balance(tenant, amount));
         ready(Ok(()))
     }
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
         ready(Ok(self.with_ledger(|l, _| l.credit(tenant, amount))))
     }
-    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
+    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         ready(Ok(self.with_ledger(|l, _| l.pending())))
     }
 }

@@ -19,7 +19,7 @@ pub mod fallback;
 pub mod memory;
 
 use crate::billing::{
-    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
+    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
 };
 use crate::demand::Demand;
 use crate::money::Money;
@@ -151,10 +151,13 @@ pub trait BillingStore: Clone + Send + Sync + 'static {
 
     /// Eligibility and budget reservation at request start (B1, B3). One round trip.
     fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision>;
-    /// Settles an attempt once (B2, B4); `None` if it was already final or unknown.
+    /// Settles an attempt once (B2, B4); `None` if it is unknown (never reserved, or
+    /// already settled or refunded) or pending and settled as pending again. The
+    /// attempt is named with the books it was reserved in (D3), which the caller that
+    /// settles knows from its [`BillingRequest::attempt_ref`].
     fn settle_attempt(
         &self,
-        attempt: &AttemptId,
+        attempt: &AttemptRef,
         outcome: BillingOutcome,
     ) -> Self::Future<Option<AttemptState>>;
     /// Money of a tenant and key, and the given budgets (the usage view).
@@ -164,10 +167,14 @@ pub trait BillingStore: Clone + Send + Sync + 'static {
         key: &SubjectKey,
         budgets: &[Budget],
     ) -> Self::Future<AccountView>;
-    /// Sets a tenant's balance unless it already has one.
-    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<()>;
+    /// Sets a tenant's balance unless it already has a record; true if it was written,
+    /// false if the tenant kept its record.
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool>;
+    /// Sets a tenant's balance explicitly (an operator's decision, B7), creating its
+    /// record if it is missing; money pending reconciliation is kept.
+    fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()>;
     /// Adds to a tenant's balance; returns the new balance.
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money>;
     /// Attempts pending reconciliation, with their amounts.
-    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>>;
+    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>>;
 }

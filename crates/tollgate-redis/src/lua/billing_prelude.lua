@@ -3,18 +3,25 @@
 -- (the conformance suite and a differential test against the in-memory store hold them to
 -- it).
 --
--- Every billing key carries the same hash tag, so each script stays on one Cluster slot
--- (see RedisStore's docs):
---   tenant   HASH  bal (balance), pend (pending reconciliation)           no expiry
---   key      HASH  spent (key spend), pend (pending reconciliation)       no expiry
---   budget   HASH  start (period anchor, absent = no period started), spent (in the current
---                  period), res (reserved by open and pending attempts)   budget ttl after
---                                                                          its last change
---   attempt  HASH  s (o open, p pending, d settled, r refunded), m (money upper bound),
---                  c (cost), f (finished at, ms), tk / kk (tenant / key-spend key, only when
---                  billed to the balance), b (JSON list: budget key, period ms or -1, ...)
---                  expires the attempt memory after it is final; open or pending: never
---   pending  HASH  attempt id -> amount pending reconciliation (the reconciliation work list)
+-- Keys are kept per books (D3): a tenant's books, or a tenant-less key's, all under one hash
+-- tag, so each script stays on one Cluster slot and tenants spread over the nodes
+-- (see RedisStore's docs). Under the books' base <prefix>:{tenant:<t>}:billing: (or
+-- <prefix>:{<key>}:keybilling:):
+--   tenant       HASH  bal (balance), pend (pending reconciliation)         no expiry
+--   key:<k>      HASH  spent (key spend), pend (pending reconciliation)     no expiry
+--   budget:<id>  HASH  start (period anchor, absent = no period started), spent (in the
+--                      current period), res (reserved by open and pending attempts)
+--                                                            budget ttl after its last change
+--   attempt:<id> HASH  s (o open, p pending), m (money upper bound), d (deadline, ms), rel
+--                      (1: budgets released by the sweep), tk / kk (tenant / key-spend key,
+--                      only when billed to the balance), b (JSON list: budget key, period ms
+--                      or -1, ...)
+--                      open: expires two lifetimes after its reservation; pending: never;
+--                      settled or refunded: deleted
+--   open         ZSET  attempt id -> deadline (the sweep's work list)  as long as its newest
+--                                                                       attempt record
+--   pending      HASH  attempt id -> amount pending reconciliation (the work list)  no
+--                      expiry; empty = gone
 --
 -- Money: decimal integer strings (readable with redis-cli, HINCRBY-compatible). Arithmetic
 -- runs on Lua numbers (doubles), exact for integers within +-(2^53 - 1); a script that would
@@ -93,6 +100,7 @@ local function commit()
     if #set > 0 then redis.call('HSET', key, unpack(set)) end
     if #del > 0 then redis.call('HDEL', key, unpack(del)) end
   end
+  dirty, order = {}, {}
   return nil
 end
 
@@ -107,9 +115,52 @@ local function roll(key, period, now)
   end
 end
 
--- Ledger::forget_old: a final attempt is forgotten once the attempt memory has passed since
--- it finished (on the scripts' time; the key's expiry, on the server's clock, collects it).
-local function forgotten(state, finished, now, memory)
-  return (state == 'd' or state == 'r') and tonumber(finished) + memory <= now
+-- BudgetState::release: gives back a reservation; a period only it had started has not
+-- started (L5), judged on the current period (rolled first).
+local function release(key, period, money, now)
+  local r = (get(key, 'res') or 0) - money
+  if r < 0 then r = 0 end
+  put(key, 'res', r)
+  roll(key, period, now)
+  if r == 0 and (get(key, 'spent') or 0) == 0 then put(key, 'start', nil) end
 end
 
+-- Book::sweep (B7): up to SWEEP_BATCH open attempts past their deadline (deadline <= now,
+-- oldest first, ties by id) become pending reconciliation with their budget reservations
+-- released. Committed at once (a refusal after it keeps it, as in the Ledger). Returns how
+-- many, or an error reply.
+local SWEEP_BATCH = 16
+local function sweep(base, openk, pendk, now, budget_ttl)
+  local ids = redis.call('ZRANGEBYSCORE', openk, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
+  if #ids == 0 then return 0 end
+  local swept, touched = {}, {}
+  for _, id in ipairs(ids) do
+    local ak = base .. 'attempt:' .. id
+    local A = redis.call('HMGET', ak, 's', 'm', 'tk', 'kk', 'b')
+    if A[1] == 'o' then
+      local money = tonumber(A[2])
+      if A[3] then add(A[3], 'pend', money) end
+      if A[4] then add(A[4], 'pend', money) end
+      if A[5] then
+        local B = cjson.decode(A[5])
+        for i = 1, #B, 2 do
+          release(B[i], tonumber(B[i + 1]), money, now)
+          touched[#touched + 1] = B[i]
+        end
+      end
+      swept[#swept + 1] = {id, ak, A[2]}
+    end
+  end
+  local err = commit()
+  if err then return err end
+  redis.call('ZREM', openk, unpack(ids))
+  if budget_ttl ~= '0' then
+    for _, bk in ipairs(touched) do redis.call('PEXPIRE', bk, budget_ttl) end
+  end
+  for _, s in ipairs(swept) do
+    redis.call('HSET', s[2], 's', 'p', 'rel', '1')
+    redis.call('PERSIST', s[2])
+    redis.call('HSET', pendk, s[1], s[3])
+  end
+  return #swept
+end

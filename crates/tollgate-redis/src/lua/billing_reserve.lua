@@ -1,53 +1,60 @@
--- BillingStore::check_and_reserve (B1, B3): Ledger::admit.
+-- BillingStore::check_and_reserve (B1, B3, B7): Ledger::admit, on one books.
 -- KEYS[1]  the attempt   KEYS[2] the tenant (KEYS[1] when none: never read)
--- KEYS[3]  the key's spend   KEYS[4..] the budgets, in request order
+-- KEYS[3]  the key's spend   KEYS[4] the books' open attempts   KEYS[5] the books' pending
+-- KEYS[6..] the budgets, in request order
 -- ARGV     [1] time (see time.lua), [2] bill the balance (0/1), [3] has a tenant (0/1),
 --          [4] spend cap ('' = none), [5] money upper bound (>= 0), [6] budget ttl ms
---          (0 = none), [7] attempt memory ms, then per budget from [8]: limit, period ms
+--          (0 = none), [7] attempt lifetime ms, [8] tenant record expected (0/1), [9] the
+--          books' key base, [10] attempt id, then per budget from [11]: limit, period ms
 --          (-1 = none)
--- Reply    {1} admitted (or the attempt is already known: nothing is reserved twice)
---          {0, 1} balance <= 0   {0, 2} spend cap reached   {0, 3, i} budget i is short
+-- Reply    {swept, 1} admitted (or the attempt is open or pending: nothing is reserved
+--          twice)   {swept, 0, 1} balance <= 0   {swept, 0, 2} spend cap reached
+--          {swept, 0, 3, i} budget i is short   {swept, 0, 4} tenant record missing
+--          (swept: open attempts swept into pending reconciliation first)
 local now = now_ms(ARGV[1])
 local att = KEYS[1]
-local known = redis.call('HMGET', att, 's', 'f')
-if known[1] then
-  if not forgotten(known[1], known[2], now, tonumber(ARGV[7])) then return {1} end
-  redis.call('DEL', att)
-end
+local swept = sweep(ARGV[9], KEYS[4], KEYS[5], now, ARGV[6])
+if type(swept) ~= 'number' then return swept end
+if redis.call('EXISTS', att) == 1 then return {swept, 1} end
 local bill, has_tenant = ARGV[2] == '1', ARGV[3] == '1'
 if bill then
-  if has_tenant and (get(KEYS[2], 'bal') or 0) - (get(KEYS[2], 'pend') or 0) <= 0 then
-    return {0, 1}
+  if has_tenant then
+    if ARGV[8] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then return {swept, 0, 4} end
+    if (get(KEYS[2], 'bal') or 0) - (get(KEYS[2], 'pend') or 0) <= 0 then
+      return {swept, 0, 1}
+    end
   end
   if ARGV[4] ~= '' and
       (get(KEYS[3], 'spent') or 0) + (get(KEYS[3], 'pend') or 0) >= tonumber(ARGV[4]) then
-    return {0, 2}
+    return {swept, 0, 2}
   end
 end
 local money = tonumber(ARGV[5])
-local nb = #KEYS - 3
+local nb = #KEYS - 5
 for i = 1, nb do
-  local bk = KEYS[3 + i]
-  roll(bk, tonumber(ARGV[7 + 2 * i]), now)
-  if (get(bk, 'spent') or 0) + (get(bk, 'res') or 0) + money > tonumber(ARGV[6 + 2 * i]) then
+  local bk = KEYS[5 + i]
+  roll(bk, tonumber(ARGV[10 + 2 * i]), now)
+  if (get(bk, 'spent') or 0) + (get(bk, 'res') or 0) + money > tonumber(ARGV[9 + 2 * i]) then
     -- A refusal changes nothing (the rolls above stay in the buffer).
-    return {0, 3, i}
+    return {swept, 0, 3, i}
   end
 end
 local budgets = {}
 for i = 1, nb do
-  local bk = KEYS[3 + i]
+  local bk = KEYS[5 + i]
   if not get(bk, 'start') then put(bk, 'start', now) end
   add(bk, 'res', money)
   budgets[#budgets + 1] = bk
-  budgets[#budgets + 1] = ARGV[7 + 2 * i]
+  budgets[#budgets + 1] = ARGV[10 + 2 * i]
 end
 local err = commit()
 if err then return err end
 if ARGV[6] ~= '0' then
-  for i = 1, nb do redis.call('PEXPIRE', KEYS[3 + i], ARGV[6]) end
+  for i = 1, nb do redis.call('PEXPIRE', KEYS[5 + i], ARGV[6]) end
 end
-local rec = {'s', 'o', 'm', ARGV[5]}
+local life = tonumber(ARGV[7])
+local deadline = now + life
+local rec = {'s', 'o', 'm', ARGV[5], 'd', deadline}
 if bill then
   if has_tenant then
     rec[#rec + 1] = 'tk'
@@ -60,6 +67,13 @@ if nb > 0 then
   rec[#rec + 1] = 'b'
   rec[#rec + 1] = cjson.encode(budgets)
 end
--- Open: no expiry (its reservation stays until it is settled).
+-- Open: kept two lifetimes, so the sweep finds it for one lifetime after its deadline
+-- (on real time; the sweep judges the deadline on the scripts' time).
+local keep = 2 * life
+if keep < 1000 then keep = 1000 end
 redis.call('HSET', att, unpack(rec))
-return {1}
+redis.call('PEXPIRE', att, keep)
+redis.call('ZADD', KEYS[4], deadline, ARGV[10])
+local ttl = redis.call('PTTL', KEYS[4])
+if ttl < keep then redis.call('PEXPIRE', KEYS[4], keep) end
+return {swept, 1}

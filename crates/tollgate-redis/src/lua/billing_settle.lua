@@ -1,27 +1,23 @@
--- BillingStore::settle_attempt (B2, B4, L5): Ledger::settle. Each attempt settles once.
--- KEYS[1]  the attempt   KEYS[2] the pending list
+-- BillingStore::settle_attempt (B2, B4, L5): Ledger::settle. Each attempt settles once; a
+-- settled or refunded attempt is deleted (D7): settling it again finds nothing.
+-- KEYS[1]  the attempt   KEYS[2] the books' pending list   KEYS[3] the books' open attempts
 -- ARGV     [1] time (see time.lua), [2] outcome: s settled, p pending, r refund, [3] cost
---          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt memory ms,
---          [6] attempt id (its field in the pending list)
--- Reply    {0} nothing done (unknown or forgotten, already final, pending again)
+--          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt id
+-- Reply    {0} nothing done (unknown: never reserved, already final; pending again)
 --          {1, cost} settled   {2, amount} pending   {3} refunded
 -- The tenant, key-spend and budget keys come from the attempt's record: they carry the same
 -- hash tag as KEYS[1], hence the same slot.
 local now = now_ms(ARGV[1])
 local att = KEYS[1]
-local A = redis.call('HMGET', att, 's', 'm', 'f', 'tk', 'kk', 'b')
+local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel')
 local st = A[1]
 if not st then return {0} end
-if st == 'd' or st == 'r' then
-  if forgotten(st, A[3], now, tonumber(ARGV[5])) then redis.call('DEL', att) end
-  return {0}
-end
 local outcome = ARGV[2]
 local was_pending = st == 'p'
 if was_pending and outcome == 'p' then return {0} end
-local money, tk, kk = tonumber(A[2]), A[4], A[5]
+local money, tk, kk, released = tonumber(A[2]), A[3], A[4], A[6] == '1'
 local B = {}
-if A[6] then B = cjson.decode(A[6]) end
+if A[5] then B = cjson.decode(A[5]) end
 -- Undo what "pending" counted.
 if was_pending then
   if tk then add(tk, 'pend', -money) end
@@ -34,11 +30,14 @@ if outcome == 's' then
   if kk then add(kk, 'spent', cost) end
   for i = 1, #B, 2 do
     local bk = B[i]
-    local r = (get(bk, 'res') or 0) - money
-    if r < 0 then r = 0 end
-    put(bk, 'res', r)
+    if not released then
+      local r = (get(bk, 'res') or 0) - money
+      if r < 0 then r = 0 end
+      put(bk, 'res', r)
+    end
     -- Charged to the period it settles in.
     roll(bk, tonumber(B[i + 1]), now)
+    if not get(bk, 'start') then put(bk, 'start', now) end
     add(bk, 'spent', cost)
   end
   reply, state = {1, cost}, 'd'
@@ -48,15 +47,8 @@ elseif outcome == 'p' then
   -- Budgets keep the reservation.
   reply, state = {2, money}, 'p'
 else
-  for i = 1, #B, 2 do
-    local bk = B[i]
-    local r = (get(bk, 'res') or 0) - money
-    if r < 0 then r = 0 end
-    put(bk, 'res', r)
-    -- A refund leaves no trace: a period only this attempt had started has not started.
-    -- Judged on the current period (rolled first).
-    roll(bk, tonumber(B[i + 1]), now)
-    if r == 0 and (get(bk, 'spent') or 0) == 0 then put(bk, 'start', nil) end
+  if not released then
+    for i = 1, #B, 2 do release(B[i], tonumber(B[i + 1]), money, now) end
   end
   reply, state = {3}, 'r'
 end
@@ -65,17 +57,14 @@ if err then return err end
 if ARGV[4] ~= '0' then
   for i = 1, #B, 2 do redis.call('PEXPIRE', B[i], ARGV[4]) end
 end
-if was_pending then redis.call('HDEL', KEYS[2], ARGV[6]) end
+if was_pending then redis.call('HDEL', KEYS[2], ARGV[5]) end
+redis.call('ZREM', KEYS[3], ARGV[5])
 if state == 'p' then
   -- Reconciliation work: listed, never expires.
   redis.call('HSET', att, 's', 'p')
-  redis.call('HSET', KEYS[2], ARGV[6], A[2])
+  redis.call('PERSIST', att)
+  redis.call('HSET', KEYS[2], ARGV[5], A[2])
 else
-  if state == 'd' then
-    redis.call('HSET', att, 's', state, 'f', now, 'c', ARGV[3])
-  else
-    redis.call('HSET', att, 's', state, 'f', now)
-  end
-  redis.call('PEXPIRE', att, ARGV[5])
+  redis.call('DEL', att)
 end
 return reply

@@ -3,14 +3,13 @@ use super::service::decide;
 use super::{BillingGuard, Settlement};
 use crate::BoxError;
 use crate::body::HoldBody;
-use crate::spawn::detach;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use tollgate_core::{BillingDecision, BillingOutcome, BillingStore, Rejection};
+use tollgate_core::{BillingDecision, BillingStore, Rejection};
 use tower_service::Service;
 
 /// A request whose billing decision is not in yet.
@@ -27,11 +26,7 @@ impl<S, ReqB, St: BillingStore, C> Drop for Deferred<S, ReqB, St, C> {
         // the store may have reserved; a refund of the attempt undoes it, and changes
         // nothing if it had not.
         if let Some(s) = self.settlement.take() {
-            detach(
-                s.store
-                    .settle_attempt(&s.template.attempt, BillingOutcome::Refund),
-                "refund of an abandoned billing decision",
-            );
+            s.refund("refund of an abandoned billing decision");
         }
     }
 }
@@ -109,14 +104,11 @@ where
                 StateProj::Checking { answer, deferred } => {
                     let answer = ready!(Pin::new(answer).poll(cx));
                     let mut d = deferred.take().expect("polled after completion");
-                    let attempt = d
-                        .settlement
-                        .as_ref()
-                        .expect("taken once")
-                        .template
-                        .attempt
-                        .clone();
-                    match decide(&d.shared, &attempt, answer) {
+                    match decide(
+                        &d.shared,
+                        d.settlement.as_ref().expect("taken once"),
+                        answer,
+                    ) {
                         Ok(admitted) => {
                             let req = d.req.take().expect("request taken once");
                             let settlement = d.settlement.take().expect("taken once");

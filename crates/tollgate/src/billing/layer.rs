@@ -1,7 +1,10 @@
-use super::{BillingGate, UsageSink};
+use super::durable::Settler;
+use super::{BillingGate, SettlementStats, UsageSink};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
-use std::sync::Arc;
-use tollgate_core::SystemClock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tollgate_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS;
+use tollgate_core::{BillingStore, Millis, SystemClock};
 use tower_layer::Layer;
 
 /// What every service built by one layer shares.
@@ -11,6 +14,8 @@ pub(crate) struct Shared<St, C> {
     pub(crate) clock: C,
     pub(crate) failure_mode: FailureMode,
     pub(crate) failures: Arc<FailureCounters>,
+    pub(crate) settler: Arc<Settler<St>>,
+    pub(crate) lifetime_ms: Millis,
 }
 
 /// Applies [`BillingGate`]: eligibility, budget reservation and per-attempt
@@ -22,6 +27,9 @@ pub struct BillingGateLayer<St, C = SystemClock> {
     clock: C,
     failure_mode: FailureMode,
     failures: Arc<FailureCounters>,
+    /// One settlement retry queue for every service this layer builds.
+    settler: Arc<OnceLock<Arc<Settler<St>>>>,
+    lifetime_ms: Millis,
 }
 
 impl<St> BillingGateLayer<St> {
@@ -34,6 +42,8 @@ impl<St> BillingGateLayer<St> {
             clock: SystemClock::new(),
             failure_mode: FailureMode::Closed,
             failures: Arc::default(),
+            settler: Arc::default(),
+            lifetime_ms: DEFAULT_ATTEMPT_LIFETIME_MS,
         }
     }
 }
@@ -54,6 +64,14 @@ impl<St, C> BillingGateLayer<St, C> {
         self.failure_mode = m;
         self
     }
+    /// The longest a request may live (default one hour): an attempt still open after
+    /// it is taken for lost (its instance died) and the store sweeps it into pending
+    /// reconciliation, releasing its budget reservations (B7). Set it above the longest
+    /// stream the gateway serves.
+    pub fn max_request_lifetime(mut self, d: Duration) -> Self {
+        self.lifetime_ms = tollgate_core::clock::millis(d).max(1);
+        self
+    }
     /// The clock stamped on usage records and used for subscription expiry.
     pub fn clock<C2>(self, clock: C2) -> BillingGateLayer<St, C2> {
         BillingGateLayer {
@@ -62,15 +80,21 @@ impl<St, C> BillingGateLayer<St, C> {
             clock,
             failure_mode: self.failure_mode,
             failures: self.failures,
+            settler: self.settler,
+            lifetime_ms: self.lifetime_ms,
         }
     }
     /// Store failures so far.
     pub fn failure_stats(&self) -> FailureStats {
         self.failures.snapshot()
     }
+    /// Settlement retries so far (B7).
+    pub fn settlement_stats(&self) -> SettlementStats {
+        self.settler.get().map(|s| s.stats()).unwrap_or_default()
+    }
 }
 
-impl<S, St: Clone, C: Clone> Layer<S> for BillingGateLayer<St, C> {
+impl<S, St: BillingStore, C: Clone> Layer<S> for BillingGateLayer<St, C> {
     type Service = BillingGate<S, St, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -82,6 +106,11 @@ impl<S, St: Clone, C: Clone> Layer<S> for BillingGateLayer<St, C> {
                 clock: self.clock.clone(),
                 failure_mode: self.failure_mode,
                 failures: self.failures.clone(),
+                settler: self
+                    .settler
+                    .get_or_init(|| Settler::new(self.store.clone()))
+                    .clone(),
+                lifetime_ms: self.lifetime_ms,
             }),
         }
     }

@@ -10,7 +10,14 @@
 //! [`UsageRecord`] through the [`UsageSink`] the application plugs in (B6).
 //!
 //! If the store cannot answer, the layer fails closed with 503 + Retry-After: no call
-//! that cannot be billed is sent (B5).
+//! that cannot be billed is sent (B5). A settlement or refund the store could not take
+//! is retried with backoff until it lands (B7, idempotent per attempt), and its usage
+//! record is emitted once it has; see [`SettlementStats`]. A tenant whose billing
+//! record is missing although its [`BillingProfile::tenant_expected`] says it has one
+//! gets a 503 of its own (50303), an error log line and a metric — never a 402 (B7).
+//! Every attempt is reserved with the layer's longest request life
+//! ([`BillingGateLayer::max_request_lifetime`]): still open after it, the store sweeps it
+//! into pending reconciliation.
 //!
 //! A request admitted under an active subscription (see
 //! [`AdmittedUnder`](tollgate_core::AdmittedUnder), set by the window layer) is not
@@ -25,21 +32,23 @@
 //! [`UsageReport`]: tollgate_core::UsageReport
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder
 
+mod durable;
 mod future;
 mod layer;
 mod service;
 
+pub use durable::{FIRST_BACKOFF, MAX_BACKOFF, MAX_WAITING_SETTLEMENTS, SettlementStats};
 pub use future::ResponseFuture;
 pub use layer::BillingGateLayer;
 pub use service::BillingGate;
 
 use crate::body::Hold;
-use crate::spawn::detach_then;
+use durable::{Job, Settler};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{
-    AttemptId, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money, SubjectKey,
-    Usage, UsageRecorder, UsageReport,
+    AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money,
+    SubjectKey, Usage, UsageRecorder, UsageReport,
 };
 
 /// Per-request billing settings (request extension): the key's spend cap and the
@@ -50,6 +59,9 @@ pub struct BillingProfile {
     pub spend_cap: Option<Money>,
     /// Budgets to reserve the upper bound in (B3).
     pub budgets: Arc<[Budget]>,
+    /// The tenant is expected to have a billing record (the configuration names it with
+    /// a balance): a missing record is a 503 (50303), never a 402 (B7).
+    pub tenant_expected: bool,
 }
 
 /// The attempt a request is billed as (request extension, set by the layer).
@@ -82,6 +94,15 @@ pub struct UsageRecord {
 }
 
 impl UsageRecord {
+    /// The attempt and its books (D3), as a reconciliation names it to
+    /// [`BillingStore::settle_attempt`].
+    pub fn attempt_ref(&self) -> AttemptRef {
+        AttemptRef {
+            attempt: self.attempt.clone(),
+            books: tollgate_core::Books::of(self.tenant.as_deref(), &self.key),
+        }
+    }
+
     /// The money this record stands for: the cost, or the pending upper bound.
     pub fn amount(&self) -> Money {
         match self.outcome {
@@ -142,13 +163,41 @@ pub(crate) fn next_attempt_id() -> AttemptId {
 
 /// What settling an attempt needs, before it is admitted.
 pub(crate) struct Settlement<St> {
-    pub(crate) store: St,
+    pub(crate) settler: Arc<Settler<St>>,
+    /// The attempt and its books.
+    pub(crate) attempt: AttemptRef,
+    /// Its money upper bound.
+    pub(crate) money: Money,
     pub(crate) sink: Arc<dyn UsageSink>,
     pub(crate) recorder: UsageRecorder,
     pub(crate) template: UsageRecord,
 }
 
 impl<St: BillingStore> Settlement<St> {
+    /// Refunds the attempt (a reservation whose answer was lost or abandoned), retried
+    /// until it lands; no usage record.
+    pub(crate) fn refund(&self, what: &'static str) {
+        self.settler.settle(Job {
+            attempt: self.attempt.clone(),
+            outcome: BillingOutcome::Refund,
+            money: self.money,
+            record: None,
+            what,
+        });
+    }
+
+    /// Sends one refund of the attempt, not retried: for a reservation that was
+    /// certainly never carried out (the store was unreachable), where a refund finds
+    /// nothing anyway.
+    pub(crate) fn refund_once(&self, what: &'static str) {
+        crate::spawn::detach(
+            self.settler
+                .store()
+                .settle_attempt(&self.attempt, BillingOutcome::Refund),
+            what,
+        );
+    }
+
     /// The attempt was admitted: settle it when the guard drops.
     pub(crate) fn admitted(self) -> BillingGuard<St> {
         BillingGuard {
@@ -199,11 +248,14 @@ impl<St: BillingStore> Drop for BillingGuard<St> {
         let mut record = self.s.template.clone();
         record.usage = usage;
         record.channel = self.s.recorder.channel();
-        let settle = self.s.store.settle_attempt(&record.attempt, outcome);
-        let sink = self.s.sink.clone();
-        // The in-memory store settles right here: recorded at once, no task, no box.
-        detach_then(settle, "billing settlement", move |state| {
-            report(&*sink, record, state)
+        // The in-memory store settles right here: recorded at once, no task, no box. A
+        // failure is retried until it lands (B7).
+        self.s.settler.settle(Job {
+            attempt: self.s.attempt.clone(),
+            outcome,
+            money: self.s.money,
+            record: Some((record, self.s.sink.clone())),
+            what: "billing settlement",
         });
     }
 }

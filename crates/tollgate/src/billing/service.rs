@@ -7,13 +7,13 @@ use super::layer::Shared;
 use super::{Attempt, BillingGuard, BillingProfile, Settlement, UsageRecord, next_attempt_id};
 use crate::BoxError;
 use crate::body::HoldBody;
-use crate::spawn::{detach, poll_now};
+use crate::spawn::poll_now;
 use http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate_core::{
-    AdmittedUnder, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
-    BillingStore, Clock, Demand, GatewayCode, LayerKind, ModelId, Refusal, Rejection, Scope,
+    AdmittedUnder, AttemptState, BillingDecision, BillingRequest, BillingStore, Books, Clock,
+    Demand, GatewayCode, LayerKind, ModelId, Refusal, Rejection, Scope, StoreErrorKind,
     StoreResult, Subject, UsageRecorder,
 };
 use tower_service::Service;
@@ -49,12 +49,33 @@ impl<S, St, C> BillingGate<S, St, C> {
     }
 }
 
-/// The rejection for a refusal (B1, B3): 402, never retried.
-fn refusal(r: &Refusal) -> Rejection {
+/// How long a client is told to wait when its tenant's billing record is missing: an
+/// operator has to act (B7).
+const RECORD_MISSING_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The rejection for a refusal: 402, never retried (B1, B3); a missing tenant record is
+/// a fail-closed 503 of its own (B7).
+fn refusal<St>(r: &Refusal, s: &Settlement<St>) -> Rejection {
     let code = match r {
         Refusal::InsufficientBalance => GatewayCode::InsufficientBalance,
         Refusal::SpendCap => GatewayCode::SpendCapReached,
         Refusal::Budget(_) => GatewayCode::BudgetExhausted,
+        Refusal::RecordMissing => {
+            let tenant = match &s.attempt.books {
+                Books::Tenant(t) => &**t,
+                Books::Key(_) => "",
+            };
+            tracing::error!(
+                tenant,
+                "billing record of a configured tenant is missing from the store (was its \
+                 data lost?); refusing with 503 until an operator sets its balance \
+                 (PUT /admin/tenants/{{tenant}}/balance)"
+            );
+            #[cfg(feature = "metrics")]
+            metrics::counter!("tollgate_billing_record_missing_total").increment(1);
+            return Rejection::new(GatewayCode::BillingRecordMissing, LayerKind::BillingGate)
+                .with_retry_after(Some(RECORD_MISSING_RETRY_AFTER));
+        }
     };
     Rejection::new(code, LayerKind::BillingGate)
 }
@@ -67,18 +88,23 @@ fn refusal(r: &Refusal) -> Rejection {
 /// attempt that was never reserved changes nothing.
 pub(crate) fn decide<St: BillingStore, C>(
     shared: &Shared<St, C>,
-    attempt: &AttemptId,
+    settlement: &Settlement<St>,
     answer: StoreResult<BillingDecision>,
 ) -> Result<bool, Rejection> {
-    if answer.is_err() {
-        detach(
-            shared.store.settle_attempt(attempt, BillingOutcome::Refund),
-            "refund of an attempt whose reservation answer was lost",
-        );
+    if let Err(e) = &answer {
+        // A deadline passed: the reservation may have been made, so its refund must
+        // land (retried, B7). Unreachable (breaker open, connection refused): it was
+        // not sent; one refund is enough — retrying those would queue one job per
+        // request refused during an outage.
+        if e.kind() == StoreErrorKind::Unavailable {
+            settlement.refund_once("refund of an attempt whose reservation was not sent");
+        } else {
+            settlement.refund("refund of an attempt whose reservation answer was lost");
+        }
     }
     match answer {
         Ok(BillingDecision::Admitted) => Ok(true),
-        Ok(BillingDecision::Refused(r)) => Err(refusal(&r)),
+        Ok(BillingDecision::Refused(r)) => Err(refusal(&r, settlement)),
         Err(e) => match shared
             .failures
             .on_error(shared.failure_mode, LayerKind::BillingGate, &e)
@@ -151,6 +177,8 @@ where
             budgets: profile.budgets,
             money: demand.money,
             bill_balance: !covered,
+            lifetime_ms: shared.lifetime_ms,
+            tenant_expected: profile.tenant_expected,
         };
         let template = UsageRecord {
             at: now,
@@ -169,14 +197,16 @@ where
             billed_to_balance: !covered,
         };
         let settlement = Settlement {
-            store: shared.store.clone(),
+            settler: shared.settler.clone(),
+            attempt: billing.attempt_ref(),
+            money: billing.money.max(0),
             sink: shared.sink.clone(),
             recorder,
             template,
         };
         let mut answer = shared.store.check_and_reserve(&billing);
         match poll_now(&mut answer) {
-            Some(a) => match decide(shared, &billing.attempt, a) {
+            Some(a) => match decide(shared, &settlement, a) {
                 Ok(true) => {
                     ResponseFuture::called(self.inner.call(req), Some(settlement.admitted()))
                 }

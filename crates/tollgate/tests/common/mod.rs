@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tollgate::BoxError;
 use tollgate::core::window::{LimitView, Outcome};
 use tollgate::core::{
-    AccountView, AttemptId, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
+    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest,
     BillingStore, Budget, Money,
 };
 use tollgate::core::{
@@ -137,7 +137,7 @@ impl BillingStore for DeadStore {
     }
     fn settle_attempt(
         &self,
-        _: &AttemptId,
+        _: &AttemptRef,
         _: BillingOutcome,
     ) -> Self::Future<Option<AttemptState>> {
         dead()
@@ -145,13 +145,16 @@ impl BillingStore for DeadStore {
     fn account(&self, _: Option<&str>, _: &SubjectKey, _: &[Budget]) -> Self::Future<AccountView> {
         dead()
     }
-    fn seed_balance(&self, _: &str, _: Money) -> Self::Future<()> {
+    fn seed_balance(&self, _: &str, _: Money) -> Self::Future<bool> {
+        dead()
+    }
+    fn set_balance(&self, _: &str, _: Money) -> Self::Future<()> {
         dead()
     }
     fn credit(&self, _: &str, _: Money) -> Self::Future<Money> {
         dead()
     }
-    fn pending(&self) -> Self::Future<Vec<(AttemptId, Money)>> {
+    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         dead()
     }
 }
