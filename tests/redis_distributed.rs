@@ -2189,6 +2189,8 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
         let evalsha = calls("evalsha") + calls("eval");
         let zrem = calls("zrem");
         let per = |n: u64| n as f64 / REQUESTS as f64;
+        // ZREM counts the lease releases and the ZREMs that scripts run inside the
+        // server alike (commandstats does not tell them apart): printed, not bounded.
         eprintln!(
             "T3 full stack: {:.2} EVALSHA, {:.2} ZREM per request",
             per(evalsha),
@@ -2203,6 +2205,5 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
             "{:.2} script calls per request: more than the 8 measured when this test was written",
             per(evalsha)
         );
-        assert!(zrem <= 2 * REQUESTS, "{:.2} ZREM per request", per(zrem));
     });
 }
