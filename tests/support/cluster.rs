@@ -506,15 +506,16 @@ impl RedisCluster {
                 };
                 info.role = role;
                 info.master_port = master_port;
-                if role == Role::Master {
-                    if let Ok(text) = text(n.port, &["CLUSTER", "NODES"]) {
-                        if let Some(me) = parse_cluster_nodes(&text)
+                let me = (role == Role::Master)
+                    .then(|| text(n.port, &["CLUSTER", "NODES"]).ok())
+                    .flatten()
+                    .and_then(|text| {
+                        parse_cluster_nodes(&text)
                             .into_iter()
                             .find(|e| e.flags.iter().any(|f| f == "myself"))
-                        {
-                            info.slots = me.slots;
-                        }
-                    }
+                    });
+                if let Some(me) = me {
+                    info.slots = me.slots;
                 }
                 info
             })
