@@ -2186,6 +2186,22 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or(0)
         };
+        if std::env::var_os("TOLLGATE_DEBUG").is_some() {
+            let cli = |args: &[&str]| {
+                let out = std::process::Command::new("redis-cli")
+                    .args(["-p", &redis.port().to_string()])
+                    .args(args)
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+            cli(&["SLOWLOG", "RESET"]);
+            let res = client.request(chat(gw.addr, 0, false, &[])).await.expect("request");
+            let _ = res.into_body().collect().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            eprintln!("{}", cli(&["SLOWLOG", "GET", "100"]));
+        }
         let evalsha = calls("evalsha") + calls("eval");
         let zrem = calls("zrem");
         let per = |n: u64| n as f64 / REQUESTS as f64;

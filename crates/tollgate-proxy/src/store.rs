@@ -63,6 +63,15 @@ impl<L: WindowStore, B: Clone + Send + Sync + 'static> WindowStore for Split<L, 
     ) -> Self::Future<Vec<LimitView>> {
         self.limits.view(key, scope, policy)
     }
+    fn admit_all(
+        &self,
+        items: &[tollgate::core::JointItem],
+    ) -> Self::Future<tollgate::core::JointAdmission> {
+        self.limits.admit_all(items)
+    }
+    fn settle_all(&self, items: Vec<tollgate::core::JointSettle>) -> Self::Future<()> {
+        self.limits.settle_all(items)
+    }
 }
 
 impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L, B> {

@@ -14,6 +14,8 @@ const SLOT_IN_FLIGHT: &str = include_str!("lua/slot_in_flight.lua");
 const WINDOW_ADMIT: &str = include_str!("lua/window_admit.lua");
 const WINDOW_SETTLE: &str = include_str!("lua/window_settle.lua");
 const WINDOW_VIEW: &str = include_str!("lua/window_view.lua");
+const WINDOW_ADMIT_ALL: &str = include_str!("lua/window_admit_all.lua");
+const WINDOW_SETTLE_ALL: &str = include_str!("lua/window_settle_all.lua");
 /// Shared helpers of the billing scripts: the port of `Ledger`.
 const BILLING_PRELUDE: &str = include_str!("lua/billing_prelude.lua");
 const BILLING_RESERVE: &str = include_str!("lua/billing_reserve.lua");
@@ -30,6 +32,8 @@ pub(crate) struct Scripts {
     pub(crate) admit: Script,
     pub(crate) settle: Script,
     pub(crate) view: Script,
+    pub(crate) admit_all: Script,
+    pub(crate) settle_all: Script,
     pub(crate) reserve: Script,
     pub(crate) settle_attempt: Script,
     pub(crate) account: Script,
@@ -45,6 +49,22 @@ fn slot(op: &str) -> String {
 
 fn window(op: &str) -> String {
     [TIME, WINDOW_PRELUDE, op].concat()
+}
+
+/// A window operation run as a local function `name(KEYS, ARGV)` (its own KEYS and ARGV
+/// shadow the script's), followed by `op`, which calls it once per item.
+fn windows_each(name: &str, each: &str, op: &str) -> String {
+    [
+        TIME,
+        WINDOW_PRELUDE,
+        "local function ",
+        name,
+        "(KEYS, ARGV)\n",
+        each,
+        "\nend\n",
+        op,
+    ]
+    .concat()
 }
 
 fn billing(op: &str) -> String {
@@ -64,6 +84,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         billing(BILLING_ACCOUNT),
         billing(BILLING_SEED),
         billing(BILLING_CREDIT),
+        windows_each("admit", WINDOW_ADMIT, WINDOW_ADMIT_ALL),
+        windows_each("settle", WINDOW_SETTLE, WINDOW_SETTLE_ALL),
     ];
     Scripts {
         acquire: Script::new(&sources[0]),
@@ -77,6 +99,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         account: Script::new(&sources[8]),
         seed: Script::new(&sources[9]),
         credit: Script::new(&sources[10]),
+        admit_all: Script::new(&sources[11]),
+        settle_all: Script::new(&sources[12]),
         sources,
     }
 });
@@ -113,7 +137,7 @@ pub(crate) fn for_cluster(script: &'static Script) -> &'static Script {
 
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
-    pub(crate) fn hashes(&self) -> [&str; 11] {
+    pub(crate) fn hashes(&self) -> [&str; 13] {
         [
             self.acquire.get_hash(),
             self.renew.get_hash(),
@@ -126,6 +150,8 @@ impl Scripts {
             self.account.get_hash(),
             self.seed.get_hash(),
             self.credit.get_hash(),
+            self.admit_all.get_hash(),
+            self.settle_all.get_hash(),
         ]
     }
 }

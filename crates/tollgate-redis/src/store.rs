@@ -1,7 +1,9 @@
 //! [`RedisStore`]: the store traits of tollgate-core on Redis.
 
 use crate::codec::{self, AdmitReply, Doubles};
-use crate::conn::{Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, says_cluster, watch_topology};
+use crate::conn::{
+    Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, hash_slot, says_cluster, watch_topology,
+};
 use crate::options::{RedisStoreOptions, TimeSource};
 use crate::scripts::{CLUSTER_SCRIPTS, SCRIPTS, Scripts, cluster_source, for_cluster};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -15,8 +17,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{
-    Admission, Demand, LeaseId, LimitView, Millis, Outcome, Policy, Scope, SlotDecision, SlotStore,
-    StoreError, StoreErrorKind, StoreResult, SubjectKey, WindowStore, WindowTicket,
+    Admission, Demand, JointAdmission, JointItem, JointSettle, LeaseId, LimitView, Millis, Outcome,
+    Policy, Scope, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult, SubjectKey,
+    WindowStore, WindowTicket,
 };
 
 /// The future of every [`RedisStore`] call: one round trip bounded by the store's
@@ -516,6 +519,22 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
+        self.eval_blobs(script, keys, args, blob.into_iter().collect(), decode)
+    }
+
+    /// [`eval`](Self::eval) with any number of binary arguments after `args`.
+    pub(crate) fn eval_blobs<R, T>(
+        &self,
+        script: &'static Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+        blobs: Vec<Doubles>,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
@@ -532,7 +551,7 @@ impl RedisStore {
             for a in &args {
                 call.arg(a.as_str());
             }
-            if let Some(b) = &blob {
+            for b in &blobs {
                 call.arg(b.bytes());
             }
             let key = keys.first().map_or(&[][..], |k| k.as_bytes());
@@ -824,6 +843,163 @@ impl WindowStore for RedisStore {
             Some(blob),
             move |r: Vec<i64>| codec::view_reply(&r, &policy),
         )
+    }
+
+    fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
+        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
+        if groups.len() <= 1 {
+            return self.admit_group(items.to_vec(), 0);
+        }
+        // On a Cluster, items on different slots (a vendor-wide window beside a
+        // credential's) are one script per slot, in order; a refusal gives back what
+        // the groups before it counted.
+        let store = self.clone();
+        let items = items.to_vec();
+        RedisStoreFuture::new(async move {
+            let mut tickets = Vec::with_capacity(items.len());
+            for range in groups {
+                let start = range.start;
+                let answer = store.admit_group(items[range].to_vec(), start).await;
+                match answer {
+                    Ok(JointAdmission::Admitted(t)) => tickets.extend(t),
+                    other => {
+                        let back = items
+                            .iter()
+                            .zip(tickets)
+                            .map(|(it, ticket)| JointSettle {
+                                key: it.key.clone(),
+                                scope: it.scope,
+                                ticket,
+                                outcome: Outcome::Refund,
+                            })
+                            .collect::<Vec<_>>();
+                        if !back.is_empty() {
+                            tokio::spawn(store.settle_all(back));
+                        }
+                        return other;
+                    }
+                }
+            }
+            Ok(JointAdmission::Admitted(tickets))
+        })
+    }
+
+    fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()> {
+        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
+        let calls: Vec<_> = groups
+            .into_iter()
+            .map(|range| {
+                let mut keys = Vec::with_capacity(2 * range.len());
+                let mut blobs = Vec::with_capacity(range.len());
+                for it in &items[range] {
+                    keys.extend(self.window_keys(&it.key, it.scope));
+                    blobs.push(codec::settle_args(
+                        self.inner.amount_ttl_ms,
+                        &it.ticket,
+                        it.outcome,
+                    ));
+                }
+                self.eval_blobs(
+                    &scripts().settle_all,
+                    keys,
+                    vec![self.time()],
+                    blobs,
+                    |_: i64| Ok(()),
+                )
+            })
+            .collect();
+        RedisStoreFuture::new(async move {
+            for r in futures_util::future::join_all(calls).await {
+                r?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl RedisStore {
+    /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
+    /// script may touch any key there), one per slot change on a Cluster.
+    fn slot_groups(&self, keys: impl Iterator<Item = String>) -> Vec<std::ops::Range<usize>> {
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        let cluster = self.is_cluster();
+        let mut last = None;
+        for (i, k) in keys.enumerate() {
+            let slot = if cluster { hash_slot(k.as_bytes()) } else { 0 };
+            match groups.last_mut() {
+                Some(g) if last == Some(slot) => g.end = i + 1,
+                _ => groups.push(i..i + 1),
+            }
+            last = Some(slot);
+        }
+        groups
+    }
+
+    /// One script admitting `items` (all on one slot) all or nothing; a refusal's index
+    /// is offset by `first`, the position of `items[0]` in the whole request.
+    fn admit_group(&self, items: Vec<JointItem>, first: usize) -> RedisStoreFuture<JointAdmission> {
+        let mut keys = Vec::with_capacity(2 * items.len());
+        let mut blobs = Vec::with_capacity(items.len());
+        for it in &items {
+            keys.extend(self.window_keys(&it.key, it.scope));
+            blobs.push(codec::admit_args(
+                self.inner.amount_ttl_ms,
+                &it.policy,
+                &it.demand,
+            ));
+        }
+        self.eval_blobs(
+            &scripts().admit_all,
+            keys,
+            vec![self.time()],
+            blobs,
+            move |r: redis::Value| joint_reply(r, &items, first),
+        )
+    }
+}
+
+/// Reads `window_admit_all.lua`'s reply: `{1, {item reply}...}` or `{0, i, reply}`.
+fn joint_reply(r: redis::Value, items: &[JointItem], first: usize) -> StoreResult<JointAdmission> {
+    let bad = |what: &str| protocol(format!("admit_all: {what} in reply"));
+    let ints = |v: redis::Value| -> StoreResult<Vec<i64>> {
+        Vec::<i64>::from_redis_value(v).map_err(|e| protocol(format!("admit_all: {e}")))
+    };
+    let redis::Value::Array(mut parts) = r else {
+        return Err(bad("no array"));
+    };
+    match parts.first() {
+        Some(redis::Value::Int(1)) if parts.len() == 2 => {
+            let redis::Value::Array(replies) = parts.swap_remove(1) else {
+                return Err(bad("no item replies"));
+            };
+            if replies.len() != items.len() {
+                return Err(bad("wrong item count"));
+            }
+            let mut tickets = Vec::with_capacity(items.len());
+            for (v, it) in replies.into_iter().zip(items) {
+                match codec::admit_reply(&ints(v)?, &it.policy, &it.demand)? {
+                    AdmitReply::Admitted(t) => tickets.push(t),
+                    AdmitReply::Exceeded(_) => return Err(bad("a refusal among admissions")),
+                }
+            }
+            Ok(JointAdmission::Admitted(tickets))
+        }
+        Some(redis::Value::Int(0)) if parts.len() == 3 => {
+            let reply = ints(parts.swap_remove(2))?;
+            let redis::Value::Int(i) = parts[1] else {
+                return Err(bad("no index"));
+            };
+            let index = usize::try_from(i - 1).map_err(|_| bad("bad index"))?;
+            let it = items.get(index).ok_or_else(|| bad("index out of range"))?;
+            match codec::admit_reply(&reply, &it.policy, &it.demand)? {
+                AdmitReply::Exceeded(exceeded) => Ok(JointAdmission::Exceeded {
+                    index: first + index,
+                    exceeded,
+                }),
+                AdmitReply::Admitted(_) => Err(bad("an admission as the refusal")),
+            }
+        }
+        _ => Err(bad("unknown shape")),
     }
 }
 

@@ -79,6 +79,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     w9_retry_after_is_time_to_reset(h).await;
     w10_rolling_window(h).await;
     l5_refund_gives_everything_back(h).await;
+    u1_admit_all_is_all_or_nothing_across_subjects(h).await;
     windows_are_per_key_and_scope(h).await;
     b1_balance_and_spend_cap(h).await;
     b2_settle_may_go_below_zero(h).await;
@@ -1043,6 +1044,124 @@ pub async fn l5_refund_gives_everything_back<H: Harness>(h: &H) {
     }
     assert_eq!(used(&v, Dimension::Tokens, 4_000), 100);
     assert_eq!(used(&v, Dimension::Amount, 0), 100);
+}
+
+/// U1, W4 across subjects: [`WindowStore::admit_all`] counts a request on every item
+/// (one channel's credential, model and vendor windows) or on none — a refusal by the
+/// third item leaves the first two exactly as they were, a state that existed before
+/// included — and [`WindowStore::settle_all`] settles each item as
+/// [`WindowStore::settle`] would.
+pub async fn u1_admit_all_is_all_or_nothing_across_subjects<H: Harness>(h: &H) {
+    use super::{JointAdmission, JointItem, JointSettle};
+    let s = h.store().await;
+    let (a, b, c) = (key("u1:credential"), key("u1:model"), key("u1:vendor"));
+    let rpm = Arc::new(Policy::default().with_requests(secs(60, 3)));
+    let tpm = Arc::new(Policy::default().with_tokens(secs(60, 100)));
+    let tight = Arc::new(Policy::default().with_tokens(secs(60, 50)));
+    let item = |k: &SubjectKey, p: &Arc<Policy>, tokens: u64| JointItem {
+        key: k.clone(),
+        scope: Scope::Key,
+        policy: p.clone(),
+        demand: Demand::tokens(tokens),
+    };
+    // The credential's window already holds one request: it must be kept as it is.
+    let earlier = admitted(&s, &a, &rpm, Demand::tokens(0)).await;
+    let before = (
+        view(&s, &a, Scope::Key, &rpm).await,
+        view(&s, &b, Scope::Key, &tpm).await,
+        view(&s, &c, Scope::Key, &tight).await,
+    );
+    let items = vec![item(&a, &rpm, 0), item(&b, &tpm, 60), item(&c, &tight, 60)];
+    match s.admit_all(&items).await.expect("admit_all") {
+        JointAdmission::Exceeded { index, exceeded } => {
+            assert_eq!(index, 2, "the vendor window is the one without room");
+            assert_eq!(limits_of(&exceeded), [(Dimension::Tokens, 60_000)]);
+        }
+        other => panic!("60 tokens do not fit a 50-token window: {other:?}"),
+    }
+    let after = (
+        view(&s, &a, Scope::Key, &rpm).await,
+        view(&s, &b, Scope::Key, &tpm).await,
+        view(&s, &c, Scope::Key, &tight).await,
+    );
+    assert_eq!(after, before, "a refusal changed a window");
+    // With room everywhere every item is counted, one ticket each, in order.
+    let items = vec![item(&a, &rpm, 0), item(&b, &tpm, 60), item(&c, &tight, 40)];
+    let tickets = match s.admit_all(&items).await.expect("admit_all") {
+        JointAdmission::Admitted(t) => t,
+        other => panic!("every window has room: {other:?}"),
+    };
+    assert_eq!(tickets.len(), 3);
+    assert_eq!(
+        used(
+            &view(&s, &a, Scope::Key, &rpm).await,
+            Dimension::Requests,
+            60_000
+        ),
+        2
+    );
+    assert_eq!(
+        used(
+            &view(&s, &b, Scope::Key, &tpm).await,
+            Dimension::Tokens,
+            60_000
+        ),
+        60
+    );
+    assert_eq!(
+        used(
+            &view(&s, &c, Scope::Key, &tight).await,
+            Dimension::Tokens,
+            60_000
+        ),
+        40
+    );
+    // Settled together: the model window with the actual usage, the others refunded.
+    let outcomes = [
+        Outcome::Refund,
+        Outcome::Completed(Some(crate::demand::Usage {
+            input_tokens: 25,
+            ..Default::default()
+        })),
+        Outcome::Refund,
+    ];
+    let settles = items
+        .iter()
+        .zip(tickets)
+        .zip(outcomes)
+        .map(|((it, ticket), outcome)| JointSettle {
+            key: it.key.clone(),
+            scope: it.scope,
+            ticket,
+            outcome,
+        })
+        .collect();
+    s.settle_all(settles).await.expect("settle_all");
+    assert_eq!(
+        used(
+            &view(&s, &a, Scope::Key, &rpm).await,
+            Dimension::Requests,
+            60_000
+        ),
+        1
+    );
+    assert_eq!(
+        used(
+            &view(&s, &b, Scope::Key, &tpm).await,
+            Dimension::Tokens,
+            60_000
+        ),
+        25
+    );
+    assert_eq!(
+        used(
+            &view(&s, &c, Scope::Key, &tight).await,
+            Dimension::Tokens,
+            60_000
+        ),
+        0
+    );
+    settle(&s, &a, earlier, Outcome::Refund).await;
 }
 
 /// Windows are counted per subject key and per policy scope (subscription and key
@@ -2178,6 +2297,7 @@ mod memory {
         w9_retry_after_is_time_to_reset,
         w10_rolling_window,
         l5_refund_gives_everything_back,
+        u1_admit_all_is_all_or_nothing_across_subjects,
         windows_are_per_key_and_scope,
         b1_balance_and_spend_cap,
         b2_settle_may_go_below_zero,

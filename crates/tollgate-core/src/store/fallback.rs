@@ -229,6 +229,49 @@ impl<P: WindowStore, C: Clock> WindowStore for LocalFallback<P, C> {
     ) -> Self::Future<Vec<LimitView>> {
         Box::pin(self.primary.view(key, scope, policy))
     }
+
+    fn admit_all(&self, items: &[super::JointItem]) -> Self::Future<super::JointAdmission> {
+        let primary = self.primary.admit_all(items);
+        let (local, n, on, count) = (
+            self.local.clone(),
+            self.instances,
+            self.windows,
+            self.decisions.clone(),
+        );
+        let items = on.then(|| items.to_vec());
+        Box::pin(async move {
+            match (primary.await, items) {
+                (Err(_), Some(mut items)) => {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    for it in &mut items {
+                        it.policy = Arc::new(divide(&it.policy, n));
+                    }
+                    Ok(match local.admit_all_now(&items) {
+                        super::JointAdmission::Admitted(mut tickets) => {
+                            for t in &mut tickets {
+                                t.fallback = true;
+                            }
+                            super::JointAdmission::Admitted(tickets)
+                        }
+                        exceeded => exceeded,
+                    })
+                }
+                (other, _) => other,
+            }
+        })
+    }
+
+    fn settle_all(&self, items: Vec<super::JointSettle>) -> Self::Future<()> {
+        let (local, shared): (Vec<_>, Vec<_>) = items.into_iter().partition(|i| i.ticket.fallback);
+        for it in local {
+            self.local
+                .settle_now(&it.key, it.scope, &it.ticket, it.outcome);
+        }
+        if shared.is_empty() {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        Box::pin(self.primary.settle_all(shared))
+    }
 }
 
 /// Channel capacity has no local mode: it is delegated to the shared store, and its
@@ -326,6 +369,25 @@ mod tests {
             o: Outcome,
         ) -> Self::Future<()> {
             self.inner.settle_now(k, s, &t, o);
+            self.r(())
+        }
+        fn admit_all(
+            &self,
+            items: &[crate::store::JointItem],
+        ) -> Self::Future<crate::store::JointAdmission> {
+            if self.down.load(Ordering::SeqCst) {
+                return self.r(crate::store::JointAdmission::Exceeded {
+                    index: 0,
+                    exceeded: crate::window::Exceeded { limits: vec![] },
+                });
+            }
+            self.r(self.inner.admit_all_now(items))
+        }
+        fn settle_all(&self, items: Vec<crate::store::JointSettle>) -> Self::Future<()> {
+            for it in items {
+                self.inner
+                    .settle_now(&it.key, it.scope, &it.ticket, it.outcome);
+            }
             self.r(())
         }
         fn view(&self, k: &SubjectKey, s: Scope, p: &Arc<Policy>) -> Self::Future<Vec<LimitView>> {

@@ -382,6 +382,24 @@ impl<C: Clock> MemoryStore<C> {
         })
     }
 
+    /// [`WindowStore::admit_all`], at once: each item in order; at the first refusal
+    /// the items admitted before it are refunded, so nothing stays counted.
+    pub fn admit_all_now(&self, items: &[super::JointItem]) -> super::JointAdmission {
+        let mut tickets = Vec::with_capacity(items.len());
+        for (index, it) in items.iter().enumerate() {
+            match self.admit_now(&it.key, it.scope, &it.policy, &it.demand) {
+                Admission::Admitted(t) => tickets.push(t),
+                Admission::Exceeded(exceeded) => {
+                    for (t, it) in tickets.iter().zip(items) {
+                        self.settle_now(&it.key, it.scope, t, Outcome::Refund);
+                    }
+                    return super::JointAdmission::Exceeded { index, exceeded };
+                }
+            }
+        }
+        super::JointAdmission::Admitted(tickets)
+    }
+
     /// [`WindowStore::settle`] without a future.
     pub fn settle_now(
         &self,
@@ -498,6 +516,15 @@ impl<C: Clock> WindowStore for MemoryStore<C> {
         outcome: Outcome,
     ) -> Self::Future<()> {
         self.settle_now(key, scope, &ticket, outcome);
+        ready(Ok(()))
+    }
+    fn admit_all(&self, items: &[super::JointItem]) -> Self::Future<super::JointAdmission> {
+        ready(Ok(self.admit_all_now(items)))
+    }
+    fn settle_all(&self, items: Vec<super::JointSettle>) -> Self::Future<()> {
+        for it in items {
+            self.settle_now(&it.key, it.scope, &it.ticket, it.outcome);
+        }
         ready(Ok(()))
     }
     fn view(

@@ -113,6 +113,47 @@ pub enum Admission {
     Exceeded(Exceeded),
 }
 
+/// One subject's part of an all-or-nothing admission over several subjects
+/// ([`WindowStore::admit_all`]).
+#[derive(Clone, Debug)]
+pub struct JointItem {
+    /// The subject.
+    pub key: SubjectKey,
+    /// Its scope.
+    pub scope: Scope,
+    /// Its limits.
+    pub policy: Arc<Policy>,
+    /// What the request needs of it.
+    pub demand: Demand,
+}
+
+/// Outcome of [`WindowStore::admit_all`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JointAdmission {
+    /// Every item admitted; one ticket per item, in order.
+    Admitted(Vec<WindowTicket>),
+    /// Item `index` has no room; nothing was counted anywhere.
+    Exceeded {
+        /// Position of the refusing item.
+        index: usize,
+        /// Its refusal.
+        exceeded: Exceeded,
+    },
+}
+
+/// One settlement of [`WindowStore::settle_all`].
+#[derive(Clone, Debug)]
+pub struct JointSettle {
+    /// The subject.
+    pub key: SubjectKey,
+    /// Its scope.
+    pub scope: Scope,
+    /// What it was admitted with.
+    pub ticket: WindowTicket,
+    /// How the request ended.
+    pub outcome: Outcome,
+}
+
 /// Per-subject anchored windows, amount cap and rolling window (W*).
 pub trait WindowStore: Clone + Send + Sync + 'static {
     /// The future every call returns.
@@ -142,6 +183,13 @@ pub trait WindowStore: Clone + Send + Sync + 'static {
         scope: Scope,
         policy: &Arc<Policy>,
     ) -> Self::Future<Vec<LimitView>>;
+    /// [`admit`](Self::admit) of every item, all or nothing (U1: one channel's
+    /// provider windows at credential, model and vendor level): every item admits, or
+    /// none changes. One round trip where the store can (Redis: one script, per
+    /// Cluster slot).
+    fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission>;
+    /// [`settle`](Self::settle) of every item, in one round trip where the store can.
+    fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()>;
 }
 
 /// Balances, key spend, budgets and per-attempt settlement (B*).

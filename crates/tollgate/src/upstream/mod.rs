@@ -101,9 +101,9 @@ use tollgate_core::upstream::{
     RateCount, Skip, TokenMeasure, UpstreamRegistry, no_channel_left, rate_count,
 };
 use tollgate_core::{
-    Admission, Candidates, ChannelRef, Chosen, Clock, Demand, Dialect, LayerKind, ModelId, Outcome,
-    Rejection, Scope, StoreError, SubjectKey, Usage, UsageRecorder, UsageReport, WindowStore,
-    WindowTicket,
+    Candidates, ChannelRef, Chosen, Clock, Demand, Dialect, JointAdmission, JointItem, JointSettle,
+    LayerKind, ModelId, Outcome, Rejection, Scope, StoreError, SubjectKey, Usage, UsageRecorder,
+    UsageReport, WindowStore, WindowTicket,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -455,44 +455,43 @@ async fn admit<St: WindowStore, C: Clock>(
     Ok(Plan { kept, reserved })
 }
 
-/// Counts the request on every window of one channel, all or nothing: on the first
-/// window without room the ones already counted are given back.
+/// Counts the request on every window of one channel (credential, credential +
+/// model, vendor), all or nothing, in one store call (U1): a window without room
+/// leaves every other one as it was.
 async fn reserve<St: WindowStore>(
     store: &St,
     scopes: &tollgate_core::upstream::ChannelScopes<'_>,
     estimate: RateCount,
 ) -> Result<Result<Vec<Held>, Skip>, StoreError> {
-    let mut held: Vec<Held> = Vec::with_capacity(scopes.window_count());
-    let give_back = |held: Vec<Held>| {
-        for h in held {
-            detach(
-                store.settle(&h.key, Scope::Key, h.ticket, Outcome::Refund),
-                "upstream window refund",
-            );
-        }
-    };
-    for w in scopes.windows() {
-        let demand = Demand::tokens(estimate.of(w.measure));
-        match store.admit(&w.key, Scope::Key, &w.policy, &demand).await {
-            Ok(Admission::Admitted(ticket)) => held.push(Held {
-                key: w.key.clone(),
+    let windows: Vec<_> = scopes.windows().collect();
+    let items: Vec<JointItem> = windows
+        .iter()
+        .map(|w| JointItem {
+            key: w.key.clone(),
+            scope: Scope::Key,
+            policy: w.policy.clone(),
+            demand: Demand::tokens(estimate.of(w.measure)),
+        })
+        .collect();
+    match store.admit_all(&items).await? {
+        JointAdmission::Admitted(tickets) => Ok(Ok(items
+            .into_iter()
+            .zip(tickets)
+            .zip(&windows)
+            .map(|((it, ticket), w)| Held {
+                key: it.key,
                 ticket,
                 measure: w.measure,
-            }),
-            Ok(Admission::Exceeded(x)) => {
-                give_back(held);
-                return Ok(Err(Skip::Limit {
-                    kind: w.kind_of(x.binding()),
-                    retry_after_ms: x.retry_after_ms(),
-                }));
-            }
-            Err(e) => {
-                give_back(held);
-                return Err(e);
-            }
+            })
+            .collect())),
+        JointAdmission::Exceeded { index, exceeded } => {
+            let w = windows.get(index).unwrap_or(&windows[0]);
+            Ok(Err(Skip::Limit {
+                kind: w.kind_of(exceeded.binding()),
+                retry_after_ms: exceeded.retry_after_ms(),
+            }))
         }
     }
-    Ok(Ok(held))
 }
 
 /// U3: the provider's answer on `channel` updates the cooldown table.
@@ -556,6 +555,7 @@ impl<St: WindowStore> Drop for UpstreamGuard<St> {
     fn drop(&mut self) {
         let never_sent = !self.answered && self.recorder.report().is_none();
         let report = self.recorder.report();
+        let mut settles = Vec::with_capacity(self.held.len());
         for h in self.held.drain(..) {
             let outcome = if self.refund || never_sent {
                 Outcome::Refund
@@ -570,10 +570,16 @@ impl<St: WindowStore> Drop for UpstreamGuard<St> {
                     _ => Outcome::Completed(None),
                 }
             };
-            detach(
-                self.store.settle(&h.key, Scope::Key, h.ticket, outcome),
-                "upstream window settlement",
-            );
+            settles.push(JointSettle {
+                key: h.key,
+                scope: Scope::Key,
+                ticket: h.ticket,
+                outcome,
+            });
+        }
+        if !settles.is_empty() {
+            // Every window of the channel in one store call.
+            detach(self.store.settle_all(settles), "upstream window settlement");
         }
     }
 }

@@ -128,6 +128,15 @@ impl WindowStore for DeadStore {
     ) -> Self::Future<Vec<LimitView>> {
         dead()
     }
+    fn admit_all(
+        &self,
+        _: &[tollgate::core::JointItem],
+    ) -> Self::Future<tollgate::core::JointAdmission> {
+        dead()
+    }
+    fn settle_all(&self, _: Vec<tollgate::core::JointSettle>) -> Self::Future<()> {
+        dead()
+    }
 }
 
 impl BillingStore for DeadStore {
