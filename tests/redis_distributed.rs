@@ -2197,7 +2197,10 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
             };
             cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
             cli(&["SLOWLOG", "RESET"]);
-            let res = client.request(chat(gw.addr, 0, false, &[])).await.expect("request");
+            let res = client
+                .request(chat(gw.addr, 0, false, &[]))
+                .await
+                .expect("request");
             let _ = res.into_body().collect().await;
             tokio::time::sleep(Duration::from_millis(300)).await;
             eprintln!("{}", cli(&["SLOWLOG", "GET", "100"]));

@@ -35,6 +35,18 @@ impl<L: SlotStore, B: Clone + Send + Sync + 'static> SlotStore for Split<L, B> {
     }
 }
 
+impl<L: tollgate::core::JointStore, B: Clone + Send + Sync + 'static> tollgate::core::JointStore
+    for Split<L, B>
+{
+    fn acquire_and_admit(
+        &self,
+        slot: &tollgate::core::SlotAsk,
+        window: Option<tollgate::core::WindowAsk<'_>>,
+    ) -> <Self as WindowStore>::Future<tollgate::core::JointDecision> {
+        self.limits.acquire_and_admit(slot, window)
+    }
+}
+
 impl<L: WindowStore, B: Clone + Send + Sync + 'static> WindowStore for Split<L, B> {
     type Future<T: Send + 'static> = L::Future<T>;
     fn admit(

@@ -274,7 +274,9 @@ impl BillingStore for RedisStore {
             _ => Err(reply_err("settle_attempt", &r)),
         };
         if outcome != BillingOutcome::Pending {
-            return self.eval(&SCRIPTS.settle_attempt, keys, args, None, decode);
+            // In the batch, with the request's other settlements and releases.
+            let args = args.into_iter().map(String::into_bytes).collect();
+            return self.batched("bs", keys, args, decode);
         }
         // Becoming pending: registered first (its own slot, so its own command), then
         // settled; each under its own deadline. Off the response path, and rare.

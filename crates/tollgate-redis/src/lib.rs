@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+mod batch;
 mod billing;
 mod codec;
 mod conn;

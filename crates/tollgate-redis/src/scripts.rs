@@ -15,7 +15,10 @@ const WINDOW_ADMIT: &str = include_str!("lua/window_admit.lua");
 const WINDOW_SETTLE: &str = include_str!("lua/window_settle.lua");
 const WINDOW_VIEW: &str = include_str!("lua/window_view.lua");
 const WINDOW_ADMIT_ALL: &str = include_str!("lua/window_admit_all.lua");
-const WINDOW_SETTLE_ALL: &str = include_str!("lua/window_settle_all.lua");
+/// A subject's slot and window admission in one step.
+const JOINT_ADMIT: &str = include_str!("lua/joint_admit.lua");
+/// Settlements and releases of many requests in one call.
+const BATCH: &str = include_str!("lua/batch.lua");
 /// Shared helpers of the billing scripts: the port of `Ledger`.
 const BILLING_PRELUDE: &str = include_str!("lua/billing_prelude.lua");
 const BILLING_RESERVE: &str = include_str!("lua/billing_reserve.lua");
@@ -33,7 +36,8 @@ pub(crate) struct Scripts {
     pub(crate) settle: Script,
     pub(crate) view: Script,
     pub(crate) admit_all: Script,
-    pub(crate) settle_all: Script,
+    pub(crate) batch: Script,
+    pub(crate) joint: Script,
     pub(crate) reserve: Script,
     pub(crate) settle_attempt: Script,
     pub(crate) account: Script,
@@ -67,6 +71,23 @@ fn windows_each(name: &str, each: &str, op: &str) -> String {
     .concat()
 }
 
+/// The batch script: the window and billing settlements as local functions (each with
+/// its prelude inside, so every op starts from fresh state), then the dispatcher.
+fn batch() -> String {
+    [
+        TIME,
+        "local function window_settle(KEYS, ARGV)\n",
+        WINDOW_PRELUDE,
+        WINDOW_SETTLE,
+        "\nend\nlocal function billing_settle(KEYS, ARGV)\n",
+        BILLING_PRELUDE,
+        BILLING_SETTLE,
+        "\nend\n",
+        BATCH,
+    ]
+    .concat()
+}
+
 fn billing(op: &str) -> String {
     [TIME, BILLING_PRELUDE, op].concat()
 }
@@ -85,7 +106,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         billing(BILLING_SEED),
         billing(BILLING_CREDIT),
         windows_each("admit", WINDOW_ADMIT, WINDOW_ADMIT_ALL),
-        windows_each("settle", WINDOW_SETTLE, WINDOW_SETTLE_ALL),
+        batch(),
+        windows_each("admit", WINDOW_ADMIT, JOINT_ADMIT),
     ];
     Scripts {
         acquire: Script::new(&sources[0]),
@@ -100,7 +122,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         seed: Script::new(&sources[9]),
         credit: Script::new(&sources[10]),
         admit_all: Script::new(&sources[11]),
-        settle_all: Script::new(&sources[12]),
+        batch: Script::new(&sources[12]),
+        joint: Script::new(&sources[13]),
         sources,
     }
 });
@@ -137,7 +160,7 @@ pub(crate) fn for_cluster(script: &'static Script) -> &'static Script {
 
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
-    pub(crate) fn hashes(&self) -> [&str; 13] {
+    pub(crate) fn hashes(&self) -> [&str; 14] {
         [
             self.acquire.get_hash(),
             self.renew.get_hash(),
@@ -151,7 +174,8 @@ impl Scripts {
             self.seed.get_hash(),
             self.credit.get_hash(),
             self.admit_all.get_hash(),
-            self.settle_all.get_hash(),
+            self.batch.get_hash(),
+            self.joint.get_hash(),
         ]
     }
 }

@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the store traits of tollgate-core on Redis.
 
+use crate::batch::{self, Batcher, Op};
 use crate::codec::{self, AdmitReply, Doubles};
 use crate::conn::{
     Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, hash_slot, says_cluster, watch_topology,
@@ -17,9 +18,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{
-    Admission, Demand, JointAdmission, JointItem, JointSettle, LeaseId, LimitView, Millis, Outcome,
-    Policy, Scope, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult, SubjectKey,
-    WindowStore, WindowTicket,
+    Admission, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, LimitView,
+    Millis, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore, StoreError, StoreErrorKind,
+    StoreResult, SubjectKey, WindowAsk, WindowStore, WindowTicket,
 };
 
 /// The future of every [`RedisStore`] call: one round trip bounded by the store's
@@ -64,6 +65,8 @@ struct Inner {
     liveness: Liveness,
     /// On a Cluster: which node owns each slot, and when each node last answered.
     nodes: Option<Arc<Nodes>>,
+    /// Settlements and releases waiting to go out together.
+    batcher: Batcher,
 }
 
 impl Inner {
@@ -362,6 +365,7 @@ impl RedisStore {
                 breaker: Breaker::new(),
                 liveness: Liveness::new(),
                 nodes,
+                batcher: Batcher::default(),
             }),
         }
     }
@@ -489,6 +493,7 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
+        self.flush_batch();
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
@@ -535,6 +540,7 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
+        self.flush_batch();
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
@@ -566,6 +572,137 @@ impl RedisStore {
             breaker.record(&r);
             decode(r?)
         })
+    }
+}
+
+impl RedisStore {
+    /// Queues one op of the batch script (see [`batch`]) and returns its answer's
+    /// future; the first op into an empty queue schedules a flush.
+    pub(crate) fn batched<R, T>(
+        &self,
+        code: &'static str,
+        keys: Vec<String>,
+        args: Vec<Vec<u8>>,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let op = Op {
+            code,
+            keys,
+            args,
+            done: Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        };
+        if self.inner.batcher.push(op) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let store = self.clone();
+                    rt.spawn(async move { store.flush_batch() });
+                }
+                Err(_) => self.flush_batch(),
+            }
+        }
+        RedisStoreFuture::new(async move {
+            let v = rx.await.map_err(|_| {
+                StoreError::new(StoreErrorKind::Unavailable, "batched call dropped unsent")
+            })??;
+            if let redis::Value::ServerError(e) = &v {
+                return Err(protocol(format!("redis: {e:?}")));
+            }
+            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
+        })
+    }
+
+    /// Sends everything queued: one script call per slot run (see [`batch::calls`]),
+    /// each handed to the connection before this returns.
+    fn flush_batch(&self) {
+        if self.inner.batcher.is_empty() {
+            return;
+        }
+        let ops = self.inner.batcher.take();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            for op in ops {
+                (op.done)(Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    "no tokio runtime to send the batch on",
+                )));
+            }
+            return;
+        };
+        let cluster = self.is_cluster();
+        let slot_of = |k: &str| if cluster { hash_slot(k.as_bytes()) } else { 0 };
+        for call in batch::calls(ops, slot_of) {
+            let mut fut = Box::pin(self.send_batch(call));
+            // Polled once here: the command is queued on the connection now, ahead of
+            // any call made after this one.
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            if fut.as_mut().poll(&mut cx).is_pending() {
+                rt.spawn(fut);
+            }
+        }
+    }
+
+    /// One call of the batch script for `ops` (all on one slot); every op is answered.
+    fn send_batch(&self, ops: Vec<Op>) -> impl Future<Output = ()> + Send + 'static {
+        let start = Instant::now();
+        let mut conn = self.inner.conn.clone();
+        let inner = self.inner.clone();
+        let script = if self.inner.conn.is_cluster() {
+            for_cluster(&scripts().batch)
+        } else {
+            &scripts().batch
+        };
+        async move {
+            let mut call = script.prepare_invoke();
+            call.arg(ops.len());
+            for op in &ops {
+                for k in &op.keys {
+                    call.key(k.as_str());
+                }
+                call.arg(op.code).arg(op.keys.len()).arg(op.args.len());
+                for a in &op.args {
+                    call.arg(&a[..]);
+                }
+            }
+            let key = ops
+                .first()
+                .and_then(|o| o.keys.first())
+                .map_or(&[][..], |k| k.as_bytes());
+            let breaker = inner.breaker(key);
+            let r = match breaker.check() {
+                Some(e) => Err(e),
+                None => {
+                    let r = inner
+                        .bounded(start, key, call.invoke_async::<redis::Value>(&mut conn))
+                        .await;
+                    breaker.record(&r);
+                    r
+                }
+            };
+            match r {
+                Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
+                    for (op, v) in ops.into_iter().zip(replies) {
+                        (op.done)(Ok(v));
+                    }
+                }
+                Ok(other) => {
+                    let e = protocol(format!("batch: unexpected reply {other:?}"));
+                    for op in ops {
+                        (op.done)(Err(e.clone()));
+                    }
+                }
+                Err(e) => {
+                    for op in ops {
+                        (op.done)(Err(e.clone()));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -741,21 +878,22 @@ impl SlotStore for RedisStore {
     }
 
     fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
-        // One ZREM: atomic by itself, needs no time and no script. A release is never
-        // dropped for a passing outage: it does not wait on the breaker, and if it
-        // fails it is retried off the caller's path for a few seconds (the lease's TTL
-        // is the last resort).
-        let start = Instant::now();
+        // One ZREM, atomic by itself, sent in the batch with the settlements ending at
+        // the same moment. A release is never dropped for a passing outage: if it fails
+        // it is retried alone, off the caller's path and not held by the breaker, for a
+        // few seconds (the lease's TTL is the last resort).
         let mut conn = self.inner.conn.clone();
-        let inner = self.inner.clone();
+        let (slots, member) = (self.slots_key(key), self.member(lease));
         let mut cmd = redis::cmd("ZREM");
-        cmd.arg(self.slots_key(key)).arg(self.member(lease));
+        cmd.arg(&slots).arg(&member);
+        let sent = self.batched(
+            "zr",
+            vec![slots],
+            vec![member.into_bytes()],
+            |_: i64| Ok(()),
+        );
         RedisStoreFuture::new(async move {
-            let key = first_key(&cmd);
-            let r = inner
-                .bounded(start, &key, cmd.query_async::<i64>(&mut conn))
-                .await
-                .map(drop);
+            let r = sent.await;
             if r.is_err() {
                 tokio::spawn(async move {
                     for _ in 0..RELEASE_RETRIES {
@@ -819,11 +957,10 @@ impl WindowStore for RedisStore {
         outcome: Outcome,
     ) -> Self::Future<()> {
         let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
-        self.eval(
-            &scripts().settle,
+        self.batched(
+            "ws",
             self.window_keys(key, scope),
-            vec![self.time()],
-            Some(blob),
+            vec![self.time().into_bytes(), blob.bytes().to_vec()],
             |_: i64| Ok(()),
         )
     }
@@ -885,28 +1022,11 @@ impl WindowStore for RedisStore {
     }
 
     fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()> {
-        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
-        let calls: Vec<_> = groups
+        // Each a window settlement of the batch: they go out in one call with the
+        // request's other settlements.
+        let calls: Vec<_> = items
             .into_iter()
-            .map(|range| {
-                let mut keys = Vec::with_capacity(2 * range.len());
-                let mut blobs = Vec::with_capacity(range.len());
-                for it in &items[range] {
-                    keys.extend(self.window_keys(&it.key, it.scope));
-                    blobs.push(codec::settle_args(
-                        self.inner.amount_ttl_ms,
-                        &it.ticket,
-                        it.outcome,
-                    ));
-                }
-                self.eval_blobs(
-                    &scripts().settle_all,
-                    keys,
-                    vec![self.time()],
-                    blobs,
-                    |_: i64| Ok(()),
-                )
-            })
+            .map(|it| WindowStore::settle(self, &it.key, it.scope, it.ticket, it.outcome))
             .collect();
         RedisStoreFuture::new(async move {
             for r in futures_util::future::join_all(calls).await {
@@ -1000,6 +1120,101 @@ fn joint_reply(r: redis::Value, items: &[JointItem], first: usize) -> StoreResul
             }
         }
         _ => Err(bad("unknown shape")),
+    }
+}
+
+impl tollgate_core::JointStore for RedisStore {
+    fn acquire_and_admit(
+        &self,
+        slot: &SlotAsk,
+        window: Option<WindowAsk<'_>>,
+    ) -> RedisStoreFuture<JointDecision> {
+        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let slots = self.slots_key(&slot.key);
+        let mut keys = vec![slots.clone()];
+        let args = vec![
+            self.time(),
+            slot.limit.to_string(),
+            slot.ttl.to_string(),
+            self.member(id),
+        ];
+        let mut blobs = Vec::new();
+        let asked = window.map(|w| {
+            keys.extend(self.window_keys(&slot.key, w.scope));
+            blobs.push(codec::admit_args(
+                self.inner.amount_ttl_ms,
+                w.policy,
+                w.demand,
+            ));
+            (w.policy.clone(), *w.demand)
+        });
+        let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
+            joint_decision(r, id, asked.as_ref())
+        });
+        // As `acquire`: a lease taken by a call whose answer was lost is removed.
+        let cleanup = LateLease {
+            armed: true,
+            slots,
+            member: self.member(id),
+            conn: self.inner.conn.clone(),
+        };
+        RedisStoreFuture::new(async move {
+            let mut cleanup = cleanup;
+            let r = decided.await;
+            cleanup.armed = r.is_err();
+            r
+        })
+    }
+}
+
+/// Reads `joint_admit.lua`'s reply.
+fn joint_decision(
+    r: redis::Value,
+    lease: LeaseId,
+    asked: Option<&(Arc<Policy>, Demand)>,
+) -> StoreResult<JointDecision> {
+    let bad = |what: &str| protocol(format!("acquire_and_admit: {what} in reply"));
+    let redis::Value::Array(mut parts) = r else {
+        return Err(bad("no array"));
+    };
+    if parts.len() != 2 {
+        return Err(bad("wrong length"));
+    }
+    let rest = parts.pop().unwrap_or(redis::Value::Nil);
+    let window = |v: redis::Value| -> StoreResult<Option<AdmitReply>> {
+        let ints = Vec::<i64>::from_redis_value(v)
+            .map_err(|e| protocol(format!("acquire_and_admit: {e}")))?;
+        match asked {
+            None if ints.is_empty() => Ok(None),
+            None => Err(bad("a window reply to a slot-only call")),
+            Some((p, d)) => codec::admit_reply(&ints, p, d).map(Some),
+        }
+    };
+    match parts[0] {
+        redis::Value::Int(0) => {
+            let redis::Value::Int(n) = rest else {
+                return Err(bad("no lease count"));
+            };
+            Ok(JointDecision::SlotFull {
+                in_flight: count(n, "acquire_and_admit")?,
+            })
+        }
+        redis::Value::Int(1) => match window(rest)? {
+            None => Ok(JointDecision::Admitted {
+                lease,
+                ticket: None,
+            }),
+            Some(AdmitReply::Admitted(t)) => Ok(JointDecision::Admitted {
+                lease,
+                ticket: Some(t),
+            }),
+            Some(AdmitReply::Exceeded(_)) => Err(bad("a refusal with a slot taken")),
+        },
+        redis::Value::Int(2) => match window(rest)? {
+            Some(AdmitReply::Exceeded(e)) => Ok(JointDecision::Exceeded(e)),
+            _ => Err(bad("no refusal")),
+        },
+        _ => Err(bad("unknown code")),
     }
 }
 

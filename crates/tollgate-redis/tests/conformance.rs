@@ -131,6 +131,7 @@ redis_conformance!(
     w10_rolling_window,
     l5_refund_gives_everything_back,
     u1_admit_all_is_all_or_nothing_across_subjects,
+    d2_slot_and_window_decided_together,
     windows_are_per_key_and_scope,
     b1_balance_and_spend_cap,
     b2_settle_may_go_below_zero,

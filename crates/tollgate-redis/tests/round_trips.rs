@@ -29,6 +29,9 @@ const IN_SCRIPT: &[&str] = &[
     "zcount",
     "pexpire",
     "pttl",
+    "zrem",
+    "dump",
+    "restore",
 ];
 
 /// Test plumbing, not the store's.
@@ -142,7 +145,57 @@ async fn t3_every_decision_is_one_round_trip() {
     assert_eq!(s.in_flight(&key).await.unwrap(), 1);
     c.assert_one("evalsha", "in_flight");
     s.release(&key, l).await.unwrap();
-    c.assert_one("zrem", "release");
+    c.assert_one("evalsha", "release (the batch script, alone)");
+}
+
+/// T3, D2: the settlements and releases of requests that end together — here two
+/// requests' window settlements and slot releases, issued one after the other without
+/// waiting — reach Redis as one script call, not four, and each is carried out.
+#[tokio::test]
+async fn t3_settlements_and_releases_ending_together_are_one_call() {
+    let server = RedisServer::start();
+    let s = RedisStore::connect(
+        &server.url(),
+        RedisStoreOptions::default().deadline(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let c = Counter { server: &server };
+    let p = Arc::new(Policy::default().with_tokens(Tier::per_minute(1_000)));
+    let mut held = Vec::new();
+    for name in ["batch-a", "batch-b"] {
+        let key = SubjectKey::from(name);
+        let Admission::Admitted(t) = s
+            .admit(&key, Scope::Key, &p, &Demand::tokens(500))
+            .await
+            .unwrap()
+        else {
+            panic!("admit {name}");
+        };
+        let SlotDecision::Acquired(l) = s.acquire(&key, 1, 60_000).await.unwrap() else {
+            panic!("acquire {name}");
+        };
+        held.push((key, t, l));
+    }
+    c.reset();
+    let mut calls = Vec::new();
+    for (key, t, l) in &held {
+        let usage = Usage {
+            input_tokens: 100,
+            ..Usage::default()
+        };
+        calls.push(s.settle(key, Scope::Key, t.clone(), Outcome::Completed(Some(usage))));
+        calls.push(s.release(key, *l));
+    }
+    for r in futures_util::future::join_all(calls).await {
+        r.unwrap();
+    }
+    c.assert_one("evalsha", "two requests' settlements and releases");
+    for (key, _, _) in &held {
+        assert_eq!(s.in_flight(key).await.unwrap(), 0, "{key:?}: released");
+        let v = s.view(key, Scope::Key, &p).await.unwrap();
+        assert_eq!(v[0].used, 100, "{key:?}: settled to the actual 100 tokens");
+    }
 }
 
 /// Server time per call of the admission script (`usec_per_call` of `EVALSHA`), for a

@@ -42,7 +42,7 @@ use std::time::Duration;
 #[allow(async_fn_in_trait)]
 pub trait Harness {
     /// The store under test.
-    type Store: SlotStore + WindowStore + BillingStore;
+    type Store: super::JointStore + BillingStore;
 
     /// Largest difference, in ms, between the store's notion of elapsed time and the
     /// sum of [`advance`](Self::advance) calls (0 for a manual clock). Must be < 500.
@@ -80,6 +80,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     w10_rolling_window(h).await;
     l5_refund_gives_everything_back(h).await;
     u1_admit_all_is_all_or_nothing_across_subjects(h).await;
+    d2_slot_and_window_decided_together(h).await;
     windows_are_per_key_and_scope(h).await;
     b1_balance_and_spend_cap(h).await;
     b2_settle_may_go_below_zero(h).await;
@@ -1162,6 +1163,105 @@ pub async fn u1_admit_all_is_all_or_nothing_across_subjects<H: Harness>(h: &H) {
         0
     );
     settle(&s, &a, earlier, Outcome::Refund).await;
+}
+
+/// D2, C1, W4: [`JointStore::acquire_and_admit`] takes a slot only if the windows
+/// admit and counts the windows only if a slot is free — a refusal of either leaves both
+/// as they were — and the lease and ticket it hands out are the store's own (released
+/// and settled as any other).
+///
+/// [`JointStore::acquire_and_admit`]: super::JointStore::acquire_and_admit
+pub async fn d2_slot_and_window_decided_together<H: Harness>(h: &H) {
+    use super::{JointDecision, JointStore, SlotAsk, WindowAsk};
+    let s = h.store().await;
+    let k = key("d2-joint");
+    let p = Arc::new(Policy::default().with_requests(secs(60, 2)));
+    let d = Demand::default();
+    let ask = SlotAsk {
+        key: k.clone(),
+        limit: 2,
+        ttl: LONG_TTL,
+    };
+    let w = || {
+        Some(WindowAsk {
+            scope: Scope::Key,
+            policy: &p,
+            demand: &d,
+        })
+    };
+    let joint = |window| s.acquire_and_admit(&ask, window);
+    let JointDecision::Admitted {
+        lease: first,
+        ticket: Some(t1),
+    } = joint(w()).await.expect("joint")
+    else {
+        panic!("a free slot and room in the window")
+    };
+    assert_eq!(s.in_flight(&k).await.unwrap(), 1);
+    // The slot alone: a slot-only call counts no window.
+    let JointDecision::Admitted {
+        lease: second,
+        ticket: None,
+    } = joint(None).await.expect("slot only")
+    else {
+        panic!("a second free slot")
+    };
+    assert_eq!(
+        used(
+            &view(&s, &k, Scope::Key, &p).await,
+            Dimension::Requests,
+            60_000
+        ),
+        1
+    );
+    // Both slots taken: refused as full, the window untouched.
+    assert_eq!(
+        joint(w()).await.expect("joint"),
+        JointDecision::SlotFull { in_flight: 2 }
+    );
+    assert_eq!(
+        used(
+            &view(&s, &k, Scope::Key, &p).await,
+            Dimension::Requests,
+            60_000
+        ),
+        1
+    );
+    s.release(&k, second).await.unwrap();
+    // A free slot again, and the window's second request.
+    let JointDecision::Admitted {
+        lease: third,
+        ticket: Some(t3),
+    } = joint(w()).await.expect("joint")
+    else {
+        panic!("the released slot is free again")
+    };
+    s.release(&k, third).await.unwrap();
+    // The window is full: refused as exceeded, and no slot is taken by the refusal.
+    match joint(w()).await.expect("joint") {
+        JointDecision::Exceeded(e) => {
+            assert_eq!(limits_of(&e), [(Dimension::Requests, 60_000)]);
+        }
+        other => panic!("the 60 s window holds 2 requests: {other:?}"),
+    }
+    assert_eq!(
+        s.in_flight(&k).await.unwrap(),
+        1,
+        "the refusal took no slot"
+    );
+    // Lease and tickets are ordinary: released and settled as any other.
+    s.release(&k, first).await.unwrap();
+    assert_eq!(s.in_flight(&k).await.unwrap(), 0);
+    settle(&s, &k, t1, Outcome::Refund).await;
+    settle(&s, &k, t3, Outcome::Refund).await;
+    assert_eq!(
+        used(
+            &view(&s, &k, Scope::Key, &p).await,
+            Dimension::Requests,
+            60_000
+        ),
+        0
+    );
 }
 
 /// Windows are counted per subject key and per policy scope (subscription and key
@@ -2298,6 +2398,7 @@ mod memory {
         w10_rolling_window,
         l5_refund_gives_everything_back,
         u1_admit_all_is_all_or_nothing_across_subjects,
+        d2_slot_and_window_decided_together,
         windows_are_per_key_and_scope,
         b1_balance_and_spend_cap,
         b2_settle_may_go_below_zero,

@@ -274,6 +274,62 @@ impl<P: WindowStore, C: Clock> WindowStore for LocalFallback<P, C> {
     }
 }
 
+/// Both decisions on the shared store; when it fails and both slots and windows are in
+/// `local` mode, both are decided here with the limits divided by the instance count;
+/// otherwise the error reaches the layers, which apply their own failure modes.
+impl<P: super::JointStore, C: Clock> super::JointStore for LocalFallback<P, C> {
+    fn acquire_and_admit(
+        &self,
+        slot: &super::SlotAsk,
+        window: Option<super::WindowAsk<'_>>,
+    ) -> BoxStoreFuture<super::JointDecision> {
+        let primary = self.primary.acquire_and_admit(slot, window);
+        let local = (self.slots && self.windows).then(|| {
+            (
+                self.local.clone(),
+                slot.clone(),
+                window.map(|w| {
+                    (
+                        w.scope,
+                        Arc::new(divide(w.policy, self.instances)),
+                        *w.demand,
+                    )
+                }),
+                self.instances,
+                self.decisions.clone(),
+            )
+        });
+        Box::pin(async move {
+            match (primary.await, local) {
+                (Err(_), Some((local, mut slot, window, n, count))) => {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    slot.limit = share(u64::from(slot.limit), n) as u32;
+                    let w = window
+                        .as_ref()
+                        .map(|(scope, policy, demand)| super::WindowAsk {
+                            scope: *scope,
+                            policy,
+                            demand,
+                        });
+                    Ok(match local.acquire_and_admit_now(&slot, w) {
+                        super::JointDecision::Admitted { lease, ticket } => {
+                            super::JointDecision::Admitted {
+                                lease: lease | LOCAL_LEASE,
+                                ticket: ticket.map(|mut t| {
+                                    t.fallback = true;
+                                    t
+                                }),
+                            }
+                        }
+                        other => other,
+                    })
+                }
+                (other, _) => other,
+            }
+        })
+    }
+}
+
 /// Channel capacity has no local mode: it is delegated to the shared store, and its
 /// errors reach the capacity layer, which applies its own failure mode.
 impl<P: crate::capacity::CapacityStore, C: Clock> crate::capacity::CapacityStore

@@ -400,6 +400,39 @@ impl<C: Clock> MemoryStore<C> {
         super::JointAdmission::Admitted(tickets)
     }
 
+    /// [`JointStore::acquire_and_admit`] without a future: the slot is taken, then the
+    /// windows asked; a refusal gives the slot back.
+    ///
+    /// [`JointStore::acquire_and_admit`]: super::JointStore::acquire_and_admit
+    pub fn acquire_and_admit_now(
+        &self,
+        slot: &super::SlotAsk,
+        window: Option<super::WindowAsk<'_>>,
+    ) -> super::JointDecision {
+        let lease = match self.acquire_now(&slot.key, slot.limit, slot.ttl) {
+            SlotDecision::Acquired(lease) => lease,
+            SlotDecision::Full { in_flight } => {
+                return super::JointDecision::SlotFull { in_flight };
+            }
+        };
+        let Some(w) = window else {
+            return super::JointDecision::Admitted {
+                lease,
+                ticket: None,
+            };
+        };
+        match self.admit_now(&slot.key, w.scope, w.policy, w.demand) {
+            Admission::Admitted(t) => super::JointDecision::Admitted {
+                lease,
+                ticket: Some(t),
+            },
+            Admission::Exceeded(e) => {
+                self.release_now(&slot.key, lease);
+                super::JointDecision::Exceeded(e)
+            }
+        }
+    }
+
     /// [`WindowStore::settle`] without a future.
     pub fn settle_now(
         &self,
@@ -493,6 +526,16 @@ impl<C: Clock> SlotStore for MemoryStore<C> {
     }
     fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
         ready(Ok(self.in_flight_now(key)))
+    }
+}
+
+impl<C: Clock> super::JointStore for MemoryStore<C> {
+    fn acquire_and_admit(
+        &self,
+        slot: &super::SlotAsk,
+        window: Option<super::WindowAsk<'_>>,
+    ) -> Ready<StoreResult<super::JointDecision>> {
+        ready(Ok(self.acquire_and_admit_now(slot, window)))
     }
 }
 

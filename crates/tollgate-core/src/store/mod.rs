@@ -192,6 +192,63 @@ pub trait WindowStore: Clone + Send + Sync + 'static {
     fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()>;
 }
 
+/// The slot half of a joint decision ([`JointStore::acquire_and_admit`]): take one of
+/// `limit` slots of `key` (C1) under a lease of `ttl` ms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotAsk {
+    /// The subject.
+    pub key: SubjectKey,
+    /// Most live leases (> 0).
+    pub limit: u32,
+    /// Lease TTL in ms (C4).
+    pub ttl: Millis,
+}
+
+/// One window admission as the window half of a joint decision.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowAsk<'a> {
+    /// The policy's scope.
+    pub scope: Scope,
+    /// Its limits.
+    pub policy: &'a Arc<Policy>,
+    /// What the request needs.
+    pub demand: &'a Demand,
+}
+
+/// Outcome of [`JointStore::acquire_and_admit`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JointDecision {
+    /// A slot is taken under `lease`, and the windows (when asked) admitted.
+    Admitted {
+        /// The slot's lease.
+        lease: LeaseId,
+        /// The window ticket, when windows were asked.
+        ticket: Option<WindowTicket>,
+    },
+    /// Every slot is taken; no window counted anything.
+    SlotFull {
+        /// Live leases at the decision.
+        in_flight: u32,
+    },
+    /// A slot was free but the windows have no room: no slot taken, nothing counted.
+    Exceeded(Exceeded),
+}
+
+/// A store that decides a subject's slot and its window admission in one step (D2,
+/// T3): the slot is taken only if the windows admit, the windows count only if a slot
+/// is free. The slot and window layers join their decisions through it (the slot layer
+/// hands its acquisition to the window layer below it), so a request pays one round
+/// trip for both instead of one each; on Redis both live on the subject's hash slot,
+/// so it is one script on a Cluster too.
+pub trait JointStore: SlotStore + WindowStore {
+    /// Both decisions at once; `window: None` is a slot acquisition alone.
+    fn acquire_and_admit(
+        &self,
+        slot: &SlotAsk,
+        window: Option<WindowAsk<'_>>,
+    ) -> <Self as WindowStore>::Future<JointDecision>;
+}
+
 /// Balances, key spend, budgets and per-attempt settlement (B*).
 pub trait BillingStore: Clone + Send + Sync + 'static {
     /// The future every call returns.

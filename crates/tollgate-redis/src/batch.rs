@@ -1,0 +1,121 @@
+//! Settlements and releases batched (D2, T3): a request's window settlements, its
+//! billing settlement and its lease releases — and those of every other request that
+//! ends at the same moment — go to Redis as one script call (one per Cluster slot),
+//! instead of one call each.
+//!
+//! An op is queued; the first op into an empty queue schedules a flush on the runtime,
+//! so everything queued before that task runs (a response body's guards are dropped
+//! one after the other, in one go) travels together. Order is kept with the store's
+//! other calls: any other call first flushes what is queued, and a flush hands its
+//! command to the connection before returning (its future is polled once in place),
+//! so a release queued before an admission reaches Redis before it on the same
+//! connection.
+
+use redis::Value;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tollgate_core::StoreResult;
+
+/// Most ops in one script call: bounds how long one call holds Redis (a few µs an op).
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// What to do with an op's answer.
+pub(crate) type Done = Box<dyn FnOnce(StoreResult<Value>) + Send>;
+
+/// One queued operation of the batch script (`lua/batch.lua`).
+pub(crate) struct Op {
+    /// `ws` window settlement, `bs` billing settlement, `zr` lease release.
+    pub(crate) code: &'static str,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<Vec<u8>>,
+    pub(crate) done: Done,
+}
+
+/// The queue of ops not sent yet.
+#[derive(Default)]
+pub(crate) struct Batcher {
+    queue: Mutex<Vec<Op>>,
+    queued: AtomicUsize,
+}
+
+impl Batcher {
+    /// Queues `op`; true when the queue was empty (the caller schedules a flush).
+    pub(crate) fn push(&self, op: Op) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push(op);
+        self.queued.store(q.len(), Ordering::Release);
+        q.len() == 1
+    }
+
+    /// True when nothing is queued (one atomic load).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
+
+    /// Everything queued, in order.
+    pub(crate) fn take(&self) -> Vec<Op> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.queued.store(0, Ordering::Release);
+        std::mem::take(&mut *q)
+    }
+}
+
+/// Splits `ops` into script calls: consecutive runs on one slot (`slot_of` the op's
+/// first key; one slot for everything on a single node), at most [`MAX_BATCH`] each.
+pub(crate) fn calls(ops: Vec<Op>, slot_of: impl Fn(&str) -> u16) -> Vec<Vec<Op>> {
+    let mut out: Vec<Vec<Op>> = Vec::new();
+    let mut last: Option<u16> = None;
+    for op in ops {
+        let slot = slot_of(op.keys.first().map_or("", String::as_str));
+        match out.last_mut() {
+            Some(call) if last == Some(slot) && call.len() < MAX_BATCH => call.push(op),
+            _ => out.push(vec![op]),
+        }
+        last = Some(slot);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(key: &str) -> Op {
+        Op {
+            code: "zr",
+            keys: vec![key.to_owned()],
+            args: vec![b"m".to_vec()],
+            done: Box::new(drop),
+        }
+    }
+
+    #[test]
+    fn t3_ops_split_by_slot_and_size() {
+        let ops = vec![op("a"), op("a"), op("b"), op("a")];
+        let sizes: Vec<usize> = calls(ops, |k| u16::from(k == "b"))
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, [2, 1, 1], "runs on one slot, in order");
+        let many = (0..MAX_BATCH + 3).map(|_| op("a")).collect();
+        let sizes: Vec<usize> = calls(many, |_| 0).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [MAX_BATCH, 3]);
+    }
+
+    #[test]
+    fn t3_the_first_op_of_an_empty_queue_asks_for_a_flush() {
+        let b = Batcher::default();
+        assert!(b.is_empty());
+        assert!(b.push(op("a")));
+        assert!(!b.push(op("b")));
+        assert!(!b.is_empty());
+        let taken = b.take();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken[0].keys, ["a"]);
+        assert!(b.is_empty());
+        assert!(
+            b.push(op("c")),
+            "empty again: the next op schedules a flush"
+        );
+    }
+}

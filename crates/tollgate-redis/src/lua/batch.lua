@@ -1,0 +1,43 @@
+-- Settlements and releases of many requests in one call (D2, T3): each op runs as the
+-- script it stands for would, in the order given, each with its own keys and arguments
+-- (every op's keys on one Cluster slot with the others', see the store's batcher).
+-- An op that fails is answered with its error; the others still run.
+-- KEYS     every op's keys, in op order
+-- ARGV     [1] number of ops, then per op: its code (ws: WindowStore::settle as
+--          window_settle.lua, bs: BillingStore::settle_attempt as billing_settle.lua,
+--          zr: a lease release, ZREM key member), its key count, its argument count,
+--          its arguments
+-- Reply    one reply per op, in order: what that op's own script would answer, or an
+--          error reply
+local ops = {
+  ws = window_settle,
+  bs = billing_settle,
+  zr = function(K, A) return redis.call('ZREM', K[1], A[1]) end,
+}
+local out = {}
+local ai, ki = 2, 1
+for i = 1, tonumber(ARGV[1]) do
+  local code, nk, na = ARGV[ai], tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
+  ai = ai + 3
+  local K, A = {}, {}
+  for j = 1, nk do
+    K[j] = KEYS[ki]
+    ki = ki + 1
+  end
+  for j = 1, na do
+    A[j] = ARGV[ai]
+    ai = ai + 1
+  end
+  local op = ops[code]
+  if not op then
+    out[i] = redis.error_reply('tollgate batch: unknown op ' .. tostring(code))
+  else
+    local ok, r = pcall(op, K, A)
+    if not ok then
+      out[i] = redis.error_reply('tollgate batch: ' .. tostring(r))
+    else
+      out[i] = r
+    end
+  end
+end
+return out

@@ -1,0 +1,36 @@
+-- JointStore::acquire_and_admit (C1, C4, W4, D2): one subject's slot and its window
+-- admission in one step, all or nothing: the slot is taken only if the windows admit
+-- (window_admit.lua, run as `admit` above), the windows are asked only if a slot is free.
+-- Every key carries the subject's hash tag: one Cluster slot.
+-- KEYS[1]  the subject's lease ZSET (as slot_acquire.lua)
+-- KEYS[2]  window state, KEYS[3] rolling log (as window_admit.lua); absent: slot only
+-- ARGV     [1] time (see time.lua), [2] slot limit (0 = unlimited), [3] lease ttl ms,
+--          [4] lease member, [5] window doubles (as window_admit.lua's ARGV[2]; absent:
+--          slot only)
+-- Reply    {1, admit reply or {}} slot taken (and windows admitted)
+--          {0, live leases} every slot taken, nothing counted
+--          {2, admit reply} the windows have no room, no slot taken, nothing counted
+local now = now_ms(ARGV[1])
+local slots = KEYS[1]
+redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+local n = redis.call('ZCARD', slots)
+local limit = tonumber(ARGV[2])
+if limit ~= 0 and n >= limit then
+  return {0, n}
+end
+local w = {}
+if #KEYS >= 3 then
+  w = admit({KEYS[2], KEYS[3]}, {ARGV[1], ARGV[5]})
+  if w[1] ~= 1 then
+    return {2, w}
+  end
+end
+local ttl = tonumber(ARGV[3])
+redis.call('ZADD', slots, now + ttl, ARGV[4])
+-- As slot_acquire.lua: the key outlives its longest lease by 1 s.
+if n == 0 then
+  redis.call('PEXPIRE', slots, ttl + 1000)
+else
+  redis.call('PEXPIRE', slots, ttl + 1000, 'GT')
+end
+return {1, w}
