@@ -178,7 +178,7 @@ async fn serve<St>(
     scrape: Option<tollgate_proxy::app::ScrapeHook>,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
-    St: SlotStore + WindowStore + BillingStore + tollgate::core::CapacityStore,
+    St: tollgate::core::JointStore + BillingStore + tollgate::core::CapacityStore,
 {
     let uses_fake = config
         .channels

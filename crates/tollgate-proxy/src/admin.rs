@@ -27,7 +27,7 @@ use subtle::ConstantTimeEq;
 use tollgate::FailoverLayer;
 use tollgate::core::failover::HealthState;
 use tollgate::core::upstream::{DISABLED, credential_key, model_key, vendor_key};
-use tollgate::core::{BillingStore, CapacityStore, Clock, SlotStore, WindowStore};
+use tollgate::core::{BillingStore, CapacityStore, Clock};
 use tower::ServiceExt;
 
 /// What the admin endpoints read and act on, for one configuration.
@@ -82,7 +82,7 @@ impl<St> Admin<St> {
 /// The router: admin routes, then everything else on the current (reloadable) routes.
 pub(crate) fn outer<St>(gateway: Gateway<St>, routes: Router, live: Arc<Live<St>>) -> Router
 where
-    St: SlotStore + WindowStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + BillingStore + CapacityStore,
 {
     let admin = Arc::new(Admin {
         token: gateway.config().admin_token.clone(),
@@ -188,7 +188,7 @@ async fn enable<St>(
 
 async fn reload<St>(State(admin): State<Arc<Admin<St>>>, req: Request) -> Response
 where
-    St: SlotStore + WindowStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + BillingStore + CapacityStore,
 {
     if let Some(r) = gate(&admin, &req) {
         return r;
@@ -236,7 +236,7 @@ async fn set_balance<St>(
     req: Request,
 ) -> Response
 where
-    St: SlotStore + WindowStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + BillingStore + CapacityStore,
 {
     if let Some(r) = gate(&admin, &req) {
         return r;

@@ -60,7 +60,7 @@ pub type RegistryHook = Arc<dyn Fn(&Arc<tollgate::core::upstream::UpstreamRegist
 
 impl<St> Gateway<St>
 where
-    St: SlotStore + WindowStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + BillingStore + CapacityStore,
 {
     /// A gateway on `config` whose limits live in `store`.
     pub fn new(config: Config, store: St) -> Self {
@@ -202,7 +202,9 @@ where
         let queue = &self.config.raw.queue;
         let auth_keys = keys.clone();
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
-        // slot (taken right after identification, C2) → read and inspect the body →
+        // read and inspect the body → slot (C2: before routing and billing; after the
+        // body, so that it sits right above the windows and can be decided with them in
+        // one store call, see `tollgate::ConcurrencySlotLayer::join_windows`) →
         // windows (need the demand) → failover (attempts across channels; each attempt
         // passes the layers below on its own, F1) → upstream limits (skip channels over a provider
         // limit or cooling down; count the request on the first that fits, U1) →
@@ -231,19 +233,25 @@ where
             },
         );
         let prepare = PrepareLayer::new(catalog.clone());
+        let slots = ConcurrencySlotLayer::new(self.store.clone())
+            .lease_ttl(limits.lease_ttl.0)
+            .max_wait(limits.slot_max_wait.0)
+            .failure_mode(modes.slots_failure.into());
+        // On a store across the network, the slot is decided with the windows in one
+        // round trip (the window layer sits right below the slot layer for that).
+        let slots = if St::SAVES_ROUND_TRIPS {
+            slots.join_windows()
+        } else {
+            slots
+        };
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         let api = if self.limits {
             api_routes(
                 ServiceBuilder::new()
                     .layer(ErrorMappingLayer::new())
                     .layer(auth)
-                    .layer(
-                        ConcurrencySlotLayer::new(self.store.clone())
-                            .lease_ttl(limits.lease_ttl.0)
-                            .max_wait(limits.slot_max_wait.0)
-                            .failure_mode(modes.slots_failure.into()),
-                    )
                     .layer(prepare)
+                    .layer(slots)
                     .layer(
                         AnchoredWindowLayer::new(self.store.clone())
                             .max_wait(limits.rolling_max_wait.0)

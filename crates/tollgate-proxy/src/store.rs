@@ -38,6 +38,8 @@ impl<L: SlotStore, B: Clone + Send + Sync + 'static> SlotStore for Split<L, B> {
 impl<L: tollgate::core::JointStore, B: Clone + Send + Sync + 'static> tollgate::core::JointStore
     for Split<L, B>
 {
+    const SAVES_ROUND_TRIPS: bool = L::SAVES_ROUND_TRIPS;
+
     fn acquire_and_admit(
         &self,
         slot: &tollgate::core::SlotAsk,

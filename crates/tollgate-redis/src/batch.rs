@@ -3,9 +3,13 @@
 //! ends at the same moment — go to Redis as one script call (one per Cluster slot),
 //! instead of one call each.
 //!
-//! An op is queued; the first op into an empty queue schedules a flush on the runtime,
-//! so everything queued before that task runs (a response body's guards are dropped
-//! one after the other, in one go) travels together. Order is kept with the store's
+//! An op is queued; the first op into an empty queue schedules a flush on the runtime
+//! [`FLUSH_AFTER`] later, so everything queued meanwhile (a response body's guards are
+//! dropped one after the other; other requests end at the same moment) travels
+//! together. A concurrency slot's release does not wait: the subject's next request may
+//! go to another instance, which cannot flush this one's queue, so the release sends the
+//! batch at once — with everything its request queued before it (its guards drop from
+//! the innermost layer out, the slot's last). Order is kept with the store's
 //! other calls: any other call first flushes what is queued, and a flush hands its
 //! command to the connection before returning (its future is polled once in place),
 //! so a release queued before an admission reaches Redis before it on the same
@@ -15,6 +19,10 @@ use redis::Value;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tollgate_core::StoreResult;
+
+/// How long the first op of a batch waits for others before the batch is sent (unless
+/// another call of the store sends it first).
+pub(crate) const FLUSH_AFTER: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Most ops in one script call: bounds how long one call holds Redis (a few µs an op).
 pub(crate) const MAX_BATCH: usize = 64;

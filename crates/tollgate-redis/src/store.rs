@@ -576,6 +576,46 @@ impl RedisStore {
 }
 
 impl RedisStore {
+    /// Removes `lease` of `key` in the batch; `now`: send the batch at once instead of
+    /// letting it wait for company.
+    fn release_lease(&self, key: &SubjectKey, lease: LeaseId, now: bool) -> RedisStoreFuture<()> {
+        // One ZREM, atomic by itself, sent in the batch with the settlements ending at
+        // the same moment. A release is never dropped for a passing outage: if it fails
+        // it is retried alone, off the caller's path and not held by the breaker, for a
+        // few seconds (the lease's TTL is the last resort).
+        let mut conn = self.inner.conn.clone();
+        let (slots, member) = (self.slots_key(key), self.member(lease));
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(&slots).arg(&member);
+        let sent = self.batched(
+            "zr",
+            vec![slots],
+            vec![member.into_bytes()],
+            |_: i64| Ok(()),
+        );
+        if now {
+            self.flush_batch();
+        }
+        RedisStoreFuture::new(async move {
+            let r = sent.await;
+            if r.is_err() {
+                tokio::spawn(async move {
+                    for _ in 0..RELEASE_RETRIES {
+                        tokio::time::sleep(RELEASE_RETRY_EVERY).await;
+                        let attempt = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            cmd.query_async::<i64>(&mut conn),
+                        );
+                        if matches!(attempt.await, Ok(Ok(_))) {
+                            return;
+                        }
+                    }
+                });
+            }
+            r
+        })
+    }
+
     /// Queues one op of the batch script (see [`batch`]) and returns its answer's
     /// future; the first op into an empty queue schedules a flush.
     pub(crate) fn batched<R, T>(
@@ -602,7 +642,14 @@ impl RedisStore {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
                     let store = self.clone();
-                    rt.spawn(async move { store.flush_batch() });
+                    rt.spawn(async move {
+                        // Long enough for the rest of the request's guards (dropped one
+                        // after the other, maybe across a few polls) and for other
+                        // requests ending now to join. A call made meanwhile flushes
+                        // first, so nothing waits behind this.
+                        tokio::time::sleep(batch::FLUSH_AFTER).await;
+                        store.flush_batch()
+                    });
                 }
                 Err(_) => self.flush_batch(),
             }
@@ -878,38 +925,10 @@ impl SlotStore for RedisStore {
     }
 
     fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
-        // One ZREM, atomic by itself, sent in the batch with the settlements ending at
-        // the same moment. A release is never dropped for a passing outage: if it fails
-        // it is retried alone, off the caller's path and not held by the breaker, for a
-        // few seconds (the lease's TTL is the last resort).
-        let mut conn = self.inner.conn.clone();
-        let (slots, member) = (self.slots_key(key), self.member(lease));
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(&slots).arg(&member);
-        let sent = self.batched(
-            "zr",
-            vec![slots],
-            vec![member.into_bytes()],
-            |_: i64| Ok(()),
-        );
-        RedisStoreFuture::new(async move {
-            let r = sent.await;
-            if r.is_err() {
-                tokio::spawn(async move {
-                    for _ in 0..RELEASE_RETRIES {
-                        tokio::time::sleep(RELEASE_RETRY_EVERY).await;
-                        let attempt = tokio::time::timeout(
-                            Duration::from_secs(1),
-                            cmd.query_async::<i64>(&mut conn),
-                        );
-                        if matches!(attempt.await, Ok(Ok(_))) {
-                            return;
-                        }
-                    }
-                });
-            }
-            r
-        })
+        // The next request of this subject — maybe on another instance, which cannot
+        // flush this one's batch — waits for this release: it goes out at once, with
+        // whatever the request queued before it (its settlements, its capacity lease).
+        self.release_lease(key, lease, true)
     }
 
     fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
@@ -1246,7 +1265,9 @@ impl tollgate_core::CapacityStore for RedisStore {
         SlotStore::renew(self, &channel_subject(channel), lease, ttl)
     }
     fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
-        SlotStore::release(self, &channel_subject(channel), lease)
+        // Waits for company (up to the batch delay): the request's concurrency slot,
+        // released right after, sends it.
+        self.release_lease(&channel_subject(channel), lease, false)
     }
     fn in_flight(&self, channel: &str) -> Self::Future<u32> {
         SlotStore::in_flight(self, &channel_subject(channel))

@@ -148,11 +148,14 @@ async fn t3_every_decision_is_one_round_trip() {
     c.assert_one("evalsha", "release (the batch script, alone)");
 }
 
-/// T3, D2: the settlements and releases of requests that end together — here two
-/// requests' window settlements and slot releases, issued one after the other without
-/// waiting — reach Redis as one script call, not four, and each is carried out.
+/// T3, D2: what requests that end together send is batched. Two requests' window
+/// settlements and channel-capacity releases, issued one after the other without
+/// waiting, reach Redis as one script call (not four); a concurrency slot's release
+/// goes out at once, taking along what its request queued before it — one more call,
+/// not two. Each op is carried out.
 #[tokio::test]
 async fn t3_settlements_and_releases_ending_together_are_one_call() {
+    use tollgate_core::CapacityStore;
     let server = RedisServer::start();
     let s = RedisStore::connect(
         &server.url(),
@@ -172,27 +175,65 @@ async fn t3_settlements_and_releases_ending_together_are_one_call() {
         else {
             panic!("admit {name}");
         };
-        let SlotDecision::Acquired(l) = s.acquire(&key, 1, 60_000).await.unwrap() else {
+        let Some(cap) = s.try_acquire(name, 2, 60_000).await.unwrap() else {
+            panic!("capacity {name}");
+        };
+        let SlotDecision::Acquired(l) = SlotStore::acquire(&s, &key, 1, 60_000).await.unwrap()
+        else {
             panic!("acquire {name}");
         };
-        held.push((key, t, l));
+        held.push((key, name, t, cap, l));
     }
+    let usage = || Usage {
+        input_tokens: 100,
+        ..Usage::default()
+    };
+    // Both requests' settlements and capacity releases: one call.
     c.reset();
     let mut calls = Vec::new();
-    for (key, t, l) in &held {
-        let usage = Usage {
-            input_tokens: 100,
-            ..Usage::default()
-        };
-        calls.push(s.settle(key, Scope::Key, t.clone(), Outcome::Completed(Some(usage))));
-        calls.push(s.release(key, *l));
+    for (key, name, t, cap, _) in &held {
+        calls.push(s.settle(
+            key,
+            Scope::Key,
+            t.clone(),
+            Outcome::Completed(Some(usage())),
+        ));
+        calls.push(CapacityStore::release(&s, name, *cap));
     }
     for r in futures_util::future::join_all(calls).await {
         r.unwrap();
     }
-    c.assert_one("evalsha", "two requests' settlements and releases");
-    for (key, _, _) in &held {
-        assert_eq!(s.in_flight(key).await.unwrap(), 0, "{key:?}: released");
+    c.assert_one("evalsha", "two requests' settlements and capacity releases");
+    // A request's settlement then its slot release: the release sends both at once.
+    let Admission::Admitted(t) = s
+        .admit(&held[0].0, Scope::Key, &p, &Demand::tokens(500))
+        .await
+        .unwrap()
+    else {
+        panic!("admit again");
+    };
+    c.reset();
+    let settled = s.settle(&held[0].0, Scope::Key, t, Outcome::Refund);
+    let released = SlotStore::release(&s, &held[0].0, held[0].4);
+    // Sent already: both answers come without a yield to the flush timer.
+    released.await.unwrap();
+    settled.await.unwrap();
+    c.assert_one(
+        "evalsha",
+        "a settlement and the slot release after it, sent by the release",
+    );
+    SlotStore::release(&s, &held[1].0, held[1].4).await.unwrap();
+    for (key, name, _, _, _) in &held {
+        assert_eq!(
+            SlotStore::in_flight(&s, key).await.unwrap(),
+            0,
+            "{key:?}: slot released"
+        );
+        assert_eq!(
+            CapacityStore::in_flight(&s, name).await.unwrap(),
+            0,
+            "{name}: capacity released"
+        );
         let v = s.view(key, Scope::Key, &p).await.unwrap();
         assert_eq!(v[0].used, 100, "{key:?}: settled to the actual 100 tokens");
     }

@@ -70,6 +70,9 @@ mod gauge;
 ))]
 mod spawn;
 
+#[cfg(any(feature = "slots", feature = "windows"))]
+mod joint;
+
 #[cfg(feature = "billing")]
 pub mod billing;
 #[cfg(feature = "capacity")]

@@ -278,6 +278,8 @@ impl<P: WindowStore, C: Clock> WindowStore for LocalFallback<P, C> {
 /// `local` mode, both are decided here with the limits divided by the instance count;
 /// otherwise the error reaches the layers, which apply their own failure modes.
 impl<P: super::JointStore, C: Clock> super::JointStore for LocalFallback<P, C> {
+    const SAVES_ROUND_TRIPS: bool = P::SAVES_ROUND_TRIPS;
+
     fn acquire_and_admit(
         &self,
         slot: &super::SlotAsk,

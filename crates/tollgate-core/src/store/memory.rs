@@ -530,6 +530,8 @@ impl<C: Clock> SlotStore for MemoryStore<C> {
 }
 
 impl<C: Clock> super::JointStore for MemoryStore<C> {
+    const SAVES_ROUND_TRIPS: bool = false;
+
     fn acquire_and_admit(
         &self,
         slot: &super::SlotAsk,

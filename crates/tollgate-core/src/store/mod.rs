@@ -241,6 +241,12 @@ pub enum JointDecision {
 /// trip for both instead of one each; on Redis both live on the subject's hash slot,
 /// so it is one script on a Cluster too.
 pub trait JointStore: SlotStore + WindowStore {
+    /// Whether joining saves anything: true for a store across a network (each
+    /// decision is a round trip), false for one that decides in the process (the
+    /// in-memory store answers at once either way). Stacks use it to join the layers'
+    /// decisions only where it pays.
+    const SAVES_ROUND_TRIPS: bool = true;
+
     /// Both decisions at once; `window: None` is a slot acquisition alone.
     fn acquire_and_admit(
         &self,

@@ -2,6 +2,7 @@ use super::layer::Shared;
 use super::{SlotGuard, backoff, busy};
 use crate::BoxError;
 use crate::body::{Hold, HoldBody};
+use crate::joint::SlotClaim;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -10,6 +11,45 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tokio::time::{Instant, Sleep};
 use tollgate_core::{LayerKind, Rejection, SlotDecision, SlotStore, SubjectKey};
+
+/// A slot decided apart from the usual path (see `crate::joint`): by a window layer
+/// below (`claim`), or by this layer while the inner future waits to be polled
+/// (`gate`).
+pub(crate) struct Joint<St: SlotStore, X, C> {
+    shared: Arc<Shared<St, X, C>>,
+    claim: Option<SlotClaim>,
+    gate: Option<(SubjectKey, St::Future<SlotDecision>)>,
+}
+
+impl<St: SlotStore, X, C> Joint<St, X, C> {
+    pub(crate) fn claimed(shared: Arc<Shared<St, X, C>>, claim: SlotClaim) -> Box<Self> {
+        Box::new(Self {
+            shared,
+            claim: Some(claim),
+            gate: None,
+        })
+    }
+    pub(crate) fn gated(
+        shared: Arc<Shared<St, X, C>>,
+        key: SubjectKey,
+        acquire: St::Future<SlotDecision>,
+    ) -> Box<Self> {
+        Box::new(Self {
+            shared,
+            claim: None,
+            gate: Some((key, acquire)),
+        })
+    }
+
+    fn guard(&self, key: SubjectKey, lease: tollgate_core::LeaseId) -> SlotGuard<St> {
+        SlotGuard::new(
+            self.shared.store.clone(),
+            key,
+            lease,
+            self.shared.renewals.clone(),
+        )
+    }
+}
 use tower_service::Service;
 
 /// A request whose slot is not decided yet.
@@ -53,7 +93,7 @@ pin_project! {
         Rejected { rejection: Option<Rejection> },
         Acquiring { acquire: St::Future<SlotDecision>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
         Waiting { sleep: Pin<Box<Sleep>>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
-        Called { #[pin] fut: S::Future, guard: Option<SlotGuard<St>> },
+        Called { #[pin] fut: S::Future, guard: Option<SlotGuard<St>>, joint: Option<Box<Joint<St, X, C>>> },
     }
 }
 
@@ -81,7 +121,20 @@ where
     }
     pub(crate) fn called(fut: S::Future, guard: Option<SlotGuard<St>>) -> Self {
         Self {
-            state: State::Called { fut, guard },
+            state: State::Called {
+                fut,
+                guard,
+                joint: None,
+            },
+        }
+    }
+    pub(crate) fn joined(fut: S::Future, joint: Box<Joint<St, X, C>>) -> Self {
+        Self {
+            state: State::Called {
+                fut,
+                guard: None,
+                joint: Some(joint),
+            },
         }
     }
     pub(crate) fn acquiring(
@@ -159,6 +212,7 @@ where
                             State::Called {
                                 fut: d.svc.call(req),
                                 guard: Some(guard),
+                                joint: None,
                             }
                         }
                         Ok(SlotDecision::Full { .. }) => wait_or_reject(d),
@@ -172,6 +226,7 @@ where
                                 State::Called {
                                     fut: d.svc.call(req),
                                     guard: None,
+                                    joint: None,
                                 }
                             }
                             Some(r) => State::Rejected { rejection: Some(r) },
@@ -187,8 +242,42 @@ where
                         deferred: Some(d),
                     }
                 }
-                StateProj::Called { fut, guard } => {
-                    let Poll::Ready(res) = fut.poll(cx) else {
+                StateProj::Called { fut, guard, joint } => {
+                    if let Some(j) = joint.as_mut() {
+                        if let Some((_, acquire)) = j.gate.as_mut() {
+                            let answer = ready!(Pin::new(acquire).poll(cx));
+                            let (key, _) = j.gate.take().expect("gate taken once");
+                            match answer {
+                                Ok(SlotDecision::Acquired(lease)) => {
+                                    *guard = Some(j.guard(key, lease));
+                                }
+                                Ok(SlotDecision::Full { .. }) => {
+                                    return Poll::Ready(Err(busy().into()));
+                                }
+                                Err(e) => {
+                                    if let Some(r) = j.shared.failures.on_error(
+                                        j.shared.config.failure_mode,
+                                        LayerKind::ConcurrencySlot,
+                                        &e,
+                                    ) {
+                                        return Poll::Ready(Err(r.into()));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let polled = fut.poll(cx);
+                    // A window layer below may have taken the slot meanwhile.
+                    if guard.is_none() {
+                        if let Some(j) = joint.as_ref() {
+                            if let Some(c) = &j.claim {
+                                if let Some(lease) = c.take_lease() {
+                                    *guard = Some(j.guard(c.key().clone(), lease));
+                                }
+                            }
+                        }
+                    }
+                    let Poll::Ready(res) = polled else {
                         if let Some(g) = guard.as_mut() {
                             g.keep_alive(cx);
                         }

@@ -1,7 +1,8 @@
 use super::{ConcurrencySlot, SlotConfig, SlotLease, SlotRenew};
 use crate::extract::FromExtensions;
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
-use crate::spawn::Renewals;
+use crate::joint::{JoinFn, SlotSide};
+use crate::spawn::{Renewals, detach};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_core::SlotStore;
@@ -16,6 +17,9 @@ pub(crate) struct Shared<St, X, C> {
     pub(crate) config: SlotConfig,
     pub(crate) failures: Arc<FailureCounters>,
     pub(crate) renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
+    /// Set by [`ConcurrencySlotLayer::join_windows`]: what a window layer below needs
+    /// to decide the slot with its windows.
+    pub(crate) side: Option<Arc<SlotSide>>,
 }
 
 /// Applies [`ConcurrencySlot`] to a service: per-subject in-flight slots (C1–C5).
@@ -30,6 +34,7 @@ pub struct ConcurrencySlotLayer<St, X = FromExtensions, C = SystemClock> {
     clock: C,
     config: SlotConfig,
     failures: Arc<FailureCounters>,
+    join: Option<Arc<JoinFn>>,
 }
 
 impl<St> ConcurrencySlotLayer<St> {
@@ -42,7 +47,26 @@ impl<St> ConcurrencySlotLayer<St> {
             clock: SystemClock::new(),
             config: SlotConfig::default(),
             failures: Arc::default(),
+            join: None,
         }
+    }
+}
+
+impl<St: tollgate_core::JointStore, X, C> ConcurrencySlotLayer<St, X, C> {
+    /// Decides the slot together with the windows of an
+    /// [`AnchoredWindowLayer`](crate::AnchoredWindowLayer) directly below (on the same
+    /// store): one store call for both — one Redis script — instead of two in a row
+    /// (D2, T3; see [`JointStore`](tollgate_core::JointStore)). A request the window
+    /// layer does not take it for (no windows to admit, or no window layer below) has
+    /// its slot acquired by this layer as usual, before the inner service's future is
+    /// first polled. Takes effect with `max_wait` zero only (a slot wait is this
+    /// layer's own).
+    pub fn join_windows(mut self) -> Self {
+        let store = self.store.clone();
+        self.join = Some(Arc::new(move |ask: &tollgate_core::SlotAsk, window| {
+            Box::pin(store.acquire_and_admit(ask, window))
+        }));
+        self
     }
 }
 
@@ -76,6 +100,7 @@ impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
             clock: self.clock,
             config: self.config,
             failures: self.failures,
+            join: self.join,
         }
     }
     /// Uses another clock for subscription expiry (the store keeps its own time).
@@ -86,6 +111,7 @@ impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
             clock,
             config: self.config,
             failures: self.failures,
+            join: self.join,
         }
     }
 
@@ -103,6 +129,23 @@ impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St,
     type Service = ConcurrencySlot<S, St, X, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        let side = self.join.as_ref().map(|join| {
+            let (failures, mode, store) = (
+                self.failures.clone(),
+                self.config.failure_mode,
+                self.store.clone(),
+            );
+            Arc::new(SlotSide {
+                join: join.clone(),
+                on_error: Arc::new(move |e| {
+                    failures.on_error(mode, tollgate_core::LayerKind::ConcurrencySlot, e)
+                }),
+                release: Arc::new(move |key, lease| {
+                    detach(store.release(key, lease), "slot release");
+                }),
+                full: super::busy,
+            })
+        });
         ConcurrencySlot {
             inner,
             shared: Arc::new(Shared {
@@ -118,6 +161,7 @@ impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St,
                     },
                     self.config.renew_every,
                 ),
+                side,
             }),
         }
     }

@@ -1,9 +1,10 @@
-use super::future::{Deferred, ResponseFuture};
+use super::future::{Deferred, Joint, ResponseFuture};
 use super::layer::Shared;
 use super::{SlotGuard, busy};
 use crate::BoxError;
 use crate::body::HoldBody;
 use crate::extract::SubjectExtractor;
+use crate::joint::SlotClaim;
 use crate::spawn::poll_now;
 use http::{Request, Response};
 use std::sync::Arc;
@@ -61,7 +62,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let shared = &self.shared;
         let subject = match shared.extractor.extract(&req) {
             Ok(s) => s,
@@ -72,6 +73,49 @@ where
             return ResponseFuture::called(self.inner.call(req), None);
         }
         let ttl = tollgate_core::clock::millis(shared.config.lease_ttl);
+        if let Some(side) = shared
+            .side
+            .as_ref()
+            .filter(|_| shared.config.max_wait.is_zero())
+        {
+            // Offer the decision to a window layer below (see `crate::joint`).
+            let ask = tollgate_core::SlotAsk {
+                key: subject.key.clone(),
+                limit,
+                ttl,
+            };
+            let claim = SlotClaim::new(ask, side.clone());
+            req.extensions_mut().insert(claim.clone());
+            let fut = self.inner.call(req);
+            if !claim.keep() {
+                return ResponseFuture::joined(fut, Joint::claimed(shared.clone(), claim));
+            }
+            // Nobody took it: acquire here, before the inner future is first polled.
+            let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
+            return match poll_now(&mut acquire) {
+                Some(Ok(SlotDecision::Acquired(lease))) => {
+                    let guard = SlotGuard::new(
+                        shared.store.clone(),
+                        subject.key,
+                        lease,
+                        shared.renewals.clone(),
+                    );
+                    ResponseFuture::called(fut, Some(guard))
+                }
+                Some(Ok(SlotDecision::Full { .. })) => ResponseFuture::rejected(busy()),
+                Some(Err(e)) => match shared.failures.on_error(
+                    shared.config.failure_mode,
+                    LayerKind::ConcurrencySlot,
+                    &e,
+                ) {
+                    None => ResponseFuture::called(fut, None),
+                    Some(r) => ResponseFuture::rejected(r),
+                },
+                None => {
+                    ResponseFuture::joined(fut, Joint::gated(shared.clone(), subject.key, acquire))
+                }
+            };
+        }
         let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
         // The in-memory store answers at once: decide here, with no state machine and
         // no service clone. A pending answer (Redis) continues in the future.

@@ -3,14 +3,15 @@
 
 use super::WindowGuard;
 use super::layer::Shared;
+use crate::joint::{JointFuture, SlotClaim};
 use crate::time::ms;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{
-    Admission, AdmittedUnder, Clock, Demand, Dimension, Exceeded, Fallback, LayerKind, Policy,
-    RateLimitInfo, Rejection, Scope, StoreResult, Subject, UsageRecorder, WindowStore,
-    window_rejection,
+    Admission, AdmittedUnder, Clock, Demand, Dimension, Exceeded, Fallback, GatewayCode,
+    JointDecision, LayerKind, Policy, RateLimitInfo, Rejection, Scope, StoreResult, Subject,
+    UsageRecorder, WindowAsk, WindowStore, window_rejection,
 };
 
 /// What to do next with a request.
@@ -25,6 +26,9 @@ pub(crate) enum Step<St: WindowStore> {
     Ask(St::Future<Admission>),
     /// Sleep, then ask again (W10 `max_wait`).
     Sleep(Duration),
+    /// Await the slot and the windows decided together (`true`: windows asked too; see
+    /// `crate::joint`).
+    Joint(JointFuture, bool),
 }
 
 /// One request's admission in progress.
@@ -38,6 +42,8 @@ pub(crate) struct Admit<St, X, C> {
     demand: Demand,
     recorder: UsageRecorder,
     wait_started: Option<Instant>,
+    /// The slot layer's acquisition, while this layer has it to decide.
+    claim: Option<SlotClaim>,
 }
 
 impl<St, X, C> Admit<St, X, C> {
@@ -45,15 +51,23 @@ impl<St, X, C> Admit<St, X, C> {
     pub(crate) fn admitted_under(&self) -> AdmittedUnder {
         AdmittedUnder(self.scope)
     }
+
+    /// True while this layer decides the slot layer's acquisition too.
+    pub(crate) fn has_claim(&self) -> bool {
+        self.claim.is_some()
+    }
 }
 
 impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
-    /// The first step for `subject`, or `None` when no policy limits it.
+    /// The first step for `subject`, or `None` when no policy limits it. A slot `claim`
+    /// offered by the slot layer above is taken when there are windows to admit (the
+    /// slot is then decided with them); otherwise the slot layer keeps it.
     pub(crate) fn start(
         shared: &Arc<Shared<St, X, C>>,
         subject: Subject,
         demand: Demand,
         recorder: UsageRecorder,
+        claim: Option<SlotClaim>,
     ) -> Option<(Self, Step<St>)> {
         let resolved = subject.resolve(shared.clock.now());
         let (scope, policy) = resolved.primary?;
@@ -74,15 +88,76 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
             demand,
             recorder,
             wait_started: None,
+            claim: claim.filter(SlotClaim::claim),
         };
-        let first = Step::Ask(admit.ask());
+        let first = admit.ask();
         Some((admit, first))
     }
 
-    fn ask(&self) -> St::Future<Admission> {
-        self.shared
-            .store
-            .admit(&self.subject.key, self.scope, &self.policy, &self.demand)
+    /// The next store question: the windows, with the slot while it is undecided.
+    fn ask(&self) -> Step<St> {
+        match &self.claim {
+            Some(c) => Step::Joint(
+                c.decide(Some(WindowAsk {
+                    scope: self.scope,
+                    policy: &self.policy,
+                    demand: &self.demand,
+                })),
+                true,
+            ),
+            None => Step::Ask(self.shared.store.admit(
+                &self.subject.key,
+                self.scope,
+                &self.policy,
+                &self.demand,
+            )),
+        }
+    }
+
+    /// No window limits the request: the slot alone, while it is undecided.
+    fn unlimited(&self) -> Step<St> {
+        match &self.claim {
+            Some(c) => Step::Joint(c.decide(None), false),
+            None => Step::Unlimited,
+        }
+    }
+
+    /// The step after a joint answer (`windows`: the windows were asked too).
+    pub(crate) fn on_joint_answer(
+        &mut self,
+        answer: StoreResult<JointDecision>,
+        windows: bool,
+    ) -> Step<St> {
+        match answer {
+            Ok(JointDecision::Admitted { lease, ticket }) => {
+                if let Some(c) = self.claim.take() {
+                    c.set_lease(lease);
+                }
+                match ticket {
+                    Some(t) => self.on_answer(Ok(Admission::Admitted(t))),
+                    None => Step::Unlimited,
+                }
+            }
+            Ok(JointDecision::SlotFull { .. }) => Step::Reject(match self.claim.take() {
+                Some(c) => c.full(),
+                None => Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot),
+            }),
+            // No room: the slot stays undecided for the next question (W8, W10).
+            Ok(JointDecision::Exceeded(ex)) => self.on_answer(Ok(Admission::Exceeded(ex))),
+            Err(e) => {
+                // Each layer's failure mode on its own decision.
+                let slot = self.claim.take().and_then(|c| c.on_error(&e));
+                let window = if windows {
+                    self.on_answer(Err(e))
+                } else {
+                    Step::Unlimited
+                };
+                match (window, slot) {
+                    (Step::Reject(r), _) | (_, Some(r)) => Step::Reject(r),
+                    (w, None) => w,
+                }
+            }
+        }
     }
 
     /// The step after a store answer.
@@ -131,11 +206,11 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
                         self.scope = Scope::Key;
                         self.policy = p;
                         self.wait_started = None;
-                        Step::Ask(self.ask())
+                        self.ask()
                     }
                     _ => {
                         self.scope = Scope::Key;
-                        Step::Unlimited
+                        self.unlimited()
                     }
                 };
             }
@@ -149,7 +224,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
 
     /// Asks again after a sleep.
     pub(crate) fn ask_again(&self) -> Step<St> {
-        Step::Ask(self.ask())
+        self.ask()
     }
 }
 

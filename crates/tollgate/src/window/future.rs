@@ -2,6 +2,7 @@ use super::WindowGuard;
 use super::decide::{Admit, Step};
 use crate::BoxError;
 use crate::body::HoldBody;
+use crate::joint::JointFuture;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -27,6 +28,7 @@ pin_project! {
     {
         Rejected { rejection: Option<Rejection> },
         Asking { answer: St::Future<Admission>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
+        Joining { answer: JointFuture, windows: bool, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
         Sleeping { sleep: Pin<Box<Sleep>>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
         Called { #[pin] fut: S::Future, guard: Option<WindowGuard<St>> },
     }
@@ -80,6 +82,11 @@ where
             answer,
             deferred: Some(d),
         },
+        Step::Joint(answer, windows) => State::Joining {
+            answer,
+            windows,
+            deferred: Some(d),
+        },
         Step::Sleep(after) => State::Sleeping {
             sleep: Box::pin(tokio::time::sleep(after)),
             deferred: Some(d),
@@ -126,6 +133,16 @@ where
                     let answer = ready!(Pin::new(answer).poll(cx));
                     let mut d = deferred.take().expect("polled after completion");
                     let step = d.admit.on_answer(answer);
+                    transition(step, d)
+                }
+                StateProj::Joining {
+                    answer,
+                    windows,
+                    deferred,
+                } => {
+                    let answer = ready!(answer.as_mut().poll(cx));
+                    let mut d = deferred.take().expect("polled after completion");
+                    let step = d.admit.on_joint_answer(answer, *windows);
                     transition(step, d)
                 }
                 StateProj::Sleeping { sleep, deferred } => {

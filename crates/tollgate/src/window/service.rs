@@ -75,10 +75,15 @@ where
             .extensions_mut()
             .get_or_insert_with(UsageRecorder::new)
             .clone();
-        let Some((mut admit, mut step)) = Admit::start(&self.shared, subject, demand, recorder)
+        let claim = req.extensions().get::<crate::joint::SlotClaim>().cloned();
+        let Some((mut admit, mut step)) =
+            Admit::start(&self.shared, subject, demand, recorder, claim)
         else {
             return ResponseFuture::called(self.inner.call(req), None);
         };
+        if admit.has_claim() {
+            req.extensions_mut().remove::<crate::joint::SlotClaim>();
+        }
         // The in-memory store answers at once: decide here. Anything that must wait
         // (a Redis answer, a W10 sleep) continues in the future.
         loop {
@@ -97,6 +102,13 @@ where
                     req.extensions_mut().insert(admit.admitted_under());
                     return ResponseFuture::called(self.inner.call(req), None);
                 }
+                Step::Joint(mut fut, windows) => match poll_now(&mut fut) {
+                    Some(answer) => admit.on_joint_answer(answer, windows),
+                    None => {
+                        let step = Step::Joint(fut, windows);
+                        return ResponseFuture::deferred(step, self.defer(req, admit));
+                    }
+                },
                 Step::Reject(r) => return ResponseFuture::rejected(r),
                 sleep @ Step::Sleep(_) => {
                     return ResponseFuture::deferred(sleep, self.defer(req, admit));
