@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tollgate::core::store::fallback::LocalFallback;
-use tollgate::core::{BillingStore, Clock, MemoryStore, SlotStore, SystemClock, WindowStore};
+use tollgate::core::{BillingStore, Clock, MemoryStore, SystemClock};
 use tollgate_fake_upstream::FakeUpstream;
 use tollgate_proxy::config::FailureModeConfig;
 use tollgate_proxy::store::Split;

@@ -192,12 +192,7 @@ async fn t3_settlements_and_releases_ending_together_are_one_call() {
     c.reset();
     let mut calls = Vec::new();
     for (key, name, t, cap, _) in &held {
-        calls.push(s.settle(
-            key,
-            Scope::Key,
-            t.clone(),
-            Outcome::Completed(Some(usage())),
-        ));
+        calls.push(s.settle(key, Scope::Key, *t, Outcome::Completed(Some(usage()))));
         calls.push(CapacityStore::release(&s, name, *cap));
     }
     for r in futures_util::future::join_all(calls).await {

@@ -35,15 +35,21 @@ pub(crate) type JointFuture = Pin<Box<dyn Future<Output = StoreResult<JointDecis
 /// Makes a joint decision on the slot layer's store.
 pub(crate) type JoinFn = dyn Fn(&SlotAsk, Option<WindowAsk<'_>>) -> JointFuture + Send + Sync;
 
+/// The slot layer's failure mode on a store error: `None` = admit without a slot.
+pub(crate) type OnError = dyn Fn(&StoreError) -> Option<Rejection> + Send + Sync;
+
+/// Gives back a lease.
+pub(crate) type Release = dyn Fn(&SubjectKey, LeaseId) + Send + Sync;
+
 /// What the slot layer lends the window layer with a claim.
 pub(crate) struct SlotSide {
     /// The joint decision on the slot layer's store.
     pub(crate) join: Arc<JoinFn>,
     /// The slot layer's failure mode applied to a store error: `None` = admit without
     /// a slot (open), `Some` = refuse.
-    pub(crate) on_error: Arc<dyn Fn(&StoreError) -> Option<Rejection> + Send + Sync>,
+    pub(crate) on_error: Arc<OnError>,
     /// Gives back a lease nobody took over.
-    pub(crate) release: Arc<dyn Fn(&SubjectKey, LeaseId) + Send + Sync>,
+    pub(crate) release: Arc<Release>,
     /// The rejection when every slot is taken (42901).
     pub(crate) full: fn() -> Rejection,
 }
