@@ -49,6 +49,24 @@ impl<L: tollgate::core::JointStore, B: Clone + Send + Sync + 'static> tollgate::
     }
 }
 
+impl<L: tollgate::core::ChannelStore, B: Clone + Send + Sync + 'static> tollgate::core::ChannelStore
+    for Split<L, B>
+{
+    const SAVES_ROUND_TRIPS: bool = <L as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS;
+
+    fn admit_all_and_acquire(
+        &self,
+        items: &[tollgate::core::JointItem],
+        channel: &str,
+        capacity: u32,
+        ttl: tollgate::core::Millis,
+    ) -> <Self as WindowStore>::Future<(tollgate::core::JointAdmission, tollgate::core::CapacityTake)>
+    {
+        self.limits
+            .admit_all_and_acquire(items, channel, capacity, ttl)
+    }
+}
+
 impl<L: WindowStore, B: Clone + Send + Sync + 'static> WindowStore for Split<L, B> {
     type Future<T: Send + 'static> = L::Future<T>;
     fn admit(

@@ -15,6 +15,8 @@ const WINDOW_ADMIT: &str = include_str!("lua/window_admit.lua");
 const WINDOW_SETTLE: &str = include_str!("lua/window_settle.lua");
 const WINDOW_VIEW: &str = include_str!("lua/window_view.lua");
 const WINDOW_ADMIT_ALL: &str = include_str!("lua/window_admit_all.lua");
+/// A channel's provider windows and capacity lease in one step.
+const ADMIT_ALL_ACQUIRE: &str = include_str!("lua/admit_all_acquire.lua");
 /// A subject's slot and window admission in one step.
 const JOINT_ADMIT: &str = include_str!("lua/joint_admit.lua");
 /// Settlements and releases of many requests in one call.
@@ -38,6 +40,7 @@ pub(crate) struct Scripts {
     pub(crate) admit_all: Script,
     pub(crate) batch: Script,
     pub(crate) joint: Script,
+    pub(crate) channel: Script,
     pub(crate) reserve: Script,
     pub(crate) settle_attempt: Script,
     pub(crate) account: Script,
@@ -88,6 +91,22 @@ fn batch() -> String {
     .concat()
 }
 
+/// The channel script: window admission and the all-or-nothing loop as local
+/// functions, then the capacity lease.
+fn admit_all_acquire() -> String {
+    [
+        TIME,
+        WINDOW_PRELUDE,
+        "local function admit(KEYS, ARGV)\n",
+        WINDOW_ADMIT,
+        "\nend\nlocal function admit_all(KEYS, ARGV)\n",
+        WINDOW_ADMIT_ALL,
+        "\nend\n",
+        ADMIT_ALL_ACQUIRE,
+    ]
+    .concat()
+}
+
 fn billing(op: &str) -> String {
     [TIME, BILLING_PRELUDE, op].concat()
 }
@@ -108,6 +127,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         windows_each("admit", WINDOW_ADMIT, WINDOW_ADMIT_ALL),
         batch(),
         windows_each("admit", WINDOW_ADMIT, JOINT_ADMIT),
+        admit_all_acquire(),
     ];
     Scripts {
         acquire: Script::new(&sources[0]),
@@ -124,6 +144,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         admit_all: Script::new(&sources[11]),
         batch: Script::new(&sources[12]),
         joint: Script::new(&sources[13]),
+        channel: Script::new(&sources[14]),
         sources,
     }
 });
@@ -160,7 +181,7 @@ pub(crate) fn for_cluster(script: &'static Script) -> &'static Script {
 
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
-    pub(crate) fn hashes(&self) -> [&str; 14] {
+    pub(crate) fn hashes(&self) -> [&str; 15] {
         [
             self.acquire.get_hash(),
             self.renew.get_hash(),
@@ -176,6 +197,7 @@ impl Scripts {
             self.admit_all.get_hash(),
             self.batch.get_hash(),
             self.joint.get_hash(),
+            self.channel.get_hash(),
         ]
     }
 }

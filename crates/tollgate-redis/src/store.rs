@@ -18,9 +18,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{
-    Admission, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, LimitView,
-    Millis, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore, StoreError, StoreErrorKind,
-    StoreResult, SubjectKey, WindowAsk, WindowStore, WindowTicket,
+    Admission, CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle,
+    LeaseId, LimitView, Millis, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
+    StoreError, StoreErrorKind, StoreResult, SubjectKey, WindowAsk, WindowStore, WindowTicket,
 };
 
 /// The future of every [`RedisStore`] call: one round trip bounded by the store's
@@ -1234,6 +1234,98 @@ fn joint_decision(
             _ => Err(bad("no refusal")),
         },
         _ => Err(bad("unknown code")),
+    }
+}
+
+impl tollgate_core::ChannelStore for RedisStore {
+    fn admit_all_and_acquire(
+        &self,
+        items: &[JointItem],
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> RedisStoreFuture<(JointAdmission, CapacityTake)> {
+        let leases = self.slots_key(&channel_subject(channel));
+        let mut keys: Vec<String> = items
+            .iter()
+            .flat_map(|it| self.window_keys(&it.key, it.scope))
+            .collect();
+        keys.push(leases.clone());
+        let one_slot = !self.is_cluster() || {
+            let first = hash_slot(keys[0].as_bytes());
+            keys.iter().all(|k| hash_slot(k.as_bytes()) == first)
+        };
+        if !one_slot {
+            // On different Cluster slots: the windows, then the lease — two calls.
+            let admitted = WindowStore::admit_all(self, items);
+            let (store, channel) = (self.clone(), channel.to_owned());
+            return RedisStoreFuture::new(async move {
+                let a = admitted.await?;
+                if !matches!(a, JointAdmission::Admitted(_)) {
+                    return Ok((a, CapacityTake::NotAsked));
+                }
+                let take = match tollgate_core::CapacityStore::try_acquire(
+                    &store, &channel, capacity, ttl,
+                )
+                .await
+                {
+                    Ok(Some(lease)) => CapacityTake::Taken(lease),
+                    Ok(None) => CapacityTake::Full,
+                    Err(_) => CapacityTake::NotAsked,
+                };
+                Ok((a, take))
+            });
+        }
+        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let args = vec![
+            self.time(),
+            capacity.to_string(),
+            ttl.to_string(),
+            self.member(id),
+        ];
+        let blobs = items
+            .iter()
+            .map(|it| codec::admit_args(self.inner.amount_ttl_ms, &it.policy, &it.demand))
+            .collect();
+        let owned = items.to_vec();
+        let decided = self.eval_blobs(
+            &scripts().channel,
+            keys,
+            args,
+            blobs,
+            move |r: redis::Value| {
+                let redis::Value::Array(mut parts) = r else {
+                    return Err(protocol("admit_all_and_acquire: no array in reply"));
+                };
+                let take = match parts.pop() {
+                    Some(redis::Value::Int(1)) => CapacityTake::Taken(id),
+                    Some(redis::Value::Int(0)) => CapacityTake::Full,
+                    Some(redis::Value::Int(-1)) => CapacityTake::NotAsked,
+                    other => {
+                        return Err(protocol(format!(
+                            "admit_all_and_acquire: lease answer {other:?}"
+                        )));
+                    }
+                };
+                let windows = parts
+                    .pop()
+                    .ok_or_else(|| protocol("admit_all_and_acquire: no windows in reply"))?;
+                Ok((joint_reply(windows, &owned, 0)?, take))
+            },
+        );
+        // As `acquire`: a lease taken by a call whose answer was lost is removed.
+        let cleanup = LateLease {
+            armed: true,
+            slots: leases,
+            member: self.member(id),
+            conn: self.inner.conn.clone(),
+        };
+        RedisStoreFuture::new(async move {
+            let mut cleanup = cleanup;
+            let r = decided.await;
+            cleanup.armed = r.is_err();
+            r
+        })
     }
 }
 

@@ -132,6 +132,7 @@ redis_conformance!(
     l5_refund_gives_everything_back,
     u1_admit_all_is_all_or_nothing_across_subjects,
     d2_slot_and_window_decided_together,
+    u1_windows_and_capacity_lease_in_one_step,
     windows_are_per_key_and_scope,
     b1_balance_and_spend_cap,
     b2_settle_may_go_below_zero,

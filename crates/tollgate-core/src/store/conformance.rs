@@ -42,7 +42,7 @@ use std::time::Duration;
 #[allow(async_fn_in_trait)]
 pub trait Harness {
     /// The store under test.
-    type Store: super::JointStore + BillingStore;
+    type Store: super::JointStore + super::ChannelStore + BillingStore;
 
     /// Largest difference, in ms, between the store's notion of elapsed time and the
     /// sum of [`advance`](Self::advance) calls (0 for a manual clock). Must be < 500.
@@ -81,6 +81,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     l5_refund_gives_everything_back(h).await;
     u1_admit_all_is_all_or_nothing_across_subjects(h).await;
     d2_slot_and_window_decided_together(h).await;
+    u1_windows_and_capacity_lease_in_one_step(h).await;
     windows_are_per_key_and_scope(h).await;
     b1_balance_and_spend_cap(h).await;
     b2_settle_may_go_below_zero(h).await;
@@ -1264,6 +1265,87 @@ pub async fn d2_slot_and_window_decided_together<H: Harness>(h: &H) {
     );
 }
 
+/// U1, Q1, D2: [`ChannelStore::admit_all_and_acquire`] admits a channel's windows all
+/// or nothing and, when they admit, takes a capacity lease if the channel has one free
+/// — a full channel leaves the windows admitted and no lease; refused windows take no
+/// lease — and the lease is an ordinary capacity lease.
+///
+/// [`ChannelStore::admit_all_and_acquire`]: super::ChannelStore::admit_all_and_acquire
+pub async fn u1_windows_and_capacity_lease_in_one_step<H: Harness>(h: &H) {
+    use super::{CapacityTake, ChannelStore, JointAdmission, JointItem};
+    use crate::capacity::CapacityStore;
+    let s = h.store().await;
+    let (k, ch) = (key("u1-channel:credential"), "conformance-u1-channel");
+    let p = Arc::new(Policy::default().with_requests(secs(60, 3)));
+    let items = |tokens: u64| {
+        vec![JointItem {
+            key: k.clone(),
+            scope: Scope::Key,
+            policy: p.clone(),
+            demand: Demand::tokens(tokens),
+        }]
+    };
+    let tickets = |a: JointAdmission| match a {
+        JointAdmission::Admitted(t) => t,
+        other => panic!("the window has room: {other:?}"),
+    };
+    // Room in the window and on the channel: both.
+    let (a, take) = s
+        .admit_all_and_acquire(&items(0), ch, 1, LONG_TTL)
+        .await
+        .expect("joint");
+    let first = tickets(a);
+    let CapacityTake::Taken(lease) = take else {
+        panic!("a free lease on the channel: {take:?}")
+    };
+    assert_eq!(CapacityStore::in_flight(&s, ch).await.unwrap(), 1);
+    // The channel full: the window still admits, no lease.
+    let (a, take) = s
+        .admit_all_and_acquire(&items(0), ch, 1, LONG_TTL)
+        .await
+        .expect("joint");
+    let second = tickets(a);
+    assert_eq!(take, CapacityTake::Full);
+    assert_eq!(CapacityStore::in_flight(&s, ch).await.unwrap(), 1);
+    assert_eq!(
+        used(
+            &view(&s, &k, Scope::Key, &p).await,
+            Dimension::Requests,
+            60_000
+        ),
+        2
+    );
+    // The lease is ordinary: released, the channel has room again.
+    CapacityStore::release(&s, ch, lease).await.unwrap();
+    let (a, take) = s
+        .admit_all_and_acquire(&items(0), ch, 1, LONG_TTL)
+        .await
+        .expect("joint");
+    let third = tickets(a);
+    let CapacityTake::Taken(lease) = take else {
+        panic!("the released lease is free again: {take:?}")
+    };
+    // The window full: refused, and no lease taken.
+    CapacityStore::release(&s, ch, lease).await.unwrap();
+    let (a, take) = s
+        .admit_all_and_acquire(&items(0), ch, 1, LONG_TTL)
+        .await
+        .expect("joint");
+    assert!(
+        matches!(a, JointAdmission::Exceeded { index: 0, .. }),
+        "{a:?}"
+    );
+    assert_eq!(take, CapacityTake::NotAsked);
+    assert_eq!(
+        CapacityStore::in_flight(&s, ch).await.unwrap(),
+        0,
+        "a refusal took no lease"
+    );
+    for t in first.into_iter().chain(second).chain(third) {
+        settle(&s, &k, t, Outcome::Refund).await;
+    }
+}
+
 /// Windows are counted per subject key and per policy scope (subscription and key
 /// counters are kept apart, W8).
 pub async fn windows_are_per_key_and_scope<H: Harness>(h: &H) {
@@ -2399,6 +2481,7 @@ mod memory {
         l5_refund_gives_everything_back,
         u1_admit_all_is_all_or_nothing_across_subjects,
         d2_slot_and_window_decided_together,
+        u1_windows_and_capacity_lease_in_one_step,
         windows_are_per_key_and_scope,
         b1_balance_and_spend_cap,
         b2_settle_may_go_below_zero,

@@ -168,6 +168,26 @@ impl<P: SlotStore, C: Clock> SlotStore for LocalFallback<P, C> {
     }
 }
 
+/// [`WindowStore::admit_all`] here, on limits divided by `n`; tickets marked local.
+fn local_admit_all<C: Clock>(
+    local: &MemoryStore<C>,
+    mut items: Vec<super::JointItem>,
+    n: u32,
+) -> super::JointAdmission {
+    for it in &mut items {
+        it.policy = Arc::new(divide(&it.policy, n));
+    }
+    match local.admit_all_now(&items) {
+        super::JointAdmission::Admitted(mut tickets) => {
+            for t in &mut tickets {
+                t.fallback = true;
+            }
+            super::JointAdmission::Admitted(tickets)
+        }
+        exceeded => exceeded,
+    }
+}
+
 impl<P: WindowStore, C: Clock> WindowStore for LocalFallback<P, C> {
     type Future<T: Send + 'static> = BoxStoreFuture<T>;
 
@@ -241,20 +261,9 @@ impl<P: WindowStore, C: Clock> WindowStore for LocalFallback<P, C> {
         let items = on.then(|| items.to_vec());
         Box::pin(async move {
             match (primary.await, items) {
-                (Err(_), Some(mut items)) => {
+                (Err(_), Some(items)) => {
                     count.fetch_add(1, Ordering::Relaxed);
-                    for it in &mut items {
-                        it.policy = Arc::new(divide(&it.policy, n));
-                    }
-                    Ok(match local.admit_all_now(&items) {
-                        super::JointAdmission::Admitted(mut tickets) => {
-                            for t in &mut tickets {
-                                t.fallback = true;
-                            }
-                            super::JointAdmission::Admitted(tickets)
-                        }
-                        exceeded => exceeded,
-                    })
+                    Ok(local_admit_all(&local, items, n))
                 }
                 (other, _) => other,
             }
@@ -325,6 +334,39 @@ impl<P: super::JointStore, C: Clock> super::JointStore for LocalFallback<P, C> {
                         }
                         other => other,
                     })
+                }
+                (other, _) => other,
+            }
+        })
+    }
+}
+
+/// On the shared store; when it fails, the windows as [`WindowStore::admit_all`] does
+/// here (locally in `local` mode) and the capacity lease not asked: the capacity layer
+/// asks for it itself, and applies its own failure mode.
+impl<P: super::ChannelStore, C: Clock> super::ChannelStore for LocalFallback<P, C> {
+    const SAVES_ROUND_TRIPS: bool = <P as super::ChannelStore>::SAVES_ROUND_TRIPS;
+
+    fn admit_all_and_acquire(
+        &self,
+        items: &[super::JointItem],
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> BoxStoreFuture<(super::JointAdmission, super::CapacityTake)> {
+        let primary = self
+            .primary
+            .admit_all_and_acquire(items, channel, capacity, ttl);
+        let (local, n, count) = (self.local.clone(), self.instances, self.decisions.clone());
+        let items = self.windows.then(|| items.to_vec());
+        Box::pin(async move {
+            match (primary.await, items) {
+                (Err(_), Some(items)) => {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    Ok((
+                        local_admit_all(&local, items, n),
+                        super::CapacityTake::NotAsked,
+                    ))
                 }
                 (other, _) => other,
             }

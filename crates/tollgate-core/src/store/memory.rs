@@ -529,6 +529,30 @@ impl<C: Clock> SlotStore for MemoryStore<C> {
     }
 }
 
+impl<C: Clock> super::ChannelStore for MemoryStore<C> {
+    const SAVES_ROUND_TRIPS: bool = false;
+
+    fn admit_all_and_acquire(
+        &self,
+        items: &[super::JointItem],
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> Ready<StoreResult<(super::JointAdmission, super::CapacityTake)>> {
+        let admission = self.admit_all_now(items);
+        let take = match admission {
+            super::JointAdmission::Admitted(_) => {
+                match self.acquire_now(&self.channel_key(channel), capacity, ttl) {
+                    SlotDecision::Acquired(lease) => super::CapacityTake::Taken(lease),
+                    SlotDecision::Full { .. } => super::CapacityTake::Full,
+                }
+            }
+            super::JointAdmission::Exceeded { .. } => super::CapacityTake::NotAsked,
+        };
+        ready(Ok((admission, take)))
+    }
+}
+
 impl<C: Clock> super::JointStore for MemoryStore<C> {
     const SAVES_ROUND_TRIPS: bool = false;
 

@@ -255,6 +255,37 @@ pub trait JointStore: SlotStore + WindowStore {
     ) -> <Self as WindowStore>::Future<JointDecision>;
 }
 
+/// Whether a channel's capacity lease was taken with its provider windows
+/// ([`ChannelStore::admit_all_and_acquire`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacityTake {
+    /// Taken under this lease.
+    Taken(LeaseId),
+    /// The channel was full: no lease (the windows still admitted).
+    Full,
+    /// Not asked (the windows refused, or the store could not ask it with them).
+    NotAsked,
+}
+
+/// A store that admits a channel's provider windows and takes a capacity lease on that
+/// channel in one step (D2, T3): the upstream limit layer hands the lease to the
+/// capacity layer below, which then needs no call of its own for the channel the
+/// request was counted on.
+pub trait ChannelStore: WindowStore + crate::capacity::CapacityStore {
+    /// As [`JointStore::SAVES_ROUND_TRIPS`].
+    const SAVES_ROUND_TRIPS: bool = true;
+
+    /// [`WindowStore::admit_all`] of `items`; when they admit, a lease of `channel`'s
+    /// `capacity` (> 0) under `ttl` ms, if one is free.
+    fn admit_all_and_acquire(
+        &self,
+        items: &[JointItem],
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> <Self as WindowStore>::Future<(JointAdmission, CapacityTake)>;
+}
+
 /// Balances, key spend, budgets and per-attempt settlement (B*).
 pub trait BillingStore: Clone + Send + Sync + 'static {
     /// The future every call returns.

@@ -1,0 +1,28 @@
+-- ChannelStore::admit_all_and_acquire (U1, Q1, D2): a channel's provider windows admitted
+-- all or nothing (window_admit_all.lua, run as `admit_all` above) and, when they admit,
+-- a capacity lease on the channel if one is free (as slot_acquire.lua) — one step.
+-- KEYS     the items' keys (2 an item, as window_admit_all.lua), then the channel's lease
+--          ZSET
+-- ARGV     [1] time (see time.lua), [2] capacity, [3] lease ttl ms, [4] lease member,
+--          then the items' doubles (as window_admit_all.lua)
+-- Reply    {windows reply (as window_admit_all.lua), 1 lease taken | 0 channel full |
+--          -1 not asked (the windows refused)}
+local ks, as = {}, {ARGV[1]}
+for i = 1, #KEYS - 1 do ks[i] = KEYS[i] end
+for i = 5, #ARGV do as[#as + 1] = ARGV[i] end
+local r = admit_all(ks, as)
+if r[1] ~= 1 then return {r, -1} end
+local now = now_ms(ARGV[1])
+local key = KEYS[#KEYS]
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+local n = redis.call('ZCARD', key)
+local limit = tonumber(ARGV[2])
+if limit ~= 0 and n >= limit then return {r, 0} end
+local ttl = tonumber(ARGV[3])
+redis.call('ZADD', key, now + ttl, ARGV[4])
+if n == 0 then
+  redis.call('PEXPIRE', key, ttl + 1000)
+else
+  redis.call('PEXPIRE', key, ttl + 1000, 'GT')
+end
+return {r, 1}
