@@ -178,7 +178,10 @@ async fn serve<St>(
     scrape: Option<tollgate_proxy::app::ScrapeHook>,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
-    St: tollgate::core::JointStore + BillingStore + tollgate::core::CapacityStore,
+    St: tollgate::core::JointStore
+        + tollgate::core::ChannelStore
+        + BillingStore
+        + tollgate::core::CapacityStore,
 {
     let uses_fake = config
         .channels

@@ -188,7 +188,10 @@ async fn instance_on<St>(
     store: impl FnOnce(RedisStore) -> St,
 ) -> Instance
 where
-    St: tollgate::core::JointStore + BillingStore + tollgate::core::CapacityStore,
+    St: tollgate::core::JointStore
+        + tollgate::core::ChannelStore
+        + BillingStore
+        + tollgate::core::CapacityStore,
 {
     let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let redis = redis_store(&config, url, id);
@@ -2119,12 +2122,14 @@ fn f6_a_provider_retry_after_seen_by_one_instance_holds_for_all() {
 /// channel, channel capacity, failover, a balance and a budget — counted by the server
 /// (`INFO commandstats` after `CONFIG RESETSTAT`), sequential requests, non-streaming.
 ///
-/// SPEC T3 asks for at most 4 script calls per request with every layer on. The stack
-/// makes 5: four admissions in a row — the slot with the windows
-/// (`ConcurrencySlotLayer::join_windows`), the channel's provider windows all at once,
-/// the channel's capacity, the billing reservation — and one batch carrying every
-/// settlement and release of the request (and of any other request ending at the same
-/// moment). This test holds 5 as the ceiling, so the count can only go down.
+/// SPEC T3: at most 3 sequential round trips before the request is sent upstream and
+/// at most 4 script calls per request with every layer on. The stack makes 3
+/// admissions in a row — the slot with the windows (`ConcurrencySlotLayer::join_windows`),
+/// the channel's provider windows with a capacity lease on it
+/// (`UpstreamLimitLayer::join_capacity`), the billing reservation — and one batch after
+/// the answer carrying every settlement and release of the request (and of any other
+/// request ending at the same moment). The scripts run before the upstream call are
+/// counted while the fake upstream holds a request's answer.
 #[test]
 fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
     serial(async {
@@ -2189,6 +2194,42 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
                 .unwrap_or(0)
         };
         let evalsha = calls("evalsha") + calls("eval");
+        // Before the upstream call: a request whose answer the fake holds for 600 ms.
+        redis
+            .command(&["CONFIG", "RESETSTAT"])
+            .expect("CONFIG RESETSTAT");
+        let held = {
+            let (client, addr) = (client.clone(), gw.addr);
+            tokio::spawn(async move {
+                let res = client
+                    .request(chat(addr, 0, false, &[("x-fake-latency-ms", 600)]))
+                    .await
+                    .expect("held request");
+                let status = res.status();
+                let _ = res.into_body().collect().await;
+                status
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port().to_string(), "INFO", "commandstats"])
+            .output()
+            .expect("redis-cli");
+        let during = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+        let before_upstream: u64 = during
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("cmdstat_evalsha:calls=")
+                    .or_else(|| l.strip_prefix("cmdstat_eval:calls="))
+            })
+            .filter_map(|r| r.split(',').next()?.trim().parse::<u64>().ok())
+            .sum();
+        assert_eq!(held.await.expect("held request"), 200);
+        eprintln!("T3 full stack: {before_upstream} script calls before the upstream call");
+        assert!(
+            (2..=3).contains(&before_upstream),
+            "{before_upstream} sequential store calls before the upstream call (T3: at most 3)"
+        );
         let zrem = calls("zrem");
         let per = |n: u64| n as f64 / REQUESTS as f64;
         // ZREM counts the lease releases and the ZREMs that scripts run inside the
@@ -2199,12 +2240,12 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
             per(zrem)
         );
         assert!(
-            evalsha >= 4 * REQUESTS,
+            evalsha >= 3 * REQUESTS,
             "every layer decided in Redis: {evalsha} scripts"
         );
         assert!(
-            evalsha <= 5 * REQUESTS,
-            "{:.2} script calls per request: more than the 5 measured when this test was written",
+            evalsha <= 4 * REQUESTS,
+            "{:.2} script calls per request (T3: at most 4)",
             per(evalsha)
         );
     });

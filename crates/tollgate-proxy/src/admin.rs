@@ -82,7 +82,7 @@ impl<St> Admin<St> {
 /// The router: admin routes, then everything else on the current (reloadable) routes.
 pub(crate) fn outer<St>(gateway: Gateway<St>, routes: Router, live: Arc<Live<St>>) -> Router
 where
-    St: tollgate::core::JointStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
 {
     let admin = Arc::new(Admin {
         token: gateway.config().admin_token.clone(),
@@ -188,7 +188,7 @@ async fn enable<St>(
 
 async fn reload<St>(State(admin): State<Arc<Admin<St>>>, req: Request) -> Response
 where
-    St: tollgate::core::JointStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
 {
     if let Some(r) = gate(&admin, &req) {
         return r;
@@ -236,7 +236,7 @@ async fn set_balance<St>(
     req: Request,
 ) -> Response
 where
-    St: tollgate::core::JointStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
 {
     if let Some(r) = gate(&admin, &req) {
         return r;

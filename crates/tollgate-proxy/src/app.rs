@@ -60,7 +60,7 @@ pub type RegistryHook = Arc<dyn Fn(&Arc<tollgate::core::upstream::UpstreamRegist
 
 impl<St> Gateway<St>
 where
-    St: tollgate::core::JointStore + BillingStore + CapacityStore,
+    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
 {
     /// A gateway on `config` whose limits live in `store`.
     pub fn new(config: Config, store: St) -> Self {
@@ -232,6 +232,13 @@ where
                 ..Default::default()
             },
         );
+        // On a store across the network, the channel's capacity lease is taken with its
+        // provider windows in one round trip (the capacity layer below holds it).
+        let upstream = if <St as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS {
+            upstream.join_capacity(tollgate::capacity::DEFAULT_LEASE_TTL)
+        } else {
+            upstream
+        };
         let prepare = PrepareLayer::new(catalog.clone());
         let slots = ConcurrencySlotLayer::new(self.store.clone())
             .lease_ttl(limits.lease_ttl.0)
@@ -239,7 +246,7 @@ where
             .failure_mode(modes.slots_failure.into());
         // On a store across the network, the slot is decided with the windows in one
         // round trip (the window layer sits right below the slot layer for that).
-        let slots = if St::SAVES_ROUND_TRIPS {
+        let slots = if <St as tollgate::core::JointStore>::SAVES_ROUND_TRIPS {
             slots.join_windows()
         } else {
             slots

@@ -15,11 +15,29 @@
 //! order of a layer used alone. Claiming and keeping are one compare-and-swap, so
 //! exactly one of the two layers decides the slot.
 //!
+//! The upstream limit and capacity layers join the same way, the other way round: an
+//! [`UpstreamLimitLayer`](crate::UpstreamLimitLayer) built with
+//! [`join_capacity`](crate::UpstreamLimitLayer::join_capacity) takes, with the provider
+//! windows of the channel it counts the request on, a capacity lease on that channel
+//! ([`ChannelStore::admit_all_and_acquire`]) and leaves it in the request as a
+//! [`Prefetched`] lease; the [`CapacityQueueLayer`](crate::CapacityQueueLayer) below
+//! holds it as if it had taken it itself (unless the channel has waiters: a newcomer
+//! never jumps the queue), and a lease nobody used is given back.
+//!
 //! [`JointStore::acquire_and_admit`]: tollgate_core::JointStore::acquire_and_admit
+//! [`ChannelStore::admit_all_and_acquire`]: tollgate_core::ChannelStore::admit_all_and_acquire
 
-// Each half is used by its own layer: with one of the two features, the other half
+// Each half is used by its own layer: without both layers of a pair, the other half
 // has no caller.
-#![cfg_attr(not(all(feature = "slots", feature = "windows")), allow(dead_code))]
+#![cfg_attr(
+    not(all(
+        feature = "slots",
+        feature = "windows",
+        feature = "upstream",
+        feature = "capacity"
+    )),
+    allow(dead_code)
+)]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -143,6 +161,78 @@ impl SlotClaim {
     }
 }
 
+/// Gives back a channel's capacity lease.
+pub(crate) type ReleaseChannel = dyn Fn(&str, LeaseId) + Send + Sync;
+
+struct Prefetch {
+    channel: Arc<str>,
+    lease: Mutex<Option<LeaseId>>,
+    release: Arc<ReleaseChannel>,
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        let lease = self
+            .lease
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(lease) = lease {
+            (self.release)(&self.channel, lease);
+        }
+    }
+}
+
+/// What the upstream limit layer learnt of a channel's capacity with its windows
+/// (request extension): a lease it took there, or that the channel was full.
+#[derive(Clone)]
+pub(crate) struct Prefetched(Arc<Prefetch>, bool);
+
+impl Prefetched {
+    /// A lease taken on `channel`.
+    pub(crate) fn taken(channel: Arc<str>, lease: LeaseId, release: Arc<ReleaseChannel>) -> Self {
+        Self(
+            Arc::new(Prefetch {
+                channel,
+                lease: Mutex::new(Some(lease)),
+                release,
+            }),
+            false,
+        )
+    }
+
+    /// `channel` had no free lease.
+    pub(crate) fn full(channel: Arc<str>, release: Arc<ReleaseChannel>) -> Self {
+        Self(
+            Arc::new(Prefetch {
+                channel,
+                lease: Mutex::new(None),
+                release,
+            }),
+            true,
+        )
+    }
+
+    /// The channel it is about.
+    pub(crate) fn channel(&self) -> &str {
+        &self.0.channel
+    }
+
+    /// The lease, once.
+    pub(crate) fn take_lease(&self) -> Option<LeaseId> {
+        self.0
+            .lease
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// True when the channel was full.
+    pub(crate) fn was_full(&self) -> bool {
+        self.1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +264,29 @@ mod tests {
             limit: 1,
             ttl: 1_000,
         }
+    }
+
+    #[test]
+    fn q1_a_prefetched_lease_nobody_used_is_given_back() {
+        let released = Arc::new(AtomicUsize::new(0));
+        let r = released.clone();
+        let release: Arc<ReleaseChannel> = Arc::new(move |ch, lease| {
+            assert_eq!((ch, lease), ("ch", 5));
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        drop(Prefetched::taken("ch".into(), 5, release.clone()));
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+        let p = Prefetched::taken("ch".into(), 5, release.clone());
+        assert_eq!(p.take_lease(), Some(5));
+        drop(p);
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            1,
+            "taken over: not given back"
+        );
+        let full = Prefetched::full("ch".into(), release);
+        assert!(full.was_full());
+        assert_eq!(full.take_lease(), None);
     }
 
     #[test]

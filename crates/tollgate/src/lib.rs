@@ -70,7 +70,12 @@ mod gauge;
 ))]
 mod spawn;
 
-#[cfg(any(feature = "slots", feature = "windows"))]
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "upstream",
+    feature = "capacity"
+))]
 mod joint;
 
 #[cfg(feature = "billing")]

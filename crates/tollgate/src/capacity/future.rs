@@ -2,6 +2,7 @@ use super::queue::{CapacityGuard, Channel, Counters, QueueTicket, Shared};
 use super::{DEADLINE_HEADER, QUEUED_MS_HEADER, busy, deadline_exceeded};
 use crate::BoxError;
 use crate::body::{Hold, HoldBody};
+use crate::joint::Prefetched;
 use crate::spawn::poll_now;
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
@@ -39,19 +40,38 @@ pub(crate) enum Probe<St: CapacityStore> {
 }
 
 /// Tries the candidates from `from` on, in order (Q2). A channel whose queue has
-/// waiters counts as full: a newcomer never jumps the queue.
+/// waiters counts as full: a newcomer never jumps the queue. A lease the upstream layer
+/// `prefetched` with the channel's windows (see `crate::joint`) is held as taken here,
+/// and a channel it found full is not asked again.
 pub(crate) fn probe<St: CapacityStore>(
     shared: &Arc<Shared<St>>,
     candidates: &[ChannelRef],
     from: usize,
+    prefetched: Option<&Prefetched>,
 ) -> Probe<St> {
     for (index, c) in candidates.iter().enumerate().skip(from) {
         if c.is_unlimited() {
             return Probe::Admit { index, guard: None };
         }
         let ch = shared.channel(c);
+        let known = prefetched.filter(|p| p.channel() == &*c.name);
         if ch.queued() > 0 {
+            // Given back through a guard, so the waiters see it free.
+            if let Some(lease) = known.and_then(Prefetched::take_lease) {
+                drop(CapacityGuard::new(shared.clone(), ch.clone(), lease).start());
+            }
             continue;
+        }
+        if let Some(p) = known {
+            if let Some(lease) = p.take_lease() {
+                return Probe::Admit {
+                    index,
+                    guard: Some(CapacityGuard::new(shared.clone(), ch.clone(), lease).start()),
+                };
+            }
+            if p.was_full() {
+                continue;
+            }
         }
         let mut answer = shared.store.try_acquire(&c.name, c.capacity, shared.ttl);
         match poll_now(&mut answer) {
@@ -424,7 +444,7 @@ where
                     let ch = p.shared.channel(&p.candidates.0[index]);
                     let probe = match on_answer(&p.shared, &ch, index, answer) {
                         Some(probe) => probe,
-                        None => probe(&p.shared, &p.candidates.0, index + 1),
+                        None => probe(&p.shared, &p.candidates.0, index + 1, None),
                     };
                     transition(probe, p)
                 }

@@ -65,7 +65,8 @@ where
         }
         // The in-memory store answers at once: a channel with room is decided here,
         // with no state machine and no service clone.
-        match probe(&self.shared, &candidates.0, 0) {
+        let prefetched = req.extensions_mut().remove::<crate::joint::Prefetched>();
+        match probe(&self.shared, &candidates.0, 0, prefetched.as_ref()) {
             Probe::Admit { index, guard } => {
                 Counters::bump(&self.shared.counters.admitted);
                 let chosen = candidates.0[index].clone();

@@ -101,9 +101,9 @@ use tollgate_core::upstream::{
     RateCount, Skip, TokenMeasure, UpstreamRegistry, no_channel_left, rate_count,
 };
 use tollgate_core::{
-    Candidates, ChannelRef, Chosen, Clock, Demand, Dialect, JointAdmission, JointItem, JointSettle,
-    LayerKind, ModelId, Outcome, Rejection, Scope, StoreError, SubjectKey, Usage, UsageRecorder,
-    UsageReport, WindowStore, WindowTicket,
+    Candidates, CapacityTake, ChannelRef, Chosen, Clock, Demand, Dialect, JointAdmission,
+    JointItem, JointSettle, LayerKind, ModelId, Outcome, Rejection, Scope, StoreError, SubjectKey,
+    Usage, UsageRecorder, UsageReport, WindowStore, WindowTicket,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -153,6 +153,21 @@ struct Shared<St, C> {
     config: UpstreamConfig,
     failures: FailureCounters,
     counters: Counters,
+    /// Set by [`UpstreamLimitLayer::join_capacity`].
+    capacity: Option<CapacityJoin>,
+}
+
+/// The answer of a windows-and-capacity decision.
+type ChannelFuture =
+    Pin<Box<dyn Future<Output = Result<(JointAdmission, CapacityTake), StoreError>> + Send>>;
+
+/// Decides a channel's windows with a capacity lease on it (see `crate::joint`).
+type ChannelJoinFn = dyn Fn(&[JointItem], &str, u32) -> ChannelFuture + Send + Sync;
+
+/// What [`UpstreamLimitLayer::join_capacity`] sets.
+struct CapacityJoin {
+    join: Arc<ChannelJoinFn>,
+    release: Arc<crate::joint::ReleaseChannel>,
 }
 
 /// Applies [`UpstreamLimit`] to a service. See the [module docs](self).
@@ -196,6 +211,7 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
                 config,
                 failures: FailureCounters::default(),
                 counters: Counters::default(),
+                capacity: None,
             }),
         }
     }
@@ -206,6 +222,36 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
         });
         Self {
             shared: Arc::new(Shared { config, ..s }),
+        }
+    }
+    /// Takes, with the provider windows of the channel a request is counted on, a
+    /// capacity lease on that channel in the same store call (one Redis script where
+    /// the keys share a slot), for a
+    /// [`CapacityQueueLayer`](crate::CapacityQueueLayer) below on the same store to
+    /// hold (D2, T3; see [`ChannelStore`](tollgate_core::ChannelStore)). `lease_ttl` is
+    /// the capacity layer's lease TTL. Must be called before the layer is cloned.
+    pub fn join_capacity(self, lease_ttl: std::time::Duration) -> Self
+    where
+        St: tollgate_core::ChannelStore,
+    {
+        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
+            panic!("UpstreamLimitLayer::join_capacity must be called before the layer is cloned")
+        });
+        let ttl = tollgate_core::clock::millis(lease_ttl);
+        let (joiner, releaser) = (s.store.clone(), s.store.clone());
+        let capacity = Some(CapacityJoin {
+            join: Arc::new(move |items: &[JointItem], channel: &str, capacity: u32| {
+                Box::pin(joiner.admit_all_and_acquire(items, channel, capacity, ttl))
+            }),
+            release: Arc::new(move |channel: &str, lease| {
+                detach(
+                    tollgate_core::CapacityStore::release(&releaser, channel, lease),
+                    "capacity release",
+                );
+            }),
+        });
+        Self {
+            shared: Arc::new(Shared { capacity, ..s }),
         }
     }
     /// The registry (channels, limits, cooldowns).
@@ -321,6 +367,9 @@ where
             if let Some(first) = left.first() {
                 req.extensions_mut().insert(Chosen(first.clone()));
             }
+            if let Some(p) = plan.prefetched {
+                req.extensions_mut().insert(p);
+            }
             // Nothing dropped: the request keeps its candidate list as it was.
             if let Some(kept) = plan.kept {
                 req.extensions_mut().insert(Candidates(kept.into()));
@@ -373,6 +422,8 @@ struct Plan {
     /// The candidates left; `None` for all of them.
     kept: Option<Vec<ChannelRef>>,
     reserved: Option<(Arc<str>, Vec<Held>, Dialect)>,
+    /// What the reservation learnt of the reserved channel's capacity.
+    prefetched: Option<crate::joint::Prefetched>,
 }
 
 async fn admit<St: WindowStore, C: Clock>(
@@ -394,6 +445,7 @@ async fn admit<St: WindowStore, C: Clock>(
     };
     let mut skips = Vec::new();
     let mut reserved = None;
+    let mut prefetched = None;
     for (i, c) in candidates.iter().enumerate() {
         let Some(scopes) = shared.registry.scopes(&c.name, model) else {
             keep(&mut kept, c);
@@ -426,8 +478,34 @@ async fn admit<St: WindowStore, C: Clock>(
             drop_from(&mut kept, i);
             continue;
         }
-        match reserve(&shared.store, &scopes, estimate).await {
-            Ok(Ok(held)) => {
+        let join = shared
+            .capacity
+            .as_ref()
+            .filter(|_| !c.is_unlimited())
+            .map(|j| (j, c.capacity));
+        match reserve(
+            &shared.store,
+            &scopes,
+            estimate,
+            join.map(|(j, n)| (&*j.join, &*c.name, n)),
+        )
+        .await
+        {
+            Ok(Ok((held, take))) => {
+                if let Some((j, _)) = join {
+                    prefetched = match take {
+                        CapacityTake::Taken(lease) => Some(crate::joint::Prefetched::taken(
+                            c.name.clone(),
+                            lease,
+                            j.release.clone(),
+                        )),
+                        CapacityTake::Full => Some(crate::joint::Prefetched::full(
+                            c.name.clone(),
+                            j.release.clone(),
+                        )),
+                        CapacityTake::NotAsked => None,
+                    };
+                }
                 reserved = Some((c.name.clone(), held, scopes.dialect));
                 keep(&mut kept, c);
             }
@@ -452,7 +530,11 @@ async fn admit<St: WindowStore, C: Clock>(
         tracing::debug!(code = code.code(), ?skips, "no upstream channel usable");
         return Err(Rejection::new(code, LayerKind::UpstreamLimit).with_retry_after(retry.map(ms)));
     }
-    Ok(Plan { kept, reserved })
+    Ok(Plan {
+        kept,
+        reserved,
+        prefetched,
+    })
 }
 
 /// Counts the request on every window of one channel (credential, credential +
@@ -462,7 +544,8 @@ async fn reserve<St: WindowStore>(
     store: &St,
     scopes: &tollgate_core::upstream::ChannelScopes<'_>,
     estimate: RateCount,
-) -> Result<Result<Vec<Held>, Skip>, StoreError> {
+    with_capacity: Option<(&ChannelJoinFn, &str, u32)>,
+) -> Result<Result<(Vec<Held>, CapacityTake), Skip>, StoreError> {
     let windows: Vec<_> = scopes.windows().collect();
     let items: Vec<JointItem> = windows
         .iter()
@@ -473,17 +556,24 @@ async fn reserve<St: WindowStore>(
             demand: Demand::tokens(estimate.of(w.measure)),
         })
         .collect();
-    match store.admit_all(&items).await? {
-        JointAdmission::Admitted(tickets) => Ok(Ok(items
-            .into_iter()
-            .zip(tickets)
-            .zip(&windows)
-            .map(|((it, ticket), w)| Held {
-                key: it.key,
-                ticket,
-                measure: w.measure,
-            })
-            .collect())),
+    let (admission, take) = match with_capacity {
+        Some((join, channel, capacity)) => join(&items, channel, capacity).await?,
+        None => (store.admit_all(&items).await?, CapacityTake::NotAsked),
+    };
+    match admission {
+        JointAdmission::Admitted(tickets) => Ok(Ok((
+            items
+                .into_iter()
+                .zip(tickets)
+                .zip(&windows)
+                .map(|((it, ticket), w)| Held {
+                    key: it.key,
+                    ticket,
+                    measure: w.measure,
+                })
+                .collect(),
+            take,
+        ))),
         JointAdmission::Exceeded { index, exceeded } => {
             let w = windows.get(index).unwrap_or(&windows[0]);
             Ok(Err(Skip::Limit {
