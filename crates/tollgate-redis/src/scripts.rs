@@ -5,6 +5,8 @@ use std::sync::LazyLock;
 
 /// `now_ms`, shared by every script.
 const TIME: &str = include_str!("lua/time.lua");
+/// `live_leases` and `add_lease`, shared by the scripts that take a lease.
+const LEASE: &str = include_str!("lua/lease.lua");
 /// Shared helpers of the window scripts: the port of `ScopeState`.
 const WINDOW_PRELUDE: &str = include_str!("lua/window_prelude.lua");
 
@@ -51,7 +53,7 @@ pub(crate) struct Scripts {
 }
 
 fn slot(op: &str) -> String {
-    [TIME, op].concat()
+    [TIME, LEASE, op].concat()
 }
 
 fn window(op: &str) -> String {
@@ -96,6 +98,7 @@ fn batch() -> String {
 fn admit_all_acquire() -> String {
     [
         TIME,
+        LEASE,
         WINDOW_PRELUDE,
         "local function admit(KEYS, ARGV)\n",
         WINDOW_ADMIT,
@@ -126,7 +129,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         billing(BILLING_CREDIT),
         windows_each("admit", WINDOW_ADMIT, WINDOW_ADMIT_ALL),
         batch(),
-        windows_each("admit", WINDOW_ADMIT, JOINT_ADMIT),
+        [LEASE, &windows_each("admit", WINDOW_ADMIT, JOINT_ADMIT)].concat(),
         admit_all_acquire(),
     ];
     Scripts {

@@ -14,15 +14,8 @@ local r = admit_all(ks, as)
 if r[1] ~= 1 then return {r, -1} end
 local now = now_ms(ARGV[1])
 local key = KEYS[#KEYS]
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-local n = redis.call('ZCARD', key)
+local n = live_leases(key, now)
 local limit = tonumber(ARGV[2])
 if limit ~= 0 and n >= limit then return {r, 0} end
-local ttl = tonumber(ARGV[3])
-redis.call('ZADD', key, now + ttl, ARGV[4])
-if n == 0 then
-  redis.call('PEXPIRE', key, ttl + 1000)
-else
-  redis.call('PEXPIRE', key, ttl + 1000, 'GT')
-end
+add_lease(key, now, tonumber(ARGV[3]), ARGV[4], n)
 return {r, 1}

@@ -1,6 +1,7 @@
 -- JointStore::acquire_and_admit (C1, C4, W4, D2): one subject's slot and its window
 -- admission in one step, all or nothing: the slot is taken only if the windows admit
--- (window_admit.lua, run as `admit` above), the windows are asked only if a slot is free.
+-- (window_admit.lua, run as `admit` above), the windows are asked only if a slot is free;
+-- the lease as slot_acquire.lua takes it (lease.lua).
 -- Every key carries the subject's hash tag: one Cluster slot.
 -- KEYS[1]  the subject's lease ZSET (as slot_acquire.lua)
 -- KEYS[2]  window state, KEYS[3] rolling log (as window_admit.lua); absent: slot only
@@ -12,8 +13,7 @@
 --          {2, admit reply} the windows have no room, no slot taken, nothing counted
 local now = now_ms(ARGV[1])
 local slots = KEYS[1]
-redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-local n = redis.call('ZCARD', slots)
+local n = live_leases(slots, now)
 local limit = tonumber(ARGV[2])
 if limit ~= 0 and n >= limit then
   return {0, n}
@@ -25,12 +25,5 @@ if #KEYS >= 3 then
     return {2, w}
   end
 end
-local ttl = tonumber(ARGV[3])
-redis.call('ZADD', slots, now + ttl, ARGV[4])
--- As slot_acquire.lua: the key outlives its longest lease by 1 s.
-if n == 0 then
-  redis.call('PEXPIRE', slots, ttl + 1000)
-else
-  redis.call('PEXPIRE', slots, ttl + 1000, 'GT')
-end
+add_lease(slots, now, tonumber(ARGV[3]), ARGV[4], n)
 return {1, w}
