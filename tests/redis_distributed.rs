@@ -2117,6 +2117,84 @@ fn f6_a_provider_retry_after_seen_by_one_instance_holds_for_all() {
 
 // ------------------------------------------------------------------ T3: calls per request
 
+/// Every layer configured, as in `examples/bench.toml`: a key with a concurrency limit,
+/// two request and two token tiers, a tenant balance and budget, a channel with provider
+/// RPM + TPM and a capacity.
+fn full_stack_config() -> String {
+    const KEYS: [KeySpec; 1] = [KeySpec {
+        concurrency: 100,
+        requests: &[(60, 1_000_000), (86_400, 10_000_000)],
+        tokens: &[(60, 100_000_000), (86_400, 1_000_000_000)],
+    }];
+    config_text("[store]\ndeadline = \"2s\"\n", &KEYS, "fake://")
+        .replace(
+            "capacity = 16\n",
+            "capacity = 16\nlimits = { rpm = 1000000, tpm = 1000000000 }\n",
+        )
+        .replace(
+            "balance = 1_000_000_000_000_000\n",
+            "balance = 1_000_000_000_000_000\n\
+             budgets = [{ name = \"monthly\", limit = 1_000_000_000_000_000, period = \"30d\" }]\n",
+        )
+}
+
+/// Keys in the server and keys without an expiry, from `INFO keyspace`.
+fn key_counts(redis: &RedisServer) -> (u64, u64) {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "INFO", "keyspace"])
+        .output()
+        .expect("redis-cli (it comes with redis-server)");
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .filter_map(|l| l.split_once(':').map(|(_, v)| v))
+            .flat_map(|v| v.split(','))
+            .filter_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .filter_map(|n| n.parse::<u64>().ok())
+            .sum()
+    };
+    let (keys, expires) = (field("keys"), field("expires"));
+    (keys, keys - expires)
+}
+
+/// D7: what Redis keeps for the full stack does not grow with the requests served —
+/// after 50 requests and after 500 more, the same number of keys and of keys without
+/// an expiry (balances and spend are the only state kept without one; attempts are
+/// deleted once settled, windows and leases expire).
+#[test]
+fn d7_full_stack_redis_keys_do_not_grow_with_requests_served() {
+    serial(async {
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake upstream");
+        let gw = instance(&full_stack_config(), &redis.url(), "gw-keys", &fake).await;
+        let client = http_client();
+        let mut counts = Vec::new();
+        for n in [50, 500] {
+            for _ in 0..n {
+                let res = client
+                    .request(chat(gw.addr, 0, n == 500, &[]))
+                    .await
+                    .expect("request");
+                assert_eq!(res.status(), 200);
+                let _ = res.into_body().collect().await;
+            }
+            // Settlements are off the response path.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            counts.push(key_counts(&redis));
+        }
+        eprintln!(
+            "D7 full stack: (keys, without expiry) after 50: {:?}, after 550: {:?}",
+            counts[0], counts[1]
+        );
+        assert!(counts[0].0 > 0, "the stack keeps state in Redis");
+        assert_eq!(counts[1], counts[0], "keys grew with the requests served");
+    });
+}
+
 /// Script calls (`EVALSHA`) and all commands from the gateway per request of the full
 /// stack — concurrency slot, two request and two token tiers, provider RPM + TPM on the
 /// channel, channel capacity, failover, a balance and a budget — counted by the server
@@ -2140,22 +2218,7 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
             .start()
             .await
             .expect("fake upstream");
-        const KEYS: [KeySpec; 1] = [KeySpec {
-            concurrency: 100,
-            requests: &[(60, 1_000_000), (86_400, 10_000_000)],
-            tokens: &[(60, 100_000_000), (86_400, 1_000_000_000)],
-        }];
-        let mut text = config_text("[store]\ndeadline = \"2s\"\n", &KEYS, "fake://");
-        text = text.replace(
-            "capacity = 16\n",
-            "capacity = 16\nlimits = { rpm = 1000000, tpm = 1000000000 }\n",
-        );
-        text = text.replace(
-            "balance = 1_000_000_000_000_000\n",
-            "balance = 1_000_000_000_000_000\n\
-             budgets = [{ name = \"monthly\", limit = 1_000_000_000_000_000, period = \"30d\" }]\n",
-        );
-        let gw = instance(&text, &redis.url(), "gw-count", &fake).await;
+        let gw = instance(&full_stack_config(), &redis.url(), "gw-count", &fake).await;
         let client = http_client();
         // Warm-up: the script cache and the connection.
         for _ in 0..5 {
