@@ -1,5 +1,5 @@
 use super::layer::Shared;
-use super::{SlotGuard, backoff, busy};
+use super::{Answer, SlotGuard, backoff, busy};
 use crate::BoxError;
 use crate::body::{Hold, HoldBody};
 use crate::joint::SlotClaim;
@@ -10,7 +10,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tokio::time::{Instant, Sleep};
-use tollgate_core::{LayerKind, Rejection, SlotDecision, SlotStore, SubjectKey};
+use tollgate_core::{Rejection, SlotDecision, SlotStore, SubjectKey};
+use tower_service::Service;
 
 /// A slot decided apart from the usual path (see `crate::joint`): by a window layer
 /// below (`claim`), or by this layer while the inner future waits to be polled
@@ -50,8 +51,6 @@ impl<St: SlotStore, X, C> Joint<St, X, C> {
         )
     }
 }
-use tower_service::Service;
-
 /// A request whose slot is not decided yet.
 pub(crate) struct Deferred<S, ReqB, St, X, C> {
     req: Option<Request<ReqB>>,
@@ -200,37 +199,17 @@ where
                 StateProj::Acquiring { acquire, deferred } => {
                     let answer = ready!(Pin::new(acquire).poll(cx));
                     let mut d = deferred.take().expect("polled after completion");
-                    match answer {
-                        Ok(SlotDecision::Acquired(lease)) => {
-                            let guard = SlotGuard::new(
-                                d.shared.store.clone(),
-                                d.key.clone(),
-                                lease,
-                                d.shared.renewals.clone(),
-                            );
+                    match d.shared.answer(d.key.clone(), answer) {
+                        Answer::Go(guard) => {
                             let req = d.req.take().expect("request taken once");
                             State::Called {
                                 fut: d.svc.call(req),
-                                guard: Some(guard),
+                                guard,
                                 joint: None,
                             }
                         }
-                        Ok(SlotDecision::Full { .. }) => wait_or_reject(d),
-                        Err(e) => match d.shared.failures.on_error(
-                            d.shared.config.failure_mode,
-                            LayerKind::ConcurrencySlot,
-                            &e,
-                        ) {
-                            None => {
-                                let req = d.req.take().expect("request taken once");
-                                State::Called {
-                                    fut: d.svc.call(req),
-                                    guard: None,
-                                    joint: None,
-                                }
-                            }
-                            Some(r) => State::Rejected { rejection: Some(r) },
-                        },
+                        Answer::Full => wait_or_reject(d),
+                        Answer::Refuse(r) => State::Rejected { rejection: Some(r) },
                     }
                 }
                 StateProj::Waiting { sleep, deferred } => {
@@ -247,22 +226,10 @@ where
                         if let Some((_, acquire)) = j.gate.as_mut() {
                             let answer = ready!(Pin::new(acquire).poll(cx));
                             let (key, _) = j.gate.take().expect("gate taken once");
-                            match answer {
-                                Ok(SlotDecision::Acquired(lease)) => {
-                                    *guard = Some(j.guard(key, lease));
-                                }
-                                Ok(SlotDecision::Full { .. }) => {
-                                    return Poll::Ready(Err(busy().into()));
-                                }
-                                Err(e) => {
-                                    if let Some(r) = j.shared.failures.on_error(
-                                        j.shared.config.failure_mode,
-                                        LayerKind::ConcurrencySlot,
-                                        &e,
-                                    ) {
-                                        return Poll::Ready(Err(r.into()));
-                                    }
-                                }
+                            match j.shared.answer(key, answer) {
+                                Answer::Go(g) => *guard = g,
+                                Answer::Full => return Poll::Ready(Err(busy().into())),
+                                Answer::Refuse(r) => return Poll::Ready(Err(r.into())),
                             }
                         }
                     }

@@ -61,6 +61,12 @@ impl<St: tollgate_core::JointStore, X, C> ConcurrencySlotLayer<St, X, C> {
     /// its slot acquired by this layer as usual, before the inner service's future is
     /// first polled. Takes effect with `max_wait` zero only (a slot wait is this
     /// layer's own).
+    ///
+    /// The inner service's `call` runs before the slot is decided (that is how the
+    /// window layer below gets the claim); its future runs only once the slot is held.
+    /// tower services do their work in their future, but one that acts in `call`
+    /// itself would see a request this layer then refuses: do not join above such a
+    /// service.
     pub fn join_windows(mut self) -> Self {
         let store = self.store.clone();
         self.join = Some(Arc::new(move |ask: &tollgate_core::SlotAsk, window| {

@@ -134,6 +134,43 @@ impl<St: SlotStore> Drop for SlotGuard<St> {
     }
 }
 
+/// What a store's slot answer means for the request.
+pub(crate) enum Answer<St: SlotStore> {
+    /// Go on, holding this guard (`None`: the store failed and the layer fails open).
+    Go(Option<SlotGuard<St>>),
+    /// Every slot is taken (refuse, or wait when `max_wait` allows).
+    Full,
+    /// Refused: the store failed and the layer fails closed.
+    Refuse(Rejection),
+}
+
+impl<St: SlotStore, X, C> layer::Shared<St, X, C> {
+    /// The meaning of `answer` for a slot of `key`.
+    pub(crate) fn answer(
+        &self,
+        key: SubjectKey,
+        answer: tollgate_core::StoreResult<tollgate_core::SlotDecision>,
+    ) -> Answer<St> {
+        match answer {
+            Ok(tollgate_core::SlotDecision::Acquired(lease)) => Answer::Go(Some(SlotGuard::new(
+                self.store.clone(),
+                key,
+                lease,
+                self.renewals.clone(),
+            ))),
+            Ok(tollgate_core::SlotDecision::Full { .. }) => Answer::Full,
+            Err(e) => match self.failures.on_error(
+                self.config.failure_mode,
+                LayerKind::ConcurrencySlot,
+                &e,
+            ) {
+                None => Answer::Go(None),
+                Some(r) => Answer::Refuse(r),
+            },
+        }
+    }
+}
+
 /// How long to sleep before asking the store again while waiting for a slot:
 /// 1, 2, 4 … 32 ms, never past the end of the wait.
 pub(crate) fn backoff(attempt: u32, remaining: Duration) -> Duration {

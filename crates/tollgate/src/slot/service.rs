@@ -1,6 +1,6 @@
 use super::future::{Deferred, Joint, ResponseFuture};
 use super::layer::Shared;
-use super::{SlotGuard, busy};
+use super::{Answer, SlotGuard, busy};
 use crate::BoxError;
 use crate::body::HoldBody;
 use crate::extract::SubjectExtractor;
@@ -9,7 +9,7 @@ use crate::spawn::poll_now;
 use http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tollgate_core::{Clock, LayerKind, SlotDecision, SlotStore};
+use tollgate_core::{Clock, SlotStore};
 use tower_service::Service;
 
 /// Per-subject in-flight slots around a service (C1–C5). Built by
@@ -93,23 +93,10 @@ where
             // Nobody took it: acquire here, before the inner future is first polled.
             let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
             return match poll_now(&mut acquire) {
-                Some(Ok(SlotDecision::Acquired(lease))) => {
-                    let guard = SlotGuard::new(
-                        shared.store.clone(),
-                        subject.key,
-                        lease,
-                        shared.renewals.clone(),
-                    );
-                    ResponseFuture::called(fut, Some(guard))
-                }
-                Some(Ok(SlotDecision::Full { .. })) => ResponseFuture::rejected(busy()),
-                Some(Err(e)) => match shared.failures.on_error(
-                    shared.config.failure_mode,
-                    LayerKind::ConcurrencySlot,
-                    &e,
-                ) {
-                    None => ResponseFuture::called(fut, None),
-                    Some(r) => ResponseFuture::rejected(r),
+                Some(answer) => match shared.answer(subject.key, answer) {
+                    Answer::Go(guard) => ResponseFuture::called(fut, guard),
+                    Answer::Full => ResponseFuture::rejected(busy()),
+                    Answer::Refuse(r) => ResponseFuture::rejected(r),
                 },
                 None => {
                     ResponseFuture::joined(fut, Joint::gated(shared.clone(), subject.key, acquire))
@@ -119,37 +106,25 @@ where
         let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
         // The in-memory store answers at once: decide here, with no state machine and
         // no service clone. A pending answer (Redis) continues in the future.
-        match poll_now(&mut acquire) {
-            Some(Ok(SlotDecision::Acquired(lease))) => {
-                let guard = SlotGuard::new(
-                    shared.store.clone(),
-                    subject.key,
-                    lease,
-                    shared.renewals.clone(),
-                );
-                ResponseFuture::called(self.inner.call(req), Some(guard))
-            }
-            Some(Ok(SlotDecision::Full { .. })) if shared.config.max_wait.is_zero() => {
-                ResponseFuture::rejected(busy())
-            }
-            Some(Err(e)) => match shared.failures.on_error(
-                shared.config.failure_mode,
-                LayerKind::ConcurrencySlot,
-                &e,
-            ) {
-                None => ResponseFuture::called(self.inner.call(req), None),
-                Some(r) => ResponseFuture::rejected(r),
-            },
-            answered => {
-                // Take the service that was driven to readiness; leave a clone behind.
-                let clone = self.inner.clone();
-                let svc = std::mem::replace(&mut self.inner, clone);
-                let deferred = Deferred::new(req, svc, subject.key, limit, shared.clone());
-                match answered {
-                    None => ResponseFuture::acquiring(acquire, deferred),
-                    Some(_) => ResponseFuture::waiting(deferred),
+        let answered = match poll_now(&mut acquire) {
+            Some(answer) => match shared.answer(subject.key.clone(), answer) {
+                Answer::Go(guard) => return ResponseFuture::called(self.inner.call(req), guard),
+                Answer::Refuse(r) => return ResponseFuture::rejected(r),
+                Answer::Full if shared.config.max_wait.is_zero() => {
+                    return ResponseFuture::rejected(busy());
                 }
-            }
+                Answer::Full => true,
+            },
+            None => false,
+        };
+        // Take the service that was driven to readiness; leave a clone behind.
+        let clone = self.inner.clone();
+        let svc = std::mem::replace(&mut self.inner, clone);
+        let deferred = Deferred::new(req, svc, subject.key, limit, shared.clone());
+        if answered {
+            ResponseFuture::waiting(deferred)
+        } else {
+            ResponseFuture::acquiring(acquire, deferred)
         }
     }
 }
