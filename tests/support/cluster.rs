@@ -458,7 +458,7 @@ impl RedisCluster {
             .collect()
     }
 
-    /// `redis://127.0.0.1:<port>` of every current master ([`master_ports`]
+    /// `redis://127.0.0.1:<port>` of every current master ([`master_ports`](Self::master_ports)
     /// (Self::master_ports)).
     pub fn urls(&self) -> Vec<String> {
         self.master_ports()
@@ -540,7 +540,7 @@ impl RedisCluster {
         cli_run(port, true, args)
     }
 
-    /// [`cli`](Self::cli) on every current master, in [`master_ports`]
+    /// [`cli`](Self::cli) on every current master, in [`master_ports`](Self::master_ports)
     /// (Self::master_ports) order.
     pub fn cli_all_masters(&self, args: &[&str]) -> Vec<String> {
         self.master_ports()

@@ -3,20 +3,31 @@
 //! of limits and one set of books (D1–D5).
 //!
 //! [`RedisStore`] implements [`SlotStore`](tollgate_core::SlotStore),
-//! [`WindowStore`](tollgate_core::WindowStore) and
-//! [`BillingStore`](tollgate_core::BillingStore): plug it into the layers wherever the
-//! in-memory store goes. It passes the same conformance suite as the in-memory store.
+//! [`WindowStore`](tollgate_core::WindowStore),
+//! [`BillingStore`](tollgate_core::BillingStore),
+//! [`CapacityStore`](tollgate_core::CapacityStore) and the joint decisions
+//! [`JointStore`](tollgate_core::JointStore) and
+//! [`ChannelStore`](tollgate_core::ChannelStore): plug it into the layers wherever the
+//! in-memory store goes. It passes the same conformance suite as the in-memory store,
+//! on one node and on a Redis Cluster.
 //!
-//! - **One decision, one round trip** (D2, T3): acquire, renew, in-flight, admit,
-//!   settle, view and every billing call each run one Lua script by SHA (`EVALSHA`); a
-//!   release is one `ZREM`, the pending-reconciliation list one `HGETALL`. A `NOSCRIPT`
-//!   after a restart or `SCRIPT FLUSH` is answered by loading the script and calling it
+//! - **One node or a Cluster** (D6): [`RedisStore::connect`] takes one node URL (a
+//!   Cluster member is detected) or a comma-separated list of a Cluster's nodes.
+//! - **One decision, one round trip** (D2, T3): acquire, renew, in-flight, admit, view
+//!   and every billing reservation each run one Lua script by SHA (`EVALSHA`); so do the
+//!   joint decisions (a subject's slot with its windows, a channel's provider windows
+//!   with a capacity lease). Settlements and releases of requests that end together go
+//!   out as one batch script (one per Cluster slot). A `NOSCRIPT` after a restart,
+//!   `SCRIPT FLUSH` or a failover is answered by loading the script and calling it
 //!   again, within the same deadline.
 //! - **Server time**: the scripts read `TIME`, so instances never disagree about
 //!   windows, lease expiry or budget periods.
-//! - **Bounded calls** (D4): every call has its own deadline (default 20 ms) and fails
-//!   with a [`StoreError`](tollgate_core::StoreError) instead of hanging; the layers
-//!   decide what a failure means (open, closed, local).
+//! - **Bounded calls, busy is not dead** (D4, D8): a call fails with a
+//!   [`StoreError`](tollgate_core::StoreError) once Redis (on a Cluster, the node it
+//!   went to) has answered nothing for the deadline (default 20 ms) — a stalled or
+//!   vanished Redis — while a busy Redis that keeps answering delays calls instead (up
+//!   to [`busy_limit`](RedisStoreOptions::busy_limit)); the layers decide what a failure
+//!   means (open, closed, local).
 //! - **Cluster-ready keys** (D3): `<prefix>:{<subject>}:…`, one hash slot per subject;
 //!   every key of one tenant's books (balance, its keys' spend, budgets, attempts)
 //!   shares the tenant's tag, `<prefix>:{tenant:<t>}:billing:…`, because one billing
@@ -34,8 +45,9 @@
 //! late): an admission's reservation then stays until its windows roll, and its money
 //! reservation under an amount cap until [`amount_ttl`](RedisStoreOptions::amount_ttl);
 //! a slot lease until its TTL. A billing reservation stays with its attempt until the
-//! attempt is settled, or swept into pending reconciliation after its lifetime: settling is idempotent per attempt id, so a caller that gave up
-//! on a reservation can send a refund for it (an attempt never reserved is ignored).
+//! attempt is settled, or swept into pending reconciliation after its lifetime:
+//! settling is idempotent per attempt id, so a caller that gave up on a reservation can
+//! send a refund for it (an attempt never reserved is ignored).
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 

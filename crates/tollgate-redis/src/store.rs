@@ -108,11 +108,14 @@ impl Inner {
 /// that uses the same server (D1–D5). Cheap to clone.
 ///
 /// Every decision is one round trip: one Lua script called by SHA (`EVALSHA`), reloaded
-/// transparently after `NOSCRIPT`, reading the time from the server (`TIME`); a release
-/// is one `ZREM`. Every call has its own deadline and fails with a [`StoreError`] —
+/// transparently after `NOSCRIPT`, reading the time from the server (`TIME`).
+/// Settlements and releases are queued and sent together as one batch script (see the
+/// `batch` module): at a slot release at once, otherwise at the store's next call or
+/// within a millisecond. Every call fails with a [`StoreError`] —
 /// [`Timeout`](StoreErrorKind::Timeout) or [`Unavailable`](StoreErrorKind::Unavailable)
-/// — instead of waiting on a dead or stalled server; the connection is re-established
-/// in the background.
+/// — once the server (on a Cluster, the node the call went to) has been silent for the
+/// deadline, instead of waiting on a dead or stalled server; the connection is
+/// re-established in the background.
 ///
 /// Keys, hash-tagged per subject so each script touches one Cluster slot:
 ///
