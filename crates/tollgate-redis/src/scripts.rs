@@ -37,7 +37,6 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) in_flight: Script,
     pub(crate) admit: Script,
-    pub(crate) settle: Script,
     pub(crate) view: Script,
     pub(crate) admit_all: Script,
     pub(crate) batch: Script,
@@ -120,7 +119,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         slot(SLOT_RENEW),
         slot(SLOT_IN_FLIGHT),
         window(WINDOW_ADMIT),
-        window(WINDOW_SETTLE),
         window(WINDOW_VIEW),
         billing(BILLING_RESERVE),
         billing(BILLING_SETTLE),
@@ -137,17 +135,16 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         renew: Script::new(&sources[1]),
         in_flight: Script::new(&sources[2]),
         admit: Script::new(&sources[3]),
-        settle: Script::new(&sources[4]),
-        view: Script::new(&sources[5]),
-        reserve: Script::new(&sources[6]),
-        settle_attempt: Script::new(&sources[7]),
-        account: Script::new(&sources[8]),
-        seed: Script::new(&sources[9]),
-        credit: Script::new(&sources[10]),
-        admit_all: Script::new(&sources[11]),
-        batch: Script::new(&sources[12]),
-        joint: Script::new(&sources[13]),
-        channel: Script::new(&sources[14]),
+        view: Script::new(&sources[4]),
+        reserve: Script::new(&sources[5]),
+        settle_attempt: Script::new(&sources[6]),
+        account: Script::new(&sources[7]),
+        seed: Script::new(&sources[8]),
+        credit: Script::new(&sources[9]),
+        admit_all: Script::new(&sources[10]),
+        batch: Script::new(&sources[11]),
+        joint: Script::new(&sources[12]),
+        channel: Script::new(&sources[13]),
         sources,
     }
 });
@@ -184,13 +181,12 @@ pub(crate) fn for_cluster(script: &'static Script) -> &'static Script {
 
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
-    pub(crate) fn hashes(&self) -> [&str; 15] {
+    pub(crate) fn hashes(&self) -> [&str; 14] {
         [
             self.acquire.get_hash(),
             self.renew.get_hash(),
             self.in_flight.get_hash(),
             self.admit.get_hash(),
-            self.settle.get_hash(),
             self.view.get_hash(),
             self.reserve.get_hash(),
             self.settle_attempt.get_hash(),
