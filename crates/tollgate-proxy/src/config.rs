@@ -312,7 +312,8 @@ pub struct StoreConfig {
     pub slots_failure: FailureModeConfig,
     /// Windows when the store fails: `open` (default) or `closed`.
     pub windows_failure: FailureModeConfig,
-    /// Billing when the store fails: `closed` (default, B5) or `open`.
+    /// Billing when the store fails: `closed` only (the default, B5); `open` and
+    /// `local` are configuration errors.
     pub billing_failure: FailureModeConfig,
     /// Gateway instances sharing the store: `local` mode divides limits by it.
     pub instances: u32,
@@ -701,12 +702,27 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             "queue.default_deadline must be at most 24h".into(),
         ));
     }
-    if raw.store.billing_failure == FailureModeConfig::Local {
-        return Err(err(
-            find_key(text, "billing_failure"),
-            "store.billing_failure cannot be `local`: money must not be decided per instance (B5)"
-                .into(),
-        ));
+    // Billing is fail-closed only (B5): `open` would forward calls that are never
+    // settled and leave no usage record; `local` would decide money per instance.
+    match raw.store.billing_failure {
+        FailureModeConfig::Closed => {}
+        FailureModeConfig::Open => {
+            return Err(err(
+                find_key(text, "billing_failure"),
+                "store.billing_failure cannot be `open`: billing is fail-closed only (B5); \
+                 with the store down a request would be sent unbilled, with no settlement \
+                 and no usage record. Remove the setting or write `closed`"
+                    .into(),
+            ));
+        }
+        FailureModeConfig::Local => {
+            return Err(err(
+                find_key(text, "billing_failure"),
+                "store.billing_failure cannot be `local`: money must not be decided per \
+                 instance (B5)"
+                    .into(),
+            ));
+        }
     }
     let mut keys = BTreeMap::new();
     for (label, k) in &raw.keys {
@@ -1125,6 +1141,30 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         let e =
             Config::parse(&format!("[store]\nbilling_failure = \"local\"\n{GOOD}")).unwrap_err();
         assert!(e.reason.contains("billing_failure"), "{e}");
+    }
+
+    /// Item 7 of issue 14: billing is fail-closed only; `billing_failure = "open"` is
+    /// refused at start with the file, the line of the setting and the reason.
+    #[test]
+    fn b5_billing_failure_open_is_a_config_error() {
+        let dir = std::env::temp_dir().join(format!("tollgate-cfg-b5-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("open.toml");
+        std::fs::write(
+            &f,
+            format!("[store]\ndeadline = \"20ms\"\nbilling_failure = \"open\"\n{GOOD}"),
+        )
+        .unwrap();
+        let e = Config::load(&f).unwrap_err();
+        assert_eq!(e.file.as_deref(), Some(f.as_path()));
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.reason.contains("billing_failure"), "{e}");
+        assert!(e.reason.contains("fail-closed"), "{e}");
+        let s = e.to_string();
+        assert!(s.starts_with(&format!("{}:3: ", f.display())), "{s}");
+        // `closed`, written or by default, is accepted.
+        Config::parse(&format!("[store]\nbilling_failure = \"closed\"\n{GOOD}")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
