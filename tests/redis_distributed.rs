@@ -1947,11 +1947,13 @@ fn d4_local_mode_keeps_per_instance_limits_while_redis_is_down() {
             requests: &[(60, 10)],
             tokens: &[],
         }];
-        let head = "[store]\ndeadline = \"20ms\"\nslots_failure = \"local\"\nwindows_failure = \"local\"\ninstances = 2\nbilling_failure = \"open\"\n";
+        let head = "[store]\ndeadline = \"20ms\"\nslots_failure = \"local\"\nwindows_failure = \"local\"\ninstances = 2\n";
         let text = config_text(head, &KEYS, "fake://");
         let gw = instance_on(&text, &redis.url(), "gw-local", &fake, |r| Split {
-            limits: tollgate::core::store::fallback::LocalFallback::new(r.clone(), 2, true, true),
-            billing: r,
+            limits: tollgate::core::store::fallback::LocalFallback::new(r, 2, true, true),
+            // Money in this instance's memory, as the `proxy` example keeps it: billing is
+            // fail-closed only (B5), so with money in Redis every request would be a 503.
+            billing: MemoryStore::new(),
         })
         .await;
         let client = http_client();

@@ -42,7 +42,7 @@ pub use capacity::{
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use demand::{Demand, ModelId, Usage, UsageRecorder, UsageReport};
 pub use dialect::Dialect;
-pub use money::Money;
+pub use money::{MAX_STORABLE_MONEY, Money};
 pub use policy::{AnchorGroup, Dimension, Policy, Tier};
 pub use price::Price;
 pub use rejection::{

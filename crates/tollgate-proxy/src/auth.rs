@@ -8,10 +8,20 @@ use tollgate_core::{Budget, GatewayCode, LayerKind, Rejection};
 
 /// Keys by secret. Looked up by hash, so a lookup's time does not depend on how much
 /// of a wrong key matches a right one.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct KeyTable {
     keys: Arc<HashMap<String, Arc<KeyEntry>>>,
     tasks: Arc<HashMap<String, Budget>>,
+}
+
+/// The entries (each named by its label), never the secrets they are looked up by.
+impl std::fmt::Debug for KeyTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyTable")
+            .field("keys", &crate::config::RedactedKeys(&*self.keys))
+            .field("tasks", &self.tasks)
+            .finish()
+    }
 }
 
 /// The request header naming a task budget (B3).

@@ -119,7 +119,7 @@ pub struct SubscriptionConfig {
 }
 
 /// An API key of a client.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     /// The key itself (demo files only)…
@@ -208,7 +208,7 @@ impl Vendor {
 }
 
 /// One upstream link (SPEC §0 "channel").
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelConfig {
     /// Provider family; also its API format.
@@ -312,7 +312,8 @@ pub struct StoreConfig {
     pub slots_failure: FailureModeConfig,
     /// Windows when the store fails: `open` (default) or `closed`.
     pub windows_failure: FailureModeConfig,
-    /// Billing when the store fails: `closed` (default, B5) or `open`.
+    /// Billing when the store fails: `closed` only (the default, B5); `open` and
+    /// `local` are configuration errors.
     pub billing_failure: FailureModeConfig,
     /// Gateway instances sharing the store: `local` mode divides limits by it.
     pub instances: u32,
@@ -334,7 +335,7 @@ impl Default for StoreConfig {
 }
 
 /// Server settings.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen address.
@@ -547,7 +548,7 @@ pub struct KeyEntry {
 }
 
 /// A resolved channel.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Channel {
     /// Name in the file.
     pub name: Arc<str>,
@@ -558,7 +559,7 @@ pub struct Channel {
 }
 
 /// The configuration, checked and resolved.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// The file as written.
     pub raw: RawConfig,
@@ -601,6 +602,102 @@ impl Config {
     /// The policy named `name`.
     pub fn policy(&self, name: &str) -> Option<Policy> {
         self.raw.policies.get(name).and_then(|p| p.to_policy().ok())
+    }
+}
+
+/// How a secret appears in `Debug` output: present or not, never its value.
+pub(crate) const REDACTED: &str = "<redacted>";
+
+fn redact(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+// `Debug` of everything holding a client key, a provider credential or the admin token
+// shows the structure but never the secret (issue 14, item 9): a `{:?}` in a log line
+// or a panic message must not leak one.
+
+impl fmt::Debug for KeyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyConfig")
+            .field("key", &redact(&self.key))
+            .field("key_env", &self.key_env)
+            .field("tenant", &self.tenant)
+            .field("policy", &self.policy)
+            .field("subscription", &self.subscription)
+            .field("spend_cap", &self.spend_cap)
+            .field("models", &self.models)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ChannelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelConfig")
+            .field("vendor", &self.vendor)
+            .field("base_url", &self.base_url)
+            .field("credential_env", &self.credential_env)
+            .field("credential", &redact(&self.credential))
+            .field("models", &self.models)
+            .field("group", &self.group)
+            .field("weight", &self.weight)
+            .field("capacity", &self.capacity)
+            .field("limits", &self.limits)
+            .field("model_limits", &self.model_limits)
+            .field("credential_id", &self.credential_id)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("upstream_timeout", &self.upstream_timeout)
+            .field("upstream_idle_timeout", &self.upstream_idle_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("usage_log", &self.usage_log)
+            .field("admin_token_env", &self.admin_token_env)
+            .field("admin_token", &redact(&self.admin_token))
+            .finish()
+    }
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .field("credential", &redact(&self.credential))
+            .finish()
+    }
+}
+
+/// Keys by secret, shown by their entries only (the label names the key).
+pub(crate) struct RedactedKeys<'a, I>(pub(crate) &'a I);
+
+impl<'a, I, K, V> fmt::Debug for RedactedKeys<'a, I>
+where
+    &'a I: IntoIterator<Item = (K, V)>,
+    V: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.into_iter().map(|(_, v)| v))
+            .finish()
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("raw", &self.raw)
+            .field("keys", &RedactedKeys(&self.keys))
+            .field("channels", &self.channels)
+            .field("source", &self.source)
+            .field("admin_token", &redact(&self.admin_token))
+            .finish()
     }
 }
 
@@ -701,24 +798,54 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             "queue.default_deadline must be at most 24h".into(),
         ));
     }
-    if raw.store.billing_failure == FailureModeConfig::Local {
-        return Err(err(
-            find_key(text, "billing_failure"),
-            "store.billing_failure cannot be `local`: money must not be decided per instance (B5)"
-                .into(),
-        ));
+    // Billing is fail-closed only (B5): `open` would forward calls that are never
+    // settled and leave no usage record; `local` would decide money per instance.
+    match raw.store.billing_failure {
+        FailureModeConfig::Closed => {}
+        FailureModeConfig::Open => {
+            return Err(err(
+                find_key(text, "billing_failure"),
+                "store.billing_failure cannot be `open`: billing is fail-closed only (B5); \
+                 with the store down a request would be sent unbilled, with no settlement \
+                 and no usage record. Remove the setting or write `closed`"
+                    .into(),
+            ));
+        }
+        FailureModeConfig::Local => {
+            return Err(err(
+                find_key(text, "billing_failure"),
+                "store.billing_failure cannot be `local`: money must not be decided per \
+                 instance (B5)"
+                    .into(),
+            ));
+        }
     }
     let mut keys = BTreeMap::new();
     for (label, k) in &raw.keys {
         let at = find_table(text, "keys", label);
         let secret = match (&k.key, &k.key_env) {
             (Some(s), None) => s.clone(),
-            (None, Some(var)) => std::env::var(var).map_err(|_| {
-                err(
-                    at.clone(),
-                    format!("key {label:?}: environment variable {var} is not set"),
-                )
-            })?,
+            // A value read from the environment is trimmed: a secret file or a shell
+            // `export` often ends in a newline, and an untrimmed key never matches.
+            (None, Some(var)) => {
+                let v = std::env::var(var).map_err(|_| {
+                    err(
+                        at.clone(),
+                        format!("key {label:?}: environment variable {var} is not set"),
+                    )
+                })?;
+                let v = v.trim();
+                if v.is_empty() {
+                    return Err(err(
+                        at,
+                        format!(
+                            "key {label:?}: environment variable {var} is empty (or only \
+                             whitespace)"
+                        ),
+                    ));
+                }
+                v.to_owned()
+            }
             _ => {
                 return Err(err(
                     at,
@@ -1125,6 +1252,111 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         let e =
             Config::parse(&format!("[store]\nbilling_failure = \"local\"\n{GOOD}")).unwrap_err();
         assert!(e.reason.contains("billing_failure"), "{e}");
+    }
+
+    /// E3 (never a credential) for `Debug`: `{:?}` of the configuration, a channel and
+    /// the key table shows their structure but no client key, provider credential or
+    /// admin token.
+    #[test]
+    fn e3_debug_of_config_channel_and_key_table_redacts_secrets() {
+        let text = format!("[server]\nadmin_token = \"admin-secret-0123456789\"\n{GOOD}");
+        let c = Config::parse(&text).unwrap();
+        let secrets = ["sk-alice", "sk-upstream", "admin-secret-0123456789"];
+        let table = crate::auth::KeyTable::new(c.keys.clone(), []);
+        for (what, dbg) in [
+            ("config", format!("{c:?}")),
+            ("config (alternate)", format!("{c:#?}")),
+            ("channel", format!("{:?}", c.channels[0])),
+            ("channel config", format!("{:?}", c.raw.channels["one"])),
+            ("key config", format!("{:?}", c.raw.keys["alice"])),
+            ("server config", format!("{:?}", c.raw.server)),
+            ("key table", format!("{table:?}")),
+        ] {
+            for s in secrets {
+                assert!(!dbg.contains(s), "{what} Debug shows {s:?}: {dbg}");
+            }
+            assert!(
+                dbg.contains(REDACTED) || what == "key table",
+                "{what}: {dbg}"
+            );
+        }
+        let dbg = format!("{c:?}");
+        for part in [
+            "Config",
+            "KeyEntry",
+            "label: \"alice\"",
+            "ChannelConfig",
+            "http://127.0.0.1:9",
+            "admin_token: Some(\"<redacted>\")",
+        ] {
+            assert!(dbg.contains(part), "{part:?} missing: {dbg}");
+        }
+        let dbg = format!("{:?}", c.channels[0]);
+        assert!(
+            dbg.contains("name: \"one\"") && dbg.contains("credential: Some(\"<redacted>\")"),
+            "{dbg}"
+        );
+        let dbg = format!("{table:?}");
+        assert!(
+            dbg.contains("KeyTable") && dbg.contains("label: \"alice\""),
+            "{dbg}"
+        );
+    }
+
+    /// A client key read from the environment is trimmed of surrounding whitespace (a
+    /// trailing newline from a secret file would otherwise never match), and one that
+    /// is empty after trimming is a config error naming the variable and the key's line.
+    #[test]
+    fn p3_client_key_from_env_is_trimmed_or_refused_when_blank() {
+        let (set, blank) = (
+            "TOLLGATE_TEST_KEY_ENV_TRIMMED",
+            "TOLLGATE_TEST_KEY_ENV_BLANK",
+        );
+        // SAFETY: only this test sets these variables, and the other tests of this
+        // binary read the environment only through `std::env`, which locks it.
+        unsafe {
+            std::env::set_var(set, "  sk-from-env \n");
+            std::env::set_var(blank, " \t\n");
+        }
+        let with = |var: &str| GOOD.replace("key = \"sk-alice\"", &format!("key_env = \"{var}\""));
+        let c = Config::parse(&with(set)).unwrap();
+        assert_eq!(c.keys.keys().collect::<Vec<_>>(), ["sk-from-env"]);
+        let table = crate::auth::KeyTable::new(c.keys.clone(), []);
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", "Bearer sk-from-env".parse().unwrap());
+        let uri: http::Uri = "/v1/chat/completions".parse().unwrap();
+        assert_eq!(&*table.identify(&h, &uri).unwrap().label, "alice");
+
+        let e = Config::parse(&with(blank)).unwrap_err();
+        assert!(
+            e.reason.contains(blank) && e.reason.contains("empty"),
+            "{e}"
+        );
+        assert_eq!(e.line, Some(10), "{e}");
+    }
+
+    /// Item 7 of issue 14: billing is fail-closed only; `billing_failure = "open"` is
+    /// refused at start with the file, the line of the setting and the reason.
+    #[test]
+    fn b5_billing_failure_open_is_a_config_error() {
+        let dir = std::env::temp_dir().join(format!("tollgate-cfg-b5-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("open.toml");
+        std::fs::write(
+            &f,
+            format!("[store]\ndeadline = \"20ms\"\nbilling_failure = \"open\"\n{GOOD}"),
+        )
+        .unwrap();
+        let e = Config::load(&f).unwrap_err();
+        assert_eq!(e.file.as_deref(), Some(f.as_path()));
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.reason.contains("billing_failure"), "{e}");
+        assert!(e.reason.contains("fail-closed"), "{e}");
+        let s = e.to_string();
+        assert!(s.starts_with(&format!("{}:3: ", f.display())), "{s}");
+        // `closed`, written or by default, is accepted.
+        Config::parse(&format!("[store]\nbilling_failure = \"closed\"\n{GOOD}")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
 use tollgate::failover::{FallbackRequest, ModelFallback};
-use tollgate_core::{Dialect, GatewayCode, LayerKind, Rejection};
+use tollgate_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
 use tollgate_dialects::{RequestFacts, inspect_request};
 use tower::{Layer, Service};
 
@@ -120,7 +120,7 @@ where
                 }
             };
             let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
-            let facts = inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
+            let mut facts = inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
                 .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
             let Some(model) = catalog.model(&facts.model) else {
                 return Err(reject(
@@ -136,11 +136,13 @@ where
                     ));
                 }
             }
-            let max_output = if facts.max_output_tokens == 0 {
-                FALLBACK_MAX_OUTPUT
-            } else {
-                facts.max_output_tokens
-            };
+            if facts.max_output_tokens == 0 {
+                facts.max_output_tokens = FALLBACK_MAX_OUTPUT;
+            }
+            // Per choice: the fallback contract (context window, output limit) applies to
+            // each choice; the reservation multiplies it by the choices (W5).
+            let max_output = facts.max_output_tokens;
+            let demand = demand_within_store_limits(&facts, model)?;
             // An OpenAI stream reports usage only when asked to: ask, so the stream can
             // be settled at its real cost instead of staying pending (B4). The client
             // then also receives the final usage chunk (`choices: []`), which OpenAI's
@@ -164,14 +166,7 @@ where
             ) {
                 parts.extensions.insert(fb);
             }
-            model_extensions(
-                &mut parts.extensions,
-                &catalog,
-                dialect,
-                facts,
-                model,
-                max_output,
-            );
+            model_extensions(&mut parts.extensions, &catalog, dialect, facts, demand);
             inner
                 .call(Request::from_parts(parts, Full::new(bytes)))
                 .await
@@ -180,27 +175,49 @@ where
     }
 }
 
+/// The request's demand under `model`'s price, through the dialect crate's own rule
+/// ([`RequestFacts::demand`]: output tokens and the money upper bound are multiplied
+/// by the choices the request asks for, saturating). A money upper bound above
+/// [`MAX_STORABLE_MONEY`] (what every store can hold exactly) is a 400 here, before any
+/// store is asked, instead of a store failure later.
+fn demand_within_store_limits(
+    facts: &RequestFacts,
+    model: &ModelConfig,
+) -> Result<Demand, BoxError> {
+    let demand = facts.demand(&model.price);
+    if demand.money > MAX_STORABLE_MONEY {
+        return Err(reject(
+            GatewayCode::InvalidRequest,
+            format!(
+                "The most this request could cost ({} output tokens × {} choice(s) of `{}`) \
+                 is more than the gateway can reserve ({} minor units). Lower the maximum \
+                 output tokens or the number of choices.",
+                facts.max_output_tokens,
+                facts.choices.max(1),
+                facts.model,
+                MAX_STORABLE_MONEY
+            ),
+        ));
+    }
+    Ok(demand)
+}
+
 /// What the layers and the forwarder read about a request for `facts.model`: its
 /// demand under the model's price, its estimate toward provider limits (the candidates
-/// speak the client's dialect, so that vendor's rules apply, U2), its candidates, the
-/// model id and the facts.
+/// speak the client's dialect, so that vendor's rules apply, U2; output counted for
+/// every choice), its candidates, the model id and the facts.
 fn model_extensions(
     x: &mut http::Extensions,
     catalog: &Catalog,
     dialect: Dialect,
     facts: Arc<RequestFacts>,
-    model: &ModelConfig,
-    max_output: u64,
+    demand: Demand,
 ) {
-    x.insert(
-        model
-            .price
-            .demand(facts.input_tokens, max_output, facts.images, facts.videos),
-    );
+    x.insert(demand);
     x.insert(tollgate_core::upstream::rate_estimate(
         dialect,
         facts.input_tokens,
-        max_output,
+        facts.output_upper_bound(),
     ));
     if let Some(candidates) = catalog.candidate_list(&facts.model, dialect) {
         x.insert(candidates);
@@ -274,7 +291,7 @@ fn fallback(
     let target: Arc<str> = Arc::from(to);
     let to = target.clone();
     Some(ModelFallback::new(target, move || {
-        rewrite_for(&catalog, dialect, &uri, &body, &facts, max_output, &to)
+        rewrite_for(&catalog, dialect, &uri, &body, &facts, &to)
     }))
 }
 
@@ -286,7 +303,6 @@ fn rewrite_for(
     uri: &http::Uri,
     body: &Bytes,
     facts: &RequestFacts,
-    max_output: u64,
     to: &str,
 ) -> Option<FallbackRequest<Full<Bytes>>> {
     let model = catalog.model(to)?;
@@ -312,12 +328,14 @@ fn rewrite_for(
     };
     let mut facts = facts.clone();
     facts.model = to.to_owned();
+    // A fallback whose money upper bound no store can hold is not offered.
+    let demand = demand_within_store_limits(&facts, model).ok()?;
     Some(FallbackRequest {
         uri,
         body: Full::new(body),
         extensions: {
             let mut x = http::Extensions::new();
-            model_extensions(&mut x, catalog, dialect, Arc::new(facts), model, max_output);
+            model_extensions(&mut x, catalog, dialect, Arc::new(facts), demand);
             x
         },
     })

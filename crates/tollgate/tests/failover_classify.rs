@@ -5,6 +5,7 @@ use http::HeaderMap;
 use tollgate::core::Dialect;
 use tollgate::core::failover::{ChannelAction, ErrorFacts, Reason, Transport, classify};
 use tollgate::failover::error_facts;
+use tollgate::upstream::MAX_SIGNAL_MS;
 
 struct Row {
     name: &'static str,
@@ -425,4 +426,39 @@ fn f5_garbage_bodies_never_panic() {
             }
         }
     }
+}
+
+/// F6 (issue 14, item 9): every provider-supplied wait is capped like `Retry-After`
+/// (`MAX_SIGNAL_MS`, 24 h): Gemini's `RetryInfo.retryDelay` from an error body too, so a
+/// garbled or hostile delay cannot park a channel for years.
+#[test]
+fn f6_gemini_retry_delay_is_capped_like_retry_after() {
+    let body = |delay: &str| {
+        format!(
+            r#"{{"error":{{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[{{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"{delay}"}}]}}}}"#
+        )
+    };
+    for delay in ["864000000s", "1e300s", "9999999999999999999s"] {
+        let f = error_facts(
+            Dialect::Gemini,
+            429,
+            &HeaderMap::new(),
+            body(delay).as_bytes(),
+        );
+        assert_eq!(f.retry_after_ms, Some(MAX_SIGNAL_MS), "retryDelay {delay}");
+        assert!(f.retry_info);
+    }
+    // The header's cap is the same one.
+    let mut h = HeaderMap::new();
+    h.insert("retry-after", "864000000".parse().unwrap());
+    let f = error_facts(Dialect::Gemini, 429, &h, b"");
+    assert_eq!(f.retry_after_ms, Some(MAX_SIGNAL_MS));
+    // A delay under the cap is kept as sent.
+    let f = error_facts(
+        Dialect::Gemini,
+        429,
+        &HeaderMap::new(),
+        body("1.5s").as_bytes(),
+    );
+    assert_eq!(f.retry_after_ms, Some(1_500));
 }

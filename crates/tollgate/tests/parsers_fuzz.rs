@@ -114,6 +114,8 @@ proptest! {
             h.insert("retry-after", v);
         }
         let f = error_facts(d, status, &h, &b);
+        // Every provider-supplied wait (header or Gemini `retryDelay`) is capped (F6).
+        prop_assert!(f.retry_after_ms.is_none_or(|m| m <= MAX_SIGNAL_MS));
         let v = classify(d, &f);
         // 400 / 404 / 413 / 422 are never failed over unless they name a spend cap or a
         // bad credential (F3, F5).

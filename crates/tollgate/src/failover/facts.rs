@@ -2,7 +2,7 @@
 //! type / code / message fields of each dialect's error body, Gemini's `RetryInfo`,
 //! and the headers' retry hints and request id.
 
-use super::super::upstream::RateSignal;
+use super::super::upstream::{MAX_SIGNAL_MS, RateSignal};
 use http::HeaderMap;
 use serde_json::Value;
 use std::time::SystemTime;
@@ -65,7 +65,9 @@ pub fn error_facts(dialect: Dialect, status: u16, headers: &HeaderMap, body: &[u
                             .and_then(|s| s.strip_suffix('s'))
                             .and_then(|s| s.parse::<f64>().ok())
                             .filter(|s| s.is_finite() && *s >= 0.0)
-                            .map(|s| (s * 1000.0).ceil() as u64);
+                            // Capped like the `Retry-After` header (F6): a garbled or
+                            // hostile delay must not park a scope for days.
+                            .map(|s| ((s * 1000.0).ceil() as u64).min(MAX_SIGNAL_MS));
                     }
                 } else if ty.ends_with("ErrorInfo") {
                     f.error_code = f.error_code.take().or(text(d.get("reason")));
