@@ -22,7 +22,7 @@ use tollgate_core::{
 /// total) changes nothing and fails: the billing layer then fails closed (B5) instead
 /// of keeping a rounded amount. Limits (spend caps, budget limits) are only compared
 /// and may be any `i64`.
-pub const MAX_EXACT_MONEY: Money = (1 << 53) - 1;
+pub const MAX_EXACT_MONEY: Money = tollgate_core::MAX_STORABLE_MONEY;
 
 fn protocol(what: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Protocol, what)
