@@ -75,13 +75,15 @@ fn windows_each(name: &str, each: &str, op: &str) -> String {
     .concat()
 }
 
-/// The batch script: the window and billing settlements as local functions (each with
-/// its prelude inside, so every op starts from fresh state), then the dispatcher.
+/// The batch script: the window and billing settlements as local functions, then the
+/// dispatcher. The window prelude is pure functions, shared at the top; the billing
+/// prelude holds a per-call cache, so it sits inside its function (every op starts
+/// from fresh state).
 fn batch() -> String {
     [
         TIME,
-        "local function window_settle(KEYS, ARGV)\n",
         WINDOW_PRELUDE,
+        "local function window_settle(KEYS, ARGV)\n",
         WINDOW_SETTLE,
         "\nend\nlocal function billing_settle(KEYS, ARGV)\n",
         BILLING_PRELUDE,
