@@ -2140,13 +2140,48 @@ fn full_stack_config() -> String {
         )
 }
 
-/// Keys in the server and keys without an expiry, from `INFO keyspace`.
-fn key_counts(redis: &RedisServer) -> (u64, u64) {
+/// `INFO <section>` of `redis`, through `redis-cli` (the whole reply; the test
+/// harness's own `command` reads one line).
+fn info(redis: &RedisServer, section: &str) -> String {
     let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string(), "INFO", "keyspace"])
+        .args(["-p", &redis.port().to_string(), "INFO", section])
         .output()
         .expect("redis-cli (it comes with redis-server)");
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+/// `calls` of `command` in an `INFO commandstats` reply (0 when never called).
+fn calls(stats: &str, command: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Script calls (`EVALSHA` and `EVAL`) so far.
+fn script_calls(redis: &RedisServer) -> u64 {
+    let stats = info(redis, "commandstats");
+    calls(&stats, "evalsha") + calls(&stats, "eval")
+}
+
+/// `n` chat requests for key 0, one after the other, each answered 200 and read to
+/// the end.
+async fn chat_ok(client: &HttpClient, addr: SocketAddr, n: u64, stream: bool) {
+    for _ in 0..n {
+        let res = client
+            .request(chat(addr, 0, stream, &[]))
+            .await
+            .expect("request");
+        assert_eq!(res.status(), 200);
+        let _ = res.into_body().collect().await;
+    }
+}
+
+/// Keys in the server and keys without an expiry, from `INFO keyspace`.
+fn key_counts(redis: &RedisServer) -> (u64, u64) {
+    let text = info(redis, "keyspace");
     let field = |name: &str| -> u64 {
         text.lines()
             .filter_map(|l| l.split_once(':').map(|(_, v)| v))
@@ -2176,14 +2211,7 @@ fn d7_full_stack_redis_keys_do_not_grow_with_requests_served() {
         let client = http_client();
         let mut counts = Vec::new();
         for n in [50, 500] {
-            for _ in 0..n {
-                let res = client
-                    .request(chat(gw.addr, 0, n == 500, &[]))
-                    .await
-                    .expect("request");
-                assert_eq!(res.status(), 200);
-                let _ = res.into_body().collect().await;
-            }
+            chat_ok(&client, gw.addr, n, n == 500).await;
             // Settlements are off the response path.
             tokio::time::sleep(Duration::from_millis(300)).await;
             counts.push(key_counts(&redis));
@@ -2223,42 +2251,16 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
         let gw = instance(&full_stack_config(), &redis.url(), "gw-count", &fake).await;
         let client = http_client();
         // Warm-up: the script cache and the connection.
-        for _ in 0..5 {
-            let res = client
-                .request(chat(gw.addr, 0, false, &[]))
-                .await
-                .expect("warm-up");
-            assert_eq!(res.status(), 200);
-            let _ = res.into_body().collect().await;
-        }
+        chat_ok(&client, gw.addr, 5, false).await;
         // Settlements are off the response path: wait for them before counting.
         tokio::time::sleep(Duration::from_millis(200)).await;
         redis
             .command(&["CONFIG", "RESETSTAT"])
             .expect("CONFIG RESETSTAT");
-        for _ in 0..REQUESTS {
-            let res = client
-                .request(chat(gw.addr, 0, false, &[]))
-                .await
-                .expect("request");
-            assert_eq!(res.status(), 200);
-            let _ = res.into_body().collect().await;
-        }
+        chat_ok(&client, gw.addr, REQUESTS, false).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &redis.port().to_string(), "INFO", "commandstats"])
-            .output()
-            .expect("redis-cli (it comes with redis-server)");
-        let stats = String::from_utf8_lossy(&out.stdout).replace('\r', "");
-        let calls = |name: &str| -> u64 {
-            stats
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-                .and_then(|r| r.split(',').next())
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        let evalsha = calls("evalsha") + calls("eval");
+        let evalsha = script_calls(&redis);
+        let zrem = calls(&info(&redis, "commandstats"), "zrem");
         // Before the upstream call: a request whose answer the fake holds for 600 ms.
         redis
             .command(&["CONFIG", "RESETSTAT"])
@@ -2276,26 +2278,13 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &redis.port().to_string(), "INFO", "commandstats"])
-            .output()
-            .expect("redis-cli");
-        let during = String::from_utf8_lossy(&out.stdout).replace('\r', "");
-        let before_upstream: u64 = during
-            .lines()
-            .filter_map(|l| {
-                l.strip_prefix("cmdstat_evalsha:calls=")
-                    .or_else(|| l.strip_prefix("cmdstat_eval:calls="))
-            })
-            .filter_map(|r| r.split(',').next()?.trim().parse::<u64>().ok())
-            .sum();
+        let before_upstream = script_calls(&redis);
         assert_eq!(held.await.expect("held request"), 200);
         eprintln!("T3 full stack: {before_upstream} script calls before the upstream call");
         assert!(
             (2..=3).contains(&before_upstream),
             "{before_upstream} sequential store calls before the upstream call (T3: at most 3)"
         );
-        let zrem = calls("zrem");
         let per = |n: u64| n as f64 / REQUESTS as f64;
         // ZREM counts the lease releases and the ZREMs that scripts run inside the
         // server alike (commandstats does not tell them apart): printed, not bounded.

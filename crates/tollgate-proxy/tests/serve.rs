@@ -17,22 +17,7 @@ use tollgate_proxy::{Config, Gateway};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_loris_headers_are_cut_after_header_read_timeout() {
     let fake = FakeUpstream::start().await;
-    let config = Config::parse(&format!(
-        "[policies.open]\n[keys.a]\nkey = \"sk-a\"\npolicy = \"open\"\n{CHANNELS}"
-    ))
-    .unwrap();
-    let app = Gateway::new(config, MemoryStore::new())
-        .fake_upstream(fake.base_url())
-        .router()
-        .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(tollgate_proxy::serve::serve(
-        listener,
-        app,
-        Duration::from_millis(300),
-        std::future::pending(),
-    ));
+    let (addr, server) = served(&fake).await;
 
     let mut slow = TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")

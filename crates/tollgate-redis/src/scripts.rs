@@ -59,16 +59,16 @@ fn window(op: &str) -> String {
     [TIME, WINDOW_PRELUDE, op].concat()
 }
 
-/// A window operation run as a local function `name(KEYS, ARGV)` (its own KEYS and ARGV
-/// shadow the script's), followed by `op`, which calls it once per item.
-fn windows_each(name: &str, each: &str, op: &str) -> String {
+/// `op` after the window admission as a local function `admit(KEYS, ARGV)` (its own
+/// KEYS and ARGV shadow the script's), which `op` calls once per item; `lease`: with
+/// the lease helpers too.
+fn with_admit(lease: bool, op: &str) -> String {
     [
         TIME,
+        if lease { LEASE } else { "" },
         WINDOW_PRELUDE,
-        "local function ",
-        name,
-        "(KEYS, ARGV)\n",
-        each,
+        "local function admit(KEYS, ARGV)\n",
+        WINDOW_ADMIT,
         "\nend\n",
         op,
     ]
@@ -94,21 +94,17 @@ fn batch() -> String {
     .concat()
 }
 
-/// The channel script: window admission and the all-or-nothing loop as local
-/// functions, then the capacity lease.
+/// The channel script: the all-or-nothing loop as a local function too, then the
+/// capacity lease.
 fn admit_all_acquire() -> String {
-    [
-        TIME,
-        LEASE,
-        WINDOW_PRELUDE,
-        "local function admit(KEYS, ARGV)\n",
-        WINDOW_ADMIT,
-        "\nend\nlocal function admit_all(KEYS, ARGV)\n",
+    let op = [
+        "local function admit_all(KEYS, ARGV)\n",
         WINDOW_ADMIT_ALL,
         "\nend\n",
         ADMIT_ALL_ACQUIRE,
     ]
-    .concat()
+    .concat();
+    with_admit(true, &op)
 }
 
 fn billing(op: &str) -> String {
@@ -127,9 +123,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         billing(BILLING_ACCOUNT),
         billing(BILLING_SEED),
         billing(BILLING_CREDIT),
-        windows_each("admit", WINDOW_ADMIT, WINDOW_ADMIT_ALL),
+        with_admit(false, WINDOW_ADMIT_ALL),
         batch(),
-        [LEASE, &windows_each("admit", WINDOW_ADMIT, JOINT_ADMIT)].concat(),
+        with_admit(true, JOINT_ADMIT),
         admit_all_acquire(),
     ];
     Scripts {

@@ -77,6 +77,32 @@ impl Inner {
             .map_or(&self.breaker, |n| n.breaker_of(key))
     }
 
+    /// The variant of `script` this connection runs (see [`for_cluster`]).
+    fn script(&self, script: &'static Script) -> &'static Script {
+        if self.conn.is_cluster() {
+            for_cluster(script)
+        } else {
+            script
+        }
+    }
+
+    /// [`bounded`](Self::bounded), behind the breaker of `key`'s node: fails at once
+    /// while it is open, and tells it how the call went.
+    async fn guarded<T>(
+        &self,
+        start: Instant,
+        key: &[u8],
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> StoreResult<T> {
+        let breaker = self.breaker(key);
+        if let Some(e) = breaker.check() {
+            return Err(e);
+        }
+        let r = self.bounded(start, key, fut).await;
+        breaker.record(&r);
+        r
+    }
+
     /// Awaits one Redis call on `key` made at `start` under the store's deadline (see
     /// [`Liveness::bounded`]; on a Cluster, the liveness of the node owning `key`) and
     /// classifies its failure.
@@ -502,14 +528,9 @@ impl RedisStore {
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
             let key = first_key(&cmd);
-            let breaker = inner.breaker(&key);
-            if let Some(e) = breaker.check() {
-                return Err(e);
-            }
             let r = inner
-                .bounded(start, &key, cmd.query_async::<R>(&mut conn))
+                .guarded(start, &key, cmd.query_async::<R>(&mut conn))
                 .await;
-            breaker.record(&r);
             decode(r?)
         })
     }
@@ -547,11 +568,7 @@ impl RedisStore {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
-        let script = if self.inner.conn.is_cluster() {
-            for_cluster(script)
-        } else {
-            script
-        };
+        let script = self.inner.script(script);
         RedisStoreFuture::new(async move {
             let mut call = script.prepare_invoke();
             for k in &keys {
@@ -564,15 +581,10 @@ impl RedisStore {
                 call.arg(b.bytes());
             }
             let key = keys.first().map_or(&[][..], |k| k.as_bytes());
-            let breaker = inner.breaker(key);
-            if let Some(e) = breaker.check() {
-                return Err(e);
-            }
             // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
             let r = inner
-                .bounded(start, key, call.invoke_async::<R>(&mut conn))
+                .guarded(start, key, call.invoke_async::<R>(&mut conn))
                 .await;
-            breaker.record(&r);
             decode(r?)
         })
     }
@@ -702,11 +714,7 @@ impl RedisStore {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
-        let script = if self.inner.conn.is_cluster() {
-            for_cluster(&scripts().batch)
-        } else {
-            &scripts().batch
-        };
+        let script = self.inner.script(&scripts().batch);
         async move {
             let mut call = script.prepare_invoke();
             call.arg(ops.len());
@@ -723,17 +731,9 @@ impl RedisStore {
                 .first()
                 .and_then(|o| o.keys.first())
                 .map_or(&[][..], |k| k.as_bytes());
-            let breaker = inner.breaker(key);
-            let r = match breaker.check() {
-                Some(e) => Err(e),
-                None => {
-                    let r = inner
-                        .bounded(start, key, call.invoke_async::<redis::Value>(&mut conn))
-                        .await;
-                    breaker.record(&r);
-                    r
-                }
-            };
+            let r = inner
+                .guarded(start, key, call.invoke_async::<redis::Value>(&mut conn))
+                .await;
             match r {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
                     for (op, v) in ops.into_iter().zip(replies) {
@@ -756,7 +756,35 @@ impl RedisStore {
     }
 }
 
-/// Removes a lease whose acquisition was not seen through (see `acquire`).
+impl RedisStore {
+    /// `decided`, a call that may take lease `member` of `slots`: if it fails (a missed
+    /// deadline, a lost answer) or its caller goes away before the answer, it may still
+    /// run in Redis and take a lease nobody holds. The member name is known: it is
+    /// removed on the same (ordered) connection, off the caller's path, so such a lease
+    /// does not count until its TTL.
+    fn removing_late_lease<T: Send + 'static>(
+        &self,
+        slots: String,
+        member: String,
+        decided: RedisStoreFuture<T>,
+    ) -> RedisStoreFuture<T> {
+        let cleanup = LateLease {
+            armed: true,
+            slots,
+            member,
+            conn: self.inner.conn.clone(),
+        };
+        RedisStoreFuture::new(async move {
+            // Owned by the future: dropped with it, armed until the answer is in.
+            let mut cleanup = cleanup;
+            let r = decided.await;
+            cleanup.armed = r.is_err();
+            r
+        })
+    }
+}
+
+/// Removes a lease whose acquisition was not seen through (see `removing_late_lease`).
 struct LateLease {
     armed: bool,
     slots: String,
@@ -897,23 +925,7 @@ impl SlotStore for RedisStore {
                 )),
             },
         );
-        // A call that missed its deadline, or whose caller went away before the
-        // answer, may still run in Redis and take a lease nobody holds. The member
-        // name is known: remove it on the same (ordered) connection, off the caller's
-        // path, so such a lease does not count against the subject until its TTL.
-        let cleanup = LateLease {
-            armed: true,
-            slots: self.slots_key(key),
-            member: self.member(id),
-            conn: self.inner.conn.clone(),
-        };
-        RedisStoreFuture::new(async move {
-            // Owned by the future: dropped with it, armed until the answer is in.
-            let mut cleanup = cleanup;
-            let r = decided.await;
-            cleanup.armed = r.is_err();
-            r
-        })
+        self.removing_late_lease(self.slots_key(key), self.member(id), decided)
     }
 
     fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
@@ -1173,19 +1185,7 @@ impl tollgate_core::JointStore for RedisStore {
         let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
             joint_decision(r, id, asked.as_ref())
         });
-        // As `acquire`: a lease taken by a call whose answer was lost is removed.
-        let cleanup = LateLease {
-            armed: true,
-            slots,
-            member: self.member(id),
-            conn: self.inner.conn.clone(),
-        };
-        RedisStoreFuture::new(async move {
-            let mut cleanup = cleanup;
-            let r = decided.await;
-            cleanup.armed = r.is_err();
-            r
-        })
+        self.removing_late_lease(slots, self.member(id), decided)
     }
 }
 
@@ -1316,19 +1316,7 @@ impl tollgate_core::ChannelStore for RedisStore {
                 Ok((joint_reply(windows, &owned, 0)?, take))
             },
         );
-        // As `acquire`: a lease taken by a call whose answer was lost is removed.
-        let cleanup = LateLease {
-            armed: true,
-            slots: leases,
-            member: self.member(id),
-            conn: self.inner.conn.clone(),
-        };
-        RedisStoreFuture::new(async move {
-            let mut cleanup = cleanup;
-            let r = decided.await;
-            cleanup.armed = r.is_err();
-            r
-        })
+        self.removing_late_lease(leases, self.member(id), decided)
     }
 }
 

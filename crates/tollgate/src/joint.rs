@@ -189,6 +189,20 @@ impl Drop for Prefetch {
 pub(crate) struct Prefetched(Arc<Prefetch>, bool);
 
 impl Prefetched {
+    /// What a windows-and-capacity decision on `channel` learnt: `None` when the
+    /// capacity was not asked.
+    pub(crate) fn of(
+        channel: Arc<str>,
+        take: tollgate_core::CapacityTake,
+        release: Arc<ReleaseChannel>,
+    ) -> Option<Self> {
+        match take {
+            tollgate_core::CapacityTake::Taken(lease) => Some(Self::taken(channel, lease, release)),
+            tollgate_core::CapacityTake::Full => Some(Self::full(channel, release)),
+            tollgate_core::CapacityTake::NotAsked => None,
+        }
+    }
+
     /// A lease taken on `channel`.
     pub(crate) fn taken(channel: Arc<str>, lease: LeaseId, release: Arc<ReleaseChannel>) -> Self {
         Self(

@@ -6,8 +6,7 @@
 mod common;
 
 use common::*;
-use http::{Request, Response};
-use std::convert::Infallible;
+use http::Request;
 use std::future::Ready;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +18,7 @@ use tollgate::core::{
 };
 use tollgate::time::TokioClock;
 use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 
 /// The in-memory store, counting how each slot was decided.
 #[derive(Clone)]
@@ -88,28 +87,6 @@ impl JointStore for Counting {
         self.joint.fetch_add(1, Ordering::SeqCst);
         self.inner.acquire_and_admit(slot, window)
     }
-}
-
-type Senders = Arc<
-    std::sync::Mutex<
-        Vec<tokio::sync::mpsc::UnboundedSender<Result<http_body::Frame<bytes::Bytes>, Infallible>>>,
-    >,
->;
-
-/// An inner service answering with a body the test ends by dropping the sender.
-fn streaming() -> (
-    impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible, Future = impl Send>
-    + Clone,
-    Senders,
-) {
-    let senders: Senders = Arc::default();
-    let s2 = senders.clone();
-    let svc = tower::service_fn(move |_r: Request<()>| {
-        let (tx, body) = stream_body();
-        s2.lock().unwrap().push(tx);
-        async move { Ok::<_, Infallible>(Response::new(body)) }
-    });
-    (svc, senders)
 }
 
 fn policy() -> Policy {

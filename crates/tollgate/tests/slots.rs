@@ -4,7 +4,6 @@ mod common;
 
 use common::*;
 use http::{Request, Response};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,28 +21,6 @@ fn store() -> Store {
 
 fn key(n: u32) -> Subject {
     subject("k", Policy::default().with_concurrency(n))
-}
-
-type Senders = Arc<
-    std::sync::Mutex<
-        Vec<tokio::sync::mpsc::UnboundedSender<Result<http_body::Frame<bytes::Bytes>, Infallible>>>,
-    >,
->;
-
-/// An inner service answering with a body the test ends by dropping the sender.
-fn streaming() -> (
-    impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible, Future = impl Send>
-    + Clone,
-    Senders,
-) {
-    let senders: Senders = Arc::default();
-    let s2 = senders.clone();
-    let svc = tower::service_fn(move |_r: Request<()>| {
-        let (tx, body) = stream_body();
-        s2.lock().unwrap().push(tx);
-        async move { Ok::<_, Infallible>(Response::new(body)) }
-    });
-    (svc, senders)
 }
 
 #[tokio::test(start_paused = true)]

@@ -299,13 +299,7 @@ impl<P: super::JointStore, C: Clock> super::JointStore for LocalFallback<P, C> {
             (
                 self.local.clone(),
                 slot.clone(),
-                window.map(|w| {
-                    (
-                        w.scope,
-                        Arc::new(divide(w.policy, self.instances)),
-                        *w.demand,
-                    )
-                }),
+                window.map(|w| (w.scope, w.policy.clone(), *w.demand)),
                 self.instances,
                 self.decisions.clone(),
             )
@@ -315,6 +309,11 @@ impl<P: super::JointStore, C: Clock> super::JointStore for LocalFallback<P, C> {
                 (Err(_), Some((local, mut slot, window, n, count))) => {
                     count.fetch_add(1, Ordering::Relaxed);
                     slot.limit = share(u64::from(slot.limit), n) as u32;
+                    // Divided only now: the usual case (the shared store answers) pays
+                    // nothing for the fallback.
+                    let window = window.map(|(scope, policy, demand)| {
+                        (scope, Arc::new(divide(&policy, n)), demand)
+                    });
                     let w = window
                         .as_ref()
                         .map(|(scope, policy, demand)| super::WindowAsk {

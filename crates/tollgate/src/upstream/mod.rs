@@ -478,34 +478,13 @@ async fn admit<St: WindowStore, C: Clock>(
             drop_from(&mut kept, i);
             continue;
         }
-        let join = shared
-            .capacity
-            .as_ref()
-            .filter(|_| !c.is_unlimited())
-            .map(|j| (j, c.capacity));
-        match reserve(
-            &shared.store,
-            &scopes,
-            estimate,
-            join.map(|(j, n)| (&*j.join, &*c.name, n)),
-        )
-        .await
-        {
+        let join = shared.capacity.as_ref().filter(|_| !c.is_unlimited());
+        let with_capacity = join.map(|j| (&*j.join, &*c.name, c.capacity));
+        match reserve(&shared.store, &scopes, estimate, with_capacity).await {
             Ok(Ok((held, take))) => {
-                if let Some((j, _)) = join {
-                    prefetched = match take {
-                        CapacityTake::Taken(lease) => Some(crate::joint::Prefetched::taken(
-                            c.name.clone(),
-                            lease,
-                            j.release.clone(),
-                        )),
-                        CapacityTake::Full => Some(crate::joint::Prefetched::full(
-                            c.name.clone(),
-                            j.release.clone(),
-                        )),
-                        CapacityTake::NotAsked => None,
-                    };
-                }
+                prefetched = join.and_then(|j| {
+                    crate::joint::Prefetched::of(c.name.clone(), take, j.release.clone())
+                });
                 reserved = Some((c.name.clone(), held, scopes.dialect));
                 keep(&mut kept, c);
             }

@@ -19,6 +19,30 @@ use tollgate::core::{
     StoreError, StoreErrorKind, StoreResult, Subject, SubjectKey, WindowStore, WindowTicket,
 };
 
+/// The senders of the bodies [`streaming`] answered with, one per request.
+pub type Senders =
+    std::sync::Arc<std::sync::Mutex<Vec<mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>>>>;
+
+/// An inner service answering with a body the test ends by dropping the sender.
+pub fn streaming() -> (
+    impl tower::Service<
+        Request<()>,
+        Response = Response<TestBody>,
+        Error = Infallible,
+        Future = impl Send,
+    > + Clone,
+    Senders,
+) {
+    let senders: Senders = Senders::default();
+    let s2 = senders.clone();
+    let svc = tower::service_fn(move |_r: Request<()>| {
+        let (tx, body) = stream_body();
+        s2.lock().unwrap().push(tx);
+        async move { Ok::<_, Infallible>(Response::new(body)) }
+    });
+    (svc, senders)
+}
+
 /// A streamed body fed by the test.
 pub type TestBody = StreamBody<tokio_stream_shim::Rx>;
 
