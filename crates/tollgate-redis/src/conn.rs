@@ -18,7 +18,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{StoreError, StoreErrorKind, StoreResult};
@@ -112,56 +112,96 @@ pub(crate) fn says_cluster(info: &str) -> bool {
 }
 
 /// Fail fast while Redis is known to be down (D4, T5): after a connection error, or
-/// after [`Breaker::TRIP_AFTER`] timeouts in a row, calls fail at once for
-/// [`Breaker::OPEN_FOR`] instead of each waiting out its deadline — a request crosses
-/// up to three layers, and each would otherwise pay the deadline again. When the
-/// period ends the next calls probe Redis; one success closes the breaker.
+/// after [`Breaker::TRIP_AFTER`] silent timeouts in a row, calls fail at once instead
+/// of each waiting out its deadline — a request crosses up to three layers, and each
+/// would otherwise pay the deadline again. While open, one call at a time goes through
+/// as a probe, [`Breaker::PROBE_GAP`] after the last probe ended (so a request whose
+/// first call was a probe fails its next ones fast: one deadline per request at most).
+/// Any answer closes the breaker: a probe's, or a late one to a call made before it
+/// opened. A Redis that is only busy — it fell behind for a moment on a loaded host —
+/// is back within one probe, not after a fixed penalty that would fail every request
+/// in between.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     origin: std::time::Instant,
-    /// Microseconds since `origin` until which calls fail fast.
-    open_until: AtomicU64,
+    open: AtomicBool,
     consecutive: std::sync::atomic::AtomicU32,
+    probing: AtomicBool,
+    /// Microseconds since `origin` from which the next probe may go.
+    next_probe_us: AtomicU64,
+}
+
+/// A call let through by [`Breaker::check`]; a probe frees the next probe's turn when
+/// it ends, whether it was answered, failed or dropped.
+pub(crate) struct Pass<'a> {
+    probe: Option<&'a Breaker>,
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.probe {
+            let next = b.now_us() + Breaker::PROBE_GAP.as_micros() as u64;
+            b.next_probe_us.store(next, Ordering::Relaxed);
+            b.probing.store(false, Ordering::Release);
+        }
+    }
 }
 
 impl Breaker {
     const TRIP_AFTER: u32 = 3;
-    const OPEN_FOR: Duration = Duration::from_millis(200);
+    const PROBE_GAP: Duration = Duration::from_millis(10);
 
     pub(crate) fn new() -> Self {
         Self {
             origin: std::time::Instant::now(),
-            open_until: AtomicU64::new(0),
+            open: AtomicBool::new(false),
             consecutive: std::sync::atomic::AtomicU32::new(0),
+            probing: AtomicBool::new(false),
+            next_probe_us: AtomicU64::new(0),
         }
     }
     fn now_us(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
-    /// `Some(error)` while open.
-    pub(crate) fn check(&self) -> Option<StoreError> {
-        (self.now_us() < self.open_until.load(Ordering::Relaxed)).then(|| {
-            StoreError::new(
-                StoreErrorKind::Unavailable,
-                "redis is down (failing fast until the next probe)",
-            )
-        })
+    /// Lets a call through (closed, or its turn to probe), or the error to fail with.
+    pub(crate) fn check(&self) -> Result<Pass<'_>, StoreError> {
+        if !self.open.load(Ordering::Relaxed) {
+            return Ok(Pass { probe: None });
+        }
+        let due = self.now_us() >= self.next_probe_us.load(Ordering::Relaxed);
+        if due
+            && self
+                .probing
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Ok(Pass { probe: Some(self) });
+        }
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "redis is down (failing fast until a probe is answered)",
+        ))
     }
     pub(crate) fn record<T>(&self, r: &StoreResult<T>) {
-        match r {
-            Ok(_) => self.consecutive.store(0, Ordering::Relaxed),
-            Err(e) => {
-                let n = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-                let trip = match e.kind() {
-                    StoreErrorKind::Unavailable => true,
-                    StoreErrorKind::Timeout => n >= Self::TRIP_AFTER,
-                    StoreErrorKind::Protocol => false,
-                };
-                if trip {
-                    let until = self.now_us() + Self::OPEN_FOR.as_micros() as u64;
-                    self.open_until.fetch_max(until, Ordering::Relaxed);
+        let trip = match r {
+            // An answer, or a reply of a live server (a script error): Redis is there.
+            Ok(_) => false,
+            Err(e) => match e.kind() {
+                StoreErrorKind::Protocol => false,
+                StoreErrorKind::Unavailable => true,
+                StoreErrorKind::Timeout => {
+                    self.consecutive.fetch_add(1, Ordering::Relaxed) + 1 >= Self::TRIP_AFTER
                 }
+            },
+        };
+        if trip {
+            if !self.open.swap(true, Ordering::Relaxed) {
+                let next = self.now_us() + Self::PROBE_GAP.as_micros() as u64;
+                self.next_probe_us.fetch_max(next, Ordering::Relaxed);
             }
+        } else if !matches!(r, Err(e) if e.kind() == StoreErrorKind::Timeout) {
+            self.consecutive.store(0, Ordering::Relaxed);
+            self.open.store(false, Ordering::Relaxed);
         }
     }
 }
@@ -289,6 +329,10 @@ pub(crate) fn watch_topology(
     });
 }
 
+/// Runtime turns a call whose deadline passed gives the connection's reader task
+/// before judging Redis silent (see [`Liveness::bounded`]).
+const SETTLE_TURNS: usize = 3;
+
 /// When Redis last answered anything, shared by every call of a store.
 #[derive(Debug)]
 pub(crate) struct Liveness {
@@ -344,16 +388,32 @@ impl Liveness {
     {
         let hard = start + busy_limit.max(deadline);
         let mut until = start + deadline;
+        let mut watched_again = false;
         tokio::pin!(fut);
         loop {
-            match tokio::time::timeout_at(until.min(hard), &mut fut).await {
-                Ok(r) => {
-                    if r.as_ref().map_or_else(is_reply, |_| true) {
-                        self.replied();
-                    }
-                    return Ok(r);
-                }
+            let due = until.min(hard);
+            match tokio::time::timeout_at(due, &mut fut).await {
+                Ok(r) => return Ok(self.answered(r)),
                 Err(_) => {
+                    // A busy host, not a silent Redis: when this process is behind (its
+                    // timer fired late, or its run queue is long), the reply may be
+                    // sitting unread in the socket, its reader task queued behind this
+                    // one. Let the runtime poll its I/O and run that task first, and
+                    // time how long a turn takes.
+                    let fired = Instant::now();
+                    let mut behind = fired.saturating_duration_since(due) >= deadline / 4;
+                    for _ in 0..SETTLE_TURNS {
+                        let turn = Instant::now();
+                        tokio::task::yield_now().await;
+                        behind |= turn.elapsed() >= deadline / 8;
+                        let polled = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(fut.as_mut().poll(cx))
+                        })
+                        .await;
+                        if let std::task::Poll::Ready(r) = polled {
+                            return Ok(self.answered(r));
+                        }
+                    }
                     let now = Instant::now();
                     if now >= hard {
                         return Err(GaveUp::Busy);
@@ -362,11 +422,31 @@ impl Liveness {
                     let heard = self.last_reply().filter(|&t| t > start);
                     match heard.map(|t| t + deadline) {
                         Some(next) if next > now => until = next,
+                        // Silence is only what was watched: while this process is behind,
+                        // Redis may have answered long ago. The call watches once more,
+                        // for one deadline, and is judged again — once only, so a stalled
+                        // Redis on a loaded host costs a call two deadlines at most. An
+                        // idle runtime takes a turn in microseconds and its timers are
+                        // late by well under a quarter of any deadline: there a stalled
+                        // Redis fails the call at the deadline.
+                        _ if behind && !watched_again => {
+                            watched_again = true;
+                            until = now + deadline;
+                        }
                         _ => return Err(GaveUp::Silent),
                     }
                 }
             }
         }
+    }
+
+    /// Notes a sign of life in `r` (an answer or a server error, not a broken
+    /// connection) and passes it on.
+    fn answered<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if r.as_ref().map_or_else(is_reply, |_| true) {
+            self.replied();
+        }
+        r
     }
 }
 
@@ -450,6 +530,55 @@ mod tests {
         assert!(!says_cluster(""));
     }
 
+    fn timed_out() -> StoreResult<()> {
+        Err(StoreError::new(StoreErrorKind::Timeout, "no answer"))
+    }
+
+    #[test]
+    fn d4_the_breaker_opens_after_silent_timeouts_and_probes_one_call_at_a_time() {
+        let b = Breaker::new();
+        for _ in 0..Breaker::TRIP_AFTER - 1 {
+            b.record(&timed_out());
+            assert!(
+                b.check().is_ok(),
+                "closed before the third timeout in a row"
+            );
+        }
+        b.record(&timed_out());
+        let e = b.check().err().expect("open");
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable);
+        std::thread::sleep(Breaker::PROBE_GAP + Duration::from_millis(2));
+        let probe = b.check().expect("the probe's turn");
+        assert!(b.check().is_err(), "one probe at a time");
+        b.record(&timed_out());
+        drop(probe);
+        assert!(b.check().is_err(), "the next probe waits its gap");
+        std::thread::sleep(Breaker::PROBE_GAP + Duration::from_millis(2));
+        let probe = b.check().expect("the next probe's turn");
+        b.record(&Ok(()));
+        drop(probe);
+        assert!(
+            b.check().is_ok() && b.check().is_ok(),
+            "an answer closed it"
+        );
+    }
+
+    #[test]
+    fn d4_a_late_answer_closes_the_breaker_and_a_refused_connection_opens_it() {
+        let b = Breaker::new();
+        b.record::<()>(&Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "refused",
+        )));
+        assert!(b.check().is_err(), "a connection error opens it at once");
+        // An answer to a call made before it opened: Redis is there again.
+        b.record(&Ok(()));
+        assert!(b.check().is_ok());
+        // A server error is a reply too: it neither opens nor keeps it open.
+        b.record::<()>(&Err(StoreError::new(StoreErrorKind::Protocol, "ERR")));
+        assert!(b.check().is_ok());
+    }
+
     async fn never() -> redis::RedisResult<()> {
         std::future::pending().await
     }
@@ -515,6 +644,84 @@ mod tests {
         assert!(
             waited >= Duration::from_millis(55) && waited <= Duration::from_millis(65),
             "{waited:?}"
+        );
+    }
+
+    /// Blocks the runtime's only thread for `ms` (as a busy host does to a gateway
+    /// that is not scheduled), then wakes `after`.
+    fn starve(ms: u64, after: std::sync::Arc<tokio::sync::Notify>) {
+        tokio::spawn(async move {
+            std::thread::sleep(Duration::from_millis(ms));
+            after.notify_one();
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn d8_a_reply_read_in_the_deadlines_own_turn_is_taken_not_failed() {
+        // The reply is in by the deadline, but the task that reads it runs a turn after
+        // this call's timer (as a connection's reader task queued behind it).
+        let l = Liveness::new();
+        let start = Instant::now();
+        let (tx, rx) = tokio::sync::oneshot::channel::<redis::RedisResult<u8>>();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(start + Duration::from_millis(20)).await;
+            tokio::task::yield_now().await;
+            let _ = tx.send(Ok(1));
+        });
+        let r = l
+            .bounded(
+                start,
+                Duration::from_millis(20),
+                Duration::from_secs(1),
+                async { rx.await.expect("sent") },
+            )
+            .await;
+        assert_eq!(r.map(|r| r.ok()), Ok(Some(1)));
+        assert_eq!(start.elapsed(), Duration::from_millis(20));
+    }
+
+    #[tokio::test]
+    async fn d8_time_the_gateway_did_not_run_is_not_counted_as_silence() {
+        // Redis answers 5 ms after the gateway runs again; the gateway did not run
+        // from the start until 60 ms, so it watched Redis for 5 ms, not 20.
+        let l = Liveness::new();
+        let woke = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (tx, rx) = tokio::sync::oneshot::channel::<redis::RedisResult<u8>>();
+        let redis = woke.clone();
+        tokio::spawn(async move {
+            redis.notified().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let _ = tx.send(Ok(2));
+        });
+        starve(60, woke);
+        let start = Instant::now();
+        let r = l
+            .bounded(
+                start,
+                Duration::from_millis(20),
+                Duration::from_secs(1),
+                async { rx.await.expect("sent") },
+            )
+            .await;
+        assert_eq!(r.map(|r| r.ok()), Ok(Some(2)));
+        // A Redis that stays silent once the gateway runs again still fails the call,
+        // one deadline of watching later (and well within the busy limit).
+        let woke = std::sync::Arc::new(tokio::sync::Notify::new());
+        starve(60, woke);
+        let start = Instant::now();
+        let r = l
+            .bounded(
+                start,
+                Duration::from_millis(20),
+                Duration::from_secs(1),
+                never(),
+            )
+            .await;
+        assert_eq!(r.err(), Some(GaveUp::Silent));
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
         );
     }
 

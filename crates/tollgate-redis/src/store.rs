@@ -95,11 +95,10 @@ impl Inner {
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> StoreResult<T> {
         let breaker = self.breaker(key);
-        if let Some(e) = breaker.check() {
-            return Err(e);
-        }
+        let pass = breaker.check()?;
         let r = self.bounded(start, key, fut).await;
         breaker.record(&r);
+        drop(pass);
         r
     }
 
