@@ -256,7 +256,11 @@ async fn watch<B>(
             }
             match st.waiting_since {
                 Some(t) => (t + s.limits.stall).min(end_of_life),
-                None => end_of_life,
+                // The client is waiting for the body: look again in a quarter of the
+                // stall timeout (the body cannot tell the watcher when a frame goes
+                // out without a wake-up per frame). A wait that starts meanwhile
+                // carries its own start, so the cut still comes `stall` after it.
+                None => (Instant::now() + s.limits.stall / 4).min(end_of_life),
             }
         };
         drop(s);
@@ -470,6 +474,30 @@ mod tests {
         let mut b = b;
         assert!(b.frame().await.is_none(), "the end passes through");
         assert!(released.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn i14_3_a_stall_after_a_long_wait_for_the_upstream_is_cut_on_time() {
+        let (tx, b, released) = fed();
+        // The client waits 100 s for the upstream's first frame, takes it, then
+        // reads nothing more.
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            tx.send(Bytes::from_static(b"a")).await.unwrap();
+            tx
+        });
+        let mut b = b;
+        assert!(b.frame().await.unwrap().is_ok());
+        let taken = Instant::now();
+        let _tx = feeder.await.unwrap();
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert!(!released.load(Ordering::SeqCst), "held before 60 s unread");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            released.load(Ordering::SeqCst),
+            "cut 60 s after the frame taken at {:?}",
+            taken
+        );
     }
 
     #[tokio::test(start_paused = true)]
