@@ -300,3 +300,39 @@ async fn i14_3_an_http2_stream_left_unread_releases_and_its_connection_closes() 
         .expect("connection task");
     drop(body);
 }
+
+#[test]
+fn i14_3_serving_bounds_default_sanely_and_bad_ones_name_their_line() {
+    let c = Config::parse(CHANNELS).unwrap();
+    let o = ServeOptions::from(&c.raw.server);
+    assert_eq!(c.raw.server.stall_timeout.0, Duration::from_secs(60));
+    assert_eq!(
+        c.raw.server.max_response_lifetime.0,
+        Duration::from_secs(1800)
+    );
+    assert_eq!(o.max_connections, 4096);
+    assert_eq!(o.h2_idle_timeout, Duration::from_secs(120));
+    for (line, reason) in [
+        (
+            "stall_timeout = \"0s\"",
+            "server.stall_timeout must be between 1ms and 24h",
+        ),
+        (
+            "max_response_lifetime = \"30d\"",
+            "server.max_response_lifetime must be between 1ms and 7d",
+        ),
+        (
+            "h2_idle_timeout = \"0ms\"",
+            "server.h2_idle_timeout must be between 1ms and 24h",
+        ),
+        (
+            "max_connections = 0",
+            "server.max_connections must be between 1 and 16777216",
+        ),
+    ] {
+        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{line}\n{CHANNELS}");
+        let e = Config::parse(&text).unwrap_err();
+        assert_eq!(e.reason, reason, "{line}");
+        assert_eq!(e.line, Some(3), "{line}: {e}");
+    }
+}
