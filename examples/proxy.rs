@@ -202,7 +202,7 @@ where
     } else {
         None
     };
-    let header_read_timeout = gateway.config().raw.server.header_read_timeout.0;
+    let serving = tollgate_proxy::serve::ServeOptions::from(&gateway.config().raw.server);
     let app = gateway.build().await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -214,7 +214,7 @@ where
              -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'"
         );
     }
-    tollgate_proxy::serve::serve(listener, app, header_read_timeout, async {
+    tollgate_proxy::serve::serve_with(listener, app, serving, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;

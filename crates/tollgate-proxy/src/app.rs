@@ -252,9 +252,12 @@ where
             slots
         };
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
+        // Outermost: a response the client stops reading is cut on a timer (L3).
+        let stall = crate::stall::StallLayer::new(self.config.raw.server.stall_limits());
         let api = if self.limits {
             api_routes(
                 ServiceBuilder::new()
+                    .layer(stall)
                     .layer(ErrorMappingLayer::new())
                     .layer(auth)
                     .layer(prepare)
@@ -286,6 +289,7 @@ where
         } else {
             api_routes(
                 ServiceBuilder::new()
+                    .layer(stall)
                     .layer(ErrorMappingLayer::new())
                     .layer(auth)
                     .layer(prepare)

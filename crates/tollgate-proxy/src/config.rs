@@ -359,6 +359,59 @@ pub struct ServerConfig {
     pub admin_token_env: Option<String>,
     /// The admin token itself (demo and tests only; prefer `admin_token_env`).
     pub admin_token: Option<String>,
+    /// Longest time a client may leave a response unread (the gateway has a frame
+    /// for it and the client takes none): the response is then cut and everything
+    /// held for it released or settled as for a client that went away (L3), default
+    /// 60 s.
+    pub stall_timeout: Span,
+    /// Longest life of a response body, read or not, default 30 min.
+    pub max_response_lifetime: Span,
+    /// Most connections served at once; beyond it the gateway stops accepting (new
+    /// connections wait in the listen backlog) until one closes, default 4096.
+    pub max_connections: usize,
+    /// An HTTP/2 connection with no open stream this long is closed (GOAWAY),
+    /// default 120 s. (An idle HTTP/1 connection is closed by `header_read_timeout`.)
+    pub h2_idle_timeout: Span,
+}
+
+impl ServerConfig {
+    /// The stall and lifetime bounds of proxied responses.
+    pub fn stall_limits(&self) -> crate::stall::StallLimits {
+        crate::stall::StallLimits {
+            stall: self.stall_timeout.0,
+            lifetime: self.max_response_lifetime.0,
+        }
+    }
+
+    /// The first bad serving bound: its key and why.
+    fn check(&self) -> Option<(&'static str, String)> {
+        let day = Duration::from_secs(24 * 3600);
+        let spans = [
+            ("stall_timeout", self.stall_timeout, day, "24h"),
+            (
+                "max_response_lifetime",
+                self.max_response_lifetime,
+                7 * day,
+                "7d",
+            ),
+            ("h2_idle_timeout", self.h2_idle_timeout, day, "24h"),
+        ];
+        for (key, Span(d), most, written) in spans {
+            if d.is_zero() || d > most {
+                return Some((
+                    key,
+                    format!("server.{key} must be between 1ms and {written}"),
+                ));
+            }
+        }
+        if self.max_connections == 0 || self.max_connections > 1 << 24 {
+            return Some((
+                "max_connections",
+                "server.max_connections must be between 1 and 16777216".into(),
+            ));
+        }
+        None
+    }
 }
 
 impl Default for ServerConfig {
@@ -373,6 +426,10 @@ impl Default for ServerConfig {
             usage_log: None,
             admin_token_env: None,
             admin_token: None,
+            stall_timeout: Span(Duration::from_secs(60)),
+            max_response_lifetime: Span(Duration::from_secs(30 * 60)),
+            max_connections: 4096,
+            h2_idle_timeout: Span(Duration::from_secs(120)),
         }
     }
 }
@@ -660,6 +717,10 @@ impl fmt::Debug for ServerConfig {
             .field("usage_log", &self.usage_log)
             .field("admin_token_env", &self.admin_token_env)
             .field("admin_token", &redact(&self.admin_token))
+            .field("stall_timeout", &self.stall_timeout)
+            .field("max_response_lifetime", &self.max_response_lifetime)
+            .field("max_connections", &self.max_connections)
+            .field("h2_idle_timeout", &self.h2_idle_timeout)
             .finish()
     }
 }
@@ -791,6 +852,9 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         if bad {
             return Err(err(find_key(text, key), reason.into()));
         }
+    }
+    if let Some((key, reason)) = raw.server.check() {
+        return Err(err(find_key(text, key), reason));
     }
     if raw.queue.default_deadline.is_some_and(|d| d.0 > too_long) {
         return Err(err(

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod prepare;
 pub mod serve;
 pub mod sink;
+pub mod stall;
 pub mod store;
 pub mod stream_gate;
 

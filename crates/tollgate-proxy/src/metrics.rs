@@ -13,6 +13,9 @@
 //! | `tollgate_billing_settlement_failures_total` | counter | — (settlements or refunds the store could not take, queued for retries, B7) |
 //! | `tollgate_billing_settlement_retries_total` | counter | — (retries sent) |
 //! | `tollgate_billing_record_missing_total` | counter | — (requests refused with 50303: a configured tenant's record is missing, B7) |
+//! | `tollgate_connections_open` | gauge | `listener` (connections served now, at most `server.max_connections`; see [`crate::serve`]) |
+//! | `tollgate_connections_waited_total` | counter | `listener` (connections that found the cap reached and waited to be served) |
+//! | `tollgate_responses_cut_total` | counter | `reason` (stalled / lifetime: responses cut by [`crate::stall`]) |
 //!
 //! One recorder per process: the first gateway installs it, later ones share it.
 
