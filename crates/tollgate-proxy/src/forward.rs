@@ -353,7 +353,9 @@ impl Service<Request<Full<Bytes>>> for Forward {
             let (mut rparts, incoming) = res.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
             // The gateway's own headers are the gateway's: a provider cannot set them.
-            retain(&mut rparts.headers, |n| !n.as_str().starts_with(GATEWAY_PREFIX));
+            retain(&mut rparts.headers, |n| {
+                !n.as_str().starts_with(GATEWAY_PREFIX)
+            });
             // The answer carries the gateway's request id (E3); the provider's (OpenAI's
             // `x-request-id`, Anthropic's `request-id`) is kept for support under its
             // own name.

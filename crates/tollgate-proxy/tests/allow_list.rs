@@ -159,16 +159,13 @@ async fn i14_1_forbidden_request_headers_never_reach_upstream() {
         assert!(id.starts_with("tg-"), "the gateway's request id: {id}");
         if matches!(rec.route, Route::StreamGenerateContent) {
             assert!(
-                rec.path_and_query.ends_with(":streamGenerateContent?alt=sse"),
+                rec.path_and_query
+                    .ends_with(":streamGenerateContent?alt=sse"),
                 "only alt is kept: {}",
                 rec.path_and_query
             );
         } else {
-            assert!(
-                !rec.path_and_query.contains('?'),
-                "{}",
-                rec.path_and_query
-            );
+            assert!(!rec.path_and_query.contains('?'), "{}", rec.path_and_query);
         }
     }
 }
@@ -226,7 +223,10 @@ async fn i14_1_vendor_header_lists_come_from_config() {
         header_of(&configured, Route::ChatCompletions, "openai-beta").as_deref(),
         Some("assistants=v2")
     );
-    assert_eq!(header_of(&configured, Route::Messages, "anthropic-beta"), None);
+    assert_eq!(
+        header_of(&configured, Route::Messages, "anthropic-beta"),
+        None
+    );
     assert_eq!(
         header_of(&configured, Route::Messages, "anthropic-version").as_deref(),
         Some("2023-06-01")
@@ -255,7 +255,12 @@ async fn i14_1_provider_cookie_and_server_headers_never_reach_the_client() {
     )
     .await;
     assert_eq!(direct.status, 200);
-    for h in ["set-cookie", "server", "openai-organization", "x-request-id"] {
+    for h in [
+        "set-cookie",
+        "server",
+        "openai-organization",
+        "x-request-id",
+    ] {
         assert!(direct.header(h).is_some(), "the fake sends {h}: {direct:?}");
     }
     let direct = send(
@@ -353,12 +358,16 @@ fn i14_1_forwarding_config_refuses_headers_that_may_never_pass() {
         ("anthropic_headers", "x-tollgate-task", "gateway control"),
         ("openai_headers", "not a header", "not a valid header name"),
     ] {
-        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n\n[forwarding]\n{key} = [\"{name}\"]\n");
+        let text =
+            format!("[server]\nlisten = \"127.0.0.1:0\"\n\n[forwarding]\n{key} = [\"{name}\"]\n");
         let err = Config::parse(&text).expect_err(name);
         assert_eq!(err.line, Some(5), "{name}: {err}");
         assert!(err.reason.contains(why), "{name}: {err}");
     }
     let ok = Config::parse("[forwarding]\nopenai_headers = [\"OpenAI-Beta\"]\n").unwrap();
-    assert_eq!(ok.raw.forwarding.openai_headers[0].0.as_str(), "openai-beta");
+    assert_eq!(
+        ok.raw.forwarding.openai_headers[0].0.as_str(),
+        "openai-beta"
+    );
     assert!(!ok.raw.forwarding.provider_rate_limit_headers);
 }

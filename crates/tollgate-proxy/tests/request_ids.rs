@@ -32,8 +32,7 @@ policy = "open"
 }
 
 fn usage_log(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("tollgate-rid-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tollgate-rid-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);
@@ -61,7 +60,10 @@ async fn wait_records(log: &Path, n: usize) -> Vec<Value> {
 async fn i14_6_a_huge_client_request_id_is_not_forwarded_nor_the_idempotency_key() {
     let log = usage_log("huge");
     let p = Proxy::start(&config(&log)).await;
-    let huge: String = "rid-".chars().chain(('a'..='z').cycle().take(10_236)).collect();
+    let huge: String = "rid-"
+        .chars()
+        .chain(('a'..='z').cycle().take(10_236))
+        .collect();
     assert_eq!(huge.len(), 10_240);
     for (i, d) in DIALECTS.into_iter().enumerate() {
         let r = send(p.addr, &ask(d, CLIENT, false).header("x-request-id", &huge)).await;
@@ -79,7 +81,10 @@ async fn i14_6_a_huge_client_request_id_is_not_forwarded_nor_the_idempotency_key
             .map(|v| v.to_str().unwrap())
             .collect();
         assert_eq!(upstream, [ours.as_str()], "{d:?}: the id sent upstream");
-        assert!(!s.saw_anywhere(&huge[..64]), "the client's id reached the fake");
+        assert!(
+            !s.saw_anywhere(&huge[..64]),
+            "the client's id reached the fake"
+        );
 
         let recs = wait_records(&log, i + 1).await;
         let rec = &recs[i];
@@ -120,7 +125,10 @@ async fn i14_6_one_client_id_twice_gives_two_usage_records() {
         .as_i64()
         .unwrap();
     let logged: i64 = recs.iter().map(|r| r["amount"].as_i64().unwrap()).sum();
-    assert!(spent > 0 && spent == logged, "both requests billed: {spent} / {logged}");
+    assert!(
+        spent > 0 && spent == logged,
+        "both requests billed: {spent} / {logged}"
+    );
 }
 
 /// A client id that is not printable ASCII (a tab inside) or only blanks is not kept;
