@@ -355,6 +355,21 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
     }
 
     #[test]
+    fn i14_1_fake_controls_go_to_loopback_channels_only() {
+        for (url, want) in [
+            ("http://127.0.0.1:9100", true),
+            ("http://127.8.0.1", true),
+            ("http://localhost:8080/", true),
+            ("http://[::1]:9", true),
+            ("https://api.openai.com", false),
+            ("http://10.0.0.1:80", false),
+            ("http://127.0.0.1.example.com", false),
+        ] {
+            assert_eq!(is_loopback(url), want, "{url}");
+        }
+    }
+
+    #[test]
     fn f1_q2_prebuilt_candidate_lists_follow_weights_groups_and_dialect() {
         let cat = catalog();
         // Weights 2 / 1 / 1 over a, b, c: a twice, then b, then c; each list is the

@@ -606,6 +606,59 @@ mod tests {
     use super::*;
 
     #[test]
+    fn i14_1_retain_keeps_every_value_of_a_kept_header_and_nothing_else() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("set-cookie", "a=1"),
+            ("cache-control", "no-cache"),
+            ("set-cookie", "b=2"),
+            ("x-keep", "1"),
+            ("x-keep", "2"),
+            ("server", "s"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        retain(&mut h, |n| {
+            n.as_str() != "set-cookie" && n.as_str() != "server"
+        });
+        let kept: Vec<(&str, &str)> = h
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("cache-control", "no-cache"),
+                ("x-keep", "1"),
+                ("x-keep", "2")
+            ]
+        );
+    }
+
+    #[test]
+    fn i14_1_only_generate_content_methods_are_served() {
+        for ok in [
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            "/v1/models/m:generateContent",
+        ] {
+            assert!(gemini_method_served(ok), "{ok}");
+        }
+        for no in [
+            "/v1beta/models/m:countTokens",
+            "/v1beta/models/m:batchGenerateContent",
+            "/v1beta/models/m:predictLongRunning",
+            "/v1beta/models/m:generateContent:embedContent",
+            "/v1beta/models/:generateContent",
+            "/v1beta/models/m",
+            "/v1beta/models/a/b:generateContent/x",
+            "/v1beta/tunedModels/m:generateContent",
+        ] {
+            assert!(!gemini_method_served(no), "{no}");
+        }
+    }
+
+    #[test]
     fn p2_client_credentials_and_hop_by_hop_headers_never_reach_the_provider() {
         let mut h = HeaderMap::new();
         for (k, v) in [
