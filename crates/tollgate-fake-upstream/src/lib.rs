@@ -32,6 +32,14 @@
 //! (omitted when 0, as Gemini does), `candidatesTokenCount = O`, `totalTokenCount = P + O`
 //! (intermediate stream chunks carry only the prompt side).
 //!
+//! # Headers
+//!
+//! Every answer carries `server: tollgate-fake-upstream` and a `set-cookie`, as the
+//! providers' front ends send them; OpenAI answers carry `x-request-id` and
+//! `openai-organization`, Anthropic answers `request-id` and `anthropic-organization-id`
+//! (the fake's account). A gateway in front must not pass the cookie, the server or
+//! the account headers on to its clients.
+//!
 //! # Control
 //!
 //! Per request with `x-fake-*` headers (a proxy forwards them, so tests drive the fake
@@ -43,7 +51,8 @@
 //!
 //! [`FakeUpstream::stats`] returns exact counters: calls per route and per credential,
 //! current and maximum in-flight requests overall and per credential, answers per
-//! status, every credential seen and the last request header maps.
+//! status, every credential seen and the last requests (method, path and query, every
+//! header as received).
 //!
 //! ```no_run
 //! use std::time::Duration;

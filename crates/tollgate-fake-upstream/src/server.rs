@@ -201,6 +201,9 @@ fn respond(
     *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = res.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // As the providers' front ends send them (a gateway must not pass them on).
+    h.insert(header::SERVER, HeaderValue::from_static(SERVER));
+    h.insert(header::SET_COOKIE, HeaderValue::from_static(SET_COOKIE));
     for (k, v) in headers {
         h.append(k, v);
     }
@@ -224,10 +227,25 @@ fn full(
     )
 }
 
+/// The `server` header of every answer.
+pub(crate) const SERVER: &str = "tollgate-fake-upstream";
+/// The `set-cookie` header of every answer (as a CDN in front of a provider sets one).
+pub(crate) const SET_COOKIE: &str = "__fake_bm=fake-session; Path=/; HttpOnly; Secure";
+/// The account the fake answers for, in OpenAI's `openai-organization` and
+/// Anthropic's `anthropic-organization-id` headers.
+pub(crate) const ORGANIZATION: &str = "org-fake-operator";
+
+/// The provider's request id and account headers, per dialect.
 fn request_id_header(dialect: Dialect, rid: &str, h: &mut Headers) {
     match dialect {
-        Dialect::OpenAi => push(h, "x-request-id", rid),
-        Dialect::Anthropic => push(h, "request-id", rid),
+        Dialect::OpenAi => {
+            push(h, "x-request-id", rid);
+            push(h, "openai-organization", ORGANIZATION);
+        }
+        Dialect::Anthropic => {
+            push(h, "request-id", rid);
+            push(h, "anthropic-organization-id", ORGANIZATION);
+        }
         Dialect::Gemini => {}
     }
 }

@@ -24,6 +24,7 @@ use tollgate::{
 };
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
+use tower::util::MapRequestLayer;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
@@ -125,6 +126,11 @@ where
         let (routes, live) = self.assemble()?;
         Ok(crate::admin::outer(self, routes, live).layer(
             ServiceBuilder::new()
+                // The gateway always makes its own request id (issue 14, item 6): the
+                // client's is taken off first and kept apart, capped.
+                .layer(MapRequestLayer::new(
+                    take_client_request_id::<axum::body::Body> as fn(Request) -> Request,
+                ))
                 .layer(SetRequestIdLayer::x_request_id(NextId::default()))
                 .layer(PropagateRequestIdLayer::x_request_id())
                 // The span names the path only: a query string may hold an API key
@@ -212,6 +218,7 @@ where
         // requests hold no money, Q5/B3) → billing (needs to know whether the
         // subscription covered the request, W8) → forward.
         let forward = Forward::new(self.client.clone(), catalog.clone());
+        let response_headers = crate::forward::ResponseHeadersLayer::new(catalog.clone());
         let live_catalog = catalog.clone();
         let registry = Arc::new(crate::catalog::upstream_registry(&self.config));
         if let Some(hook) = &self.on_registry {
@@ -259,6 +266,7 @@ where
                 ServiceBuilder::new()
                     .layer(stall)
                     .layer(ErrorMappingLayer::new())
+                    .layer(response_headers)
                     .layer(auth)
                     .layer(prepare)
                     .layer(slots)
@@ -291,6 +299,7 @@ where
                 ServiceBuilder::new()
                     .layer(stall)
                     .layer(ErrorMappingLayer::new())
+                    .layer(response_headers)
                     .layer(auth)
                     .layer(prepare)
                     .service(forward),
@@ -320,7 +329,10 @@ where
     }
 }
 
-/// The model routes on one service stack.
+/// The model routes on one service stack: only the methods the gateway prices and
+/// limits (SPEC P2). Gemini's other methods (`countTokens`, `batchGenerateContent`,
+/// `predictLongRunning`, `embedContent`, …) are 404 in Gemini's format, before any
+/// key is read and never forwarded.
 fn api_routes<S, St>(stack: S) -> Router<Arc<Ops<St>>>
 where
     S: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
@@ -331,21 +343,80 @@ where
     Router::new()
         .route("/v1/chat/completions", post_service(stack.clone()))
         .route("/v1/messages", post_service(stack.clone()))
-        .route("/v1beta/models/{model_action}", post_service(stack))
+        .route(
+            "/v1beta/models/{model_action}",
+            post_service(stack).route_layer(axum::middleware::from_fn(served_gemini_method)),
+        )
 }
 
-/// The tracing span of one request: method, path (never the query) and request id.
-/// Nothing is looked up when debug spans are off.
+/// Lets a Gemini request through only on a method of
+/// [`GEMINI_METHODS`](crate::forward::GEMINI_METHODS).
+async fn served_gemini_method(req: Request, next: axum::middleware::Next) -> Response {
+    if crate::forward::gemini_method_served(req.uri().path()) {
+        next.run(req).await
+    } else {
+        not_found(req).await
+    }
+}
+
+/// The request id header.
+const X_REQUEST_ID: http::header::HeaderName =
+    http::header::HeaderName::from_static("x-request-id");
+
+/// The longest client request id kept (bytes); a longer one is cut to this.
+pub const CLIENT_REQUEST_ID_MAX: usize = 128;
+
+/// The client's `x-request-id`, as the usage record and the log keep it: trimmed,
+/// printable ASCII only (`None` otherwise, or when empty), cut to
+/// [`CLIENT_REQUEST_ID_MAX`] bytes.
+pub fn client_request_id(value: &http::HeaderValue) -> Option<Arc<str>> {
+    let v = value.as_bytes().trim_ascii();
+    if v.is_empty() || !v.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        return None;
+    }
+    let v = &v[..v.len().min(CLIENT_REQUEST_ID_MAX)];
+    std::str::from_utf8(v).ok().map(Arc::from)
+}
+
+/// Takes every `x-request-id` the client sent off the request, so that the gateway
+/// makes its own (the one it answers with, sends upstream and records as the
+/// idempotency key), and keeps the first, capped, as [`tollgate::billing::ClientRequestId`].
+fn take_client_request_id<B>(mut req: http::Request<B>) -> http::Request<B> {
+    if let http::header::Entry::Occupied(e) = req.headers_mut().entry(X_REQUEST_ID) {
+        let (_, mut values) = e.remove_entry_mult();
+        let kept = values.next().as_ref().and_then(client_request_id);
+        drop(values);
+        if let Some(id) = kept {
+            req.extensions_mut()
+                .insert(tollgate::billing::ClientRequestId(id));
+        }
+    }
+    req
+}
+
+/// The tracing span of one request: method, path (never the query), the gateway's
+/// request id and the client's own (capped). Nothing is looked up when debug spans are
+/// off.
 fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
     if tracing::level_filters::LevelFilter::current() < tracing::Level::DEBUG {
         return tracing::Span::none();
     }
     let id = req
         .headers()
-        .get(http::header::HeaderName::from_static("x-request-id"))
+        .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    tracing::debug_span!("request", method = %req.method(), path = req.uri().path(), id)
+    let client_id = req
+        .extensions()
+        .get::<tollgate::billing::ClientRequestId>()
+        .map_or("", |c| &*c.0);
+    tracing::debug_span!(
+        "request",
+        method = %req.method(),
+        path = req.uri().path(),
+        id,
+        client_id
+    )
 }
 
 /// Request ids: a per-process random prefix and a counter.

@@ -29,6 +29,9 @@ pub struct Route {
     pub group: Arc<str>,
     /// Its `tollgate_upstream_responses_total` counters.
     pub responses: crate::metrics::ResponseCounters,
+    /// The channel is the bundled fake upstream (`fake://`) or on a loopback address,
+    /// where the fake runs: the fake's `x-fake-*` control headers are forwarded to it.
+    pub fake_controls: bool,
 }
 
 /// Maps looked up by model name on every request (names come from configuration).
@@ -68,6 +71,8 @@ pub struct Catalog {
     pub upstream_idle_timeout: Duration,
     /// Longest time to receive a request body.
     pub body_read_timeout: Duration,
+    /// The header allow-lists of both directions (P2).
+    pub allow: crate::forward::AllowLists,
 }
 
 /// Default max output when neither the request nor the model names one.
@@ -103,6 +108,7 @@ impl Catalog {
             upstream_timeout: config.raw.server.upstream_timeout.0,
             upstream_idle_timeout: config.raw.server.upstream_idle_timeout.0,
             body_read_timeout: config.raw.server.body_read_timeout.0,
+            allow: crate::forward::AllowLists::new(&config.raw.forwarding),
         })
     }
 
@@ -167,7 +173,7 @@ const DIALECTS: [Dialect; 4] = [
     Dialect::Native,
 ];
 
-fn dialect_index(d: Dialect) -> usize {
+pub(crate) fn dialect_index(d: Dialect) -> usize {
     match d {
         Dialect::OpenAi => 0,
         Dialect::Anthropic => 1,
@@ -210,8 +216,25 @@ fn choices(routes: &[Arc<Route>], dialect: Dialect) -> Choices {
     }
 }
 
+/// Whether `base_url` is on this machine's loopback interface.
+fn is_loopback(base_url: &str) -> bool {
+    let Ok(uri) = base_url.parse::<http::Uri>() else {
+        return false;
+    };
+    match uri.host() {
+        Some("localhost") => true,
+        Some(h) => h
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
+}
+
 fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
-    let base_url = if ch.config.base_url.starts_with("fake://") {
+    let fake = ch.config.base_url.starts_with("fake://");
+    let base_url = if fake {
         fake_base
             .ok_or_else(|| {
                 format!(
@@ -252,6 +275,7 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         capacity: ch.config.capacity,
         group: Arc::from(ch.config.group.as_str()),
         responses: crate::metrics::ResponseCounters::new(&ch.name),
+        fake_controls: fake || is_loopback(&ch.config.base_url),
     })
 }
 
@@ -328,6 +352,21 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
 
     fn names(c: &Candidates) -> Vec<String> {
         c.channels().iter().map(|r| r.name.to_string()).collect()
+    }
+
+    #[test]
+    fn i14_1_fake_controls_go_to_loopback_channels_only() {
+        for (url, want) in [
+            ("http://127.0.0.1:9100", true),
+            ("http://127.8.0.1", true),
+            ("http://localhost:8080/", true),
+            ("http://[::1]:9", true),
+            ("https://api.openai.com", false),
+            ("http://10.0.0.1:80", false),
+            ("http://127.0.0.1.example.com", false),
+        ] {
+            assert_eq!(is_loopback(url), want, "{url}");
+        }
     }
 
     #[test]

@@ -556,6 +556,113 @@ impl Default for LimitsConfig {
     }
 }
 
+/// What passes between clients and providers besides the body (SPEC P2, issue 14
+/// item 1): request headers to each vendor's channels and response headers back to the
+/// client, both from allow-lists. These lists extend the built-in ones (see
+/// `crate::forward`); nothing else passes.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ForwardingConfig {
+    /// Request headers forwarded to OpenAI channels besides the built-in ones (e.g.
+    /// `openai-beta`); default none.
+    pub openai_headers: Vec<ForwardedHeader>,
+    /// Request headers forwarded to Anthropic channels besides the built-in ones;
+    /// default `anthropic-version`, `anthropic-beta`.
+    pub anthropic_headers: Vec<ForwardedHeader>,
+    /// Request headers forwarded to Gemini channels besides the built-in ones; default
+    /// none.
+    pub gemini_headers: Vec<ForwardedHeader>,
+    /// Response headers of a provider passed to the client besides the built-in ones;
+    /// default none.
+    pub response_headers: Vec<ForwardedHeader>,
+    /// Pass the providers' rate-limit headers (`x-ratelimit-*`,
+    /// `anthropic-ratelimit-*`) to clients. They describe the operator's account, not
+    /// the client's limits (those are at `GET /usage` and on every 429): default off.
+    pub provider_rate_limit_headers: bool,
+}
+
+impl Default for ForwardingConfig {
+    fn default() -> Self {
+        let h = |n: &'static str| ForwardedHeader(http::HeaderName::from_static(n));
+        Self {
+            openai_headers: Vec::new(),
+            anthropic_headers: vec![h("anthropic-version"), h("anthropic-beta")],
+            gemini_headers: Vec::new(),
+            response_headers: Vec::new(),
+            provider_rate_limit_headers: false,
+        }
+    }
+}
+
+/// A header name an operator allows through, checked when the file is read: a valid
+/// name (stored lowercase), and none that may never pass (a credential location, a
+/// cookie, an account selector, a forwarding header, a hop-by-hop header, or the
+/// gateway's own `x-tollgate-*` controls).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardedHeader(pub http::HeaderName);
+
+/// Header names no allow-list may name, with the reason given in the error.
+pub const NEVER_FORWARDED: [(&str, &str); 22] = [
+    ("authorization", "a credential location"),
+    ("proxy-authorization", "a credential location"),
+    ("x-api-key", "a credential location"),
+    ("api-key", "a credential location"),
+    ("x-goog-api-key", "a credential location"),
+    ("cookie", "a cookie"),
+    ("set-cookie", "a cookie"),
+    (
+        "openai-organization",
+        "it selects an organisation on the operator's account",
+    ),
+    (
+        "openai-project",
+        "it selects a project on the operator's account",
+    ),
+    (
+        "x-goog-user-project",
+        "it selects a project on the operator's account",
+    ),
+    ("x-forwarded-for", "a forwarding header"),
+    ("forwarded", "a forwarding header"),
+    ("x-real-ip", "a forwarding header"),
+    ("host", "set by the gateway's client"),
+    ("content-length", "set by the gateway's client"),
+    (
+        "accept-encoding",
+        "the gateway reads answers uncompressed for their usage",
+    ),
+    ("connection", "a hop-by-hop header"),
+    ("keep-alive", "a hop-by-hop header"),
+    ("proxy-connection", "a hop-by-hop header"),
+    ("te", "a hop-by-hop header"),
+    ("transfer-encoding", "a hop-by-hop header"),
+    ("upgrade", "a hop-by-hop header"),
+];
+
+impl ForwardedHeader {
+    /// Checks a name from the file.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        let h = http::HeaderName::try_from(name.trim())
+            .map_err(|_| format!("{name:?} is not a valid header name"))?;
+        if let Some((_, why)) = NEVER_FORWARDED.iter().find(|(n, _)| *n == h.as_str()) {
+            return Err(format!("the header {h} may never be forwarded: {why}"));
+        }
+        if h.as_str().starts_with("x-tollgate-") || h == http::header::TRAILER {
+            return Err(format!(
+                "the header {h} may never be forwarded: a gateway control or hop-by-hop header"
+            ));
+        }
+        Ok(Self(h))
+    }
+}
+
+impl<'de> Deserialize<'de> for ForwardedHeader {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The file as written.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -584,6 +691,8 @@ pub struct RawConfig {
     pub tasks: BTreeMap<String, TaskConfig>,
     /// Account-wide upstream limits per vendor (`openai`, `anthropic`, `gemini`; U1).
     pub vendors: BTreeMap<String, UpstreamLimits>,
+    /// Header allow-lists both ways (P2).
+    pub forwarding: ForwardingConfig,
 }
 
 /// A resolved API key.

@@ -1,7 +1,7 @@
 //! Sends a prepared request to a channel and streams the answer back, watching it for
 //! usage (SPEC P2, W5).
 
-use crate::catalog::{Catalog, Route};
+use crate::catalog::{Catalog, Route, dialect_index};
 use crate::prepare::Facts;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -70,8 +70,8 @@ fn upstream_failed(why: &str) -> BoxError {
     ))
 }
 
-/// Headers a client must not pass to a provider: its own credentials, hop-by-hop
-/// headers, and what the client library recomputes.
+/// Hop-by-hop headers, and what the client library recomputes: never copied from a
+/// provider's answer (nor, being outside every allow-list, from a client's request).
 const STRIP: [HeaderName; 14] = [
     header::AUTHORIZATION,
     // The answer is read for its usage on the way through: ask for it uncompressed
@@ -91,8 +91,13 @@ const STRIP: [HeaderName; 14] = [
     HeaderName::from_static("proxy-connection"),
 ];
 
-/// The provider's request id, kept for support as `x-upstream-request-id`.
+/// The request id header: the gateway's own on the way up (the client's is taken off
+/// before the gateway makes one, see `crate::app`); the provider's, on the way back, is
+/// kept for support as `x-upstream-request-id`.
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// Anthropic's name for its request id.
+const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+const X_UPSTREAM_REQUEST_ID: HeaderName = HeaderName::from_static("x-upstream-request-id");
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     for name in STRIP.iter() {
@@ -100,17 +105,142 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-/// The upstream URI: the channel's base URL + the client's path and query, without a
-/// `key=` query parameter (a Gemini client credential).
+/// Request headers every channel receives when the client sent them (besides the
+/// vendor's own list in `[forwarding]`): nothing that carries a credential, picks an
+/// account, or says who the client is.
+const REQUEST_BUILT_IN: [HeaderName; 4] = [
+    header::CONTENT_TYPE,
+    header::ACCEPT,
+    X_REQUEST_ID,
+    HeaderName::from_static("idempotency-key"),
+];
+
+/// Response headers every client receives when the answer has them (besides
+/// `[forwarding] response_headers`). Not among them: `set-cookie`, `server`, the
+/// provider's organisation and project headers, and (unless
+/// `provider_rate_limit_headers`) its rate-limit headers.
+const RESPONSE_BUILT_IN: [HeaderName; 7] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::CONTENT_ENCODING,
+    header::CACHE_CONTROL,
+    header::RETRY_AFTER,
+    X_REQUEST_ID,
+    X_UPSTREAM_REQUEST_ID,
+];
+
+/// The gateway's own headers (`x-tollgate-queued-ms`, …): passed to the client, never
+/// taken from a provider.
+const GATEWAY_PREFIX: &str = "x-tollgate-";
+/// The bundled fake upstream's control headers: forwarded only to channels on
+/// `fake://` or a loopback address, where the fake runs (it binds loopback only).
+const FAKE_PREFIX: &str = "x-fake-";
+/// The providers' rate-limit headers: the operator's account, not the client's.
+const RATE_LIMIT_PREFIXES: [&str; 2] = ["x-ratelimit-", "anthropic-ratelimit-"];
+
+/// The Gemini methods the gateway prices and limits; any other (`countTokens`,
+/// `batchGenerateContent`, `predictLongRunning`, `embedContent`, …) is never forwarded.
+pub const GEMINI_METHODS: [&str; 2] = ["generateContent", "streamGenerateContent"];
+
+/// Whether a Gemini path names a served method: the last segment is
+/// `{model}:{method}` with a method of [`GEMINI_METHODS`] (read as the dialect crate
+/// reads the model: up to the last `:` after the last `/models/`).
+pub fn gemini_method_served(path: &str) -> bool {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.rfind("/models/")
+        .and_then(|at| path[at + "/models/".len()..].rsplit_once(':'))
+        .is_some_and(|(model, method)| {
+            !model.is_empty() && !model.contains('/') && GEMINI_METHODS.contains(&method)
+        })
+}
+
+/// The header allow-lists of both directions (SPEC P2), built once from the
+/// configuration's `[forwarding]` section.
+#[derive(Debug)]
+pub struct AllowLists {
+    /// Extra request headers per channel dialect (in `dialect_index` order).
+    request: [Vec<HeaderName>; 4],
+    /// Extra response headers.
+    response: Vec<HeaderName>,
+    /// Pass the providers' rate-limit headers.
+    rate_limit_headers: bool,
+}
+
+impl AllowLists {
+    /// The lists of `[forwarding]`.
+    pub fn new(c: &crate::config::ForwardingConfig) -> Self {
+        let names = |v: &[crate::config::ForwardedHeader]| -> Vec<HeaderName> {
+            v.iter().map(|h| h.0.clone()).collect()
+        };
+        Self {
+            request: [
+                names(&c.openai_headers),
+                names(&c.anthropic_headers),
+                names(&c.gemini_headers),
+                names(&c.openai_headers),
+            ],
+            response: names(&c.response_headers),
+            rate_limit_headers: c.provider_rate_limit_headers,
+        }
+    }
+
+    /// Whether a client's request header goes to `route`.
+    pub fn request_allowed(&self, route: &Route, name: &HeaderName) -> bool {
+        REQUEST_BUILT_IN.contains(name)
+            || self.request[dialect_index(route.dialect)].contains(name)
+            || (route.fake_controls && name.as_str().starts_with(FAKE_PREFIX))
+    }
+
+    /// Whether a response header reaches the client.
+    pub fn response_allowed(&self, name: &HeaderName) -> bool {
+        let n = name.as_str();
+        RESPONSE_BUILT_IN.contains(name)
+            || n.starts_with(GATEWAY_PREFIX)
+            || self.response.contains(name)
+            || (self.rate_limit_headers && RATE_LIMIT_PREFIXES.iter().any(|p| n.starts_with(p)))
+    }
+}
+
+/// Keeps the headers (every value of each) whose name `keep` accepts.
+fn retain(h: &mut HeaderMap, mut keep: impl FnMut(&HeaderName) -> bool) {
+    if h.keys().all(&mut keep) {
+        return;
+    }
+    let old = std::mem::take(h);
+    let mut current: Option<(HeaderName, bool)> = None;
+    for (name, value) in old {
+        if let Some(name) = name {
+            let k = keep(&name);
+            current = Some((name, k));
+        }
+        if let Some((name, true)) = &current {
+            h.append(name.clone(), value);
+        }
+    }
+}
+
+/// The upstream URI: the channel's base URL + the client's path, and of the client's
+/// query only the parameters the vendor's API needs (Gemini `alt`, Anthropic `beta`):
+/// never a `key=` or `access_token=` (Gemini client credentials), nor a parameter
+/// that picks a project or quota user on the operator's account.
 fn upstream_uri(route: &Route, uri: &Uri) -> Result<Uri, BoxError> {
+    let allowed: &[&str] = match route.dialect {
+        Dialect::Gemini => &["alt"],
+        Dialect::Anthropic => &["beta"],
+        Dialect::OpenAi | Dialect::Native => &[],
+    };
     let mut s = String::with_capacity(route.base_url.len() + 64);
     s.push_str(&route.base_url);
     s.push_str(uri.path());
     if let Some(q) = uri.query() {
-        let kept: Vec<&str> = q.split('&').filter(|kv| !kv.starts_with("key=")).collect();
-        if !kept.is_empty() {
-            s.push('?');
-            s.push_str(&kept.join("&"));
+        let mut first = true;
+        for kv in q.split('&') {
+            let name = kv.split_once('=').map_or(kv, |(k, _)| k);
+            if allowed.contains(&name) {
+                s.push(if first { '?' } else { '&' });
+                s.push_str(kv);
+                first = false;
+            }
         }
     }
     s.parse()
@@ -175,9 +305,17 @@ impl Service<Request<Full<Bytes>>> for Forward {
             };
             let price = catalog.model(model).map(|m| m.price).unwrap_or_default();
             let recorder = parts.extensions.get::<UsageRecorder>().cloned();
+            // The last guard of "only what is priced is sent" (the route table refuses
+            // other Gemini methods first).
+            if route.dialect == Dialect::Gemini && !gemini_method_served(parts.uri.path()) {
+                return Err(Box::new(
+                    Rejection::new(GatewayCode::NotFound, LayerKind::Request)
+                        .with_message("Only generateContent and streamGenerateContent are served."),
+                ) as BoxError);
+            }
             let uri = upstream_uri(&route, &parts.uri)?;
             let mut headers = std::mem::take(&mut parts.headers);
-            strip_hop_by_hop(&mut headers);
+            retain(&mut headers, |n| catalog.allow.request_allowed(&route, n));
             inject_credential(&route, &mut headers);
             let mut up = Request::builder()
                 .method(parts.method.clone())
@@ -214,10 +352,17 @@ impl Service<Request<Full<Bytes>>> for Forward {
             route.responses.answered(res.status().as_u16());
             let (mut rparts, incoming) = res.into_parts();
             strip_hop_by_hop(&mut rparts.headers);
-            // The answer carries the gateway's request id (E3); the provider's is kept
-            // for support under its own name.
-            if let Some(theirs) = rparts.headers.remove(X_REQUEST_ID) {
-                rparts.headers.insert("x-upstream-request-id", theirs);
+            // The gateway's own headers are the gateway's: a provider cannot set them.
+            retain(&mut rparts.headers, |n| {
+                !n.as_str().starts_with(GATEWAY_PREFIX)
+            });
+            // The answer carries the gateway's request id (E3); the provider's (OpenAI's
+            // `x-request-id`, Anthropic's `request-id`) is kept for support under its
+            // own name.
+            let theirs = rparts.headers.remove(X_REQUEST_ID);
+            let anthropic = rparts.headers.remove(REQUEST_ID);
+            if let Some(theirs) = theirs.or(anthropic) {
+                rparts.headers.insert(X_UPSTREAM_REQUEST_ID, theirs);
             }
             let success = rparts.status.is_success();
             let idle = catalog.upstream_idle_timeout;
@@ -378,9 +523,140 @@ impl Body for ForwardBody {
     }
 }
 
+/// Applies [`ResponseHeaders`].
+#[derive(Clone)]
+pub struct ResponseHeadersLayer {
+    catalog: Arc<Catalog>,
+}
+
+impl ResponseHeadersLayer {
+    /// The response allow-list of `catalog`.
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        Self { catalog }
+    }
+}
+
+impl<S> tower::Layer<S> for ResponseHeadersLayer {
+    type Service = ResponseHeaders<S>;
+    fn layer(&self, inner: S) -> ResponseHeaders<S> {
+        ResponseHeaders {
+            inner,
+            catalog: self.catalog.clone(),
+        }
+    }
+}
+
+/// Passes to the client only the response headers of the allow-list (SPEC P2):
+/// placed right below the error mapping, so it sees every answer the layers below
+/// return (a provider's, passed through) while those layers still read the provider's
+/// `Retry-After` and rate-limit headers, and the gateway's own rejections (rendered
+/// above it) keep theirs.
+#[derive(Clone)]
+pub struct ResponseHeaders<S> {
+    inner: S,
+    catalog: Arc<Catalog>,
+}
+
+impl<S, R, B> Service<R> for ResponseHeaders<S>
+where
+    S: Service<R, Response = Response<B>>,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = ResponseHeadersFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        ResponseHeadersFuture {
+            inner: self.inner.call(req),
+            catalog: self.catalog.clone(),
+        }
+    }
+}
+
+pin_project! {
+    /// The future of [`ResponseHeaders`].
+    pub struct ResponseHeadersFuture<F> {
+        #[pin]
+        inner: F,
+        catalog: Arc<Catalog>,
+    }
+}
+
+impl<F, B, E> Future for ResponseHeadersFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut res = std::task::ready!(this.inner.poll(cx))?;
+        let allow = &this.catalog.allow;
+        retain(res.headers_mut(), |n| allow.response_allowed(n));
+        Poll::Ready(Ok(res))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn i14_1_retain_keeps_every_value_of_a_kept_header_and_nothing_else() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("set-cookie", "a=1"),
+            ("cache-control", "no-cache"),
+            ("set-cookie", "b=2"),
+            ("x-keep", "1"),
+            ("x-keep", "2"),
+            ("server", "s"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        retain(&mut h, |n| {
+            n.as_str() != "set-cookie" && n.as_str() != "server"
+        });
+        let kept: Vec<(&str, &str)> = h
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("cache-control", "no-cache"),
+                ("x-keep", "1"),
+                ("x-keep", "2")
+            ]
+        );
+    }
+
+    #[test]
+    fn i14_1_only_generate_content_methods_are_served() {
+        for ok in [
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            "/v1/models/m:generateContent",
+        ] {
+            assert!(gemini_method_served(ok), "{ok}");
+        }
+        for no in [
+            "/v1beta/models/m:countTokens",
+            "/v1beta/models/m:batchGenerateContent",
+            "/v1beta/models/m:predictLongRunning",
+            "/v1beta/models/m:generateContent:embedContent",
+            "/v1beta/models/:generateContent",
+            "/v1beta/models/m",
+            "/v1beta/models/a/b:generateContent/x",
+            "/v1beta/tunedModels/m:generateContent",
+        ] {
+            assert!(!gemini_method_served(no), "{no}");
+        }
+    }
 
     #[test]
     fn p2_client_credentials_and_hop_by_hop_headers_never_reach_the_provider() {

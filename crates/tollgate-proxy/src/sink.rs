@@ -59,6 +59,7 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
         "channel": r.channel.as_deref(),
         "attempt": &*r.attempt,
         "idempotency_key": r.idempotency_key.as_deref(),
+        "client_request_id": r.client_request_id.as_deref(),
         "input_tokens": r.usage.map(|u| u.input_tokens),
         "cached_input_tokens": r.usage.map(|u| u.cached_input_tokens),
         "cache_write_tokens": r.usage.map(|u| u.cache_write_tokens),

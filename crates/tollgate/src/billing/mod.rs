@@ -64,6 +64,12 @@ pub struct BillingProfile {
     pub tenant_expected: bool,
 }
 
+/// The request id the client sent, kept apart from the gateway's own (request
+/// extension, set by the application): never an idempotency key, only a field of the
+/// usage record for the client's own correlation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientRequestId(pub Arc<str>);
+
 /// The attempt a request is billed as (request extension, set by the layer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt(pub AttemptId);
@@ -83,8 +89,11 @@ pub struct UsageRecord {
     pub channel: Option<Arc<str>>,
     /// The attempt.
     pub attempt: AttemptId,
-    /// The request's idempotency key (its `x-request-id`).
+    /// The request's idempotency key (its `x-request-id`; the proxy always makes its
+    /// own).
     pub idempotency_key: Option<Arc<str>>,
+    /// The client's own request id ([`ClientRequestId`]), when the application kept one.
+    pub client_request_id: Option<Arc<str>>,
     /// Token and media figures, when known.
     pub usage: Option<Usage>,
     /// How it ended.

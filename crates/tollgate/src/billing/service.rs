@@ -192,6 +192,10 @@ where
                 .get(X_REQUEST_ID)
                 .and_then(|v| v.to_str().ok())
                 .map(Into::into),
+            client_request_id: req
+                .extensions()
+                .get::<super::ClientRequestId>()
+                .map(|c| c.0.clone()),
             usage: None,
             outcome: AttemptState::Open,
             billed_to_balance: !covered,
