@@ -1087,6 +1087,44 @@ pub async fn u1_admit_all_is_all_or_nothing_across_subjects<H: Harness>(h: &H) {
         view(&s, &c, Scope::Key, &tight).await,
     );
     assert_eq!(after, before, "a refusal changed a window");
+    // The same with a rolling limit on the item admitted before the refusal: its
+    // rolling log is put back too (the next starts still fit exactly up to the limit).
+    let (r, full) = (key("u1:rolling"), key("u1:full"));
+    let rolling = Arc::new(Policy::default().with_rolling_rpm(2));
+    let none = Arc::new(Policy::default().with_tokens(secs(60, 1)));
+    let rolling_item = |p: &Arc<Policy>, k: &SubjectKey, tokens| JointItem {
+        key: k.clone(),
+        scope: Scope::Key,
+        policy: p.clone(),
+        demand: Demand::tokens(tokens),
+    };
+    admitted(&s, &r, &rolling, Demand::tokens(0)).await;
+    let before = view(&s, &r, Scope::Key, &rolling).await;
+    for _ in 0..3 {
+        let items = vec![rolling_item(&rolling, &r, 0), rolling_item(&none, &full, 5)];
+        assert!(
+            matches!(
+                s.admit_all(&items).await.expect("admit_all"),
+                JointAdmission::Exceeded { index: 1, .. }
+            ),
+            "5 tokens do not fit a 1-token window"
+        );
+    }
+    assert_eq!(
+        view(&s, &r, Scope::Key, &rolling).await,
+        before,
+        "a refusal changed a rolling window"
+    );
+    admitted(&s, &r, &rolling, Demand::tokens(0)).await;
+    assert!(
+        !matches!(
+            s.admit(&r, Scope::Key, &rolling, &Demand::tokens(0))
+                .await
+                .expect("admit"),
+            Admission::Admitted(_)
+        ),
+        "the rolling limit of 2 holds after the put-back starts"
+    );
     // With room everywhere every item is counted, one ticket each, in order.
     let items = vec![item(&a, &rpm, 0), item(&b, &tpm, 60), item(&c, &tight, 40)];
     let tickets = match s.admit_all(&items).await.expect("admit_all") {
