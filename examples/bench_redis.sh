@@ -12,6 +12,9 @@
 # (EVALSHA) and all commands per request from INFO commandstats.
 #
 #   bash examples/bench_redis.sh [REQUESTS]
+#   BUSY=4 bash examples/bench_redis.sh      # the same on a busy host: 4 busy loops
+#                                            # compete for the 2 cores (D8: busy is not
+#                                            # dead — store calls must delay, not fail)
 #
 # Needs redis-server and redis-cli on PATH; starts its own on free loopback ports and
 # stops everything on exit. Every run is bounded by REQUESTS (default 20000).
@@ -44,6 +47,11 @@ redis_node() { # port extra-args... → starts one redis-server in its own direc
     > /dev/null 2>&1 & pids+=($!)
   wait_port "$port"
 }
+
+# A busy host (BUSY=N): N processes that only burn CPU, stopped on exit with the rest.
+for _ in $(seq 1 "${BUSY:-0}"); do
+  bash -c 'while :; do :; done' & pids+=($!)
+done
 
 RPORT=$(free_port)
 redis_node "$RPORT"
