@@ -266,6 +266,7 @@ where
                 ServiceBuilder::new()
                     .layer(stall)
                     .layer(ErrorMappingLayer::new())
+                    .map_request(wire_dialect)
                     .layer(response_headers)
                     .layer(auth)
                     .layer(prepare)
@@ -299,6 +300,7 @@ where
                 ServiceBuilder::new()
                     .layer(stall)
                     .layer(ErrorMappingLayer::new())
+                    .map_request(wire_dialect)
                     .layer(response_headers)
                     .layer(auth)
                     .layer(prepare)
@@ -340,13 +342,59 @@ where
     S::Future: Send + 'static,
     St: Send + Sync + 'static,
 {
+    let gemini =
+        || post_service(stack.clone()).route_layer(axum::middleware::from_fn(served_gemini_method));
+    let native = axum::middleware::from_fn(native_errors);
     Router::new()
         .route("/v1/chat/completions", post_service(stack.clone()))
         .route("/v1/messages", post_service(stack.clone()))
+        .route("/v1beta/models/{model_action}", gemini())
+        // The same requests, every rejection in the native body and 429xx codes (E1).
         .route(
-            "/v1beta/models/{model_action}",
-            post_service(stack).route_layer(axum::middleware::from_fn(served_gemini_method)),
+            "/native/v1/chat/completions",
+            post_service(stack.clone()).route_layer(native.clone()),
         )
+        .route(
+            "/native/v1/messages",
+            post_service(stack.clone()).route_layer(native.clone()),
+        )
+        .route(
+            "/native/v1beta/models/{model_action}",
+            gemini().route_layer(native),
+        )
+}
+
+/// Marks a request whose rejections are answered in the native dialect while its body
+/// speaks a vendor's: set with `Dialect::Native` for the error mapping, which reads it
+/// first; [`wire_dialect`] then takes both away for the layers below, which read the
+/// vendor's dialect from the path.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NativeErrors;
+
+/// `/native/<vendor route>`: the vendor route, with native errors (E1).
+async fn native_errors(mut req: Request, next: axum::middleware::Next) -> Response {
+    let uri = req.uri();
+    let path = uri.path().strip_prefix("/native").unwrap_or(uri.path());
+    let rest = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    match rest.parse::<http::Uri>() {
+        Ok(stripped) => *req.uri_mut() = stripped,
+        Err(_) => return not_found(req).await,
+    }
+    req.extensions_mut().insert(Dialect::Native);
+    req.extensions_mut().insert(NativeErrors);
+    next.run(req).await
+}
+
+/// Below the error mapping: a request marked [`NativeErrors`] goes on in the dialect of
+/// its path.
+pub(crate) fn wire_dialect<B>(mut req: http::Request<B>) -> http::Request<B> {
+    if req.extensions_mut().remove::<NativeErrors>().is_some() {
+        req.extensions_mut().remove::<Dialect>();
+    }
+    req
 }
 
 /// Lets a Gemini request through only on a method of
