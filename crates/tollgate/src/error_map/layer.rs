@@ -9,9 +9,9 @@ use tower_layer::Layer;
 /// example.
 ///
 /// With the `grpc` feature, a gRPC request (`content-type: application/grpc…`, see
-/// [`is_grpc`](super::is_grpc)) is answered with a gRPC status instead
-/// ([`render_grpc`](super::render_grpc)); [`grpc`](Self::grpc) answers every request
-/// that way.
+/// `error_map::is_grpc`) is answered with a gRPC status instead
+/// (`error_map::render_grpc`); `ErrorMappingLayer::grpc` answers every request that
+/// way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ErrorMappingLayer {
     dialect: Option<Dialect>,

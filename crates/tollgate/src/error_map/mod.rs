@@ -14,6 +14,11 @@
 //!   sent (E3).
 //! - The dialect: a [`Dialect`] in the request extensions, else the layer's
 //!   [`dialect`](ErrorMappingLayer::dialect), else [`Dialect::from_path`].
+//! - gRPC (feature `grpc`): a request whose `content-type` is `application/grpc…`
+//!   (`is_grpc`) — or every request, with `ErrorMappingLayer::grpc` — is answered with
+//!   a trailers-only gRPC status instead (`render_grpc`): `RESOURCE_EXHAUSTED` for
+//!   429s, `UNAVAILABLE` for 503s, …, the gateway code in `google.rpc.ErrorInfo` and
+//!   the delay in `google.rpc.RetryInfo`.
 //! - The request id: the request's `x-request-id` if it has a usable one (for instance
 //!   set by tower-http's `SetRequestIdLayer` outside), else a generated one, inserted
 //!   into the request headers before the inner service sees it. Successful responses
