@@ -1,4 +1,4 @@
-use super::{MappedBody, X_REQUEST_ID, error_response};
+use super::{Form, MappedBody, X_REQUEST_ID, error_response};
 use crate::BoxError;
 use bytes::Bytes;
 use http::{HeaderValue, Response};
@@ -8,11 +8,11 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use tollgate_core::Dialect;
 
 pin_project! {
     /// Response future of [`ErrorMapping`](super::ErrorMapping): the inner service's
-    /// response with `x-request-id`, or its error rendered in the client's dialect.
+    /// response with `x-request-id`, or its error rendered in the client's dialect (or
+    /// as a gRPC status).
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,
@@ -26,7 +26,7 @@ pin_project! {
         Inner {
             #[pin]
             future: F,
-            dialect: Dialect,
+            form: Form,
             request_id: HeaderValue,
         },
         // Answered without the inner service (its `poll_ready` had failed).
@@ -37,11 +37,11 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
-    pub(super) fn inner(future: F, dialect: Dialect, request_id: HeaderValue) -> Self {
+    pub(super) fn inner(future: F, form: Form, request_id: HeaderValue) -> Self {
         Self {
             kind: Kind::Inner {
                 future,
-                dialect,
+                form,
                 request_id,
             },
         }
@@ -67,7 +67,7 @@ where
         let rendered = match self.project().kind.project() {
             KindProj::Inner {
                 future,
-                dialect,
+                form,
                 request_id,
             } => match ready!(future.poll(cx)) {
                 Ok(response) => {
@@ -83,7 +83,7 @@ where
                 }
                 Err(err) => {
                     let err: BoxError = err.into();
-                    error_response(&*err, *dialect, request_id)
+                    error_response(&*err, *form, request_id)
                 }
             },
             KindProj::Ready { response } => response

@@ -14,6 +14,11 @@
 //!   sent (E3).
 //! - The dialect: a [`Dialect`] in the request extensions, else the layer's
 //!   [`dialect`](ErrorMappingLayer::dialect), else [`Dialect::from_path`].
+//! - gRPC (feature `grpc`): a request whose `content-type` is `application/grpc…`
+//!   (`is_grpc`) — or every request, with `ErrorMappingLayer::grpc` — is answered with
+//!   a trailers-only gRPC status instead (`render_grpc`): `RESOURCE_EXHAUSTED` for
+//!   429s, `UNAVAILABLE` for 503s, …, the gateway code in `google.rpc.ErrorInfo` and
+//!   the delay in `google.rpc.RetryInfo`.
 //! - The request id: the request's `x-request-id` if it has a usable one (for instance
 //!   set by tower-http's `SetRequestIdLayer` outside), else a generated one, inserted
 //!   into the request headers before the inner service sees it. Successful responses
@@ -57,11 +62,15 @@
 //! ```
 
 mod future;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod layer;
 mod render;
 mod service;
 
 pub use future::ResponseFuture;
+#[cfg(feature = "grpc")]
+pub use grpc::{ERROR_DOMAIN, grpc_code, is_grpc, render_grpc};
 pub use layer::ErrorMappingLayer;
 pub use render::{render, render_internal, stream_error_event};
 pub use service::ErrorMapping;
@@ -80,6 +89,16 @@ pub type MappedBody<B> = Either<B, Full<Bytes>>;
 /// `x-request-id`, the request id header (E3).
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// How an error is answered: an HTTP response in a dialect, or a gRPC status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// A JSON body in the dialect, with the E2 headers.
+    Http(Dialect),
+    /// A trailers-only gRPC status ([`render_grpc`]).
+    #[cfg(feature = "grpc")]
+    Grpc,
+}
+
 /// The first [`Rejection`] in `err`'s source chain.
 fn find_rejection<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a Rejection> {
     let mut cur = Some(err);
@@ -96,7 +115,7 @@ fn find_rejection<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a Rejection> {
 /// 500 that hides the error (logged here with the request id).
 fn error_response(
     err: &(dyn Error + Send + Sync + 'static),
-    dialect: Dialect,
+    form: Form,
     request_id: &http::HeaderValue,
 ) -> Response<Full<Bytes>> {
     // `request_id::ensure` only hands out ids that are visible ASCII.
@@ -110,14 +129,22 @@ fn error_response(
                 "layer" => rejection.layer().as_str()
             )
             .increment(1);
-            render(rejection, dialect, id)
+            match form {
+                Form::Http(dialect) => render(rejection, dialect, id),
+                #[cfg(feature = "grpc")]
+                Form::Grpc => render_grpc(rejection, id),
+            }
         }
         None => {
             #[cfg(feature = "metrics")]
             metrics::counter!("tollgate_rejections_total", "code" => "50001", "layer" => "gateway")
                 .increment(1);
             tracing::error!(request_id = id, error = %Chain(err), "unexpected gateway error");
-            render_internal(id, dialect)
+            match form {
+                Form::Http(dialect) => render_internal(id, dialect),
+                #[cfg(feature = "grpc")]
+                Form::Grpc => render_grpc(&render::internal_rejection(id), id),
+            }
         }
     }
 }

@@ -115,9 +115,13 @@ pub fn stream_error_event(rejection: &Rejection, dialect: Dialect) -> Bytes {
 /// assert_eq!(res.headers()["x-request-id"], "req-7");
 /// ```
 pub fn render_internal(request_id: &str, dialect: Dialect) -> Response<Full<Bytes>> {
-    let rejection = Rejection::new(GatewayCode::Internal, LayerKind::Gateway)
-        .with_message(internal_message(request_id));
-    render(&rejection, dialect, request_id)
+    render(&internal_rejection(request_id), dialect, request_id)
+}
+
+/// The 50001 rejection that stands for an error that is not a [`Rejection`] (E3).
+pub(super) fn internal_rejection(request_id: &str) -> Rejection {
+    Rejection::new(GatewayCode::Internal, LayerKind::Gateway)
+        .with_message(internal_message(request_id))
 }
 
 /// `unexpected gateway error (request id <id>)`.
@@ -194,7 +198,7 @@ fn anthropic_type(status: u16) -> &'static str {
 }
 
 /// Gemini's (google.rpc) `error.status` for a status.
-fn gemini_status(status: u16) -> &'static str {
+pub(super) fn gemini_status(status: u16) -> &'static str {
     match status {
         429 | 402 => "RESOURCE_EXHAUSTED",
         401 => "UNAUTHENTICATED",

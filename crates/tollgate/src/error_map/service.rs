@@ -7,7 +7,6 @@ use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tollgate_core::Dialect;
 use tower_service::Service;
 
 /// Maps every error of the inner service to a response in the client's dialect, and
@@ -36,7 +35,7 @@ use tower_service::Service;
 /// instead of in `poll_ready`). Delegating keeps readiness honest and costs nothing.
 pub struct ErrorMapping<S> {
     inner: S,
-    dialect: Option<Dialect>,
+    config: ErrorMappingLayer,
     /// The error of a failed inner `poll_ready` (sticky, see above).
     failed: Option<Arc<dyn Error + Send + Sync>>,
 }
@@ -44,13 +43,13 @@ pub struct ErrorMapping<S> {
 impl<S> ErrorMapping<S> {
     /// Wraps `inner`, choosing the dialect per request.
     pub fn new(inner: S) -> Self {
-        Self::with_dialect(inner, None)
+        Self::with_config(inner, ErrorMappingLayer::new())
     }
 
-    pub(super) fn with_dialect(inner: S, dialect: Option<Dialect>) -> Self {
+    pub(super) fn with_config(inner: S, config: ErrorMappingLayer) -> Self {
         Self {
             inner,
-            dialect,
+            config,
             failed: None,
         }
     }
@@ -74,23 +73,13 @@ impl<S> ErrorMapping<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The dialect chosen for `req`: a [`Dialect`] extension, else the forced dialect,
-    /// else [`Dialect::from_path`].
-    fn dialect_for<B>(&self, req: &Request<B>) -> Dialect {
-        req.extensions()
-            .get::<Dialect>()
-            .copied()
-            .or(self.dialect)
-            .unwrap_or_else(|| Dialect::from_path(req.uri().path()))
-    }
 }
 
 impl<S: Clone> Clone for ErrorMapping<S> {
     fn clone(&self) -> Self {
         // A clone is a fresh service: it carries neither readiness nor the failure of
         // this instance's `poll_ready`; its own inner clone will tell.
-        Self::with_dialect(self.inner.clone(), self.dialect)
+        Self::with_config(self.inner.clone(), self.config)
     }
 }
 
@@ -98,7 +87,7 @@ impl<S: fmt::Debug> fmt::Debug for ErrorMapping<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ErrorMapping")
             .field("inner", &self.inner)
-            .field("dialect", &self.dialect)
+            .field("config", &self.config)
             .field("failed", &self.failed.is_some())
             .finish()
     }
@@ -131,12 +120,12 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let dialect = self.dialect_for(&req);
+        let form = self.config.form_for(&req);
         let id = request_id::ensure(req.headers_mut());
         debug_assert!(req.headers().contains_key(X_REQUEST_ID));
         match &self.failed {
-            Some(err) => ResponseFuture::ready(super::error_response(&**err, dialect, &id)),
-            None => ResponseFuture::inner(self.inner.call(req), dialect, id),
+            Some(err) => ResponseFuture::ready(super::error_response(&**err, form, &id)),
+            None => ResponseFuture::inner(self.inner.call(req), form, id),
         }
     }
 }
