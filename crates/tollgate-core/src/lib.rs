@@ -52,9 +52,10 @@ pub use rejection::{
 pub use slots::{Lease, LeaseId, LeaseSet};
 pub use store::memory::MemoryStore;
 pub use store::{
-    Admission, BillingStore, CapacityTake, ChannelStore, JointAdmission, JointDecision, JointItem,
-    JointSettle, JointStore, MAX_PENDING_PAGE, ReconcileStore, SlotAsk, SlotDecision, SlotStore,
-    StoreError, StoreErrorKind, StoreResult, WindowAsk, WindowStore,
+    Admission, BillingStore, BoxStoreFuture, CapacityTake, ChannelStore, DynReconcile,
+    JointAdmission, JointDecision, JointItem, JointSettle, JointStore, MAX_PENDING_PAGE,
+    ReconcileStore, SlotAsk, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult,
+    WindowAsk, WindowStore,
 };
 pub use subject::{AdmittedUnder, Fallback, Resolved, Scope, Subject, SubjectKey, Subscription};
 pub use window::{Exceeded, ExceededLimit, LimitView, Outcome, ScopeState, WindowTicket};

@@ -170,7 +170,15 @@ pub struct TenantConfig {
     pub budgets: Vec<BudgetConfig>,
 }
 
-/// A task budget, chosen per request with the `x-tollgate-task` header (B3).
+/// A task budget, chosen per request with the `x-tollgate-task` header (B3), and the
+/// tenants it belongs to (issue 14, item 5).
+///
+/// A task names its tenant (`tenant = "acme"`) or tenants (`tenants = ["a", "b"]`): only
+/// keys of those tenants may name it, and a key of another tenant gets the very answer an
+/// unknown name gets (403 40301), so names cannot be probed. A task that names none is
+/// shared: any key may name it (the behaviour before tasks had tenants; a warning is
+/// logged at load). Budgets are kept per tenant (D3): a task of two tenants is two budgets
+/// of the same limit, one in each tenant's books.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TaskConfig {
@@ -179,6 +187,22 @@ pub struct TaskConfig {
     /// Period, anchored at first use; absent = never resets.
     #[serde(default)]
     pub period: Option<Span>,
+    /// The tenant the task belongs to.
+    #[serde(default)]
+    pub tenant: Option<Spanned<String>>,
+    /// The tenants the task belongs to (with or instead of `tenant`).
+    #[serde(default)]
+    pub tenants: Vec<Spanned<String>>,
+}
+
+impl TaskConfig {
+    /// The tenants whose keys may name the task; empty = any key (a shared task).
+    pub fn owners(&self) -> impl Iterator<Item = &str> {
+        self.tenant
+            .iter()
+            .chain(&self.tenants)
+            .map(|t| t.get_ref().as_str())
+    }
 }
 
 /// Upstream limits at one granularity (SPEC U1): `{ rpm, rph, rpd, tpm, itpm, otpm }`.
@@ -359,6 +383,11 @@ pub struct ServerConfig {
     pub admin_token_env: Option<String>,
     /// The admin token itself (demo and tests only; prefer `admin_token_env`).
     pub admin_token: Option<String>,
+    /// Environment variable holding the metrics token: with one, `GET /metrics` needs
+    /// `Authorization: Bearer <token>` (401 otherwise); without, it is open.
+    pub metrics_token_env: Option<String>,
+    /// The metrics token itself (demo and tests only; prefer `metrics_token_env`).
+    pub metrics_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -373,6 +402,8 @@ impl Default for ServerConfig {
             usage_log: None,
             admin_token_env: None,
             admin_token: None,
+            metrics_token_env: None,
+            metrics_token: None,
         }
     }
 }
@@ -571,6 +602,8 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// The admin token, read from the environment (`None` = admin endpoints off).
     pub admin_token: Option<String>,
+    /// The metrics token, read from the environment (`None` = `/metrics` open).
+    pub metrics_token: Option<String>,
 }
 
 impl Config {
@@ -660,6 +693,8 @@ impl fmt::Debug for ServerConfig {
             .field("usage_log", &self.usage_log)
             .field("admin_token_env", &self.admin_token_env)
             .field("admin_token", &redact(&self.admin_token))
+            .field("metrics_token_env", &self.metrics_token_env)
+            .field("metrics_token", &redact(&self.metrics_token))
             .finish()
     }
 }
@@ -697,6 +732,7 @@ impl fmt::Debug for Config {
             .field("channels", &self.channels)
             .field("source", &self.source)
             .field("admin_token", &redact(&self.admin_token))
+            .field("metrics_token", &redact(&self.metrics_token))
             .finish()
     }
 }
@@ -818,6 +854,27 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                  instance (B5)"
                     .into(),
             ));
+        }
+    }
+    for (name, task) in &raw.tasks {
+        for t in task.tenant.iter().chain(&task.tenants) {
+            if !raw.tenants.contains_key(t.get_ref()) {
+                return Err(err(
+                    Some(t.span()),
+                    format!(
+                        "task {name:?}: unknown tenant {:?} (defined: {})",
+                        t.get_ref(),
+                        names(raw.tenants.keys())
+                    ),
+                ));
+            }
+        }
+        if task.owners().next().is_none() {
+            tracing::warn!(
+                task = %name,
+                "task names no tenant: any key may name it in x-tollgate-task; give it \
+                 `tenant = \"…\"` or `tenants = [\"…\"]`"
+            );
         }
     }
     let mut keys = BTreeMap::new();
@@ -1049,12 +1106,40 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             "server: the admin token must be at least 16 characters".into(),
         ));
     }
+    let metrics_token = match (&server.metrics_token, &server.metrics_token_env) {
+        (Some(t), None) => Some(t.clone()),
+        (None, Some(var)) => Some(
+            std::env::var(var)
+                .map_err(|_| {
+                    err(
+                        find_key(text, "metrics_token_env"),
+                        format!("server.metrics_token_env: environment variable {var} is not set"),
+                    )
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                find_key(text, "metrics_token"),
+                "server: set at most one of `metrics_token` or `metrics_token_env`".into(),
+            ));
+        }
+    };
+    if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+        return Err(err(
+            find_key(text, "metrics_token"),
+            "server: the metrics token must be at least 16 characters".into(),
+        ));
+    }
     Ok(Config {
         raw,
         keys,
         channels,
         source: None,
         admin_token,
+        metrics_token,
     })
 }
 

@@ -591,6 +591,10 @@ impl BillingStore for RedisStore {
         )
     }
 
+    fn reconciler(&self) -> Option<std::sync::Arc<dyn tollgate_core::DynReconcile>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         // The registry names the books with pending work; one HGETALL per books, all in
         // flight at once (each on its own slot).

@@ -512,6 +512,9 @@ impl<C: Clock> BillingStore for MemoryStore<C> {
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         ready(Ok(self.with_ledger(|l, _| l.pending())))
     }
+    fn reconciler(&self) -> Option<Arc<dyn super::DynReconcile>> {
+        Some(Arc::new(self.clone()))
+    }
 }
 
 impl<C: Clock> ReconcileStore for MemoryStore<C> {

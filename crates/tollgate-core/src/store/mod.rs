@@ -320,6 +320,13 @@ pub trait BillingStore: Clone + Send + Sync + 'static {
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money>;
     /// Attempts pending reconciliation, with their amounts.
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>>;
+    /// The store's [`ReconcileStore`] side, for code that knows it only as a
+    /// `BillingStore` (the proxy's admin routes and metrics); `None` (the default) when
+    /// it has none. Stores that implement [`ReconcileStore`] return
+    /// `Some(Arc::new(self.clone()))`.
+    fn reconciler(&self) -> Option<Arc<dyn DynReconcile>> {
+        None
+    }
 }
 
 /// Most attempts one [`ReconcileStore::pending_page`] call returns.
@@ -346,4 +353,38 @@ pub trait ReconcileStore: BillingStore {
     /// The pending counter of every books with attempts pending, in books order: one
     /// read per books, never a scan of the attempts.
     fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>>;
+}
+
+/// A boxed future of [`DynReconcile`].
+pub type BoxStoreFuture<T> = std::pin::Pin<Box<dyn Future<Output = StoreResult<T>> + Send>>;
+
+/// [`ReconcileStore`] behind a pointer (boxed futures): what
+/// [`BillingStore::reconciler`] hands out. Every `ReconcileStore` is one.
+pub trait DynReconcile: Send + Sync {
+    /// [`ReconcileStore::pending_page`].
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> BoxStoreFuture<Vec<PendingAttempt>>;
+    /// [`ReconcileStore::reconcile`].
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> BoxStoreFuture<Reconciled>;
+    /// [`ReconcileStore::pending_totals`].
+    fn pending_totals(&self) -> BoxStoreFuture<Vec<(Books, PendingTotal)>>;
+}
+
+impl<S: ReconcileStore> DynReconcile for S {
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> BoxStoreFuture<Vec<PendingAttempt>> {
+        Box::pin(ReconcileStore::pending_page(self, after, limit))
+    }
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> BoxStoreFuture<Reconciled> {
+        Box::pin(ReconcileStore::reconcile(self, attempt, how))
+    }
+    fn pending_totals(&self) -> BoxStoreFuture<Vec<(Books, PendingTotal)>> {
+        Box::pin(ReconcileStore::pending_totals(self))
+    }
 }
