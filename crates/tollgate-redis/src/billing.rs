@@ -4,10 +4,11 @@
 //! [`RedisStore`](crate::RedisStore#billing).
 //!
 //! [`ReconcileStore`] for an operator's reconciliation (B7): each books keeps a pending
-//! counter, `<books>pendsum` (HASH `n` attempts, `m` money; deleted when nothing is
-//! pending), moved by the settle script and the sweep in the same script as the attempt
-//! it counts, so [`pending_totals`](ReconcileStore::pending_totals) reads one hash per
-//! books named in the pending registry instead of every pending attempt. An attempt record
+//! counter in two fields of its pending list (`<books>pending`) that no attempt id is
+//! named, `"\0n"` (attempts) and `"\0m"` (money), removed when nothing is pending,
+//! moved by the settle script and the sweep in the same script as the attempt it counts,
+//! so [`pending_totals`](ReconcileStore::pending_totals) reads two fields per books named
+//! in the pending registry instead of every pending attempt. An attempt record
 //! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 
 use crate::scripts::SCRIPTS;
@@ -31,6 +32,17 @@ use tollgate_core::{
 /// of keeping a rounded amount. Limits (spend caps, budget limits) are only compared
 /// and may be any `i64`.
 pub const MAX_EXACT_MONEY: Money = tollgate_core::MAX_STORABLE_MONEY;
+
+/// The field of a books' pending list (`<books>pending`) holding how many attempts are
+/// pending: a NUL-led name, never an attempt id the layers make.
+pub(crate) const PENDING_COUNT_FIELD: &str = "\0n";
+/// The field of a books' pending list holding the money pending.
+pub(crate) const PENDING_MONEY_FIELD: &str = "\0m";
+
+/// True for a field of a pending list that names an attempt (not the counter).
+fn is_attempt_field(field: &str) -> bool {
+    field != PENDING_COUNT_FIELD && field != PENDING_MONEY_FIELD
+}
 
 fn protocol(what: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Protocol, what)
@@ -123,12 +135,6 @@ impl RedisStore {
         format!("{}pending", self.books_base(books))
     }
 
-    /// The key of a books' pending counter: `<books base>pendsum` (HASH: `n` attempts
-    /// pending, `m` their money; absent when nothing is pending).
-    pub fn pendsum_key(&self, books: &Books) -> String {
-        format!("{}pendsum", self.books_base(books))
-    }
-
     /// The key of the registry of books that have had attempts pending reconciliation:
     /// `<prefix>:{<billing tag>}:pending-books` (SET of `t:<tenant>` / `k:<key>`). The one
     /// billing key shared by every tenant, written only when an attempt becomes pending;
@@ -152,15 +158,14 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// The keys of the settle script for `attempt`: its record, its books' pending list,
-    /// open attempts and pending counter.
+    /// The keys of the settle script for `attempt`: its record, its books' pending list
+    /// (and counter) and open attempts.
     fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
         let base = self.books_base(&attempt.books);
         vec![
             format!("{base}attempt:{}", attempt.attempt),
             format!("{base}pending"),
             format!("{base}open"),
-            format!("{base}pendsum"),
         ]
     }
 
@@ -233,6 +238,7 @@ impl ReconcileStore for RedisStore {
                 cmd.arg(store.pending_key(&b));
                 let mut list: Vec<(String, Money)> =
                     store.command(cmd, |r: Vec<(String, Money)>| Ok(r)).await?;
+                list.retain(|(id, _)| is_attempt_field(id));
                 list.sort();
                 for (id, m) in list {
                     let a = AttemptRef {
@@ -333,7 +339,8 @@ impl ReconcileStore for RedisStore {
                 .iter()
                 .map(|b| {
                     let mut cmd = redis::cmd("HMGET");
-                    cmd.arg(store.pendsum_key(b)).arg(&["n", "m"]);
+                    cmd.arg(store.pending_key(b))
+                        .arg(&[PENDING_COUNT_FIELD, PENDING_MONEY_FIELD]);
                     store.command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
                 })
                 .collect();
@@ -621,7 +628,7 @@ impl BillingStore for RedisStore {
                 .into_iter()
                 .zip(futures_util::future::join_all(lists).await)
             {
-                for (id, m) in list? {
+                for (id, m) in list?.into_iter().filter(|(id, _)| is_attempt_field(id)) {
                     v.push((
                         AttemptRef {
                             attempt: AttemptId::from(id),

@@ -1,7 +1,7 @@
 -- BillingStore::settle_attempt (B2, B4, L5): Ledger::settle. Each attempt settles once; a
 -- settled or refunded attempt is deleted (D7): settling it again finds nothing.
--- KEYS[1]  the attempt   KEYS[2] the books' pending list   KEYS[3] the books' open attempts
--- KEYS[4]  the books' pending counter
+-- KEYS[1]  the attempt   KEYS[2] the books' pending list (and counter)
+-- KEYS[3]  the books' open attempts
 -- ARGV     [1] time (see time.lua), [2] outcome: s settled, p pending, r refund, [3] cost
 --          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt id, [6] '1': an
 --          operator's reconciliation, for a pending attempt only (optional)
@@ -63,7 +63,7 @@ if ARGV[4] ~= '0' then
 end
 if was_pending then
   redis.call('HDEL', KEYS[2], ARGV[5])
-  if KEYS[4] then count_pending(KEYS[4], -1, -money) end
+  count_pending(KEYS[2], -1, -money)
 end
 redis.call('ZREM', KEYS[3], ARGV[5])
 if state == 'p' then
@@ -71,7 +71,7 @@ if state == 'p' then
   redis.call('HSET', att, 's', 'p', 'ps', now)
   redis.call('PERSIST', att)
   redis.call('HSET', KEYS[2], ARGV[5], A[2])
-  if KEYS[4] then count_pending(KEYS[4], 1, money) end
+  count_pending(KEYS[2], 1, money)
 else
   redis.call('DEL', att)
 end
