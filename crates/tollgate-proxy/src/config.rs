@@ -1272,6 +1272,33 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
 "#;
 
     #[test]
+    fn i14_8_metrics_token_is_checked_like_the_admin_token() {
+        let c = Config::parse("[server]\nmetrics_token = \"metrics-0123456789\"\n").unwrap();
+        assert_eq!(c.metrics_token.as_deref(), Some("metrics-0123456789"));
+        assert!(!format!("{c:?}").contains("metrics-0123456789"), "redacted");
+        assert_eq!(
+            Config::parse("").unwrap().metrics_token,
+            None,
+            "open by default"
+        );
+        for (text, reason) in [
+            ("[server]\nmetrics_token = \"short\"\n", "at least 16"),
+            (
+                "[server]\nmetrics_token = \"metrics-0123456789\"\nmetrics_token_env = \"X\"\n",
+                "at most one",
+            ),
+            (
+                "[server]\nmetrics_token_env = \"TOLLGATE_TEST_UNSET_METRICS_TOKEN\"\n",
+                "is not set",
+            ),
+        ] {
+            let e = Config::parse(text).expect_err(text);
+            assert!(e.reason.contains(reason), "{text}: {e}");
+            assert_eq!(e.line, Some(2), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn p3_good_file_resolves() {
         let c = Config::parse(GOOD).unwrap();
         let k = &c.keys["sk-alice"];
