@@ -321,14 +321,18 @@ fn parse_cursor(c: &str) -> Option<AttemptRef> {
         .map(|i| u8::from_str_radix(c.get(i..i + 2)?, 16).ok())
         .collect::<Option<_>>()?;
     let raw = String::from_utf8(bytes).ok()?;
-    let kind = raw.chars().next()?;
-    let (len, rest) = raw[1..].split_once(':')?;
+    let (tenant, rest) = match raw.as_bytes().first()? {
+        b't' => (true, &raw[1..]),
+        b'k' => (false, &raw[1..]),
+        _ => return None,
+    };
+    let (len, rest) = rest.split_once(':')?;
     let len: usize = len.parse().ok()?;
     let (name, attempt) = (rest.get(..len)?, rest.get(len..)?);
-    let books = match kind {
-        't' => Books::Tenant(name.into()),
-        'k' => Books::Key(name.into()),
-        _ => return None,
+    let books = if tenant {
+        Books::Tenant(name.into())
+    } else {
+        Books::Key(name.into())
     };
     Some(AttemptRef {
         attempt: attempt.into(),
@@ -570,5 +574,40 @@ async fn close<St: BillingStore>(admin: Arc<Admin<St>>, req: Request, settle: bo
             })),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn i14_8_cursors_round_trip_and_bad_ones_are_refused_without_a_panic() {
+        for a in [
+            AttemptRef {
+                attempt: "att-1".into(),
+                books: Books::Tenant("acme:é{x}".into()),
+            },
+            AttemptRef {
+                attempt: "a:b:c".into(),
+                books: Books::Key("12:label".into()),
+            },
+        ] {
+            assert_eq!(parse_cursor(&cursor_of(&a)), Some(a));
+        }
+        let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+        for bad in [
+            String::new(),
+            "abc".into(),
+            "zz".into(),
+            hex("é3:abc"),
+            hex("x3:abcatt"),
+            hex("t9:abc"),
+            hex("tx:abc"),
+            hex("t"),
+            "c3a9".into(),
+        ] {
+            assert_eq!(parse_cursor(&bad), None, "{bad}");
+        }
     }
 }
