@@ -28,6 +28,15 @@
 //! [`SWEEP_BATCH`] per call, and its reservation is released from its budgets (its
 //! upper bound then counts against the balance and the key's spend as pending money).
 //! Pending attempts stay until reconciled.
+//!
+//! **Reconciliation (B7).** An operator lists the pending attempts ([`Ledger::pending_page`],
+//! in a stable order, page by page) and settles one at its real cost or writes it off
+//! ([`Ledger::reconcile`]): either releases what it held — its pending upper bound on the
+//! balance and the key's spend, and its budget reservations unless the sweep already did —
+//! exactly once; a second reconciliation finds nothing pending and changes nothing. Each
+//! books keeps a [`PendingTotal`] counter (attempts and money pending reconciliation,
+//! whoever pays), raised when an attempt goes pending and lowered when it is reconciled,
+//! so reading the pending amount costs one read per books, not one per attempt.
 
 use crate::clock::Millis;
 use crate::money::Money;
@@ -131,6 +140,96 @@ impl BillingRequest {
             books: self.books(),
         }
     }
+}
+
+/// Attempts and money pending reconciliation in one books (B7), whoever pays (the
+/// balance, or a subscription): a counter raised when an attempt goes pending (an unknown
+/// result, or the sweep) and lowered when it is settled or written off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingTotal {
+    /// Attempts pending.
+    pub attempts: u64,
+    /// Their upper bounds, in minor units.
+    pub amount: Money,
+}
+
+impl PendingTotal {
+    fn add(&mut self, money: Money) {
+        self.attempts = self.attempts.saturating_add(1);
+        self.amount = self.amount.saturating_add(money);
+    }
+    /// Never below zero (an attempt that went pending before the store kept the
+    /// counter is not in it).
+    fn remove(&mut self, money: Money) {
+        self.attempts = self.attempts.saturating_sub(1);
+        self.amount = if self.attempts == 0 {
+            0
+        } else {
+            self.amount.saturating_sub(money).max(0)
+        };
+    }
+}
+
+/// One attempt pending reconciliation, as an operator sees it (B7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingAttempt {
+    /// The attempt and its books.
+    pub attempt: AttemptRef,
+    /// Its upper bound, held pending.
+    pub amount: Money,
+    /// The key it ran under (`None` only for a record the store kept from before it
+    /// stored keys with attempts).
+    pub key: Option<SubjectKey>,
+    /// Whether the balance and the key's spend pay for it (false: a subscription
+    /// covered it, W8).
+    pub billed_to_balance: bool,
+    /// When it went pending, on the store's clock (`None`: not known).
+    pub since: Option<Millis>,
+}
+
+impl PendingAttempt {
+    /// Its place in the listing order: books, then attempt id.
+    pub fn order(&self) -> (&Books, &AttemptId) {
+        (&self.attempt.books, &self.attempt.attempt)
+    }
+}
+
+/// True if `a` comes after the cursor `after` in the listing order (books, then
+/// attempt id).
+pub fn listed_after(a: &AttemptRef, after: Option<&AttemptRef>) -> bool {
+    after.is_none_or(|c| (&a.books, &a.attempt) > (&c.books, &c.attempt))
+}
+
+/// What an operator does with an attempt pending reconciliation (B7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconcile {
+    /// Settle it at this cost (minor units, ≥ 0): charged to the balance, the key's spend
+    /// and its budgets like any settlement.
+    Settle(Money),
+    /// Write it off: release what it held and charge nothing.
+    WriteOff,
+}
+
+/// The answer to a reconciliation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reconciled {
+    /// It was pending and is now settled at `cost`.
+    Settled {
+        /// The attempt as it was pending.
+        attempt: PendingAttempt,
+        /// The cost charged.
+        cost: Money,
+    },
+    /// It was pending and is now written off.
+    WrittenOff {
+        /// The attempt as it was pending.
+        attempt: PendingAttempt,
+    },
+    /// It is still open (its request is in flight): not for an operator to settle.
+    InFlight,
+    /// Nothing pending under that name: never pending, or already reconciled (so a
+    /// second reconciliation changes nothing).
+    NotPending,
 }
 
 /// Why billing refused.
@@ -260,6 +359,8 @@ struct Attempt {
     /// The budgets no longer hold its reservation (swept, B7).
     released: bool,
     state: AttemptState,
+    /// When it went pending.
+    pending_since: Option<Millis>,
 }
 
 /// One books (D3): what one Redis Cluster slot holds.
@@ -273,6 +374,8 @@ struct Book {
     attempts: HashMap<AttemptId, Attempt>,
     /// Open attempts by deadline, then id.
     open: BTreeSet<(Millis, AttemptId)>,
+    /// Attempts pending reconciliation and their money.
+    pending_total: PendingTotal,
 }
 
 impl Book {
@@ -320,6 +423,8 @@ impl Book {
             }
             a.released = true;
             a.state = AttemptState::Pending(money);
+            a.pending_since = Some(now);
+            self.pending_total.add(money);
             swept += 1;
         }
         swept
@@ -435,6 +540,7 @@ impl Ledger {
                 deadline,
                 released: false,
                 state: AttemptState::Open,
+                pending_since: None,
             },
         );
         BillingDecision::Admitted
@@ -460,6 +566,9 @@ impl Ledger {
         book.open.remove(&(a.deadline, attempt.attempt.clone()));
         let money = a.money;
         let bill = a.bill_balance;
+        if was_pending {
+            book.pending_total.remove(money);
+        }
         // Undo what "pending" counted.
         if was_pending && bill {
             if a.to_tenant {
@@ -501,11 +610,13 @@ impl Ledger {
                     let k = book.keys.entry(a.key.clone()).or_default();
                     k.pending = k.pending.saturating_add(money);
                 }
+                book.pending_total.add(money);
                 // Budgets keep the reservation; no longer open, so never swept.
                 book.attempts.insert(
                     attempt.attempt.clone(),
                     Attempt {
                         state: AttemptState::Pending(money),
+                        pending_since: Some(now),
                         ..a
                     },
                 );
@@ -560,6 +671,88 @@ impl Ledger {
             })
             .collect();
         v.sort();
+        v
+    }
+
+    /// Up to `limit` attempts pending reconciliation that come after `after` in the
+    /// listing order (books, then attempt id): one page of the operator's listing
+    /// (B7). Pass the last attempt of a page to get the next one; an empty page is the
+    /// end. Every attempt pending throughout a listing is on exactly one page.
+    pub fn pending_page(&self, after: Option<&AttemptRef>, limit: usize) -> Vec<PendingAttempt> {
+        let mut v: Vec<PendingAttempt> = self
+            .books
+            .iter()
+            .filter(|(books, _)| after.is_none_or(|c| **books >= c.books))
+            .flat_map(|(books, b)| {
+                b.attempts.iter().filter_map(move |(id, a)| match a.state {
+                    AttemptState::Pending(amount) => Some(PendingAttempt {
+                        attempt: AttemptRef {
+                            attempt: id.clone(),
+                            books: books.clone(),
+                        },
+                        amount,
+                        key: Some(a.key.clone()),
+                        billed_to_balance: a.bill_balance,
+                        since: a.pending_since,
+                    }),
+                    _ => None,
+                })
+            })
+            .filter(|p| listed_after(&p.attempt, after))
+            .collect();
+        if v.len() > limit {
+            v.select_nth_unstable_by(limit, |a, b| a.order().cmp(&b.order()));
+            v.truncate(limit);
+        }
+        v.sort_by(|a, b| a.order().cmp(&b.order()));
+        v
+    }
+
+    /// Settles a pending attempt at a cost, or writes it off (B7): releases what it held
+    /// exactly once. An open attempt is left alone ([`Reconciled::InFlight`]: its request
+    /// settles it); one not pending — never, or no longer — changes nothing
+    /// ([`Reconciled::NotPending`]).
+    pub fn reconcile(&mut self, attempt: &AttemptRef, how: Reconcile, now: Millis) -> Reconciled {
+        let Some(a) = self
+            .books
+            .get(&attempt.books)
+            .and_then(|b| b.attempts.get(&attempt.attempt))
+        else {
+            return Reconciled::NotPending;
+        };
+        let amount = match a.state {
+            AttemptState::Pending(m) => m,
+            AttemptState::Open => return Reconciled::InFlight,
+            AttemptState::Settled(_) | AttemptState::Refunded => return Reconciled::NotPending,
+        };
+        let was = PendingAttempt {
+            attempt: attempt.clone(),
+            amount,
+            key: Some(a.key.clone()),
+            billed_to_balance: a.bill_balance,
+            since: a.pending_since,
+        };
+        let outcome = match how {
+            Reconcile::Settle(cost) => BillingOutcome::Settled(cost.max(0)),
+            Reconcile::WriteOff => BillingOutcome::Refund,
+        };
+        match self.settle(attempt, outcome, now) {
+            Some(AttemptState::Settled(cost)) => Reconciled::Settled { attempt: was, cost },
+            Some(AttemptState::Refunded) => Reconciled::WrittenOff { attempt: was },
+            _ => Reconciled::NotPending,
+        }
+    }
+
+    /// The pending counter of every books that has attempts pending (B7), in books
+    /// order.
+    pub fn pending_totals(&self) -> Vec<(Books, PendingTotal)> {
+        let mut v: Vec<(Books, PendingTotal)> = self
+            .books
+            .iter()
+            .filter(|(_, b)| b.pending_total != PendingTotal::default())
+            .map(|(books, b)| (books.clone(), b.pending_total))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
 
@@ -947,5 +1140,105 @@ mod tests {
             l.account(Some("other"), &"k".into(), &[], 0).balance,
             Some(97)
         );
+    }
+
+    #[test]
+    fn b7_reconcile_releases_a_pending_attempt_once_and_keeps_the_counter() {
+        let mut l = Ledger::default();
+        l.seed_balance("acme", 1_000);
+        let budget: Arc<[Budget]> = Arc::from(vec![Budget {
+            id: "x".into(),
+            limit: 500,
+            period_ms: None,
+        }]);
+        let b = |a: &str, m| BillingRequest {
+            budgets: Arc::clone(&budget),
+            ..req(a, m)
+        };
+        l.admit(&b("p1", 100), 0);
+        l.admit(&b("p2", 60), 0);
+        l.admit(&b("open", 10), 0);
+        l.settle(&r("p1"), BillingOutcome::Pending, 5);
+        l.settle(&r("p2"), BillingOutcome::Pending, 6);
+        let acme = Books::Tenant("acme".into());
+        assert_eq!(
+            l.pending_totals(),
+            vec![(
+                acme.clone(),
+                PendingTotal {
+                    attempts: 2,
+                    amount: 160
+                }
+            )]
+        );
+        assert_eq!(
+            l.reconcile(&r("open"), Reconcile::Settle(1), 7),
+            Reconciled::InFlight
+        );
+        let settled = l.reconcile(&r("p1"), Reconcile::Settle(70), 7);
+        let Reconciled::Settled { attempt, cost } = settled else {
+            panic!("{settled:?}")
+        };
+        assert_eq!((attempt.amount, attempt.since, cost), (100, Some(5), 70));
+        assert_eq!(attempt.key, Some("k".into()));
+        assert_eq!(
+            l.reconcile(&r("p1"), Reconcile::Settle(70), 8),
+            Reconciled::NotPending,
+            "settling twice changes nothing"
+        );
+        assert_eq!(
+            l.reconcile(&r("p1"), Reconcile::WriteOff, 8),
+            Reconciled::NotPending
+        );
+        assert!(matches!(
+            l.reconcile(&r("p2"), Reconcile::WriteOff, 9),
+            Reconciled::WrittenOff { .. }
+        ));
+        assert!(l.pending_totals().is_empty());
+        let v = l.account(Some("acme"), &"k".into(), &budget, 9);
+        // 1000 − 70; the open attempt still holds its 10 in the budget.
+        assert_eq!(
+            (v.balance, v.tenant_pending, v.key_spent, v.key_pending),
+            (Some(930), 0, 70, 0)
+        );
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (70, 10));
+    }
+
+    #[test]
+    fn b7_pending_pages_list_every_attempt_once_in_books_then_id_order() {
+        let mut l = Ledger::default();
+        let mut all = Vec::new();
+        for t in ["b", "a", "c"] {
+            l.seed_balance(t, 1_000_000);
+            for i in [3, 1, 2, 10] {
+                let id = format!("{t}{i}");
+                l.admit(
+                    &BillingRequest {
+                        tenant: Some(t.into()),
+                        ..req(&id, 1)
+                    },
+                    0,
+                );
+                let a = AttemptRef {
+                    attempt: id.as_str().into(),
+                    books: Books::Tenant(t.into()),
+                };
+                l.settle(&a, BillingOutcome::Pending, 0);
+                all.push(a);
+            }
+        }
+        all.sort_by(|a, b| (&a.books, &a.attempt).cmp(&(&b.books, &b.attempt)));
+        let mut seen = Vec::new();
+        let mut after: Option<AttemptRef> = None;
+        for _ in 0..10 {
+            let page = l.pending_page(after.as_ref(), 5);
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 5);
+            after = page.last().map(|p| p.attempt.clone());
+            seen.extend(page.into_iter().map(|p| p.attempt));
+        }
+        assert_eq!(seen, all);
     }
 }

@@ -34,7 +34,8 @@ mod window_tests;
 
 pub use billing::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, Books, Budget, Ledger, Refusal,
+    BillingRequest, Books, Budget, Ledger, PendingAttempt, PendingTotal, Reconcile, Reconciled,
+    Refusal,
 };
 pub use capacity::{
     Candidates, CapacityStore, ChannelRef, Chosen, FairQueue, QueueFull, QueueLimits, TenantWeight,
@@ -51,9 +52,10 @@ pub use rejection::{
 pub use slots::{Lease, LeaseId, LeaseSet};
 pub use store::memory::MemoryStore;
 pub use store::{
-    Admission, BillingStore, CapacityTake, ChannelStore, JointAdmission, JointDecision, JointItem,
-    JointSettle, JointStore, SlotAsk, SlotDecision, SlotStore, StoreError, StoreErrorKind,
-    StoreResult, WindowAsk, WindowStore,
+    Admission, BillingStore, BoxStoreFuture, CapacityTake, ChannelStore, DynReconcile,
+    JointAdmission, JointDecision, JointItem, JointSettle, JointStore, MAX_PENDING_PAGE,
+    ReconcileStore, SlotAsk, SlotDecision, SlotStore, StoreError, StoreErrorKind, StoreResult,
+    WindowAsk, WindowStore,
 };
 pub use subject::{AdmittedUnder, Fallback, Resolved, Scope, Subject, SubjectKey, Subscription};
 pub use window::{Exceeded, ExceededLimit, LimitView, Outcome, ScopeState, WindowTicket};

@@ -37,6 +37,8 @@ struct Ops<St> {
     keys: KeyTable,
     catalog: Arc<Catalog>,
     on_scrape: Option<ScrapeHook>,
+    /// `GET /metrics` needs this bearer token when set.
+    metrics_token: Option<String>,
 }
 
 /// The gateway's router, built from a configuration and a store.
@@ -188,13 +190,11 @@ where
         // handles to it.
         crate::metrics::handle();
         let catalog = Arc::new(Catalog::new(&self.config, self.fake_base.as_deref())?);
-        let tasks = self
-            .config
-            .raw
-            .tasks
-            .iter()
-            .map(|(n, t)| (n.clone(), crate::config::task_budget(n, t)));
-        let keys = KeyTable::new(self.config.keys.clone(), tasks);
+        let tasks = self.config.raw.tasks.iter().map(|(n, t)| {
+            let owners = t.owners().map(Into::into).collect();
+            (n.clone(), crate::config::task_budget(n, t), owners)
+        });
+        let keys = KeyTable::with_tasks(self.config.keys.clone(), tasks);
         let sink: Arc<dyn tollgate::UsageSink> = match &self.config.raw.server.usage_log {
             Some(path) => Arc::new(
                 crate::sink::JsonLines::open(path)
@@ -290,7 +290,7 @@ where
                     )
                     .layer(
                         BillingGateLayer::new(self.store.clone())
-                            .shared_sink(sink)
+                            .shared_sink(sink.clone())
                             .failure_mode(modes.billing_failure.into()),
                     )
                     .service(forward),
@@ -313,12 +313,14 @@ where
             catalog: live_catalog,
             channels: self.config.channels.clone(),
             store: self.store.clone(),
+            sink: sink.clone(),
         });
         let ops = Arc::new(Ops {
             store: self.store.clone(),
             keys,
             catalog,
             on_scrape: self.on_scrape.clone(),
+            metrics_token: self.config.metrics_token.clone(),
         });
         let routes = api
             .route("/v1/models", get(list_models::<St>))
@@ -508,7 +510,6 @@ async fn not_found(req: Request) -> Response {
     render(&r, Dialect::from_path(req.uri().path()), "").into_response()
 }
 
-/// `GET /metrics` (SPEC P4): Prometheus text.
 /// Says what seeding a tenant's balance did: written (the tenant had no record) or kept
 /// (a running balance is never reset).
 fn log_seed(tenant: &str, balance: tollgate::core::Money, seeded: bool) {
@@ -527,14 +528,32 @@ fn log_seed(tenant: &str, balance: tollgate::core::Money, seeded: bool) {
     }
 }
 
-async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>) -> Response {
+/// `GET /metrics` (SPEC P4): Prometheus text; behind a bearer token when
+/// `server.metrics_token` is set.
+async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>, req: Request) -> Response {
+    if let Some(token) = &ops.metrics_token {
+        let given = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(
+            given.as_bytes(),
+            token.as_bytes(),
+        )) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(http::header::WWW_AUTHENTICATE, "Bearer")],
+                "metrics token required",
+            )
+                .into_response();
+        }
+    }
     if let Some(hook) = &ops.on_scrape {
         hook();
     }
-    if let Ok(pending) = ops.store.pending().await {
-        let total: i64 = pending.iter().map(|(_, m)| *m).sum();
-        metrics::gauge!("tollgate_pending_reconciliation_amount").set(total as f64);
-    }
+    crate::metrics::record_pending(&ops.store).await;
     match crate::metrics::handle() {
         Some(h) => (
             [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],

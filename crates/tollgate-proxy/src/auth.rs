@@ -11,7 +11,29 @@ use tollgate_core::{Budget, GatewayCode, LayerKind, Rejection};
 #[derive(Clone, Default)]
 pub struct KeyTable {
     keys: Arc<HashMap<String, Arc<KeyEntry>>>,
-    tasks: Arc<HashMap<String, Budget>>,
+    tasks: Arc<HashMap<String, Task>>,
+}
+
+/// A task budget and the tenants whose keys may name it (empty = any key).
+#[derive(Clone, Debug)]
+struct Task {
+    budget: Budget,
+    owners: Box<[Arc<str>]>,
+}
+
+impl Task {
+    fn allows(&self, tenant: Option<&str>) -> bool {
+        self.owners.is_empty() || tenant.is_some_and(|t| self.owners.iter().any(|o| **o == *t))
+    }
+}
+
+/// The answer to a task name a key may not use, whether the task is another tenant's or
+/// does not exist: the same status, code and message, so names cannot be probed (issue
+/// 14, item 5).
+fn task_refused() -> Rejection {
+    Rejection::new(GatewayCode::Forbidden, LayerKind::Request).with_message(format!(
+        "This API key may not use the task named in the {TASK_HEADER} header."
+    ))
 }
 
 /// The entries (each named by its label), never the secrets they are looked up by.
@@ -28,14 +50,37 @@ impl std::fmt::Debug for KeyTable {
 pub const TASK_HEADER: &str = "x-tollgate-task";
 
 impl KeyTable {
-    /// A table of `keys`, with the task budgets a request may name.
+    /// A table of `keys`, with the task budgets a request may name (shared: any key may
+    /// name any of them).
     pub fn new(
         keys: impl IntoIterator<Item = (String, KeyEntry)>,
         tasks: impl IntoIterator<Item = (String, Budget)>,
     ) -> Self {
+        Self::with_tasks(keys, tasks.into_iter().map(|(n, b)| (n, b, Vec::new())))
+    }
+
+    /// A table of `keys`, with the task budgets a request may name, each with the tenants
+    /// whose keys may name it (none = any key).
+    pub fn with_tasks(
+        keys: impl IntoIterator<Item = (String, KeyEntry)>,
+        tasks: impl IntoIterator<Item = (String, Budget, Vec<Arc<str>>)>,
+    ) -> Self {
         Self {
             keys: Arc::new(keys.into_iter().map(|(k, e)| (k, Arc::new(e))).collect()),
-            tasks: Arc::new(tasks.into_iter().collect()),
+            tasks: Arc::new(
+                tasks
+                    .into_iter()
+                    .map(|(n, budget, owners)| {
+                        (
+                            n,
+                            Task {
+                                budget,
+                                owners: owners.into(),
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
         }
     }
 
@@ -52,16 +97,16 @@ impl KeyTable {
         let entry = self.identify(req.headers(), req.uri())?.clone();
         let mut billing = entry.billing.clone();
         if let Some(task) = req.headers().get(TASK_HEADER) {
-            let budget = task
+            // Another tenant's task and an unknown name answer alike (issue 14, item 5).
+            let tenant = entry.subject.tenant.as_deref();
+            let task = task
                 .to_str()
                 .ok()
                 .and_then(|t| self.tasks.get(t))
-                .ok_or_else(|| {
-                    Rejection::new(GatewayCode::InvalidRequest, LayerKind::Request)
-                        .with_message(format!("Unknown task in the {TASK_HEADER} header."))
-                })?;
+                .filter(|t| t.allows(tenant))
+                .ok_or_else(task_refused)?;
             let mut all: Vec<Budget> = billing.budgets.to_vec();
-            all.push(budget.clone());
+            all.push(task.budget.clone());
             billing.budgets = all.into();
         }
         req.extensions_mut().insert(billing);

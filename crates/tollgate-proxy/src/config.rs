@@ -170,7 +170,15 @@ pub struct TenantConfig {
     pub budgets: Vec<BudgetConfig>,
 }
 
-/// A task budget, chosen per request with the `x-tollgate-task` header (B3).
+/// A task budget, chosen per request with the `x-tollgate-task` header (B3), and the
+/// tenants it belongs to (issue 14, item 5).
+///
+/// A task names its tenant (`tenant = "acme"`) or tenants (`tenants = ["a", "b"]`): only
+/// keys of those tenants may name it, and a key of another tenant gets the very answer an
+/// unknown name gets (403 40301), so names cannot be probed. A task that names none is
+/// shared: any key may name it (the behaviour before tasks had tenants; a warning is
+/// logged at load). Budgets are kept per tenant (D3): a task of two tenants is two budgets
+/// of the same limit, one in each tenant's books.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TaskConfig {
@@ -179,6 +187,22 @@ pub struct TaskConfig {
     /// Period, anchored at first use; absent = never resets.
     #[serde(default)]
     pub period: Option<Span>,
+    /// The tenant the task belongs to.
+    #[serde(default)]
+    pub tenant: Option<Spanned<String>>,
+    /// The tenants the task belongs to (with or instead of `tenant`).
+    #[serde(default)]
+    pub tenants: Vec<Spanned<String>>,
+}
+
+impl TaskConfig {
+    /// The tenants whose keys may name the task; empty = any key (a shared task).
+    pub fn owners(&self) -> impl Iterator<Item = &str> {
+        self.tenant
+            .iter()
+            .chain(&self.tenants)
+            .map(|t| t.get_ref().as_str())
+    }
 }
 
 /// Upstream limits at one granularity (SPEC U1): `{ rpm, rph, rpd, tpm, itpm, otpm }`.
@@ -372,6 +396,11 @@ pub struct ServerConfig {
     /// An HTTP/2 connection with no open stream this long is closed (GOAWAY),
     /// default 120 s. (An idle HTTP/1 connection is closed by `header_read_timeout`.)
     pub h2_idle_timeout: Span,
+    /// Environment variable holding the metrics token: with one, `GET /metrics` needs
+    /// `Authorization: Bearer <token>` (401 otherwise); without, it is open.
+    pub metrics_token_env: Option<String>,
+    /// The metrics token itself (demo and tests only; prefer `metrics_token_env`).
+    pub metrics_token: Option<String>,
 }
 
 impl ServerConfig {
@@ -430,6 +459,8 @@ impl Default for ServerConfig {
             max_response_lifetime: Span(Duration::from_secs(30 * 60)),
             max_connections: 4096,
             h2_idle_timeout: Span(Duration::from_secs(120)),
+            metrics_token_env: None,
+            metrics_token: None,
         }
     }
 }
@@ -737,6 +768,8 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// The admin token, read from the environment (`None` = admin endpoints off).
     pub admin_token: Option<String>,
+    /// The metrics token, read from the environment (`None` = `/metrics` open).
+    pub metrics_token: Option<String>,
 }
 
 impl Config {
@@ -830,6 +863,8 @@ impl fmt::Debug for ServerConfig {
             .field("max_response_lifetime", &self.max_response_lifetime)
             .field("max_connections", &self.max_connections)
             .field("h2_idle_timeout", &self.h2_idle_timeout)
+            .field("metrics_token_env", &self.metrics_token_env)
+            .field("metrics_token", &redact(&self.metrics_token))
             .finish()
     }
 }
@@ -867,6 +902,7 @@ impl fmt::Debug for Config {
             .field("channels", &self.channels)
             .field("source", &self.source)
             .field("admin_token", &redact(&self.admin_token))
+            .field("metrics_token", &redact(&self.metrics_token))
             .finish()
     }
 }
@@ -991,6 +1027,27 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                  instance (B5)"
                     .into(),
             ));
+        }
+    }
+    for (name, task) in &raw.tasks {
+        for t in task.tenant.iter().chain(&task.tenants) {
+            if !raw.tenants.contains_key(t.get_ref()) {
+                return Err(err(
+                    Some(t.span()),
+                    format!(
+                        "task {name:?}: unknown tenant {:?} (defined: {})",
+                        t.get_ref(),
+                        names(raw.tenants.keys())
+                    ),
+                ));
+            }
+        }
+        if task.owners().next().is_none() {
+            tracing::warn!(
+                task = %name,
+                "task names no tenant: any key may name it in x-tollgate-task; give it \
+                 `tenant = \"…\"` or `tenants = [\"…\"]`"
+            );
         }
     }
     let mut keys = BTreeMap::new();
@@ -1222,12 +1279,40 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             "server: the admin token must be at least 16 characters".into(),
         ));
     }
+    let metrics_token = match (&server.metrics_token, &server.metrics_token_env) {
+        (Some(t), None) => Some(t.clone()),
+        (None, Some(var)) => Some(
+            std::env::var(var)
+                .map_err(|_| {
+                    err(
+                        find_key(text, "metrics_token_env"),
+                        format!("server.metrics_token_env: environment variable {var} is not set"),
+                    )
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                find_key(text, "metrics_token"),
+                "server: set at most one of `metrics_token` or `metrics_token_env`".into(),
+            ));
+        }
+    };
+    if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+        return Err(err(
+            find_key(text, "metrics_token"),
+            "server: the metrics token must be at least 16 characters".into(),
+        ));
+    }
     Ok(Config {
         raw,
         keys,
         channels,
         source: None,
         admin_token,
+        metrics_token,
     })
 }
 
@@ -1358,6 +1443,33 @@ models = ["gpt-x"]
 [models.gpt-x]
 price = { input_per_mtok = 10, output_per_mtok = 20 }
 "#;
+
+    #[test]
+    fn i14_8_metrics_token_is_checked_like_the_admin_token() {
+        let c = Config::parse("[server]\nmetrics_token = \"metrics-0123456789\"\n").unwrap();
+        assert_eq!(c.metrics_token.as_deref(), Some("metrics-0123456789"));
+        assert!(!format!("{c:?}").contains("metrics-0123456789"), "redacted");
+        assert_eq!(
+            Config::parse("").unwrap().metrics_token,
+            None,
+            "open by default"
+        );
+        for (text, reason) in [
+            ("[server]\nmetrics_token = \"short\"\n", "at least 16"),
+            (
+                "[server]\nmetrics_token = \"metrics-0123456789\"\nmetrics_token_env = \"X\"\n",
+                "at most one",
+            ),
+            (
+                "[server]\nmetrics_token_env = \"TOLLGATE_TEST_UNSET_METRICS_TOKEN\"\n",
+                "is not set",
+            ),
+        ] {
+            let e = Config::parse(text).expect_err(text);
+            assert!(e.reason.contains(reason), "{text}: {e}");
+            assert_eq!(e.line, Some(2), "{text}: {e}");
+        }
+    }
 
     #[test]
     fn p3_good_file_resolves() {

@@ -9,7 +9,10 @@
 //! | `tollgate_attempts_per_request` | histogram | — (1 until failover lands) |
 //! | `tollgate_settlements_total` | counter | `outcome` (settled / pending_reconciliation) |
 //! | `tollgate_request_cost` | histogram | — (minor units, settled requests) |
-//! | `tollgate_pending_reconciliation_amount` | gauge | — (set at each scrape) |
+//! | `tollgate_pending_reconciliation_amount` | gauge | — (set at each scrape from the store's pending counters, B7) |
+//! | `tollgate_pending_reconciliation_attempts` | gauge | — (likewise: attempts pending) |
+//! | `tollgate_tenant_pending_reconciliation_amount` | gauge | `tenant` (each tenant's pending counter; 0 once it has none) |
+//! | `tollgate_reconciliations_total` | counter | `outcome` (settled / written_off / in_flight / not_pending: the admin routes' answers) |
 //! | `tollgate_billing_settlement_failures_total` | counter | — (settlements or refunds the store could not take, queued for retries, B7) |
 //! | `tollgate_billing_settlement_retries_total` | counter | — (retries sent) |
 //! | `tollgate_billing_record_missing_total` | counter | — (requests refused with 50303: a configured tenant's record is missing, B7) |
@@ -21,8 +24,9 @@
 
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use std::sync::{Arc, OnceLock};
-use tollgate::core::AttemptState;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use tollgate::core::{AttemptState, BillingStore, Books};
 use tollgate::{UsageRecord, UsageSink};
 
 /// The process's Prometheus handle, installing the recorder on first use (and binding
@@ -126,4 +130,51 @@ impl UsageSink for Counting {
         }
         self.inner.record(record);
     }
+}
+
+/// Sets the pending-reconciliation gauges from the store's pending counters (one read
+/// per books with pending work, never a scan of the attempts, B7); a store without them
+/// is read through its pending list instead. A store error leaves the gauges as they were.
+pub async fn record_pending<St: BillingStore>(store: &St) {
+    /// Tenants given a gauge so far: set to 0 once their counter is gone.
+    static TENANTS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let (attempts, amount) = match store.reconciler() {
+        Some(r) => match r.pending_totals().await {
+            Ok(totals) => {
+                let mut seen = TENANTS.lock().unwrap_or_else(|e| e.into_inner());
+                let mut now = BTreeSet::new();
+                for (books, t) in &totals {
+                    if let Books::Tenant(name) = books {
+                        metrics::gauge!("tollgate_tenant_pending_reconciliation_amount", "tenant" => name.to_string())
+                            .set(t.amount as f64);
+                        now.insert(name.to_string());
+                    }
+                }
+                for gone in seen.difference(&now) {
+                    metrics::gauge!("tollgate_tenant_pending_reconciliation_amount", "tenant" => gone.clone())
+                        .set(0.0);
+                }
+                seen.extend(now);
+                totals.iter().fold((0u64, 0i64), |(n, m), (_, t)| {
+                    (n.saturating_add(t.attempts), m.saturating_add(t.amount))
+                })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: reading the pending counters failed");
+                return;
+            }
+        },
+        None => match store.pending().await {
+            Ok(p) => (
+                p.len() as u64,
+                p.iter().fold(0i64, |m, (_, a)| m.saturating_add(*a)),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: reading the pending list failed");
+                return;
+            }
+        },
+    };
+    metrics::gauge!("tollgate_pending_reconciliation_amount").set(amount as f64);
+    metrics::gauge!("tollgate_pending_reconciliation_attempts").set(attempts as f64);
 }

@@ -6,6 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use tollgate::UsageRecord;
+use tollgate::billing::Reconciliation;
 use tollgate::core::AttemptState;
 
 /// Appends every usage record to a JSON-lines file. Records go through a bounded
@@ -45,12 +46,19 @@ impl JsonLines {
 
 /// A record as one JSON object.
 pub fn record_json(r: &UsageRecord) -> serde_json::Value {
-    let (outcome, amount) = match r.outcome {
-        AttemptState::Settled(c) => ("settled", c),
-        AttemptState::Pending(m) => ("pending_reconciliation", m),
-        AttemptState::Refunded => ("refunded", 0),
-        AttemptState::Open => ("open", 0),
+    let (outcome, amount) = match (r.outcome, r.reconciliation) {
+        (_, Some(Reconciliation::WrittenOff { .. })) => ("written_off", 0),
+        (AttemptState::Settled(c), _) => ("settled", c),
+        (AttemptState::Pending(m), _) => ("pending_reconciliation", m),
+        (AttemptState::Refunded, _) => ("refunded", 0),
+        (AttemptState::Open, _) => ("open", 0),
     };
+    // An operator's reconciliation of a pending attempt (B7): the upper bound it released.
+    let reconciled = r.reconciliation.map(|x| match x {
+        Reconciliation::Settled { pending } | Reconciliation::WrittenOff { pending } => {
+            json!({"by": "operator", "pending": pending})
+        }
+    });
     json!({
         "at_ms": r.at,
         "key": r.key.as_str(),
@@ -69,6 +77,7 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
         "outcome": outcome,
         "amount": amount,
         "billed_to_balance": r.billed_to_balance,
+        "reconciled": reconciled,
     })
 }
 

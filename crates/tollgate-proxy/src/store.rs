@@ -138,6 +138,33 @@ impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         self.billing.pending()
     }
+    fn reconciler(&self) -> Option<Arc<dyn tollgate::core::DynReconcile>> {
+        self.billing.reconciler()
+    }
+}
+
+impl<L: Clone + Send + Sync + 'static, B: tollgate::core::ReconcileStore>
+    tollgate::core::ReconcileStore for Split<L, B>
+{
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> Self::Future<Vec<tollgate::core::PendingAttempt>> {
+        self.billing.pending_page(after, limit)
+    }
+    fn reconcile(
+        &self,
+        attempt: &AttemptRef,
+        how: tollgate::core::Reconcile,
+    ) -> Self::Future<tollgate::core::Reconciled> {
+        self.billing.reconcile(attempt, how)
+    }
+    fn pending_totals(
+        &self,
+    ) -> Self::Future<Vec<(tollgate::core::Books, tollgate::core::PendingTotal)>> {
+        self.billing.pending_totals()
+    }
 }
 
 impl<L: CapacityStore, B: Clone + Send + Sync + 'static> CapacityStore for Split<L, B> {

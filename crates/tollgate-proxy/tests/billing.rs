@@ -139,13 +139,14 @@ async fn b3_scenario_4_budget_short_no_provider_call_budget_exhausted() {
     )
     .await;
     rejection(&r, Dialect::OpenAi, 40203);
-    // An unknown task is the client's mistake.
+    // An unknown task is refused as a task the key may not use (403, the same answer
+    // as another tenant's task: issue 14, item 5).
     let r = send(
         p.addr,
         &ask(Dialect::OpenAi, "sk-rich", false).header("x-tollgate-task", "nope"),
     )
     .await;
-    rejection(&r, Dialect::OpenAi, 40001);
+    rejection(&r, Dialect::OpenAi, 40301);
     assert_eq!(p.fake.stats().total_calls, 0, "the provider saw 0 calls");
     let v = usage(p.addr, "sk-tight").await;
     let b = &money(&v)["budgets"][0];

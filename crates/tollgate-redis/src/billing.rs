@@ -2,14 +2,23 @@
 //! [`Ledger`](tollgate_core::Ledger) in Lua (B1–B7, D1–D3, D7). The design — keys, one
 //! hash tag per tenant's books, expiries, number handling — is documented on
 //! [`RedisStore`](crate::RedisStore#billing).
+//!
+//! [`ReconcileStore`] for an operator's reconciliation (B7): each books keeps a pending
+//! counter in two fields of its pending list (`<books>pending`) that no attempt id is
+//! named, `"\0n"` (attempts) and `"\0m"` (money), removed when nothing is pending,
+//! moved by the settle script and the sweep in the same script as the attempt it counts,
+//! so [`pending_totals`](ReconcileStore::pending_totals) reads two fields per books named
+//! in the pending registry instead of every pending attempt. An attempt record
+//! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 
 use crate::scripts::SCRIPTS;
 use crate::store::{RedisStore, RedisStoreFuture};
 use tollgate_core::billing::BudgetView;
 use tollgate_core::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, BillingStore, Books, Budget, Millis, Money, Refusal, StoreError,
-    StoreErrorKind, StoreResult, SubjectKey,
+    BillingRequest, BillingStore, Books, Budget, MAX_PENDING_PAGE, Millis, Money, PendingAttempt,
+    PendingTotal, Reconcile, ReconcileStore, Reconciled, Refusal, StoreError, StoreErrorKind,
+    StoreResult, SubjectKey,
 };
 
 /// Largest amount, in minor units, that the Redis store keeps exactly: 2^53 − 1
@@ -23,6 +32,17 @@ use tollgate_core::{
 /// of keeping a rounded amount. Limits (spend caps, budget limits) are only compared
 /// and may be any `i64`.
 pub const MAX_EXACT_MONEY: Money = tollgate_core::MAX_STORABLE_MONEY;
+
+/// The field of a books' pending list (`<books>pending`) holding how many attempts are
+/// pending: a NUL-led name, never an attempt id the layers make.
+pub(crate) const PENDING_COUNT_FIELD: &str = "\0n";
+/// The field of a books' pending list holding the money pending.
+pub(crate) const PENDING_MONEY_FIELD: &str = "\0m";
+
+/// True for a field of a pending list that names an attempt (not the counter).
+fn is_attempt_field(field: &str) -> bool {
+    field != PENDING_COUNT_FIELD && field != PENDING_MONEY_FIELD
+}
 
 fn protocol(what: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Protocol, what)
@@ -137,6 +157,212 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// The keys of the settle script for `attempt`: its record, its books' pending list
+    /// (and counter) and open attempts.
+    fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
+        let base = self.books_base(&attempt.books);
+        vec![
+            format!("{base}attempt:{}", attempt.attempt),
+            format!("{base}pending"),
+            format!("{base}open"),
+        ]
+    }
+
+    /// The books named in the pending registry, in books order.
+    fn pending_books(&self) -> RedisStoreFuture<Vec<Books>> {
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(self.pending_registry_key());
+        self.command(cmd, |m: Vec<String>| {
+            let mut books: Vec<Books> = m.iter().filter_map(|m| registry_books(m)).collect();
+            books.sort();
+            Ok(books)
+        })
+    }
+
+    /// What an operator sees of a pending attempt of `amount`, from its record's
+    /// fields `k`, `kk`, `ps`.
+    fn pending_of(
+        &self,
+        attempt: AttemptRef,
+        amount: Money,
+    ) -> RedisStoreFuture<Option<(String, PendingAttempt)>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.attempt_key(&attempt))
+            .arg(&["s", "k", "kk", "ps"]);
+        self.command(cmd, move |f: Vec<Option<String>>| {
+            let [s, k, kk, ps] = <[Option<String>; 4]>::try_from(f)
+                .map_err(|f| protocol(format!("attempt record: unexpected reply {f:?}")))?;
+            let Some(s) = s else { return Ok(None) };
+            let key = k.map(SubjectKey::from).or_else(|| match &attempt.books {
+                Books::Key(k) => Some(k.clone()),
+                Books::Tenant(_) => None,
+            });
+            Ok(Some((
+                s,
+                PendingAttempt {
+                    attempt,
+                    amount,
+                    key,
+                    billed_to_balance: kk.is_some(),
+                    since: ps.and_then(|v| v.parse().ok()),
+                },
+            )))
+        })
+    }
+}
+
+impl ReconcileStore for RedisStore {
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> Self::Future<Vec<PendingAttempt>> {
+        // The registry's books in order, from the cursor's; each one's pending list read
+        // (and sorted) until the page is full; then each listed attempt's record, all in
+        // flight at once. Operator work: a few round trips, bounded by the page.
+        let limit = limit.min(MAX_PENDING_PAGE);
+        let after = after.cloned();
+        let books = self.pending_books();
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let mut page: Vec<(AttemptRef, Money)> = Vec::new();
+            for b in books.await? {
+                if page.len() >= limit {
+                    break;
+                }
+                if after.as_ref().is_some_and(|c| b < c.books) {
+                    continue;
+                }
+                let mut cmd = redis::cmd("HGETALL");
+                cmd.arg(store.pending_key(&b));
+                let mut list: Vec<(String, Money)> =
+                    store.command(cmd, |r: Vec<(String, Money)>| Ok(r)).await?;
+                list.retain(|(id, _)| is_attempt_field(id));
+                list.sort();
+                for (id, m) in list {
+                    let a = AttemptRef {
+                        attempt: AttemptId::from(id),
+                        books: b.clone(),
+                    };
+                    if !tollgate_core::billing::listed_after(&a, after.as_ref()) {
+                        continue;
+                    }
+                    page.push((a, m));
+                    if page.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            let records: Vec<_> = page
+                .into_iter()
+                .map(|(a, m)| store.pending_of(a, m))
+                .collect();
+            let mut out = Vec::with_capacity(records.len());
+            for r in futures_util::future::join_all(records).await {
+                // Listed but its record gone: reconciled meanwhile.
+                if let Some((_, p)) = r? {
+                    out.push(p);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> Self::Future<Reconciled> {
+        let (code, cost) = match how {
+            Reconcile::Settle(c) => ("s", c.max(0)),
+            Reconcile::WriteOff => ("r", 0),
+        };
+        let cost = match exact(cost, "cost") {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        };
+        // Its record first (what the usage record names), then the settle script for a
+        // pending attempt only: one reconciled meanwhile answers "nothing done".
+        let mut amount = redis::cmd("HGET");
+        amount
+            .arg(self.pending_key(&attempt.books))
+            .arg(&*attempt.attempt);
+        let amount = self.command(amount, |m: Option<Money>| Ok(m));
+        let store = self.clone();
+        let attempt = attempt.clone();
+        RedisStoreFuture::new(async move {
+            let amount = amount.await?;
+            let Some((state, was)) = store
+                .pending_of(attempt.clone(), amount.unwrap_or(0))
+                .await?
+            else {
+                return Ok(Reconciled::NotPending);
+            };
+            match (state.as_str(), amount) {
+                ("p", Some(_)) => {}
+                ("o", _) => return Ok(Reconciled::InFlight),
+                _ => return Ok(Reconciled::NotPending),
+            }
+            let args = vec![
+                store.time(),
+                code.to_owned(),
+                cost,
+                store.budget_ttl(),
+                attempt.attempt.to_string(),
+                "1".to_owned(),
+            ];
+            let keys = store.settle_keys(&attempt);
+            store
+                .eval(
+                    &SCRIPTS.settle_attempt,
+                    keys,
+                    args,
+                    None,
+                    move |r: Vec<i64>| match r.as_slice() {
+                        [1, c] => Ok(Reconciled::Settled {
+                            attempt: was,
+                            cost: *c,
+                        }),
+                        [3] => Ok(Reconciled::WrittenOff { attempt: was }),
+                        [4] => Ok(Reconciled::InFlight),
+                        [0] => Ok(Reconciled::NotPending),
+                        _ => Err(reply_err("reconcile", &r)),
+                    },
+                )
+                .await
+        })
+    }
+
+    fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>> {
+        let books = self.pending_books();
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let books = books.await?;
+            let reads: Vec<_> = books
+                .iter()
+                .map(|b| {
+                    let mut cmd = redis::cmd("HMGET");
+                    cmd.arg(store.pending_key(b))
+                        .arg(&[PENDING_COUNT_FIELD, PENDING_MONEY_FIELD]);
+                    store.command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
+                })
+                .collect();
+            let mut out = Vec::new();
+            for (b, r) in books
+                .into_iter()
+                .zip(futures_util::future::join_all(reads).await)
+            {
+                let (n, m) = r?;
+                let t = PendingTotal {
+                    attempts: n.unwrap_or(0),
+                    amount: m.unwrap_or(0),
+                };
+                if t != PendingTotal::default() {
+                    out.push((b, t));
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
 fn registry_member(books: &Books) -> String {
     match books {
         Books::Tenant(t) => format!("t:{t}"),
@@ -198,6 +424,8 @@ impl BillingStore for RedisStore {
                 Err(e) => return failed(e),
             }
         }
+        // Kept with the attempt: an operator's reconciliation names the key in its record.
+        args.push(req.key.as_str().to_owned());
         let budgets = req.budgets.clone();
         let store = self.clone();
         self.eval(
@@ -253,12 +481,7 @@ impl BillingStore for RedisStore {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
-        let base = self.books_base(&attempt.books);
-        let keys = vec![
-            format!("{base}attempt:{}", attempt.attempt),
-            format!("{base}pending"),
-            format!("{base}open"),
-        ];
+        let keys = self.settle_keys(attempt);
         let args = vec![
             self.time(),
             code.to_owned(),
@@ -375,6 +598,10 @@ impl BillingStore for RedisStore {
         )
     }
 
+    fn reconciler(&self) -> Option<std::sync::Arc<dyn tollgate_core::DynReconcile>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         // The registry names the books with pending work; one HGETALL per books, all in
         // flight at once (each on its own slot).
@@ -401,7 +628,7 @@ impl BillingStore for RedisStore {
                 .into_iter()
                 .zip(futures_util::future::join_all(lists).await)
             {
-                for (id, m) in list? {
+                for (id, m) in list?.into_iter().filter(|(id, _)| is_attempt_field(id)) {
                     v.push((
                         AttemptRef {
                             attempt: AttemptId::from(id),

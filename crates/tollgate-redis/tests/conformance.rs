@@ -141,6 +141,8 @@ redis_conformance!(
     b4_settlement_idempotent_and_pending_reconciled,
     b7_final_attempts_forgotten_open_ones_swept,
     b7_missing_tenant_record_is_its_own_refusal,
+    b7_pending_listed_in_pages_and_reconciled_once,
+    b7_pending_counter_follows_attempts,
     d3_books_are_kept_per_tenant,
     w8_covered_requests_skip_balance_and_spend,
     seed_balance_keeps_running_balance,

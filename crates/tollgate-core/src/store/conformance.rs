@@ -17,10 +17,11 @@
 //!
 //! Billing figures are exact: money is integer minor units and every store must keep
 //! every cent.
-use super::{Admission, BillingStore, SlotDecision, SlotStore, WindowStore};
+use super::{Admission, BillingStore, ReconcileStore, SlotDecision, SlotStore, WindowStore};
 use crate::billing::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, Books, Budget, DEFAULT_ATTEMPT_LIFETIME_MS, Refusal,
+    BillingRequest, Books, Budget, DEFAULT_ATTEMPT_LIFETIME_MS, PendingAttempt, PendingTotal,
+    Reconcile, Reconciled, Refusal,
 };
 use crate::clock::Millis;
 use crate::demand::{Demand, Usage};
@@ -42,7 +43,7 @@ use std::time::Duration;
 #[allow(async_fn_in_trait)]
 pub trait Harness {
     /// The store under test.
-    type Store: super::JointStore + super::ChannelStore + BillingStore;
+    type Store: super::JointStore + super::ChannelStore + BillingStore + ReconcileStore;
 
     /// Largest difference, in ms, between the store's notion of elapsed time and the
     /// sum of [`advance`](Self::advance) calls (0 for a manual clock). Must be < 500.
@@ -90,6 +91,8 @@ pub async fn run_all<H: Harness>(h: &H) {
     b4_settlement_idempotent_and_pending_reconciled(h).await;
     b7_final_attempts_forgotten_open_ones_swept(h).await;
     b7_missing_tenant_record_is_its_own_refusal(h).await;
+    b7_pending_listed_in_pages_and_reconciled_once(h).await;
+    b7_pending_counter_follows_attempts(h).await;
     d3_books_are_kept_per_tenant(h).await;
     w8_covered_requests_skip_balance_and_spend(h).await;
     seed_balance_keeps_running_balance(h).await;
@@ -2224,6 +2227,323 @@ pub async fn b7_final_attempts_forgotten_open_ones_swept<H: Harness>(h: &H) {
     assert_eq!(figures(&v), ((Some(65), 0, 35, 0), (35, 0)));
 }
 
+async fn reconcile<S: ReconcileStore>(s: &S, a: &AttemptRef, how: Reconcile) -> Reconciled {
+    s.reconcile(a, how).await.expect("reconcile: store error")
+}
+
+async fn totals<S: ReconcileStore>(s: &S) -> Vec<(Books, PendingTotal)> {
+    s.pending_totals()
+        .await
+        .expect("pending_totals: store error")
+}
+
+/// Every page of the pending listing, `limit` at a time (at most 100 pages).
+async fn all_pages<S: ReconcileStore>(s: &S, limit: usize) -> Vec<Vec<PendingAttempt>> {
+    let mut pages = Vec::new();
+    let mut after: Option<AttemptRef> = None;
+    for _ in 0..100 {
+        let page = s
+            .pending_page(after.as_ref(), limit)
+            .await
+            .expect("pending_page: store error");
+        if page.is_empty() {
+            return pages;
+        }
+        assert!(page.len() <= limit, "a page of {} > {limit}", page.len());
+        after = page.last().map(|p| p.attempt.clone());
+        pages.push(page);
+    }
+    panic!("the pending listing did not end within 100 pages");
+}
+
+fn total(attempts: u64, amount: Money) -> PendingTotal {
+    PendingTotal { attempts, amount }
+}
+
+/// B7: attempts pending reconciliation are listed page by page in a stable order
+/// (books, then attempt id), each exactly once, with their amount, key and whether the
+/// balance pays; an operator settles one at a cost or writes it off, which releases what
+/// it held (pending money on the balance and the key's spend, budget reservations unless
+/// the sweep released them) exactly once — a second reconciliation answers "not pending"
+/// and changes nothing — and an open attempt is left to its request.
+pub async fn b7_pending_listed_in_pages_and_reconciled_once<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (t1, t2) = (tenant("b7r:one"), tenant("b7r:two"));
+    let (k1, k2, lone) = (key("b7r:k1"), key("b7r:k2"), key("b7r:lone"));
+    seed(&s, &t1, 1_000).await;
+    seed(&s, &t2, 1_000).await;
+    let x = budget("b7r:x", 1_000, None);
+    let req = |a: &str, t: Option<&str>, k: &SubjectKey, money| BillingRequest {
+        budgets: budgets(&[&x]),
+        lifetime_ms: 2_000,
+        ..bill(a, t, k, money)
+    };
+    let mut expected: Vec<AttemptRef> = Vec::new();
+    for i in [4, 1, 3, 2, 0] {
+        let a = format!("b7r:one:{i}");
+        bill_ok(&s, &req(&a, Some(&t1), &k1, 10 + i)).await;
+        settle_attempt(&s, &t1, &a, BillingOutcome::Pending).await;
+        expected.push(in_tenant(&t1, &a));
+    }
+    for i in [1, 0] {
+        let a = format!("b7r:two:{i}");
+        bill_ok(&s, &req(&a, Some(&t2), &k2, 20)).await;
+        settle_attempt(&s, &t2, &a, BillingOutcome::Pending).await;
+        expected.push(in_tenant(&t2, &a));
+    }
+    // A tenant-less key's books, and an attempt covered by a subscription.
+    bill_ok(&s, &req("b7r:lone", None, &lone, 7)).await;
+    let lone_ref = AttemptRef {
+        attempt: attempt("b7r:lone"),
+        books: Books::Key(lone.clone()),
+    };
+    s.settle_attempt(&lone_ref, BillingOutcome::Pending)
+        .await
+        .expect("settle_attempt: store error");
+    expected.push(lone_ref.clone());
+    let covered = BillingRequest {
+        bill_balance: false,
+        ..req("b7r:covered", Some(&t2), &k2, 5)
+    };
+    bill_ok(&s, &covered).await;
+    settle_attempt(&s, &t2, "b7r:covered", BillingOutcome::Pending).await;
+    expected.push(in_tenant(&t2, "b7r:covered"));
+    // One open attempt dies (swept later), one stays open and in flight.
+    bill_ok(&s, &req("b7r:dead", Some(&t1), &k1, 50)).await;
+    expected.push(in_tenant(&t1, "b7r:dead"));
+    h.advance(ms(2_500)).await;
+    bill_ok(&s, &req("b7r:live", Some(&t1), &k1, 1)).await;
+    expected.sort_by(|a, b| (&a.books, &a.attempt).cmp(&(&b.books, &b.attempt)));
+
+    for limit in [1, 3, expected.len(), 100] {
+        let pages = all_pages(&s, limit).await;
+        let listed: Vec<AttemptRef> = pages.iter().flatten().map(|p| p.attempt.clone()).collect();
+        assert_eq!(
+            listed, expected,
+            "pages of {limit}: each pending attempt once, in order"
+        );
+    }
+    let listed: Vec<PendingAttempt> = all_pages(&s, 100).await.concat();
+    let find = |a: &AttemptRef| listed.iter().find(|p| p.attempt == *a).cloned().unwrap();
+    let one0 = find(&in_tenant(&t1, "b7r:one:0"));
+    assert_eq!(
+        (one0.amount, one0.key.clone(), one0.billed_to_balance),
+        (10, Some(k1.clone()), true)
+    );
+    assert!(one0.since.is_some(), "{one0:?}");
+    let cov = find(&in_tenant(&t2, "b7r:covered"));
+    assert_eq!((cov.amount, cov.billed_to_balance), (5, false));
+    assert_eq!(find(&lone_ref).key, Some(lone.clone()));
+    assert_eq!(find(&in_tenant(&t1, "b7r:dead")).amount, 50);
+
+    // The open attempt is its request's to settle.
+    assert_eq!(
+        reconcile(&s, &in_tenant(&t1, "b7r:live"), Reconcile::Settle(1)).await,
+        Reconciled::InFlight
+    );
+    // Settled at its real cost (above its upper bound: the operator knows better).
+    let v = account(&s, Some(&t1), &k1, &[&x]).await;
+    // 10+11+12+13+14 pending + 50 swept = 110; the budget holds 60 + the live 1.
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(1_000), 110, 0, 110), (0, 61))
+    );
+    let one3 = in_tenant(&t1, "b7r:one:3");
+    let r = reconcile(&s, &one3, Reconcile::Settle(25)).await;
+    assert_eq!(
+        r,
+        Reconciled::Settled {
+            attempt: find(&one3),
+            cost: 25
+        }
+    );
+    for how in [
+        Reconcile::Settle(25),
+        Reconcile::Settle(1),
+        Reconcile::WriteOff,
+    ] {
+        assert_eq!(
+            reconcile(&s, &one3, how).await,
+            Reconciled::NotPending,
+            "{how:?} again changes nothing"
+        );
+    }
+    let v = account(&s, Some(&t1), &k1, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(975), 97, 25, 97), (25, 48))
+    );
+    // Written off: released, nothing charged.
+    let one4 = in_tenant(&t1, "b7r:one:4");
+    assert_eq!(
+        reconcile(&s, &one4, Reconcile::WriteOff).await,
+        Reconciled::WrittenOff {
+            attempt: find(&one4)
+        }
+    );
+    assert_eq!(
+        reconcile(&s, &one4, Reconcile::WriteOff).await,
+        Reconciled::NotPending
+    );
+    assert_eq!(
+        reconcile(&s, &one4, Reconcile::Settle(3)).await,
+        Reconciled::NotPending
+    );
+    let v = account(&s, Some(&t1), &k1, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(975), 83, 25, 83), (25, 34))
+    );
+    // The swept attempt: its budget reservation went with the sweep, not again now.
+    let dead = in_tenant(&t1, "b7r:dead");
+    assert!(matches!(
+        reconcile(&s, &dead, Reconcile::Settle(40)).await,
+        Reconciled::Settled { cost: 40, .. }
+    ));
+    let v = account(&s, Some(&t1), &k1, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(935), 33, 65, 33), (65, 34))
+    );
+    // Unknown names change nothing.
+    for unknown in [
+        in_tenant(&t1, "b7r:never"),
+        in_tenant(&tenant("b7r:nobody"), "b7r:one:0"),
+    ] {
+        assert_eq!(
+            reconcile(&s, &unknown, Reconcile::WriteOff).await,
+            Reconciled::NotPending
+        );
+    }
+    // The tenant-less key's books, and the covered attempt (its balance untouched).
+    assert!(matches!(
+        reconcile(&s, &lone_ref, Reconcile::Settle(6)).await,
+        Reconciled::Settled { cost: 6, .. }
+    ));
+    let v = account(&s, None, &lone, &[&x]).await;
+    assert_eq!((money_of(&v), budget_of(&v, 0)), ((None, 0, 6, 0), (6, 0)));
+    assert!(matches!(
+        reconcile(&s, &in_tenant(&t2, "b7r:covered"), Reconcile::Settle(5)).await,
+        Reconciled::Settled { cost: 5, .. }
+    ));
+    let v = account(&s, Some(&t2), &k2, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(1_000), 40, 0, 40), (5, 40))
+    );
+
+    let left: Vec<AttemptRef> = all_pages(&s, 2)
+        .await
+        .concat()
+        .into_iter()
+        .map(|p| p.attempt)
+        .collect();
+    let mut want: Vec<AttemptRef> = expected
+        .into_iter()
+        .filter(|a| {
+            ![
+                one3.clone(),
+                one4.clone(),
+                dead.clone(),
+                lone_ref.clone(),
+                in_tenant(&t2, "b7r:covered"),
+            ]
+            .contains(a)
+        })
+        .collect();
+    want.sort_by(|a, b| (&a.books, &a.attempt).cmp(&(&b.books, &b.attempt)));
+    assert_eq!(left, want);
+    settle_attempt(&s, &t1, "b7r:live", BillingOutcome::Refund).await;
+}
+
+/// B7: every books keeps a counter of its attempts pending reconciliation and their
+/// money, whoever pays: raised when an attempt goes pending (an unknown result, or the
+/// sweep), lowered when it is settled, written off or refunded by any path, and gone
+/// once nothing is pending; books with nothing pending are not listed.
+pub async fn b7_pending_counter_follows_attempts<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let (t1, t2) = (tenant("b7c:one"), tenant("b7c:two"));
+    let (k, lone) = (key("b7c:k"), key("b7c:lone"));
+    seed(&s, &t1, 1_000).await;
+    seed(&s, &t2, 1_000).await;
+    let req = |a: &str, t: Option<&str>, k: &SubjectKey, money| BillingRequest {
+        lifetime_ms: 2_000,
+        ..bill(a, t, k, money)
+    };
+    let (b1, b2, bl) = (
+        Books::Tenant(t1.as_str().into()),
+        Books::Tenant(t2.as_str().into()),
+        Books::Key(lone.clone()),
+    );
+    assert!(totals(&s).await.is_empty());
+    bill_ok(&s, &req("b7c:a1", Some(&t1), &k, 30)).await;
+    bill_ok(&s, &req("b7c:a2", Some(&t1), &k, 12)).await;
+    assert!(totals(&s).await.is_empty(), "open attempts are not pending");
+    settle_attempt(&s, &t1, "b7c:a1", BillingOutcome::Pending).await;
+    assert_eq!(totals(&s).await, [(b1.clone(), total(1, 30))]);
+    // Pending again: not counted twice.
+    settle_attempt(&s, &t1, "b7c:a1", BillingOutcome::Pending).await;
+    settle_attempt(&s, &t1, "b7c:a2", BillingOutcome::Pending).await;
+    let covered = BillingRequest {
+        bill_balance: false,
+        ..req("b7c:c", Some(&t2), &k, 8)
+    };
+    bill_ok(&s, &covered).await;
+    settle_attempt(&s, &t2, "b7c:c", BillingOutcome::Pending).await;
+    bill_ok(&s, &req("b7c:l", None, &lone, 4)).await;
+    let l_ref = AttemptRef {
+        attempt: attempt("b7c:l"),
+        books: bl.clone(),
+    };
+    s.settle_attempt(&l_ref, BillingOutcome::Pending)
+        .await
+        .expect("settle_attempt: store error");
+    let mut want = vec![
+        (b1.clone(), total(2, 42)),
+        (b2.clone(), total(1, 8)),
+        (bl.clone(), total(1, 4)),
+    ];
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(totals(&s).await, want);
+    // A covered attempt is pending money of the books, not of the balance.
+    assert_eq!(
+        money_of(&account(&s, Some(&t2), &k, &[]).await),
+        (Some(1_000), 0, 0, 0)
+    );
+
+    // Swept: counted when the sweep makes it pending.
+    bill_ok(&s, &req("b7c:dead", Some(&t1), &k, 100)).await;
+    h.advance(ms(2_500)).await;
+    bill_ok(&s, &req("b7c:next", Some(&t1), &k, 1)).await;
+    settle_attempt(&s, &t1, "b7c:next", BillingOutcome::Settled(1)).await;
+    let t = totals(&s).await;
+    assert_eq!(
+        t.iter().find(|(b, _)| *b == b1).map(|x| x.1),
+        Some(total(3, 142))
+    );
+
+    // Lowered by every way out: an ordinary settlement, a refund, an operator's.
+    settle_attempt(&s, &t1, "b7c:a1", BillingOutcome::Settled(20)).await;
+    settle_attempt(&s, &t1, "b7c:a2", BillingOutcome::Refund).await;
+    let t = totals(&s).await;
+    assert_eq!(
+        t.iter().find(|(b, _)| *b == b1).map(|x| x.1),
+        Some(total(1, 100))
+    );
+    reconcile(&s, &in_tenant(&t1, "b7c:dead"), Reconcile::WriteOff).await;
+    reconcile(&s, &in_tenant(&t1, "b7c:dead"), Reconcile::WriteOff).await;
+    reconcile(&s, &l_ref, Reconcile::Settle(4)).await;
+    assert_eq!(
+        totals(&s).await,
+        [(b2.clone(), total(1, 8))],
+        "books with nothing pending are gone"
+    );
+    reconcile(&s, &in_tenant(&t2, "b7c:c"), Reconcile::Settle(8)).await;
+    assert!(totals(&s).await.is_empty());
+    // The counter agrees with the listing.
+    assert!(all_pages(&s, 10).await.is_empty());
+}
+
 /// B7: a tenant whose billing record is missing although the request expects one (the
 /// configuration names it) is refused as [`Refusal::RecordMissing`], never as a zero
 /// balance; an explicit balance brings it back, and seeding keeps a record that exists.
@@ -2528,6 +2848,8 @@ mod memory {
         b4_settlement_idempotent_and_pending_reconciled,
         b7_final_attempts_forgotten_open_ones_swept,
         b7_missing_tenant_record_is_its_own_refusal,
+        b7_pending_listed_in_pages_and_reconciled_once,
+        b7_pending_counter_follows_attempts,
         d3_books_are_kept_per_tenant,
         w8_covered_requests_skip_balance_and_spend,
         seed_balance_keeps_running_balance,

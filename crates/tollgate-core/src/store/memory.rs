@@ -12,10 +12,13 @@
 //! evicts by a caller-defined "idle" test first and mutates entries in place under
 //! the same lock as the decision.
 
-use super::{Admission, BillingStore, SlotDecision, SlotStore, StoreResult, WindowStore};
+use super::{
+    Admission, BillingStore, MAX_PENDING_PAGE, ReconcileStore, SlotDecision, SlotStore,
+    StoreResult, WindowStore,
+};
 use crate::billing::{
-    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
-    Ledger,
+    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Books,
+    Budget, Ledger, PendingAttempt, PendingTotal, Reconcile, Reconciled,
 };
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::demand::Demand;
@@ -508,6 +511,26 @@ impl<C: Clock> BillingStore for MemoryStore<C> {
     }
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
         ready(Ok(self.with_ledger(|l, _| l.pending())))
+    }
+    fn reconciler(&self) -> Option<Arc<dyn super::DynReconcile>> {
+        Some(Arc::new(self.clone()))
+    }
+}
+
+impl<C: Clock> ReconcileStore for MemoryStore<C> {
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> Self::Future<Vec<PendingAttempt>> {
+        let limit = limit.min(MAX_PENDING_PAGE);
+        ready(Ok(self.with_ledger(|l, _| l.pending_page(after, limit))))
+    }
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> Self::Future<Reconciled> {
+        ready(Ok(self.with_ledger(|l, now| l.reconcile(attempt, how, now))))
+    }
+    fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>> {
+        ready(Ok(self.with_ledger(|l, _| l.pending_totals())))
     }
 }
 

@@ -19,7 +19,8 @@ pub mod fallback;
 pub mod memory;
 
 use crate::billing::{
-    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Budget,
+    AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Books,
+    Budget, PendingAttempt, PendingTotal, Reconcile, Reconciled,
 };
 use crate::demand::Demand;
 use crate::money::Money;
@@ -319,4 +320,71 @@ pub trait BillingStore: Clone + Send + Sync + 'static {
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money>;
     /// Attempts pending reconciliation, with their amounts.
     fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>>;
+    /// The store's [`ReconcileStore`] side, for code that knows it only as a
+    /// `BillingStore` (the proxy's admin routes and metrics); `None` (the default) when
+    /// it has none. Stores that implement [`ReconcileStore`] return
+    /// `Some(Arc::new(self.clone()))`.
+    fn reconciler(&self) -> Option<Arc<dyn DynReconcile>> {
+        None
+    }
+}
+
+/// Most attempts one [`ReconcileStore::pending_page`] call returns.
+pub const MAX_PENDING_PAGE: usize = 1000;
+
+/// An operator's way out of pending reconciliation (B7), and the pending counters the
+/// metrics read. Apart from [`BillingStore`] so a store that only bills (a test double,
+/// an application's own) need not implement it.
+pub trait ReconcileStore: BillingStore {
+    /// Up to `limit` (at most [`MAX_PENDING_PAGE`]) attempts pending reconciliation
+    /// after `after`, in the listing order: books, then attempt id
+    /// ([`PendingAttempt::order`]). The last attempt of a page is the cursor of the next;
+    /// an empty page is the end. An attempt pending for the whole listing is on exactly
+    /// one page.
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> Self::Future<Vec<PendingAttempt>>;
+    /// Settles a pending attempt at a cost or writes it off, releasing what it held
+    /// exactly once (see [`Ledger::reconcile`](crate::Ledger::reconcile)); a second
+    /// call answers [`Reconciled::NotPending`] and changes nothing.
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> Self::Future<Reconciled>;
+    /// The pending counter of every books with attempts pending, in books order: one
+    /// read per books, never a scan of the attempts.
+    fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>>;
+}
+
+/// A boxed future of [`DynReconcile`].
+pub type BoxStoreFuture<T> = std::pin::Pin<Box<dyn Future<Output = StoreResult<T>> + Send>>;
+
+/// [`ReconcileStore`] behind a pointer (boxed futures): what
+/// [`BillingStore::reconciler`] hands out. Every `ReconcileStore` is one.
+pub trait DynReconcile: Send + Sync {
+    /// [`ReconcileStore::pending_page`].
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> BoxStoreFuture<Vec<PendingAttempt>>;
+    /// [`ReconcileStore::reconcile`].
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> BoxStoreFuture<Reconciled>;
+    /// [`ReconcileStore::pending_totals`].
+    fn pending_totals(&self) -> BoxStoreFuture<Vec<(Books, PendingTotal)>>;
+}
+
+impl<S: ReconcileStore> DynReconcile for S {
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> BoxStoreFuture<Vec<PendingAttempt>> {
+        Box::pin(ReconcileStore::pending_page(self, after, limit))
+    }
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> BoxStoreFuture<Reconciled> {
+        Box::pin(ReconcileStore::reconcile(self, attempt, how))
+    }
+    fn pending_totals(&self) -> BoxStoreFuture<Vec<(Books, PendingTotal)>> {
+        Box::pin(ReconcileStore::pending_totals(self))
+    }
 }

@@ -15,13 +15,15 @@
 --   attempt:<id> HASH  s (o open, p pending), m (money upper bound), d (deadline, ms), rel
 --                      (1: budgets released by the sweep), tk / kk (tenant / key-spend key,
 --                      only when billed to the balance), b (JSON list: budget key, period ms
---                      or -1, ...)
+--                      or -1, ...), k (the subject key), ps (when it went pending, ms)
 --                      open: expires two lifetimes after its reservation; pending: never;
 --                      settled or refunded: deleted
 --   open         ZSET  attempt id -> deadline (the sweep's work list)  as long as its newest
 --                                                                       attempt record
---   pending      HASH  attempt id -> amount pending reconciliation (the work list)  no
---                      expiry; empty = gone
+--   pending      HASH  attempt id -> amount pending reconciliation (the work list), and the
+--                      books' pending counter (B7, whoever pays) in two fields no attempt id
+--                      is named: "\0n" attempts, "\0m" their money (read by the metrics
+--                      instead of the list)   no expiry; empty = gone
 --
 -- Money: decimal integer strings (readable with redis-cli, HINCRBY-compatible). Arithmetic
 -- runs on Lua numbers (doubles), exact for integers within +-(2^53 - 1); a script that would
@@ -125,6 +127,24 @@ local function release(key, period, money, now)
   if r == 0 and (get(key, 'spent') or 0) == 0 then put(key, 'start', nil) end
 end
 
+-- PendingTotal::add / remove (B7): the books' pending counter, kept in the pending list's
+-- fields "\0n" (attempts) and "\0m" (money), moves by `n` attempts and `money`; never below
+-- zero (an attempt gone pending before the counter existed is not in it), its fields removed
+-- when nothing is pending (so an empty list is gone). Written at once (outside the buffer):
+-- call it after commit().
+local PEND_N, PEND_M = '\0n', '\0m'
+local function count_pending(key, n, money)
+  local v = redis.call('HMGET', key, PEND_N, PEND_M)
+  local cn = (tonumber(v[1]) or 0) + n
+  if cn <= 0 then
+    redis.call('HDEL', key, PEND_N, PEND_M)
+    return
+  end
+  local cm = (tonumber(v[2]) or 0) + money
+  if cm < 0 then cm = 0 end
+  redis.call('HSET', key, PEND_N, cn, PEND_M, cm)
+end
+
 -- Book::sweep (B7): up to SWEEP_BATCH open attempts past their deadline (deadline <= now,
 -- oldest first, ties by id) become pending reconciliation with their budget reservations
 -- released. Committed at once (a refusal after it keeps it, as in the Ledger). Returns how
@@ -158,9 +178,10 @@ local function sweep(base, openk, pendk, now, budget_ttl)
     for _, bk in ipairs(touched) do redis.call('PEXPIRE', bk, budget_ttl) end
   end
   for _, s in ipairs(swept) do
-    redis.call('HSET', s[2], 's', 'p', 'rel', '1')
+    redis.call('HSET', s[2], 's', 'p', 'rel', '1', 'ps', now)
     redis.call('PERSIST', s[2])
     redis.call('HSET', pendk, s[1], s[3])
+    count_pending(pendk, 1, tonumber(s[3]))
   end
   return #swept
 end

@@ -6,7 +6,7 @@
 --          [4] spend cap ('' = none), [5] money upper bound (>= 0), [6] budget ttl ms
 --          (0 = none), [7] attempt lifetime ms, [8] tenant record expected (0/1), [9] the
 --          books' key base, [10] attempt id, then per budget from [11]: limit, period ms
---          (-1 = none)
+--          (-1 = none), then the subject key (kept with the attempt for reconciliation)
 -- Reply    {swept, 1} admitted (or the attempt is open or pending: nothing is reserved
 --          twice)   {swept, 0, 1} balance <= 0   {swept, 0, 2} spend cap reached
 --          {swept, 0, 3, i} budget i is short   {swept, 0, 4} tenant record missing
@@ -55,6 +55,11 @@ end
 local life = tonumber(ARGV[7])
 local deadline = now + life
 local rec = {'s', 'o', 'm', ARGV[5], 'd', deadline}
+local subject = ARGV[11 + 2 * nb]
+if subject then
+  rec[#rec + 1] = 'k'
+  rec[#rec + 1] = subject
+end
 if bill then
   if has_tenant then
     rec[#rec + 1] = 'tk'

@@ -1,10 +1,13 @@
 -- BillingStore::settle_attempt (B2, B4, L5): Ledger::settle. Each attempt settles once; a
 -- settled or refunded attempt is deleted (D7): settling it again finds nothing.
--- KEYS[1]  the attempt   KEYS[2] the books' pending list   KEYS[3] the books' open attempts
+-- KEYS[1]  the attempt   KEYS[2] the books' pending list (and counter)
+-- KEYS[3]  the books' open attempts
 -- ARGV     [1] time (see time.lua), [2] outcome: s settled, p pending, r refund, [3] cost
---          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt id
+--          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt id, [6] '1': an
+--          operator's reconciliation, for a pending attempt only (optional)
 -- Reply    {0} nothing done (unknown: never reserved, already final; pending again)
---          {1, cost} settled   {2, amount} pending   {3} refunded
+--          {1, cost} settled   {2, amount} pending   {3} refunded   {4} nothing done: open,
+--          and only a pending attempt was to be reconciled
 -- The tenant, key-spend and budget keys come from the attempt's record: they carry the same
 -- hash tag as KEYS[1], hence the same slot.
 local now = now_ms(ARGV[1])
@@ -15,6 +18,7 @@ if not st then return {0} end
 local outcome = ARGV[2]
 local was_pending = st == 'p'
 if was_pending and outcome == 'p' then return {0} end
+if ARGV[6] == '1' and not was_pending then return {4} end
 local money, tk, kk, released = tonumber(A[2]), A[3], A[4], A[6] == '1'
 local B = {}
 if A[5] then B = cjson.decode(A[5]) end
@@ -57,13 +61,17 @@ if err then return err end
 if ARGV[4] ~= '0' then
   for i = 1, #B, 2 do redis.call('PEXPIRE', B[i], ARGV[4]) end
 end
-if was_pending then redis.call('HDEL', KEYS[2], ARGV[5]) end
+if was_pending then
+  redis.call('HDEL', KEYS[2], ARGV[5])
+  count_pending(KEYS[2], -1, -money)
+end
 redis.call('ZREM', KEYS[3], ARGV[5])
 if state == 'p' then
   -- Reconciliation work: listed, never expires.
-  redis.call('HSET', att, 's', 'p')
+  redis.call('HSET', att, 's', 'p', 'ps', now)
   redis.call('PERSIST', att)
   redis.call('HSET', KEYS[2], ARGV[5], A[2])
+  count_pending(KEYS[2], 1, money)
 else
   redis.call('DEL', att)
 end

@@ -28,6 +28,9 @@
 //! [`Demand`](tollgate_core::Demand) (its `money` is the upper bound) and, for records,
 //! the [`ModelId`](tollgate_core::ModelId).
 //!
+//! An attempt left pending is closed by an operator with [`reconcile()`]: settled at its
+//! real cost or written off, with a usage record through the same sink (B7).
+//!
 //! [`BillingStore`]: tollgate_core::BillingStore
 //! [`UsageReport`]: tollgate_core::UsageReport
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder
@@ -35,11 +38,13 @@
 mod durable;
 mod future;
 mod layer;
+mod reconcile;
 mod service;
 
 pub use durable::{FIRST_BACKOFF, MAX_BACKOFF, MAX_WAITING_SETTLEMENTS, SettlementStats};
 pub use future::ResponseFuture;
 pub use layer::BillingGateLayer;
+pub use reconcile::{Reconciliation, reconcile};
 pub use service::BillingGate;
 
 use crate::body::Hold;
@@ -100,6 +105,10 @@ pub struct UsageRecord {
     pub outcome: AttemptState,
     /// Whether the balance pays (false when a subscription covers it).
     pub billed_to_balance: bool,
+    /// Set when an operator closed the attempt from pending reconciliation (B7): a second
+    /// record of the attempt (its first said pending), with the settled cost or the
+    /// write-off.
+    pub reconciliation: Option<Reconciliation>,
 }
 
 impl UsageRecord {
@@ -112,7 +121,8 @@ impl UsageRecord {
         }
     }
 
-    /// The money this record stands for: the cost, or the pending upper bound.
+    /// The money this record stands for: the cost, or the pending upper bound (0 for a
+    /// write-off).
     pub fn amount(&self) -> Money {
         match self.outcome {
             AttemptState::Settled(c) | AttemptState::Pending(c) => c,

@@ -199,6 +199,7 @@ where
             usage: None,
             outcome: AttemptState::Open,
             billed_to_balance: !covered,
+            reconciliation: None,
         };
         let settlement = Settlement {
             settler: shared.settler.clone(),
