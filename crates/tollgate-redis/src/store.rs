@@ -184,9 +184,9 @@ impl Inner {
 /// | `<prefix>:{tenant:<t>}:billing:tenant` | HASH | `bal` balance, `pend` pending reconciliation | never |
 /// | `<books>key:<subject>` | HASH | `spent` key spend, `pend` pending | never |
 /// | `<books>budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
-/// | `<books>attempt:<id>` | HASH | state, money upper bound, deadline, the keys it charges | open: two lifetimes after its reservation; pending: never; settled or refunded: deleted |
+/// | `<books>attempt:<id>` | HASH | state, money upper bound, deadline, the keys it charges, its subject key (`k`), when it went pending (`ps`) | open: two lifetimes after its reservation; pending: never; settled or refunded: deleted |
 /// | `<books>open` | ZSET | open attempt id → deadline | with its newest attempt |
-/// | `<books>pending` | HASH | attempt id → amount pending reconciliation | never (gone when empty) |
+/// | `<books>pending` | HASH | attempt id → amount pending reconciliation; two reserved fields `"\0n"` / `"\0m"` hold the books' pending counter (attempts, amount), which `/metrics` reads instead of the list | never (gone with the last pending attempt) |
 /// | `<prefix>:{billing}:pending-books` | SET | books that have had pending attempts | never (one member per books) |
 ///
 /// `<books>` is `<prefix>:{tenant:<t>}:billing:` for a tenant and
