@@ -207,6 +207,8 @@ where
         let modes = &self.config.raw.store;
         let queue = &self.config.raw.queue;
         let auth_keys = keys.clone();
+        let native_keys = keys.clone();
+        let native = move |r| native_for_key(&native_keys, r);
         // ErrorMapping (outermost: Infallible, dialect bodies) → identify the key →
         // read and inspect the body → slot (C2: before routing and billing; after the
         // body, so that it sits right above the windows and can be decided with them in
@@ -265,6 +267,7 @@ where
             api_routes(
                 ServiceBuilder::new()
                     .layer(stall)
+                    .map_request(native.clone())
                     .layer(ErrorMappingLayer::new())
                     .map_request(wire_dialect)
                     .layer(response_headers)
@@ -299,6 +302,7 @@ where
             api_routes(
                 ServiceBuilder::new()
                     .layer(stall)
+                    .map_request(native.clone())
                     .layer(ErrorMappingLayer::new())
                     .map_request(wire_dialect)
                     .layer(response_headers)
@@ -388,6 +392,20 @@ async fn native_errors(mut req: Request, next: axum::middleware::Next) -> Respon
     req.extensions_mut().insert(Dialect::Native);
     req.extensions_mut().insert(NativeErrors);
     next.run(req).await
+}
+
+/// Above the error mapping: a request whose key asks for native errors (`errors =
+/// "native"`) is marked as a `/native` route's request is (one more lookup of the key
+/// by hash; authentication proper stays below).
+pub(crate) fn native_for_key<B>(keys: &KeyTable, mut req: http::Request<B>) -> http::Request<B> {
+    let native = keys
+        .identify(req.headers(), req.uri())
+        .is_ok_and(|e| e.native_errors);
+    if native && req.extensions().get::<NativeErrors>().is_none() {
+        req.extensions_mut().insert(Dialect::Native);
+        req.extensions_mut().insert(NativeErrors);
+    }
+    req
 }
 
 /// Below the error mapping: a request marked [`NativeErrors`] goes on in the dialect of

@@ -143,6 +143,21 @@ pub struct KeyConfig {
     /// Models the key may use; empty = all.
     #[serde(default)]
     pub models: Vec<String>,
+    /// The dialect of the key's rejections: `"route"` (default: the dialect of the route
+    /// it calls) or `"native"` (the native body and codes on every route, E1).
+    #[serde(default)]
+    pub errors: ErrorsConfig,
+}
+
+/// Whose dialect a key's rejections speak.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorsConfig {
+    /// The dialect of the route called.
+    #[default]
+    Route,
+    /// The native body and codes, on every route.
+    Native,
 }
 
 /// A money budget (B3).
@@ -742,6 +757,8 @@ pub struct KeyEntry {
     pub weight: u32,
     /// Allowed models; empty = all.
     pub models: Vec<String>,
+    /// Rejections in the native body and codes on every route (E1).
+    pub native_errors: bool,
 }
 
 /// A resolved channel.
@@ -825,6 +842,7 @@ impl fmt::Debug for KeyConfig {
             .field("subscription", &self.subscription)
             .field("spend_cap", &self.spend_cap)
             .field("models", &self.models)
+            .field("errors", &self.errors)
             .finish()
     }
 }
@@ -1162,6 +1180,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                     .and_then(|t| t.weight)
                     .unwrap_or(1),
                 models: k.models.clone(),
+                native_errors: k.errors == ErrorsConfig::Native,
             },
         );
     }

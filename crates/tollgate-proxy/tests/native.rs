@@ -86,3 +86,36 @@ async fn e1_native_routes_serve_vendor_requests_and_answer_rejections_natively()
         "only the admitted requests went upstream"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e1_a_key_set_to_native_errors_gets_them_on_every_route() {
+    let p = Proxy::start(
+        r#"
+[policies.one]
+requests = [{ window = "1h", limit = 1 }]
+
+[keys.native]
+key = "sk-native-everywhere"
+policy = "one"
+errors = "native"
+
+[keys.vendor]
+key = "sk-vendor-errors"
+policy = "one"
+"#,
+    )
+    .await;
+    for d in [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini] {
+        let r = send(p.addr, &ask(d, "sk-native-everywhere", false)).await;
+        let code = if d == Dialect::OpenAi { 200 } else { 429 };
+        assert_eq!(r.status.as_u16(), code, "{d:?}: {}", r.text());
+        if code == 429 {
+            native(&r, 42902);
+        }
+    }
+    // Another key on the same routes keeps the route's dialect.
+    let r = send(p.addr, &ask(Dialect::Anthropic, "sk-vendor-errors", false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = send(p.addr, &ask(Dialect::Anthropic, "sk-vendor-errors", false)).await;
+    rejection(&r, Dialect::Anthropic, 42902);
+}
