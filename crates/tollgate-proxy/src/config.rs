@@ -372,6 +372,10 @@ pub struct ServerConfig {
     /// An HTTP/2 connection with no open stream this long is closed (GOAWAY),
     /// default 120 s. (An idle HTTP/1 connection is closed by `header_read_timeout`.)
     pub h2_idle_timeout: Span,
+    /// On a graceful shutdown (`SIGTERM` / `SIGINT` to the `tollgate` binary), how long
+    /// requests in flight (streams included) may go on after the gateway stopped
+    /// accepting; `"0s"` stops at once. Default 30 s.
+    pub drain_timeout: Span,
 }
 
 impl ServerConfig {
@@ -404,6 +408,12 @@ impl ServerConfig {
                 ));
             }
         }
+        if self.drain_timeout.0 > day {
+            return Some((
+                "drain_timeout",
+                "server.drain_timeout must be at most 24h".into(),
+            ));
+        }
         if self.max_connections == 0 || self.max_connections > 1 << 24 {
             return Some((
                 "max_connections",
@@ -430,6 +440,7 @@ impl Default for ServerConfig {
             max_response_lifetime: Span(Duration::from_secs(30 * 60)),
             max_connections: 4096,
             h2_idle_timeout: Span(Duration::from_secs(120)),
+            drain_timeout: Span(Duration::from_secs(30)),
         }
     }
 }
@@ -721,6 +732,7 @@ impl fmt::Debug for ServerConfig {
             .field("max_response_lifetime", &self.max_response_lifetime)
             .field("max_connections", &self.max_connections)
             .field("h2_idle_timeout", &self.h2_idle_timeout)
+            .field("drain_timeout", &self.drain_timeout)
             .finish()
     }
 }
