@@ -99,16 +99,46 @@ impl Default for BuildOptions {
 /// still starts, lazily connected, and each layer applies its failure mode until it is
 /// back (D4). An unknown URL, or a malformed Redis URL, is an error.
 pub async fn open(config: &StoreConfig) -> Result<OpenedStore, OpenError> {
-    let url = config.url.trim();
-    if url == "memory" {
-        return Ok(OpenedStore::Memory(MemoryStore::with_clock_and_capacity(
+    match check(config)? {
+        Kind::Memory => Ok(OpenedStore::Memory(MemoryStore::with_clock_and_capacity(
             SystemClock::new(),
             config.capacity,
-        )));
-    }
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        ))),
         #[cfg(feature = "redis")]
-        return open_redis(url, config).await.map(OpenedStore::Redis);
+        Kind::Redis => open_redis(config.url.trim(), config)
+            .await
+            .map(OpenedStore::Redis),
+    }
+}
+
+/// The kinds of store this build can open.
+enum Kind {
+    Memory,
+    #[cfg(feature = "redis")]
+    Redis,
+}
+
+/// Whether [`open`] knows the store `config` names, without connecting to it (what
+/// `tollgate check` runs): `memory`, or a `redis://` / `rediss://` URL (every node of a
+/// comma-separated list) when this build has the `redis` feature.
+pub fn check_url(config: &StoreConfig) -> Result<(), OpenError> {
+    check(config).map(drop)
+}
+
+fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
+    let url = config.url.trim();
+    if url == "memory" {
+        return Ok(Kind::Memory);
+    }
+    let redis = |u: &str| u.starts_with("redis://") || u.starts_with("rediss://");
+    if redis(url) {
+        if let Some(bad) = url.split(',').map(str::trim).find(|u| !redis(u)) {
+            return Err(OpenError(format!(
+                "store {url:?}: every node of a Cluster list is a redis:// URL, not {bad:?}"
+            )));
+        }
+        #[cfg(feature = "redis")]
+        return Ok(Kind::Redis);
         #[cfg(not(feature = "redis"))]
         return Err(OpenError(format!(
             "store {url:?}: this build has no Redis support (the `redis` feature of \
