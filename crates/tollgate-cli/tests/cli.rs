@@ -90,8 +90,18 @@ fn run(args: &[&str]) -> (ExitStatus, String, String) {
     let status = wait(&mut child, START).expect("tollgate did not finish");
     let mut out = String::new();
     let mut err = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     (status, out, err)
 }
 
@@ -244,7 +254,8 @@ fn http(
     Ok((status, body))
 }
 
-const STREAM_BODY: &str = r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello there"}]}"#;
+const STREAM_BODY: &str =
+    r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello there"}]}"#;
 
 /// A streaming chat request on a keep-alive connection (no `Connection: close`: the
 /// gateway itself must end the connection after the response when it drains), with
@@ -318,7 +329,10 @@ fn i15_4_check_accepts_a_good_file_and_exits_0() {
         assert!(out.contains(path.to_str().unwrap()), "{out}");
     }
     // Checking starts nothing: no usage log is created.
-    assert!(!d.join("usage.jsonl").exists(), "check opened the usage log");
+    assert!(
+        !d.join("usage.jsonl").exists(),
+        "check opened the usage log"
+    );
 }
 
 #[test]
@@ -358,7 +372,10 @@ fn i15_4_check_reports_file_and_line_of_an_error_and_exits_1() {
     assert_eq!(status.code(), Some(1), "{err}");
     let want = format!("{}:{}: ", path.display(), line_of(&text, "drain_timeout"));
     assert!(err.starts_with(&want), "want {want:?} in {err:?}");
-    assert!(err.contains("server.drain_timeout must be at most 24h"), "{err}");
+    assert!(
+        err.contains("server.drain_timeout must be at most 24h"),
+        "{err}"
+    );
 
     // A store the gateway cannot open, found without connecting anywhere.
     let path = d.join("store.toml");
@@ -374,7 +391,10 @@ fn i15_4_check_reports_file_and_line_of_an_error_and_exits_1() {
     let missing = d.join("missing.toml");
     let (status, _, err) = run(&["check", missing.to_str().unwrap()]);
     assert_eq!(status.code(), Some(1), "{err}");
-    assert!(err.starts_with(&format!("{}: cannot read", missing.display())), "{err}");
+    assert!(
+        err.starts_with(&format!("{}: cannot read", missing.display())),
+        "{err}"
+    );
 }
 
 #[test]
@@ -385,7 +405,10 @@ fn i15_4_usage_errors_exit_2_help_and_version_exit_0() {
     }
     let (status, out, _) = run(&["--version"]);
     assert_eq!(status.code(), Some(0));
-    assert_eq!(out.trim(), format!("tollgate {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        out.trim(),
+        format!("tollgate {}", env!("CARGO_PKG_VERSION"))
+    );
     let (status, out, _) = run(&["--help"]);
     assert_eq!(status.code(), Some(0));
     assert!(out.contains("serve") && out.contains("check"), "{out}");
@@ -501,14 +524,21 @@ fn i15_4_sigterm_drains_an_inflight_stream_then_exits_0_and_refuses_new_connecti
     let (text, err) = read_rest(&mut stream, got);
     assert!(err.is_none(), "stream broken: {err:?}\n{text}");
     assert!(text.contains("data: [DONE]"), "stream incomplete:\n{text}");
-    assert!(text.ends_with("0\r\n\r\n"), "chunked body not ended:\n{text}");
+    assert!(
+        text.ends_with("0\r\n\r\n"),
+        "chunked body not ended:\n{text}"
+    );
     let chunks = text.matches("\"content\":").count();
     assert!(chunks >= 10, "{chunks} content chunks:\n{text}");
 
     let status = wait(&mut gw.child, Duration::from_secs(20)).expect("no exit after drain");
     assert_eq!(status.code(), Some(0), "{}", gw.log());
     assert!(signalled.elapsed() < Duration::from_secs(20));
-    assert!(gw.log().contains("every connection finished"), "{}", gw.log());
+    assert!(
+        gw.log().contains("every connection finished"),
+        "{}",
+        gw.log()
+    );
 
     // The stream was settled: its usage record reached the log before the exit.
     let usage = std::fs::read_to_string(d.join("usage.jsonl")).unwrap_or_default();
@@ -518,7 +548,10 @@ fn i15_4_sigterm_drains_an_inflight_stream_then_exits_0_and_refuses_new_connecti
         .find(|r| r["idempotency_key"] == "drain-stream")
         .unwrap_or_else(|| panic!("no usage record for the stream:\n{usage}"));
     assert_eq!(record["outcome"], "settled", "{record}");
-    assert!(record["output_tokens"].as_u64().unwrap_or(0) > 0, "{record}");
+    assert!(
+        record["output_tokens"].as_u64().unwrap_or(0) > 0,
+        "{record}"
+    );
 }
 
 #[test]
@@ -540,5 +573,8 @@ fn i15_4_sigterm_cuts_a_stream_longer_than_the_drain_timeout() {
     );
     assert!(gw.log().contains("drain timeout passed"), "{}", gw.log());
     let (text, _) = read_rest(&mut stream, got);
-    assert!(!text.contains("data: [DONE]"), "the stream was not cut:\n{text}");
+    assert!(
+        !text.contains("data: [DONE]"),
+        "the stream was not cut:\n{text}"
+    );
 }

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate::core::{
     AccountView, Admission, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, BillingStore, Budget, CapacityStore, Demand, LeaseId, LimitView, Millis, Money,
-    MemoryStore, Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, SystemClock,
+    BillingRequest, BillingStore, Budget, CapacityStore, Demand, LeaseId, LimitView, MemoryStore,
+    Millis, Money, Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, SystemClock,
     WindowStore, WindowTicket,
 };
 
@@ -238,10 +238,7 @@ impl OpenedStore {
     /// Builds the gateway's router on this store ([`crate::Gateway::build`]: balances
     /// are seeded first), with the Redis store's cooldown sharing and metrics attached.
     pub async fn build(self, config: Config, options: BuildOptions) -> Result<Router, String> {
-        fn with<St>(
-            mut gateway: crate::Gateway<St>,
-            options: BuildOptions,
-        ) -> crate::Gateway<St>
+        fn with<St>(mut gateway: crate::Gateway<St>, options: BuildOptions) -> crate::Gateway<St>
         where
             St: tollgate::core::JointStore
                 + tollgate::core::ChannelStore
@@ -255,7 +252,11 @@ impl OpenedStore {
             gateway
         }
         match self {
-            Self::Memory(store) => with(crate::Gateway::new(config, store), options).build().await,
+            Self::Memory(store) => {
+                with(crate::Gateway::new(config, store), options)
+                    .build()
+                    .await
+            }
             #[cfg(feature = "redis")]
             Self::Redis(r) => {
                 with(crate::Gateway::new(config, r.store), options)
