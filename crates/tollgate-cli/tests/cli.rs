@@ -18,6 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+// The workspace's private `redis-server` per test (std only).
+#[allow(dead_code)]
+#[path = "../../../tests/support/redis.rs"]
+mod redis;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
 /// Longest wait for the gateway to start (a debug build on a busy machine).
@@ -138,15 +143,22 @@ struct Gateway {
     child: Child,
     addr: SocketAddr,
     stderr: PathBuf,
+    /// What the listening line says of the store: `(in-memory store)`, `(Redis store)`.
+    store: String,
 }
 
 impl Gateway {
     fn start(config: &Path) -> Self {
+        Self::start_with(config, &[])
+    }
+
+    fn start_with(config: &Path, extra: &[&str]) -> Self {
         let stderr = config.with_extension("stderr.log");
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
             .arg(config)
             .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -159,13 +171,15 @@ impl Gateway {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
                 if let Some(rest) = line.strip_prefix("tollgate listening on http://") {
-                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
-                    let _ = tx.send(addr);
+                    let _ = tx.send(rest.to_owned());
                 }
             }
         });
-        let addr = match rx.recv_timeout(START) {
-            Ok(a) => a.parse().expect("listening address"),
+        let (addr, store) = match rx.recv_timeout(START) {
+            Ok(line) => {
+                let (addr, store) = line.split_once(' ').unwrap_or((&line, ""));
+                (addr.parse().expect("listening address"), store.to_owned())
+            }
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -179,6 +193,7 @@ impl Gateway {
             child,
             addr,
             stderr,
+            store,
         }
     }
 
@@ -425,6 +440,7 @@ fn i15_4_serve_answers_healthz_and_usage() {
     let path = d.join("tollgate.toml");
     write(&path, &config(&d, 5, "30s"));
     let gw = Gateway::start(&path);
+    assert_eq!(gw.store, "(in-memory store)");
     let (status, body) = http(gw.addr, "GET", "/healthz", &[], "").unwrap();
     assert_eq!((status, body.trim()), (200, "ok"));
     assert_eq!(gw.request_limit(), Some(5));
@@ -577,4 +593,78 @@ fn i15_4_sigterm_cuts_a_stream_longer_than_the_drain_timeout() {
         !text.contains("data: [DONE]"),
         "the stream was not cut:\n{text}"
     );
+}
+
+fn chat(addr: SocketAddr) -> (u16, String) {
+    http(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn i16_4_serve_on_redis_keeps_limits_there_and_drains_on_sigterm() {
+    let redis = redis::RedisServer::start();
+    let d = dir("redis");
+    let path = d.join("tollgate.toml");
+    // The file says memory; `--store` puts the state in Redis.
+    write(&path, &config(&d, 3, "20s"));
+    let mut gw = Gateway::start_with(&path, &["--store", &redis.url()]);
+    assert_eq!(gw.store, "(Redis store)");
+    assert!(
+        eventually(IO, || gw.log().contains("connected to the Redis store")),
+        "{}",
+        gw.log()
+    );
+    // The window lives in Redis: its keys appear there, and the limit holds.
+    for i in 0..3 {
+        let (status, body) = chat(gw.addr);
+        assert_eq!(status, 200, "call {i}: {body}");
+    }
+    let (status, body) = chat(gw.addr);
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        redis.integer(&["DBSIZE"]).unwrap() > 0,
+        "nothing was written to Redis"
+    );
+
+    // A new gateway on the same Redis sees the same window (the limit is spent).
+    let other = Gateway::start_with(&path, &["--store", &redis.url()]);
+    let (status, body) = chat(other.addr);
+    assert_eq!(
+        status, 429,
+        "a second instance did not share the window: {body}"
+    );
+    drop(other);
+
+    // SIGTERM: raise the limit first (SIGHUP) so a stream is admitted, then drain it.
+    write(&path, &config(&d, 100, "20s"));
+    gw.signal(libc::SIGHUP);
+    assert!(
+        eventually(IO, || gw.request_limit() == Some(100)),
+        "{}",
+        gw.log()
+    );
+    let (mut stream, got) = open_stream(gw.addr, 6, 300);
+    gw.signal(libc::SIGTERM);
+    assert!(
+        eventually(Duration::from_secs(5), || refused(gw.addr)),
+        "new connections still accepted after SIGTERM"
+    );
+    let (text, err) = read_rest(&mut stream, got);
+    assert!(err.is_none(), "stream broken: {err:?}\n{text}");
+    assert!(text.contains("data: [DONE]"), "stream incomplete:\n{text}");
+    let status = wait(&mut gw.child, Duration::from_secs(20)).expect("no exit after drain");
+    assert_eq!(status.code(), Some(0), "{}", gw.log());
+    let usage = std::fs::read_to_string(d.join("usage.jsonl")).unwrap_or_default();
+    let record = usage
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["idempotency_key"] == "drain-stream")
+        .unwrap_or_else(|| panic!("no usage record for the stream:\n{usage}"));
+    assert_eq!(record["outcome"], "settled", "{record}");
 }
