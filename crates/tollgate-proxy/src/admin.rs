@@ -208,8 +208,10 @@ async fn reload<St>(State(admin): State<Arc<Admin<St>>>, req: Request) -> Respon
 where
     St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
 {
-    if let Some(r) = gate(&admin, &req) {
-        return r;
+    if req.extensions().get::<InProcess>().is_none() {
+        if let Some(r) = gate(&admin, &req) {
+            return r;
+        }
     }
     let current = admin
         .gateway
@@ -574,6 +576,51 @@ async fn close<St: BillingStore>(admin: Arc<Admin<St>>, req: Request, settle: bo
             })),
         )
             .into_response(),
+    }
+}
+
+/// Marks a reload asked for inside the process ([`Reloader`]): a request extension,
+/// which no client can set.
+#[derive(Clone, Copy)]
+struct InProcess;
+
+/// Re-reads the configuration file from inside the process (the `tollgate` binary's
+/// `SIGHUP`), exactly as `POST /admin/reload` does — same checks, same swap, same log
+/// lines — without needing the admin token.
+#[derive(Clone)]
+pub struct Reloader {
+    router: Router,
+}
+
+impl Reloader {
+    /// For a router built by [`Gateway::build`] or [`Gateway::router`].
+    pub fn new(router: Router) -> Self {
+        Self { router }
+    }
+
+    /// Reloads: `Ok` with the file re-read, or `Err` with why the new file was refused
+    /// (`file:line: reason`; the running configuration stays).
+    pub async fn reload(&self) -> Result<String, String> {
+        let mut req = Request::new(axum::body::Body::empty());
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = http::Uri::from_static("/admin/reload");
+        req.extensions_mut().insert(InProcess);
+        let res = match self.router.clone().oneshot(req).await {
+            Ok(r) => r,
+            Err(e) => match e {},
+        };
+        let status = res.status();
+        let body = axum::body::to_bytes(res.into_body(), 64 * 1024)
+            .await
+            .map_err(|e| format!("reading the reload answer: {e}"))?;
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        if status.is_success() {
+            Ok(v["reloaded"].as_str().unwrap_or_default().to_owned())
+        } else {
+            Err(v["error"]["message"]
+                .as_str()
+                .map_or_else(|| format!("reload answered {status}"), str::to_owned))
+        }
     }
 }
 

@@ -416,6 +416,10 @@ pub struct ServerConfig {
     pub metrics_token_env: Option<String>,
     /// The metrics token itself (demo and tests only; prefer `metrics_token_env`).
     pub metrics_token: Option<String>,
+    /// On a graceful shutdown (`SIGTERM` / `SIGINT` to the `tollgate` binary), how long
+    /// requests in flight (streams included) may go on after the gateway stopped
+    /// accepting; `"0s"` stops at once. Default 30 s.
+    pub drain_timeout: Span,
 }
 
 impl ServerConfig {
@@ -448,6 +452,12 @@ impl ServerConfig {
                 ));
             }
         }
+        if self.drain_timeout.0 > day {
+            return Some((
+                "drain_timeout",
+                "server.drain_timeout must be at most 24h".into(),
+            ));
+        }
         if self.max_connections == 0 || self.max_connections > 1 << 24 {
             return Some((
                 "max_connections",
@@ -476,6 +486,7 @@ impl Default for ServerConfig {
             h2_idle_timeout: Span(Duration::from_secs(120)),
             metrics_token_env: None,
             metrics_token: None,
+            drain_timeout: Span(Duration::from_secs(30)),
         }
     }
 }
@@ -883,6 +894,7 @@ impl fmt::Debug for ServerConfig {
             .field("h2_idle_timeout", &self.h2_idle_timeout)
             .field("metrics_token_env", &self.metrics_token_env)
             .field("metrics_token", &redact(&self.metrics_token))
+            .field("drain_timeout", &self.drain_timeout)
             .finish()
     }
 }

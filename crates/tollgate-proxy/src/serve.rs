@@ -23,6 +23,12 @@
 //! connection from here: an HTTP/1 connection is closed at once; on HTTP/2 the stream
 //! stops counting as open, so the connection is closed when nothing else is open for
 //! `h2_idle_timeout` (the streams left after its GOAWAY get [`H2_CLOSE_GRACE`]).
+//!
+//! [`serve_graceful`] shuts down gracefully: when its `shutdown` future completes the
+//! listener is closed (new connections are refused), every connection is asked to
+//! finish — an HTTP/1 connection closes after the response in progress (an idle one at
+//! once), an HTTP/2 connection is sent a GOAWAY and its open streams go on — and it
+//! waits up to the drain timeout for them to end.
 
 use crate::config::ServerConfig;
 use crate::stall::{CutNotice, OnCut};
@@ -39,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tollgate::body::{Hold, HoldBody};
 use tower::ServiceExt;
@@ -311,12 +317,76 @@ pub async fn serve(
     serve_with(listener, app, options, shutdown).await;
 }
 
-/// [`serve`] with every bound given (see the module docs).
+/// [`serve`] with every bound given (see the module docs). When `shutdown` completes
+/// it stops accepting and returns; connections already open go on being served.
 pub async fn serve_with(
     listener: TcpListener,
     app: Router,
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
+) {
+    accept_loop(listener, app, options, shutdown, None).await;
+}
+
+/// How a graceful shutdown ended ([`serve_graceful`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections open when the shutdown began.
+    pub open_at_shutdown: usize,
+    /// Connections still open when the drain timeout passed (0: every one finished).
+    pub still_open: usize,
+}
+
+/// [`serve_with`], shutting down gracefully: when `shutdown` completes the listener is
+/// closed, every open connection is asked to end after the requests it has in flight
+/// (HTTP/1: after the response in progress; HTTP/2: GOAWAY, open streams go on), and
+/// this waits up to `drain` for them. Connections still open then are left to the
+/// caller (they end when the runtime does).
+pub async fn serve_graceful(
+    listener: TcpListener,
+    app: Router,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> Drained {
+    // Every connection task holds a receiver: the sender tells them to drain, counts
+    // them, and sees the last one go.
+    let (tx, rx) = watch::channel(false);
+    accept_loop(listener, app, options, shutdown, Some(rx)).await;
+    tx.send_replace(true);
+    let open_at_shutdown = tx.receiver_count();
+    tracing::info!(
+        connections = open_at_shutdown,
+        drain_timeout = ?drain,
+        "stopped accepting; draining the connections in flight"
+    );
+    let still_open = match tokio::time::timeout(drain, tx.closed()).await {
+        Ok(()) => 0,
+        Err(_) => tx.receiver_count(),
+    };
+    Drained {
+        open_at_shutdown,
+        still_open,
+    }
+}
+
+/// Resolves once a drain began (never without a drain signal).
+async fn draining(drain: &mut Option<watch::Receiver<bool>>) {
+    match drain {
+        // An error means the sender is gone: nothing will tell us more, drain too.
+        Some(rx) => {
+            let _ = rx.wait_for(|d| *d).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+    drain: Option<watch::Receiver<bool>>,
 ) {
     crate::metrics::handle();
     let label = listener
@@ -367,16 +437,29 @@ pub async fn serve_with(
         let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
         let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
         let app = app.clone();
+        let drain = drain.clone();
         tokio::spawn(async move {
             let _served = served;
-            serve_connection(tcp, app, options).await;
+            serve_connection(tcp, app, options, drain).await;
         });
     }
 }
 
 /// Serves one connection to its end.
-async fn serve_connection(tcp: TcpStream, app: Router, options: ServeOptions) {
-    let Some(proto) = first_bytes(&tcp, options.header_read_timeout).await else {
+async fn serve_connection(
+    tcp: TcpStream,
+    app: Router,
+    options: ServeOptions,
+    mut drain: Option<watch::Receiver<bool>>,
+) {
+    let proto = tokio::select! {
+        p = first_bytes(&tcp, options.header_read_timeout) => p,
+        () = draining(&mut drain) => {
+            tracing::debug!("connection closed before its first request: draining");
+            return;
+        }
+    };
+    let Some(proto) = proto else {
         tracing::debug!("connection closed: nothing to serve within header_read_timeout");
         return;
     };
@@ -395,23 +478,36 @@ async fn serve_connection(tcp: TcpStream, app: Router, options: ServeOptions) {
         .keep_alive_timeout(H2_KEEP_ALIVE);
     let served = b.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
     let mut served = std::pin::pin!(served);
-    let ended = match proto {
-        Proto::Http1 => tokio::select! {
-            r = served.as_mut() => Some(r),
-            () = conn.kill.notified() => {
-                tracing::debug!("connection closed: its response was cut unread");
-                None
-            }
-        },
-        Proto::Http2 => {
-            tokio::select! {
-                r = served.as_mut() => Some(r),
-                () = conn.idle_for(options.h2_idle_timeout) => {
-                    tracing::debug!("HTTP/2 connection idle for h2_idle_timeout: GOAWAY");
+    // A drain (graceful shutdown) asks the connection to finish, once, and it goes on
+    // being served as before until it does.
+    let mut drained = false;
+    let ended = loop {
+        match proto {
+            Proto::Http1 => tokio::select! {
+                r = served.as_mut() => break Some(r),
+                () = conn.kill.notified() => {
+                    tracing::debug!("connection closed: its response was cut unread");
+                    break None;
+                }
+                () = draining(&mut drain), if !drained => {
+                    drained = true;
                     served.as_mut().graceful_shutdown();
-                    tokio::select! {
-                        r = served.as_mut() => Some(r),
-                        () = conn.idle_for(H2_CLOSE_GRACE) => None,
+                }
+            },
+            Proto::Http2 => {
+                tokio::select! {
+                    r = served.as_mut() => break Some(r),
+                    () = conn.idle_for(options.h2_idle_timeout) => {
+                        tracing::debug!("HTTP/2 connection idle for h2_idle_timeout: GOAWAY");
+                        served.as_mut().graceful_shutdown();
+                        break tokio::select! {
+                            r = served.as_mut() => Some(r),
+                            () = conn.idle_for(H2_CLOSE_GRACE) => None,
+                        };
+                    }
+                    () = draining(&mut drain), if !drained => {
+                        drained = true;
+                        served.as_mut().graceful_shutdown();
                     }
                 }
             }

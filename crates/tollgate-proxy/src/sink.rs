@@ -15,6 +15,21 @@ use tollgate::core::AttemptState;
 /// record is logged as lost (never silently).
 pub struct JsonLines {
     tx: SyncSender<String>,
+    // Declared after `tx`, so dropped after it: the channel is closed, then the writer
+    // is waited for, and the records sent before the last request ended reach the file
+    // before the process exits.
+    _writer: Joined,
+}
+
+/// Waits on drop for the writer thread to write what was queued and stop.
+struct Joined(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Joined {
+    fn drop(&mut self) {
+        if let Some(writer) = self.0.take() {
+            let _ = writer.join();
+        }
+    }
 }
 
 /// Records the writer may fall behind by.
@@ -25,7 +40,7 @@ impl JsonLines {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let f = OpenOptions::new().create(true).append(true).open(path)?;
         let (tx, rx) = sync_channel::<String>(BACKLOG);
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("tollgate-usage-log".into())
             .spawn(move || {
                 let mut w = BufWriter::new(f);
@@ -40,7 +55,10 @@ impl JsonLines {
                     }
                 }
             })?;
-        Ok(Self { tx })
+        Ok(Self {
+            tx,
+            _writer: Joined(Some(writer)),
+        })
     }
 }
 

@@ -1,13 +1,273 @@
 //! Choosing where the proxy's state lives: the in-memory store, or Redis.
 //!
-//! [`Split`] keeps slots, windows and channel capacity in one store and money in another.
+//! [`open`] opens the store a `[store]` section names — `memory`, or (with the `redis`
+//! feature, on by default) a `redis://` / `rediss://` URL of one node or a
+//! comma-separated list of Cluster nodes — and [`OpenedStore::build`] builds the
+//! gateway's router on it. [`Split`] keeps slots, windows and channel capacity in one
+//! store and money in another.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate_proxy::Config;
+//! use tollgate_proxy::store::{BuildOptions, open};
+//! let config = Config::load("tollgate.toml".as_ref())?;
+//! let store = open(&config.raw.store).await?;
+//! println!("state in the {}", store.describe());
+//! let app = store.build(config, BuildOptions::default()).await?;
+//! # let _ = app;
+//! # Ok(()) }
+//! ```
 
+use crate::config::{Config, StoreConfig};
+use axum::Router;
+use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 use tollgate::core::{
     AccountView, Admission, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, BillingStore, Budget, CapacityStore, Demand, LeaseId, LimitView, Millis, Money,
-    Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, WindowStore, WindowTicket,
+    BillingRequest, BillingStore, Budget, CapacityStore, Demand, LeaseId, LimitView, MemoryStore,
+    Millis, Money, Outcome, Policy, Scope, SlotDecision, SlotStore, SubjectKey, SystemClock,
+    WindowStore, WindowTicket,
 };
+
+/// Why a store could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenError(String);
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// The Redis store as the gateway uses it: limits through a [`LocalFallback`] (the
+/// `local` failure modes, D4), money straight in Redis (billing is fail-closed, B5).
+#[cfg(feature = "redis")]
+pub type RedisSplit = Split<
+    tollgate::core::store::fallback::LocalFallback<tollgate_redis::RedisStore>,
+    tollgate_redis::RedisStore,
+>;
+
+/// A Redis store, opened, with what the gateway attaches to it.
+#[cfg(feature = "redis")]
+pub struct OpenedRedis {
+    /// The store.
+    pub store: RedisSplit,
+    /// Shares provider cooldowns and disabled credentials with every instance (D1, F6).
+    pub on_registry: crate::app::RegistryHook,
+    /// Brings the count of `local` decisions into `/metrics`.
+    pub on_scrape: crate::app::ScrapeHook,
+    /// `Some(true)` for a Cluster, `Some(false)` for one node, `None` when Redis could
+    /// not be reached at start (connected lazily).
+    pub cluster: Option<bool>,
+    /// The deadline of every store call.
+    pub deadline: Duration,
+}
+
+/// The store a `[store]` section names, opened (see [`open`]).
+pub enum OpenedStore {
+    /// The in-memory store (`url = "memory"`).
+    Memory(MemoryStore<SystemClock>),
+    /// Redis, one node or a Cluster.
+    #[cfg(feature = "redis")]
+    Redis(OpenedRedis),
+}
+
+/// How [`OpenedStore::build`] builds the gateway.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// `false`: the bare forwarder ([`crate::Gateway::limits`]).
+    pub limits: bool,
+    /// Where `fake://` channels go ([`crate::Gateway::fake_upstream`]).
+    pub fake_upstream: Option<String>,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            limits: true,
+            fake_upstream: None,
+        }
+    }
+}
+
+/// Opens the store `config` names: `memory`, or a `redis://` / `rediss://` URL (with
+/// the `redis` feature). One node URL is asked whether it belongs to a Cluster; a
+/// comma-separated list is a Cluster (D6). When Redis cannot be reached the gateway
+/// still starts, lazily connected, and each layer applies its failure mode until it is
+/// back (D4). An unknown URL, or a malformed Redis URL, is an error.
+pub async fn open(config: &StoreConfig) -> Result<OpenedStore, OpenError> {
+    match check(config)? {
+        Kind::Memory => Ok(OpenedStore::Memory(MemoryStore::with_clock_and_capacity(
+            SystemClock::new(),
+            config.capacity,
+        ))),
+        #[cfg(feature = "redis")]
+        Kind::Redis => open_redis(config.url.trim(), config)
+            .await
+            .map(OpenedStore::Redis),
+    }
+}
+
+/// The kinds of store this build can open.
+enum Kind {
+    Memory,
+    #[cfg(feature = "redis")]
+    Redis,
+}
+
+/// Whether [`open`] knows the store `config` names, without connecting to it (what
+/// `tollgate check` runs): `memory`, or a `redis://` / `rediss://` URL (every node of a
+/// comma-separated list) when this build has the `redis` feature.
+pub fn check_url(config: &StoreConfig) -> Result<(), OpenError> {
+    check(config).map(drop)
+}
+
+fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
+    let url = config.url.trim();
+    if url == "memory" {
+        return Ok(Kind::Memory);
+    }
+    let redis = |u: &str| u.starts_with("redis://") || u.starts_with("rediss://");
+    if redis(url) {
+        if let Some(bad) = url.split(',').map(str::trim).find(|u| !redis(u)) {
+            return Err(OpenError(format!(
+                "store {url:?}: every node of a Cluster list is a redis:// URL, not {bad:?}"
+            )));
+        }
+        #[cfg(feature = "redis")]
+        return Ok(Kind::Redis);
+        #[cfg(not(feature = "redis"))]
+        return Err(OpenError(format!(
+            "store {url:?}: this build has no Redis support (the `redis` feature of \
+             tollgate-proxy)"
+        )));
+    }
+    Err(OpenError(format!(
+        "unknown store {url:?}: use `memory` or a redis:// URL"
+    )))
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenError> {
+    use crate::config::FailureModeConfig;
+    use tollgate::core::Clock;
+    use tollgate::core::store::fallback::LocalFallback;
+    use tollgate_redis::{CooldownSync, RedisStore, RedisStoreOptions};
+
+    let opts = RedisStoreOptions::default()
+        .prefix(sc.prefix.clone())
+        .deadline(sc.deadline.0);
+    let (limits, cluster) = match RedisStore::connect(url, opts.clone()).await {
+        Ok(store) => {
+            let cluster = store.is_cluster();
+            let mode = if cluster {
+                "Redis Cluster"
+            } else {
+                "single node"
+            };
+            tracing::info!(url = %url, mode, "connected to the Redis store");
+            (store, Some(cluster))
+        }
+        Err(e) => {
+            tracing::warn!(
+                url = %url,
+                error = %e,
+                "Redis unreachable at start: connecting lazily (one URL is taken as a \
+                 single node; list a Cluster's nodes comma-separated)"
+            );
+            let store = RedisStore::connect_lazy(url, opts)
+                .map_err(|e| OpenError(format!("store {url:?}: {e}")))?;
+            (store, None)
+        }
+    };
+    // Provider cooldowns and disabled credentials reach every instance (D1, F6).
+    let sync = Arc::new(
+        CooldownSync::start_url(
+            url,
+            &sc.prefix,
+            format!("gw-{}-{}", std::process::id(), SystemClock::new().now()),
+        )
+        .map_err(|e| OpenError(format!("store {url:?}: cooldown sync: {e}")))?,
+    );
+    let on_registry: crate::app::RegistryHook = Arc::new(move |r| sync.attach(r));
+    let local_slots = sc.slots_failure == FailureModeConfig::Local;
+    let local_windows = sc.windows_failure == FailureModeConfig::Local;
+    let billing = limits.clone();
+    let limits = LocalFallback::new(limits, sc.instances, local_slots, local_windows);
+    // D4 `local` decisions are counted in the store; /metrics reports them with the
+    // layers' fail-open / fail-closed counts.
+    let counted = limits.clone();
+    let on_scrape: crate::app::ScrapeHook = Arc::new(move || {
+        metrics::counter!("tollgate_store_failures_total", "layer" => "store", "mode" => "local")
+            .absolute(counted.local_decisions());
+    });
+    Ok(OpenedRedis {
+        store: Split { limits, billing },
+        on_registry,
+        on_scrape,
+        cluster,
+        deadline: sc.deadline.0,
+    })
+}
+
+impl OpenedStore {
+    /// What it is, for a log line: `in-memory store` or `Redis store`.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::Memory(_) => "in-memory store",
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => "Redis store",
+        }
+    }
+
+    /// How long a store call left running after its request ended may take to land:
+    /// nothing for the in-memory store (its calls finish in place), the store deadline
+    /// for Redis. A graceful shutdown waits this long after the last connection closed,
+    /// so releases and settlements sent on tasks reach the store.
+    pub fn settle_grace(&self) -> Duration {
+        match self {
+            Self::Memory(_) => Duration::ZERO,
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.deadline,
+        }
+    }
+
+    /// Builds the gateway's router on this store ([`crate::Gateway::build`]: balances
+    /// are seeded first), with the Redis store's cooldown sharing and metrics attached.
+    pub async fn build(self, config: Config, options: BuildOptions) -> Result<Router, String> {
+        fn with<St>(mut gateway: crate::Gateway<St>, options: BuildOptions) -> crate::Gateway<St>
+        where
+            St: tollgate::core::JointStore
+                + tollgate::core::ChannelStore
+                + BillingStore
+                + CapacityStore,
+        {
+            gateway = gateway.limits(options.limits);
+            if let Some(base) = options.fake_upstream {
+                gateway = gateway.fake_upstream(base);
+            }
+            gateway
+        }
+        match self {
+            Self::Memory(store) => {
+                with(crate::Gateway::new(config, store), options)
+                    .build()
+                    .await
+            }
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => {
+                with(crate::Gateway::new(config, r.store), options)
+                    .on_registry(r.on_registry)
+                    .on_scrape(r.on_scrape)
+                    .build()
+                    .await
+            }
+        }
+    }
+}
 
 /// Limits in one store, money in another: every store trait, delegated. Lets a
 /// deployment keep limits in Redis while billing stays in a store of its own.
