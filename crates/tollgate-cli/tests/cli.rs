@@ -561,7 +561,7 @@ fn i15_4_sigterm_drains_an_inflight_stream_then_exits_0_and_refuses_new_connecti
     let record = usage
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["idempotency_key"] == "drain-stream")
+        .find(|r| r["client_request_id"] == "drain-stream")
         .unwrap_or_else(|| panic!("no usage record for the stream:\n{usage}"));
     assert_eq!(record["outcome"], "settled", "{record}");
     assert!(
@@ -664,7 +664,7 @@ fn i16_4_serve_on_redis_keeps_limits_there_and_drains_on_sigterm() {
     let record = usage
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["idempotency_key"] == "drain-stream")
+        .find(|r| r["client_request_id"] == "drain-stream")
         .unwrap_or_else(|| panic!("no usage record for the stream:\n{usage}"));
     assert_eq!(record["outcome"], "settled", "{record}");
 }

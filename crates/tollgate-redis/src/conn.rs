@@ -401,11 +401,11 @@ impl Liveness {
                     // one. Let the runtime poll its I/O and run that task first, and
                     // time how long a turn takes.
                     let fired = Instant::now();
-                    let mut behind = fired.saturating_duration_since(due) >= deadline / 4;
+                    let mut behind = fired.saturating_duration_since(due) >= deadline / 2;
                     for _ in 0..SETTLE_TURNS {
                         let turn = Instant::now();
                         tokio::task::yield_now().await;
-                        behind |= turn.elapsed() >= deadline / 8;
+                        behind |= turn.elapsed() >= deadline / 4;
                         let polled = std::future::poll_fn(|cx| {
                             std::task::Poll::Ready(fut.as_mut().poll(cx))
                         })
@@ -427,7 +427,7 @@ impl Liveness {
                         // for one deadline, and is judged again — once only, so a stalled
                         // Redis on a loaded host costs a call two deadlines at most. An
                         // idle runtime takes a turn in microseconds and its timers are
-                        // late by well under a quarter of any deadline: there a stalled
+                        // late by well under half of any deadline: there a stalled
                         // Redis fails the call at the deadline.
                         _ if behind && !watched_again => {
                             watched_again = true;
