@@ -579,6 +579,21 @@ mod tests {
         assert!(b.check().is_ok());
     }
 
+    /// A call of the tests' shape: 20 ms deadline, 1 s busy limit.
+    async fn watch<T>(
+        l: &Liveness,
+        start: Instant,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<redis::RedisResult<T>, GaveUp> {
+        l.bounded(
+            start,
+            Duration::from_millis(20),
+            Duration::from_secs(1),
+            fut,
+        )
+        .await
+    }
+
     async fn never() -> redis::RedisResult<()> {
         std::future::pending().await
     }
@@ -587,14 +602,7 @@ mod tests {
     async fn d8_a_silent_redis_fails_the_call_at_its_deadline() {
         let l = Liveness::new();
         let start = Instant::now();
-        let r = l
-            .bounded(
-                start,
-                Duration::from_millis(20),
-                Duration::from_secs(1),
-                never(),
-            )
-            .await;
+        let r = watch(&l, start, never()).await;
         assert_eq!(r.err(), Some(GaveUp::Silent));
         assert_eq!(start.elapsed(), Duration::from_millis(20));
     }
@@ -615,14 +623,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(60)).await;
             Ok::<_, redis::RedisError>(7)
         };
-        let r = l
-            .bounded(
-                start,
-                Duration::from_millis(20),
-                Duration::from_secs(1),
-                answered,
-            )
-            .await;
+        let r = watch(&l, start, answered).await;
         assert_eq!(
             r.map(|r| r.ok()),
             Ok(Some(7)),
@@ -631,14 +632,7 @@ mod tests {
         // A call that is never answered: waits while the others are, then the deadline
         // after the last reply (100 ms + 20 ms).
         let start = Instant::now();
-        let r = l
-            .bounded(
-                start,
-                Duration::from_millis(20),
-                Duration::from_secs(1),
-                never(),
-            )
-            .await;
+        let r = watch(&l, start, never()).await;
         assert_eq!(r.err(), Some(GaveUp::Silent));
         let waited = start.elapsed();
         assert!(
@@ -668,14 +662,7 @@ mod tests {
             tokio::task::yield_now().await;
             let _ = tx.send(Ok(1));
         });
-        let r = l
-            .bounded(
-                start,
-                Duration::from_millis(20),
-                Duration::from_secs(1),
-                async { rx.await.expect("sent") },
-            )
-            .await;
+        let r = watch(&l, start, async { rx.await.expect("sent") }).await;
         assert_eq!(r.map(|r| r.ok()), Ok(Some(1)));
         assert_eq!(start.elapsed(), Duration::from_millis(20));
     }
@@ -695,28 +682,14 @@ mod tests {
         });
         starve(60, woke);
         let start = Instant::now();
-        let r = l
-            .bounded(
-                start,
-                Duration::from_millis(20),
-                Duration::from_secs(1),
-                async { rx.await.expect("sent") },
-            )
-            .await;
+        let r = watch(&l, start, async { rx.await.expect("sent") }).await;
         assert_eq!(r.map(|r| r.ok()), Ok(Some(2)));
         // A Redis that stays silent once the gateway runs again still fails the call,
         // one deadline of watching later (and well within the busy limit).
         let woke = std::sync::Arc::new(tokio::sync::Notify::new());
         starve(60, woke);
         let start = Instant::now();
-        let r = l
-            .bounded(
-                start,
-                Duration::from_millis(20),
-                Duration::from_secs(1),
-                never(),
-            )
-            .await;
+        let r = watch(&l, start, never()).await;
         assert_eq!(r.err(), Some(GaveUp::Silent));
         assert!(
             start.elapsed() < Duration::from_millis(200),
