@@ -289,8 +289,11 @@ pub struct HealthConfig {
     pub open_ms: Millis,
     /// Probes let through while half open; all must succeed to close.
     pub probes: u32,
-    /// Latency above this multiple of the channel's usual (EWMA) counts as degraded.
+    /// Recent latency above this multiple of the channel's usual counts as degraded…
     pub slow_factor: u32,
+    /// …when it is also at least this much above the usual: a channel answering in
+    /// 1 ms is not slow at 4 ms.
+    pub slow_floor_ms: Millis,
 }
 
 impl Default for HealthConfig {
@@ -303,6 +306,7 @@ impl Default for HealthConfig {
             open_ms: 10_000,
             probes: 3,
             slow_factor: 3,
+            slow_floor_ms: 100,
         }
     }
 }
@@ -312,7 +316,9 @@ impl Default for HealthConfig {
 pub enum HealthState {
     /// Serving normally.
     Healthy,
-    /// Serving, but errors or latency are high: gets fewer new conversations.
+    /// Serving, but errors or latency are high: gets fewer new conversations (one
+    /// turn in [`DEGRADED_SHARE`] of those it would get), so it is still seen to
+    /// recover.
     Degraded,
     /// Circuit open: out of rotation until `until`.
     Open {
@@ -325,6 +331,9 @@ pub enum HealthState {
 
 const BUCKETS: usize = 6;
 
+/// A degraded channel keeps one in this many of the turns it is first in line for.
+pub const DEGRADED_SHARE: u32 = 4;
+
 #[derive(Clone, Debug, Default)]
 struct Bucket {
     index: u64,
@@ -336,9 +345,14 @@ struct Bucket {
 #[derive(Clone, Debug, Default)]
 struct ChannelHealth {
     buckets: [Bucket; BUCKETS],
-    /// EWMA of successful latencies, µs-free ms ×16 fixed point; 0 = none yet.
+    /// The channel's usual latency: slow EWMA (α = 1/16) of successful answers, ms ×16
+    /// fixed point; 0 = none yet.
     usual_latency_x16: u64,
-    last_latency_ms: Millis,
+    /// Its recent latency: fast EWMA (α = 1/2), same units. A single slow answer moves
+    /// it half way; two fast ones bring it most of the way back.
+    recent_latency_x16: u64,
+    /// Turns given away while degraded, since the last one it kept.
+    passed_over: u32,
     circuit: Circuit,
 }
 
@@ -398,8 +412,10 @@ impl ChannelHealth {
         if let Circuit::HalfOpen { .. } = self.circuit {
             return HealthState::HalfOpen;
         }
-        let slow = self.usual_latency_x16 > 0
-            && self.last_latency_ms * 16 > self.usual_latency_x16 * u64::from(cfg.slow_factor);
+        let (usual, recent) = (self.usual_latency_x16, self.recent_latency_x16);
+        let slow = usual > 0
+            && recent > usual * u64::from(cfg.slow_factor)
+            && recent - usual >= cfg.slow_floor_ms * 16;
         match self.error_permille(cfg, now) {
             Some(p) if p >= cfg.degraded_permille => HealthState::Degraded,
             _ if slow => HealthState::Degraded,
@@ -477,13 +493,14 @@ impl HealthBook {
                 b.failed += 1;
             }
             if ok {
-                h.last_latency_ms = latency_ms;
-                h.usual_latency_x16 = if h.usual_latency_x16 == 0 {
-                    latency_ms * 16
+                let x16 = latency_ms.saturating_mul(16);
+                if h.usual_latency_x16 == 0 {
+                    h.usual_latency_x16 = x16;
+                    h.recent_latency_x16 = x16;
                 } else {
-                    // EWMA with α = 1/8.
-                    (h.usual_latency_x16 * 7 + latency_ms * 16) / 8
-                };
+                    h.usual_latency_x16 = (h.usual_latency_x16 * 15 + x16) / 16;
+                    h.recent_latency_x16 = (h.recent_latency_x16 + x16) / 2;
+                }
             }
             match h.circuit {
                 Circuit::HalfOpen {
@@ -519,6 +536,20 @@ impl HealthBook {
                     };
                 }
                 _ => {}
+            }
+        })
+    }
+    /// Whether a degraded channel that is first in line keeps this turn: one in
+    /// [`DEGRADED_SHARE`] (F8: fewer new conversations, not none — a channel that got
+    /// none would never be seen to recover from slowness).
+    pub fn degraded_keeps_turn(&self, ch: &str) -> bool {
+        self.with(ch, |h, _| {
+            h.passed_over += 1;
+            if h.passed_over >= DEGRADED_SHARE {
+                h.passed_over = 0;
+                true
+            } else {
+                false
             }
         })
     }
@@ -662,6 +693,44 @@ mod tests {
         assert_eq!(book.state("s", now), HealthState::Degraded);
         // The window rolls: old errors are forgotten.
         assert_eq!(book.state("e", now + 60_000), HealthState::Healthy);
+    }
+
+    #[test]
+    fn f8_latency_noise_on_a_fast_channel_is_not_slowness() {
+        let book = HealthBook::new(HealthConfig::default());
+        let now = 5_000_000;
+        for _ in 0..50 {
+            book.record("fast", true, 1, now);
+        }
+        // 4× its usual, twice in a row, but a few ms: loopback jitter, not a sick channel.
+        book.record("fast", true, 4, now);
+        book.record("fast", true, 6, now);
+        assert_eq!(book.state("fast", now), HealthState::Healthy);
+    }
+
+    #[test]
+    fn f8_a_slow_channel_recovers_once_its_answers_are_fast_again() {
+        let book = HealthBook::new(HealthConfig::default());
+        let now = 5_000_000;
+        for _ in 0..30 {
+            book.record("s", true, 200, now);
+        }
+        book.record("s", true, 2_000, now);
+        assert_eq!(book.state("s", now), HealthState::Degraded);
+        // Judged on recent answers, not only the last: a few usual ones bring it back.
+        for _ in 0..4 {
+            book.record("s", true, 200, now);
+        }
+        assert_eq!(book.state("s", now), HealthState::Healthy);
+    }
+
+    #[test]
+    fn f8_a_degraded_channel_keeps_one_turn_in_four() {
+        let book = HealthBook::new(HealthConfig::default());
+        let kept = (0..40).filter(|_| book.degraded_keeps_turn("d")).count();
+        assert_eq!(kept, 40 / DEGRADED_SHARE as usize);
+        // Fewer, not none, and not most either.
+        assert!(kept > 0 && kept < 20);
     }
 
     #[test]

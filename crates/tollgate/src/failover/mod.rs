@@ -842,8 +842,8 @@ struct Next<'a> {
 /// The candidates of the next attempt, in order: untried channels (or, when every one
 /// was tried and `retry_tried`, those whose failure may pass — F6), none of a stopped
 /// paying account, none with an open circuit; half-open channels first (their probes),
-/// then the pinned channel of the conversation if healthy, degraded ones last (F8,
-/// F9). Returns the half-open channels a probe was taken on; `None` for "all
+/// then the pinned channel of the conversation if healthy, degraded ones last except
+/// one turn in [`DEGRADED_SHARE`](tollgate_core::failover::DEGRADED_SHARE) (F8, F9). Returns the half-open channels a probe was taken on; `None` for "all
 /// candidates as they are" (the usual first attempt: nothing tried, every channel
 /// healthy, no pin to move forward), which allocates nothing.
 fn order<C: Clock>(
@@ -913,6 +913,13 @@ fn order<C: Clock>(
     for c in pool {
         match shared.health.state(&c.name, now) {
             HealthState::Healthy => healthy.push(c.clone()),
+            // Ahead of every healthy channel so far: moving it back takes its turn,
+            // which it keeps one time in DEGRADED_SHARE.
+            HealthState::Degraded
+                if healthy.is_empty() && shared.health.degraded_keeps_turn(&c.name) =>
+            {
+                healthy.push(c.clone())
+            }
             HealthState::Degraded => degraded.push(c.clone()),
             HealthState::Open { .. } => {}
             HealthState::HalfOpen => {
