@@ -562,6 +562,9 @@ async fn i15_5_request_and_attempt_spans_reach_the_collector_with_genai_attribut
         .await
         .unwrap()
         .expect("shutdown");
+    if let Some(dir) = log.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 fn upstream_seen(proxy: &Proxy, trace_id: &str) -> usize {
