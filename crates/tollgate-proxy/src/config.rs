@@ -750,6 +750,8 @@ pub struct RawConfig {
     pub vendors: BTreeMap<String, UpstreamLimits>,
     /// Header allow-lists both ways (P2).
     pub forwarding: ForwardingConfig,
+    /// Trace export (`crate::telemetry`).
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 /// A resolved API key.
@@ -1029,6 +1031,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             return Err(err(spans.of(path), reason.into()));
         }
     }
+    raw.telemetry.check().map_err(|(at, r)| err(at, r))?;
     if let Some((key, reason)) = raw.server.check() {
         return Err(err(spans.of(&format!("server.{key}")), reason));
     }

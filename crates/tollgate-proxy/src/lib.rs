@@ -26,6 +26,7 @@ pub mod sink;
 pub mod stall;
 pub mod store;
 pub mod stream_gate;
+pub mod telemetry;
 
 pub use app::Gateway;
 pub use config::{Config, ConfigError};
