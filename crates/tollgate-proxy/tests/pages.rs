@@ -13,6 +13,7 @@ mod common;
 use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -62,15 +63,43 @@ fn shots_dir() -> PathBuf {
     dir
 }
 
-/// chromedriver on a free loopback port and a WebDriver session on headless chromium;
-/// the driver process is killed on drop (the session goes with it).
+/// chromedriver on a free loopback port and a WebDriver session on headless chromium.
+///
+/// [`Browser::quit`] ends the session (chromedriver then quits chromium). On drop —
+/// after a panic too — chromedriver is asked to shut down (`GET /shutdown`, which quits
+/// the browsers of its sessions), then its process group (chromedriver was started as
+/// the leader of its own group; chromium inherits it) is killed if anything is left.
 struct Browser {
     client: Client,
     driver: Child,
+    port: u16,
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        use std::io::{Read, Write};
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = write!(
+                s,
+                "GET /shutdown HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+                self.port
+            );
+            let _ = s.read(&mut [0u8; 256]);
+        }
+        for _ in 0..100 {
+            if matches!(self.driver.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The group of the driver's pid: chromium and its helpers, if any outlived it.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -86,6 +115,7 @@ impl Browser {
             .port();
         let log = shots_dir().join(format!("chromedriver-{name}.log"));
         let mut driver = Command::new(&chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .arg(format!("--log-path={}", log.display()))
             .stdin(Stdio::null())
@@ -148,7 +178,16 @@ impl Browser {
                 )
             }
         };
-        Browser { client, driver }
+        Browser {
+            client,
+            driver,
+            port,
+        }
+    }
+
+    /// Ends the WebDriver session: chromedriver quits chromium.
+    async fn quit(self) {
+        let _ = bounded(WAIT, "closing the session", self.client.clone().close()).await;
     }
 
     async fn goto(&self, url: &str) {
@@ -588,6 +627,7 @@ async fn i15_usage_page_shows_every_tier_and_number_that_usage_reports_for_the_k
 
     let shot = b.screenshot("usage").await;
     eprintln!("usage page: {}", shot.display());
+    b.quit().await;
 }
 
 // ------------------------------------------------------------------ operator page
@@ -914,4 +954,5 @@ async fn i15_operator_page_shows_channels_and_rejections_and_enables_a_disabled_
         "back in rotation"
     );
     b.screenshot("admin-enabled").await;
+    b.quit().await;
 }
