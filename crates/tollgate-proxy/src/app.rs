@@ -51,6 +51,8 @@ pub struct Gateway<St> {
     limits: bool,
     on_registry: Option<RegistryHook>,
     on_scrape: Option<ScrapeHook>,
+    /// Rejections by code over the last minutes (kept across reloads).
+    rejections: crate::pages::RejectionLog,
 }
 
 /// Called before every `/metrics` answer, to bring gauges and counters kept outside
@@ -75,6 +77,7 @@ where
             limits: true,
             on_registry: None,
             on_scrape: None,
+            rejections: crate::pages::RejectionLog::default(),
         }
     }
 
@@ -273,6 +276,7 @@ where
                     .layer(stall)
                     .map_request(native.clone())
                     .layer(ErrorMappingLayer::new())
+                    .map_err(self.rejections.observer())
                     .map_request(wire_dialect)
                     .layer(crate::telemetry::RequestTraceLayer)
                     .layer(response_headers)
@@ -310,6 +314,7 @@ where
                     .layer(stall)
                     .map_request(native.clone())
                     .layer(ErrorMappingLayer::new())
+                    .map_err(self.rejections.observer())
                     .map_request(wire_dialect)
                     .layer(crate::telemetry::RequestTraceLayer)
                     .layer(response_headers)
@@ -326,6 +331,7 @@ where
             channels: self.config.channels.clone(),
             store: self.store.clone(),
             sink: sink.clone(),
+            rejections: self.rejections.clone(),
         });
         let ops = Arc::new(Ops {
             store: self.store.clone(),

@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod config;
 pub mod forward;
 pub mod metrics;
+pub mod pages;
 pub mod prepare;
 pub mod serve;
 pub mod sink;
