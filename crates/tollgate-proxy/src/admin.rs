@@ -23,18 +23,17 @@
 //! leases carry over) and swaps it in for new requests; requests in flight finish on the
 //! stack they started on.
 
-use crate::app::Gateway;
-use crate::catalog::Catalog;
-use crate::config::{Channel, Config};
+use crate::config::Config;
+pub use crate::running::Live;
+use crate::running::Stack;
 use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::json;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
-use tollgate::FailoverLayer;
 use tollgate::core::failover::HealthState;
 use tollgate::core::upstream::{DISABLED, credential_key, model_key, vendor_key};
 use tollgate::core::{
@@ -43,45 +42,17 @@ use tollgate::core::{
 };
 use tower::ServiceExt;
 
-/// What the admin endpoints read and act on, for one configuration.
-pub struct Live<St> {
-    /// The failover layer (health, registry and its cooldowns).
-    pub failover: FailoverLayer,
-    /// Models and channels.
-    pub catalog: Arc<Catalog>,
-    /// The configured channels.
-    pub channels: Vec<Channel>,
-    /// The store (capacity leases, reconciliation).
-    pub store: St,
-    /// Where usage records go (the billing layer's sink): reconciliations are recorded
-    /// there too.
-    pub sink: Arc<dyn tollgate::UsageSink>,
-    /// Rejections by code over the last minutes (`GET /admin/rejections`).
-    pub rejections: crate::pages::RejectionLog,
-}
-
 struct Admin<St> {
+    /// The admin token of the configuration the gateway started with.
     token: Option<String>,
-    /// The running routes, swapped by a reload.
-    current: RwLock<(Router, Arc<Live<St>>)>,
-    /// The gateway the running routes were built from (its configuration included).
-    gateway: std::sync::Mutex<Gateway<St>>,
+    /// The running stack, swapped by a reload.
+    stack: Arc<Stack<St>>,
 }
 
 impl<St> Admin<St> {
-    fn routes(&self) -> Router {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
-    }
+    /// The live state of the running stack, to keep across awaits.
     fn live(&self) -> Arc<Live<St>> {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .1
-            .clone()
+        self.stack.load().live.clone()
     }
     fn authorized(&self, req: &Request) -> bool {
         let Some(token) = &self.token else {
@@ -97,23 +68,12 @@ impl<St> Admin<St> {
     }
 }
 
-/// The router: admin routes, then everything else on the current (reloadable) routes.
-pub(crate) fn outer<St>(gateway: Gateway<St>, routes: Router, live: Arc<Live<St>>) -> Router
+/// The admin routes on `stack`, behind `token` (none: every admin route answers 404).
+pub(crate) fn routes<St>(token: Option<String>, stack: Arc<Stack<St>>) -> Router
 where
-    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
+    St: BillingStore + CapacityStore,
 {
-    let admin = Arc::new(Admin {
-        token: gateway.config().admin_token.clone(),
-        current: RwLock::new((routes, live)),
-        gateway: std::sync::Mutex::new(gateway),
-    });
-    let fallback = {
-        let admin = admin.clone();
-        tower::service_fn(move |req: Request| {
-            let routes = admin.routes();
-            async move { routes.oneshot(req).await }
-        })
-    };
+    let admin = Arc::new(Admin { token, stack });
     Router::new()
         .route("/admin/channels", get(channels::<St>))
         .route("/admin/channels/{name}/enable", post(enable::<St>))
@@ -124,8 +84,6 @@ where
         .route("/admin/pending/settle", post(settle::<St>))
         .route("/admin/pending/write-off", post(write_off::<St>))
         .with_state(admin)
-        .merge(crate::pages::routes())
-        .fallback_service(fallback)
 }
 
 fn refused(status: StatusCode, message: impl Into<String>) -> Response {
@@ -218,21 +176,13 @@ async fn enable<St>(
     axum::Json(json!({ "enabled": name })).into_response()
 }
 
-async fn reload<St>(State(admin): State<Arc<Admin<St>>>, req: Request) -> Response
-where
-    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
-{
+async fn reload<St>(State(admin): State<Arc<Admin<St>>>, req: Request) -> Response {
     if req.extensions().get::<InProcess>().is_none() {
         if let Some(r) = gate(&admin, &req) {
             return r;
         }
     }
-    let current = admin
-        .gateway
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let Some(path) = current.config().source.clone() else {
+    let Some(path) = admin.stack.load().config.source.clone() else {
         return refused(
             StatusCode::CONFLICT,
             "The configuration was not loaded from a file; nothing to reload.",
@@ -245,17 +195,10 @@ where
             return refused(StatusCode::BAD_REQUEST, e.to_string());
         }
     };
-    let next = current.with_config(config);
-    let (routes, live) = match next.assemble() {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::warn!(error = %e, "reload refused; keeping the running configuration");
-            return refused(StatusCode::BAD_REQUEST, e);
-        }
-    };
-    next.seed_balances();
-    *admin.current.write().unwrap_or_else(|e| e.into_inner()) = (routes, live);
-    *admin.gateway.lock().unwrap_or_else(|e| e.into_inner()) = next;
+    if let Err(e) = admin.stack.replace(config) {
+        tracing::warn!(error = %e, "reload refused; keeping the running configuration");
+        return refused(StatusCode::BAD_REQUEST, e);
+    }
     tracing::info!(path = %path.display(), "configuration reloaded");
     axum::Json(json!({ "reloaded": path.display().to_string() })).into_response()
 }
@@ -264,14 +207,11 @@ where
 /// tenant's balance explicitly (B7) — e.g. after the store lost its data, which the
 /// gateway answers with 503 50303 rather than re-seeding silently. Money pending
 /// reconciliation is kept.
-async fn set_balance<St>(
+async fn set_balance<St: BillingStore>(
     State(admin): State<Arc<Admin<St>>>,
     Path(tenant): Path<String>,
     req: Request,
-) -> Response
-where
-    St: tollgate::core::JointStore + tollgate::core::ChannelStore + BillingStore + CapacityStore,
-{
+) -> Response {
     if let Some(r) = gate(&admin, &req) {
         return r;
     }
@@ -299,14 +239,7 @@ where
             format!("The store failed: {e}"),
         );
     }
-    let known = admin
-        .gateway
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .config()
-        .raw
-        .tenants
-        .contains_key(&tenant);
+    let known = admin.stack.load().config.raw.tenants.contains_key(&tenant);
     tracing::warn!(tenant = %tenant, balance, configured = known, "tenant balance set by an operator");
     axum::Json(json!({ "tenant": tenant, "balance": balance })).into_response()
 }
@@ -607,7 +540,8 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// For a router built by [`Gateway::build`] or [`Gateway::router`].
+    /// For a router built by [`Gateway::build`](crate::Gateway::build) or
+    /// [`Gateway::router`](crate::Gateway::router).
     pub fn new(router: Router) -> Self {
         Self { router }
     }

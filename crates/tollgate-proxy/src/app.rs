@@ -5,6 +5,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::forward::{Forward, HttpClient, http_client};
 use crate::prepare::PrepareLayer;
+use crate::running::{Current, Live, Running, Stack};
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -128,8 +129,17 @@ where
     /// upstream, or a usage log that cannot be opened).
     pub fn router(self) -> Result<Router, String> {
         self.seed_balances();
-        let (routes, live) = self.assemble()?;
-        Ok(crate::admin::outer(self, routes, live).layer(
+        let running = self.assemble()?;
+        let token = self.config.admin_token.clone();
+        let stack = Arc::new(Stack::new(
+            running,
+            Box::new(move |config| self.reassemble(config)),
+        ));
+        // Admin and page routes, then everything else on the running (reloadable) stack.
+        let app = crate::admin::routes(token, stack.clone())
+            .merge(crate::pages::routes())
+            .fallback_service(Current(stack));
+        Ok(app.layer(
             ServiceBuilder::new()
                 // The gateway always makes its own request id (issue 14, item 6): the
                 // client's is taken off first and kept apart, capped.
@@ -181,18 +191,22 @@ where
         &self.config
     }
 
-    /// With another configuration (same store, client and fake upstream).
-    pub(crate) fn with_config(&self, config: Config) -> Self {
-        Self {
+    /// The stack of another configuration (same store, client and fake upstream), its
+    /// tenant balances seeded: what a reload swaps in.
+    fn reassemble(&self, config: Config) -> Result<Running<St>, String> {
+        let next = Self {
             config,
             ..self.clone()
-        }
+        };
+        let running = next.assemble()?;
+        next.seed_balances();
+        Ok(running)
     }
 
     /// The model and operational routes of the current configuration (no request-id,
     /// tracing or panic layers, no admin routes), and the live state the admin
     /// endpoints read.
-    pub(crate) fn assemble(&self) -> Result<(Router, Arc<crate::admin::Live<St>>), String> {
+    pub(crate) fn assemble(&self) -> Result<Running<St>, String> {
         // The recorder first: the catalog's channels and the layers bind their metric
         // handles to it.
         crate::metrics::handle();
@@ -325,7 +339,7 @@ where
             )
         };
 
-        let live = Arc::new(crate::admin::Live {
+        let live = Arc::new(Live {
             failover,
             catalog: live_catalog,
             channels: self.config.channels.clone(),
@@ -347,7 +361,11 @@ where
             .route("/metrics", get(scrape::<St>))
             .fallback(not_found)
             .with_state(ops);
-        Ok((routes, live))
+        Ok(Running {
+            config: self.config.clone(),
+            routes,
+            live,
+        })
     }
 }
 
