@@ -1,23 +1,23 @@
-//! The gateway: routes (SPEC P2, P4) and the layer stack.
+//! The gateway: the layer stack (SPEC P2, P4) assembled from a configuration, the
+//! routes of [`crate::routes`] on it, and the layers around the whole router (request
+//! ids, tracing, panics).
 
 use crate::auth::KeyTable;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::forward::{Forward, HttpClient, http_client};
 use crate::prepare::PrepareLayer;
+use crate::routes::api::{native_for_key, wire_dialect};
+use crate::routes::ops::Ops;
+pub use crate::routes::ops::ScrapeHook;
 use crate::running::{Current, Live, Running, Stack};
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post_service};
-use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate::core::capacity::QueueLimits;
-use tollgate::core::{
-    BillingStore, CapacityStore, Dialect, LimitView, Scope, SlotStore, WindowStore,
-};
+use tollgate::core::{BillingStore, CapacityStore, Dialect};
 use tollgate::error_map::render;
 use tollgate::{
     AnchoredWindowLayer, BillingGateLayer, CapacityQueueLayer, ConcurrencySlotLayer,
@@ -32,16 +32,6 @@ use tower_http::request_id::{
 };
 use tower_http::trace::TraceLayer;
 
-/// Shared state of the operational routes.
-struct Ops<St> {
-    store: St,
-    keys: KeyTable,
-    catalog: Arc<Catalog>,
-    on_scrape: Option<ScrapeHook>,
-    /// `GET /metrics` needs this bearer token when set.
-    metrics_token: Option<String>,
-}
-
 /// The gateway's router, built from a configuration and a store.
 #[derive(Clone)]
 pub struct Gateway<St> {
@@ -55,10 +45,6 @@ pub struct Gateway<St> {
     /// Rejections by code over the last minutes (kept across reloads).
     rejections: crate::pages::RejectionLog,
 }
-
-/// Called before every `/metrics` answer, to bring gauges and counters kept outside
-/// the layers up to date (e.g. the local-mode decisions of a `LocalFallback` store).
-pub type ScrapeHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Called with every channel registry the gateway builds (at start and on each
 /// reload), e.g. to share its cooldowns with other instances.
@@ -136,7 +122,7 @@ where
             Box::new(move |config| self.reassemble(config)),
         ));
         // Admin and page routes, then everything else on the running (reloadable) stack.
-        let app = crate::admin::routes(token, stack.clone())
+        let app = crate::routes::admin::routes(token, stack.clone())
             .merge(crate::pages::routes())
             .fallback_service(Current(stack));
         Ok(app.layer(
@@ -285,7 +271,7 @@ where
         // Outermost: a response the client stops reading is cut on a timer (L3).
         let stall = crate::stall::StallLayer::new(self.config.raw.server.stall_limits());
         let api = if self.limits {
-            api_routes(
+            crate::routes::api::routes(
                 ServiceBuilder::new()
                     .layer(stall)
                     .map_request(native.clone())
@@ -323,7 +309,7 @@ where
                     .service(forward),
             )
         } else {
-            api_routes(
+            crate::routes::api::routes(
                 ServiceBuilder::new()
                     .layer(stall)
                     .map_request(native.clone())
@@ -354,108 +340,12 @@ where
             on_scrape: self.on_scrape.clone(),
             metrics_token: self.config.metrics_token.clone(),
         });
-        let routes = api
-            .route("/v1/models", get(list_models::<St>))
-            .route("/usage", get(usage::<St>))
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/metrics", get(scrape::<St>))
-            .fallback(not_found)
-            .with_state(ops);
+        let routes = crate::routes::ops::routes(api, ops);
         Ok(Running {
             config: self.config.clone(),
             routes,
             live,
         })
-    }
-}
-
-/// The model routes on one service stack: only the methods the gateway prices and
-/// limits (SPEC P2). Gemini's other methods (`countTokens`, `batchGenerateContent`,
-/// `predictLongRunning`, `embedContent`, …) are 404 in Gemini's format, before any
-/// key is read and never forwarded.
-fn api_routes<S, St>(stack: S) -> Router<Arc<Ops<St>>>
-where
-    S: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
-    S::Response: IntoResponse + 'static,
-    S::Future: Send + 'static,
-    St: Send + Sync + 'static,
-{
-    let gemini =
-        || post_service(stack.clone()).route_layer(axum::middleware::from_fn(served_gemini_method));
-    let native = axum::middleware::from_fn(native_errors);
-    Router::new()
-        .route("/v1/chat/completions", post_service(stack.clone()))
-        .route("/v1/messages", post_service(stack.clone()))
-        .route("/v1beta/models/{model_action}", gemini())
-        // The same requests, every rejection in the native body and 429xx codes (E1).
-        .route(
-            "/native/v1/chat/completions",
-            post_service(stack.clone()).route_layer(native.clone()),
-        )
-        .route(
-            "/native/v1/messages",
-            post_service(stack.clone()).route_layer(native.clone()),
-        )
-        .route(
-            "/native/v1beta/models/{model_action}",
-            gemini().route_layer(native),
-        )
-}
-
-/// Marks a request whose rejections are answered in the native dialect while its body
-/// speaks a vendor's: set with `Dialect::Native` for the error mapping, which reads it
-/// first; [`wire_dialect`] then takes both away for the layers below, which read the
-/// vendor's dialect from the path.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct NativeErrors;
-
-/// `/native/<vendor route>`: the vendor route, with native errors (E1).
-async fn native_errors(mut req: Request, next: axum::middleware::Next) -> Response {
-    let uri = req.uri();
-    let path = uri.path().strip_prefix("/native").unwrap_or(uri.path());
-    let rest = match uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_owned(),
-    };
-    match rest.parse::<http::Uri>() {
-        Ok(stripped) => *req.uri_mut() = stripped,
-        Err(_) => return not_found(req).await,
-    }
-    req.extensions_mut().insert(Dialect::Native);
-    req.extensions_mut().insert(NativeErrors);
-    next.run(req).await
-}
-
-/// Above the error mapping: a request whose key asks for native errors (`errors =
-/// "native"`) is marked as a `/native` route's request is (one more lookup of the key
-/// by hash; authentication proper stays below).
-pub(crate) fn native_for_key<B>(keys: &KeyTable, mut req: http::Request<B>) -> http::Request<B> {
-    let native = keys
-        .identify(req.headers(), req.uri())
-        .is_ok_and(|e| e.native_errors);
-    if native && req.extensions().get::<NativeErrors>().is_none() {
-        req.extensions_mut().insert(Dialect::Native);
-        req.extensions_mut().insert(NativeErrors);
-    }
-    req
-}
-
-/// Below the error mapping: a request marked [`NativeErrors`] goes on in the dialect of
-/// its path.
-pub(crate) fn wire_dialect<B>(mut req: http::Request<B>) -> http::Request<B> {
-    if req.extensions_mut().remove::<NativeErrors>().is_some() {
-        req.extensions_mut().remove::<Dialect>();
-    }
-    req
-}
-
-/// Lets a Gemini request through only on a method of
-/// [`GEMINI_METHODS`](crate::forward::GEMINI_METHODS).
-async fn served_gemini_method(req: Request, next: axum::middleware::Next) -> Response {
-    if crate::forward::gemini_method_served(req.uri().path()) {
-        next.run(req).await
-    } else {
-        not_found(req).await
     }
 }
 
@@ -572,19 +462,6 @@ pub(crate) fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Resp
     render(&r, Dialect::Native, "").into_response()
 }
 
-async fn not_found(req: Request) -> Response {
-    let r = tollgate::core::Rejection::new(
-        tollgate::core::GatewayCode::NotFound,
-        tollgate::core::LayerKind::Request,
-    )
-    .with_message(format!(
-        "No route for {} {}.",
-        req.method(),
-        req.uri().path()
-    ));
-    render(&r, Dialect::from_path(req.uri().path()), "").into_response()
-}
-
 /// Says what seeding a tenant's balance did: written (the tenant had no record) or kept
 /// (a running balance is never reset).
 fn log_seed(tenant: &str, balance: tollgate::core::Money, seeded: bool) {
@@ -601,156 +478,4 @@ fn log_seed(tenant: &str, balance: tollgate::core::Money, seeded: bool) {
             "tenant balance kept: the store already holds its record"
         );
     }
-}
-
-/// `GET /metrics` (SPEC P4): Prometheus text; behind a bearer token when
-/// `server.metrics_token` is set.
-async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>, req: Request) -> Response {
-    if let Some(token) = &ops.metrics_token {
-        let given = req
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !bool::from(subtle::ConstantTimeEq::ct_eq(
-            given.as_bytes(),
-            token.as_bytes(),
-        )) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(http::header::WWW_AUTHENTICATE, "Bearer")],
-                "metrics token required",
-            )
-                .into_response();
-        }
-    }
-    if let Some(hook) = &ops.on_scrape {
-        hook();
-    }
-    crate::metrics::record_pending(&ops.store).await;
-    match crate::metrics::handle() {
-        Some(h) => (
-            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            h.render(),
-        )
-            .into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            "metrics are recorded by the application",
-        )
-            .into_response(),
-    }
-}
-
-async fn list_models<St>(State(ops): State<Arc<Ops<St>>>) -> Response {
-    let data: Vec<Value> = ops
-        .catalog
-        .model_ids()
-        .map(|id| json!({"id": id, "object": "model", "owned_by": "tollgate"}))
-        .collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
-}
-
-fn limit_json(v: &LimitView) -> Value {
-    json!({
-        "dimension": v.dimension.as_str(),
-        "window_secs": (v.tier.window_ms > 0).then_some(v.tier.window_ms / 1000),
-        "limit": v.tier.limit,
-        "used": v.used,
-        "remaining": v.tier.limit.saturating_sub(v.used),
-        "resets_at": v.resets_at.map(|ms| ms.div_ceil(1000)),
-    })
-}
-
-/// `GET /usage` (SPEC P4): the calling key's limits as the gateway sees them — the
-/// source of truth rejections point to.
-async fn usage<St: SlotStore + WindowStore + BillingStore>(
-    State(ops): State<Arc<Ops<St>>>,
-    req: Request,
-) -> Response {
-    let entry = match ops.keys.identify(req.headers(), req.uri()) {
-        Ok(e) => e.clone(),
-        Err(r) => return render(&r, Dialect::Native, "").into_response(),
-    };
-    let subject = &entry.subject;
-    let now = tollgate::core::SystemClock::new();
-    let now = tollgate::core::Clock::now(&now);
-    let mut policies = Vec::new();
-    let mut add = |scope: Scope,
-                   policy: &Arc<tollgate::core::Policy>,
-                   extra: Value,
-                   views: tollgate::core::StoreResult<Vec<LimitView>>| {
-        let limits: Vec<Value> = match views {
-            Ok(v) => v.iter().map(limit_json).collect::<Vec<_>>(),
-            Err(_) => Vec::new(),
-        };
-        let mut o = json!({
-            "scope": match scope { Scope::Subscription => "subscription", Scope::Key => "key" },
-            "concurrency": policy.concurrency,
-            "limits": limits,
-        });
-        if let (Value::Object(o), Value::Object(e)) = (&mut o, extra) {
-            o.extend(e);
-        }
-        policies.push(o);
-    };
-    if let Some(s) = &subject.subscription {
-        let views = ops
-            .store
-            .view(&subject.key, Scope::Subscription, &s.policy)
-            .await;
-        add(
-            Scope::Subscription,
-            &s.policy,
-            json!({
-                "active": s.is_active(now),
-                "pay_as_you_go": s.pay_as_you_go,
-                "expires_at": s.expires_at.map(|ms| ms / 1000),
-            }),
-            views,
-        );
-    }
-    if let Some(p) = &subject.policy {
-        let views = ops.store.view(&subject.key, Scope::Key, p).await;
-        add(Scope::Key, p, json!({}), views);
-    }
-    let in_flight = ops.store.in_flight(&subject.key).await.ok();
-    let money = ops
-        .store
-        .account(
-            subject.tenant.as_deref(),
-            &subject.key,
-            &entry.billing.budgets,
-        )
-        .await
-        .ok();
-    let money = money.map(|m| {
-        json!({
-            "balance": m.balance,
-            "tenant_pending_reconciliation": m.tenant_pending,
-            "key_spent": m.key_spent,
-            "key_pending_reconciliation": m.key_pending,
-            "spend_cap": entry.spend_cap,
-            "budgets": m.budgets.iter().map(|b| json!({
-                "id": &*b.id,
-                "limit": b.limit,
-                "spent": b.spent,
-                "reserved": b.reserved,
-                "resets_at": b.resets_at.map(|ms| ms.div_ceil(1000)),
-            })).collect::<Vec<_>>(),
-        })
-    });
-    (
-        StatusCode::OK,
-        axum::Json(json!({
-            "key": &*entry.label,
-            "tenant": subject.tenant.as_deref(),
-            "in_flight": in_flight,
-            "concurrency_limit": subject.concurrency_limit(now),
-            "money": money,
-            "policies": policies,
-        })),
-    )
-        .into_response()
 }

@@ -22,6 +22,7 @@ pub mod forward;
 pub mod metrics;
 pub mod pages;
 pub mod prepare;
+mod routes;
 mod running;
 pub mod serve;
 pub mod sink;
