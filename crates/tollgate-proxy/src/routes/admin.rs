@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::json;
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 use tollgate::core::failover::HealthState;
 use tollgate::core::upstream::{DISABLED, credential_key, model_key, vendor_key};
 use tollgate::core::{
@@ -32,16 +31,9 @@ impl<St> Admin<St> {
         self.stack.load().live.clone()
     }
     fn authorized(&self, req: &Request) -> bool {
-        let Some(token) = &self.token else {
-            return false;
-        };
-        let given = req
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        bool::from(given.as_bytes().ct_eq(token.as_bytes()))
+        self.token
+            .as_deref()
+            .is_some_and(|token| super::bearer_is(req, token))
     }
 }
 

@@ -60,16 +60,7 @@ pub(crate) async fn not_found(req: Request) -> Response {
 /// `server.metrics_token` is set.
 async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>, req: Request) -> Response {
     if let Some(token) = &ops.metrics_token {
-        let given = req
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !bool::from(subtle::ConstantTimeEq::ct_eq(
-            given.as_bytes(),
-            token.as_bytes(),
-        )) {
+        if !super::bearer_is(&req, token) {
             return (
                 StatusCode::UNAUTHORIZED,
                 [(http::header::WWW_AUTHENTICATE, "Bearer")],
