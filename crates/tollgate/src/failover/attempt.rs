@@ -1,10 +1,9 @@
 //! One request's attempts as the layer drives them: building each attempt, reading its
-//! outcome, and the side effects (counters, logs, metrics) of the decisions in
-//! [`plan`](super::plan).
+//! outcome, and the side effects (counters, logs, metrics) of the decisions, which
+//! are tollgate-core's ([`Attempts`]).
 
 use super::gate::read_prefix;
 use super::layer::Shared;
-use super::plan::{Attempts, Refused, RetryDecision, Stop, release_probes, transport_verdict};
 use super::{CONVERSATION, DEADLINE, FailoverBody, ModelFallback, error_facts};
 use crate::BoxError;
 use bytes::Bytes;
@@ -15,7 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
-use tollgate_core::failover::{Reason, Transport, Verdict, classify};
+use tollgate_core::failover::{
+    Attempts, Reason, Refused, RetryDecision, Stop, Timeline, Transport, Verdict, classify,
+    release_probes, transport_verdict,
+};
 use tollgate_core::{Candidates, Chosen, Clock, Dialect, ModelId, Rejection, UsageRecorder};
 use tower::retry::budget::Budget;
 use tracing::Span;
@@ -135,8 +137,8 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         })
     }
 
-    fn timeline(&self) -> super::plan::Timeline {
-        super::plan::Timeline {
+    fn timeline(&self) -> Timeline {
+        Timeline {
             now: self.start.elapsed(),
             deadline: self.deadline,
         }

@@ -1,11 +1,10 @@
-use super::plan::{Channels, RetryLimits};
 use super::{ChunkClassifier, Failover};
 use crate::time::TokioClock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate_core::Clock;
-use tollgate_core::failover::{HealthBook, HealthConfig, StickyMap};
+use tollgate_core::failover::{Channels, HealthBook, HealthConfig, RetryLimits, StickyMap};
 use tollgate_core::upstream::UpstreamRegistry;
 use tower::retry::budget::TpsBudget;
 use tower_layer::Layer;

@@ -35,11 +35,19 @@
 //! capacity for this model is busy. Retry shortly.`; otherwise → 50202 (502) `The
 //! model provider returned an error. Please retry.`
 //!
+//! The decisions are plain types of the core, testable without a runtime: the walk
+//! over the candidates ([`order`]) and the next step after each attempt
+//! ([`Attempts::decide`]). This module sends the attempts: the first one and its
+//! first-chunk gate in the response future itself, anything after a failed attempt in
+//! one boxed future.
+//!
 //! [`Candidates`]: tollgate_core::Candidates
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder
 //! [`classify`]: tollgate_core::failover::classify
 //! [`UpstreamRegistry`]: tollgate_core::upstream::UpstreamRegistry
 //! [`TpsBudget`]: tower::retry::budget::TpsBudget
+//! [`order`]: tollgate_core::failover::order()
+//! [`Attempts::decide`]: tollgate_core::failover::Attempts::decide
 
 mod attempt;
 mod body;
@@ -47,7 +55,6 @@ mod facts;
 mod future;
 mod gate;
 mod layer;
-mod plan;
 mod service;
 
 pub use body::FailoverBody;
