@@ -18,7 +18,9 @@ use tollgate_core::failover::{
     Attempts, Reason, Refused, RetryDecision, Stop, Timeline, Transport, Verdict, classify,
     release_probes, transport_verdict,
 };
-use tollgate_core::{Candidates, Chosen, Clock, Dialect, ModelId, Rejection, UsageRecorder};
+use tollgate_core::{
+    Candidates, Chosen, Clock, Dialect, ModelId, Rejection, UpstreamError, UsageRecorder,
+};
 use tower::retry::budget::Budget;
 use tracing::Span;
 
@@ -56,8 +58,6 @@ pub(crate) struct Landed {
     /// The channel that served it.
     pub(crate) served: Option<Arc<str>>,
     pub(crate) latency_ms: u64,
-    /// The attempt's recorder.
-    recorder: Option<UsageRecorder>,
 }
 
 /// Where the request goes after an attempt's outcome.
@@ -258,15 +258,12 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
                 Ok(r) => u64::from(r.status().as_u16()),
                 Err(e) => e
                     .downcast_ref::<Rejection>()
+                    .or_else(|| UpstreamError::find(&**e).map(UpstreamError::rejection))
                     .map_or(0, |r| u64::from(r.code().code())),
             };
             span.record("outcome", outcome);
         }
-        Landed {
-            served,
-            latency_ms,
-            recorder: current.map(|c| c.recorder),
-        }
+        Landed { served, latency_ms }
     }
 
     /// The attempt failed with `verdict` on the channel that served it.
@@ -294,6 +291,13 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
 
     /// The attempt's call failed.
     pub(crate) fn on_error<B: Body>(&mut self, e: BoxError, landed: Landed) -> After<B> {
+        // The forwarder could not get an answer: it says how (connect, timeout, …).
+        if let Some(u) = UpstreamError::find(&*e) {
+            self.attempts.count_sent();
+            let verdict = transport_verdict(self.dialect, u.failure().transport());
+            self.failed(landed, verdict);
+            return After::Next;
+        }
         let Some(r) = e.downcast_ref::<Rejection>() else {
             return After::Done(Err(e));
         };
@@ -305,20 +309,10 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             self.timeline(),
         );
         match refused {
-            // The forwarder could not get an answer.
-            Refused::Failed(_) => {
+            // An upstream failure that comes as a rejection (not the forwarder's typed
+            // error): of unknown result.
+            Refused::Failed(transport) => {
                 self.attempts.count_sent();
-                // Connect or timeout: the recorder was cleared if nothing reached the
-                // provider.
-                let transport = if landed
-                    .recorder
-                    .as_ref()
-                    .is_none_or(|r| r.report().is_none())
-                {
-                    Transport::Connect
-                } else {
-                    Transport::Timeout
-                };
                 self.failed(landed, transport_verdict(self.dialect, transport));
                 After::Next
             }

@@ -9,8 +9,7 @@ use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
-use tollgate_core::{Candidates, Clock, Dialect};
+use tollgate_core::{Clock, Dialect};
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
@@ -83,30 +82,6 @@ where
     pub(crate) fn failed(error: BoxError) -> Self {
         Self {
             state: State::Failed { error: Some(error) },
-        }
-    }
-}
-
-impl<S, C, ReqB, ResB> ResponseFuture<S, C, ReqB, ResB>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
-    C: Clock,
-    ReqB: Clone + Send + 'static,
-    ResB: Body + Send + 'static,
-    ResB::Data: From<Bytes> + Send,
-    ResB::Error: Into<BoxError>,
-{
-    pub(crate) fn resume_send(
-        run: Box<Run<S, C, ReqB>>,
-        wait: Duration,
-        candidates: Candidates,
-    ) -> Self {
-        Self {
-            state: State::Slow {
-                fut: Box::pin(slow(run, Resume::Send(wait, candidates))),
-            },
         }
     }
 }
@@ -188,8 +163,6 @@ enum Resume<B> {
     Outcome(Result<Response<B>, BoxError>, Landed),
     /// Handled: decide the next step.
     Next,
-    /// Decided: send an attempt after the wait.
-    Send(Duration, Candidates),
 }
 
 /// The attempts after the first (see [`SlowPath`]): until one commits or the rules say
@@ -210,39 +183,34 @@ where
     ResB::Error: Into<BoxError>,
 {
     loop {
-        let (wait, candidates) = match resume {
-            Resume::Send(wait, candidates) => (wait, candidates),
-            Resume::Next | Resume::Outcome(..) => {
-                let after = match resume {
-                    Resume::Outcome(Err(e), landed) => run.on_error(e, landed),
-                    Resume::Outcome(Ok(res), landed) => {
-                        run.answered();
-                        if res.status().is_success() {
-                            let mut gate = Gate::new(&run.shared, res, run.dialect);
-                            match std::future::poll_fn(|cx| gate.poll_gate(cx)).await {
-                                Gated::Committed(res) => return Ok(run.committed(res, &landed)),
-                                Gated::Failed => {
-                                    run.gate_failed(landed);
-                                    After::Next
-                                }
-                            }
-                        } else {
-                            run.error_answer(res, landed).await
+        let after = match resume {
+            Resume::Next => After::Next,
+            Resume::Outcome(Err(e), landed) => run.on_error(e, landed),
+            Resume::Outcome(Ok(res), landed) => {
+                run.answered();
+                if res.status().is_success() {
+                    let mut gate = Gate::new(&run.shared, res, run.dialect);
+                    match std::future::poll_fn(|cx| gate.poll_gate(cx)).await {
+                        Gated::Committed(res) => return Ok(run.committed(res, &landed)),
+                        Gated::Failed => {
+                            run.gate_failed(landed);
+                            After::Next
                         }
                     }
-                    _ => After::Next,
-                };
-                match after {
-                    After::Next => {}
-                    After::Wait(w) => tokio::time::sleep(w).await,
-                    After::Stop => return Err(run.stop()),
-                    After::Done(res) => return res,
-                }
-                match run.plan() {
-                    Planned::Stop(e) => return Err(e),
-                    Planned::Send(wait, candidates) => (wait, candidates),
+                } else {
+                    run.error_answer(res, landed).await
                 }
             }
+        };
+        match after {
+            After::Next => {}
+            After::Wait(w) => tokio::time::sleep(w).await,
+            After::Stop => return Err(run.stop()),
+            After::Done(res) => return res,
+        }
+        let (wait, candidates) = match run.plan() {
+            Planned::Stop(e) => return Err(e),
+            Planned::Send(wait, candidates) => (wait, candidates),
         };
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;

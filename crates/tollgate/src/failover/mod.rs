@@ -56,6 +56,8 @@ mod future;
 mod gate;
 mod layer;
 mod service;
+#[cfg(test)]
+mod tests;
 
 pub use body::FailoverBody;
 pub use facts::error_facts;

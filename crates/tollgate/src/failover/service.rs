@@ -71,14 +71,14 @@ where
         let mut run = Run::start(self.shared.clone(), self.inner.clone(), req, in_flight);
         match run.plan() {
             Planned::Stop(e) => ResponseFuture::failed(e),
-            // The first attempt never waits (nothing was sent yet) and goes to the
-            // service that was driven to readiness; later ones drive a clone of it.
-            Planned::Send(wait, candidates) if wait.is_zero() => {
+            // The first attempt goes to the service that was driven to readiness (later
+            // ones drive a clone of it), and never waits: a backoff follows a failure.
+            Planned::Send(wait, candidates) => {
+                debug_assert!(wait.is_zero(), "nothing was sent yet");
                 let (attempt, span) = run.attempt(candidates);
                 let fut = span.in_scope(|| self.inner.call(attempt));
                 ResponseFuture::called(fut.instrument(span), run)
             }
-            Planned::Send(wait, candidates) => ResponseFuture::resume_send(run, wait, candidates),
         }
     }
 }

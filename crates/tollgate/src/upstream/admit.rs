@@ -267,8 +267,8 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
             held,
             dialect,
             recorder: recorder.clone(),
-            refund: false,
-            answered: false,
+            end: tollgate_core::CallEnd::Unanswered,
+            moved: false,
             _in_flight: crate::gauge::InFlight::enter(LayerKind::UpstreamLimit),
         });
         let left = plan.kept.as_deref().unwrap_or(self.candidates.channels());

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tollgate_core::{
-    CapacityTake, Chosen, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore,
+    CallEnd, CapacityTake, Chosen, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore,
 };
 use tower_service::Service;
 
@@ -160,10 +160,8 @@ where
                                     a.shared.calibrate(ch, a.model.as_deref(), &res);
                                 }
                                 if let Some(g) = guard.as_mut() {
-                                    g.answered = true;
-                                    if served.as_ref().is_some_and(|s| *s != g.channel) {
-                                        g.refund = true;
-                                    }
+                                    g.end = CallEnd::Answered;
+                                    g.moved = served.as_ref().is_some_and(|s| *s != g.channel);
                                 }
                             }
                             Ok(res.map(|b| HoldBody::holding(b, guard)))
@@ -172,11 +170,7 @@ where
                             // L5: refused further in → nothing was sent, unless it may
                             // have reached the provider (B4).
                             if let Some(g) = guard.as_mut() {
-                                if e.downcast_ref::<Rejection>().is_some()
-                                    && g.recorder.report().is_none()
-                                {
-                                    g.refund = true;
-                                }
+                                g.end = CallEnd::of_error(&*e);
                             }
                             Err(e)
                         }

@@ -95,6 +95,7 @@ pub use service::UpstreamLimit;
 use crate::body::Hold;
 use crate::spawn::detach;
 use std::sync::Arc;
+use tollgate_core::attempt::{CallEnd, Settle, settle};
 use tollgate_core::upstream::{TokenMeasure, rate_count};
 use tollgate_core::{
     Dialect, JointSettle, Outcome, Scope, SubjectKey, Usage, UsageRecorder, UsageReport,
@@ -117,8 +118,11 @@ pub struct UpstreamGuard<St: WindowStore> {
     pub(crate) held: Vec<Held>,
     pub(crate) dialect: Dialect,
     pub(crate) recorder: UsageRecorder,
-    pub(crate) refund: bool,
-    pub(crate) answered: bool,
+    /// How the inner call ended (so far).
+    pub(crate) end: CallEnd,
+    /// Served by another channel than the reserved one (a capacity spill to an
+    /// unconstrained channel): the reservation was not used.
+    pub(crate) moved: bool,
     pub(crate) _in_flight: crate::gauge::InFlight,
 }
 
@@ -133,11 +137,11 @@ impl<St: WindowStore> Hold for UpstreamGuard<St> {}
 
 impl<St: WindowStore> Drop for UpstreamGuard<St> {
     fn drop(&mut self) {
-        let never_sent = !self.answered && self.recorder.report().is_none();
         let report = self.recorder.report();
+        let refund = self.moved || settle(self.end, report) == Settle::Refund;
         let mut settles = Vec::with_capacity(self.held.len());
         for h in self.held.drain(..) {
-            let outcome = if self.refund || never_sent {
+            let outcome = if refund {
                 Outcome::Refund
             } else {
                 match report {
