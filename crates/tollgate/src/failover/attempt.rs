@@ -36,9 +36,9 @@ pub(crate) struct Run<S, C, ReqB> {
     /// The request's own recorder; each attempt records into a child of it.
     outer: UsageRecorder,
     attempts: Attempts,
-    /// When failover took the request: the origin of its deadline.
-    start: Instant,
-    deadline: Option<Duration>,
+    /// When failover took the request (the origin of its timeline) and the deadline
+    /// from then; `None` without a deadline (its clock is then never read).
+    deadline: Option<(Instant, Duration)>,
     /// When the last attempt was sent (its latency, and the jitter's seed).
     sent_at: Option<Instant>,
     /// The attempt under way.
@@ -81,23 +81,20 @@ pub(crate) enum Planned {
 }
 
 impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
-    /// Takes a request that carries its candidates (a request without any is passed
-    /// through: see [`pass_through`]).
+    /// Takes a request and the candidates [`take_candidates`] took out of it.
     pub(crate) fn start(
         shared: Arc<Shared<C>>,
         inner: S,
         req: Request<ReqB>,
+        candidates: Candidates,
         in_flight: crate::gauge::InFlight,
     ) -> Box<Self> {
         let (mut parts, body) = req.into_parts();
         let dialect = request_dialect(&parts.extensions);
         let fallback = parts.extensions.remove::<ModelFallback<ReqB>>();
-        // The candidates, the request's usage recorder and a channel chosen above are
-        // taken out of the head that every attempt clones: each attempt gets its own.
-        let candidates = parts
-            .extensions
-            .remove::<Candidates>()
-            .unwrap_or_else(|| Candidates::new([]));
+        // The request's usage recorder and a channel chosen above are taken out of the
+        // head that every attempt clones (as the candidates were): each attempt gets
+        // its own.
         shared.counters.requests.fetch_add(1, Ordering::Relaxed);
         shared.budget.deposit();
         let outer = parts
@@ -118,7 +115,8 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_millis)
-            .or(shared.config.default_deadline);
+            .or(shared.config.default_deadline)
+            .map(|d| (Instant::now(), d));
         let attempts = Attempts::new(candidates, model, conversation, fallback.is_some());
         Box::new(Self {
             shared,
@@ -129,7 +127,6 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             fallback,
             outer,
             attempts,
-            start: Instant::now(),
             deadline,
             sent_at: None,
             current: None,
@@ -138,9 +135,12 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     }
 
     fn timeline(&self) -> Timeline {
-        Timeline {
-            now: self.start.elapsed(),
-            deadline: self.deadline,
+        match self.deadline {
+            Some((start, deadline)) => Timeline {
+                now: start.elapsed(),
+                deadline: Some(deadline),
+            },
+            None => Timeline::default(),
         }
     }
 
@@ -450,15 +450,19 @@ fn request_dialect(extensions: &http::Extensions) -> Dialect {
         .unwrap_or(Dialect::Native)
 }
 
-/// A request without candidates has nothing to fail over between: it gets one call,
-/// without the fallback offer (only failover reads it). Returns its dialect then;
-/// `None` for a request with candidates.
-pub(crate) fn pass_through<ReqB: Send + 'static>(req: &mut Request<ReqB>) -> Option<Dialect> {
-    if req.extensions().get::<Candidates>().is_some() {
-        return None;
+/// Takes the request's candidates out of it. A request without any has nothing to fail
+/// over between: it gets one call, without the fallback offer (only failover reads
+/// it), and its dialect is returned instead.
+pub(crate) fn take_candidates<ReqB: Send + 'static>(
+    req: &mut Request<ReqB>,
+) -> Result<Candidates, Dialect> {
+    match req.extensions_mut().remove::<Candidates>() {
+        Some(c) => Ok(c),
+        None => {
+            req.extensions_mut().remove::<ModelFallback<ReqB>>();
+            Err(request_dialect(req.extensions()))
+        }
     }
-    req.extensions_mut().remove::<ModelFallback<ReqB>>();
-    Some(request_dialect(req.extensions()))
 }
 
 /// The answer of a passed-through call.

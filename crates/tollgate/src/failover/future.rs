@@ -132,7 +132,8 @@ where
                     }
                 }
                 StateProj::Gating { gate, landed, run } => {
-                    let gated = ready!(gate.poll_gate(cx));
+                    let shared = &run.as_ref().expect("polled after completion").shared;
+                    let gated = ready!(gate.poll_gate(shared, cx));
                     let mut run = run.take().expect("polled after completion");
                     let landed = landed.take().expect("polled after completion");
                     match gated {
@@ -190,7 +191,8 @@ where
                 run.answered();
                 if res.status().is_success() {
                     let mut gate = Gate::new(&run.shared, res, run.dialect);
-                    match std::future::poll_fn(|cx| gate.poll_gate(cx)).await {
+                    let shared = run.shared.clone();
+                    match std::future::poll_fn(|cx| gate.poll_gate(&shared, cx)).await {
                         Gated::Committed(res) => return Ok(run.committed(res, &landed)),
                         Gated::Failed => {
                             run.gate_failed(landed);

@@ -37,11 +37,9 @@ pub(crate) struct Gate<B: Body> {
     held: VecDeque<Frame<B::Data>>,
     held_bytes: usize,
     dialect: Dialect,
-    timeout: Duration,
     /// Armed at the first frame that is not ready at once: a small answer is usually
     /// whole by the time its head is, and needs no timer (boxed then, and only then).
     timer: Option<Pin<Box<Sleep>>>,
-    chunks: Option<super::ChunkClassifier>,
     /// `Some` on an event stream, the only kind that can carry an error event after
     /// content.
     broken: Option<Arc<AtomicU64>>,
@@ -65,15 +63,18 @@ where
             held: VecDeque::new(),
             held_bytes: 0,
             dialect,
-            timeout: shared.config.first_chunk_timeout,
             timer: None,
-            chunks: shared.chunks.clone(),
             broken: sse.then(|| shared.counters.broken_streams.clone()),
         }
     }
 
-    /// Reads frames until the answer commits or fails.
-    pub(crate) fn poll_gate(&mut self, cx: &mut Context<'_>) -> Poll<Gated<B>> {
+    /// Reads frames until the answer commits or fails (`shared`: the layer's first-chunk
+    /// timeout and classifier).
+    pub(crate) fn poll_gate<C>(
+        &mut self,
+        shared: &Shared<C>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Gated<B>> {
         loop {
             let Some(body) = self.body.as_mut() else {
                 return Poll::Ready(Gated::Failed);
@@ -85,7 +86,7 @@ where
             let next = match body.as_mut().poll_frame(cx) {
                 Poll::Ready(next) => next,
                 Poll::Pending => {
-                    let timeout = self.timeout;
+                    let timeout = shared.config.first_chunk_timeout;
                     let timer = self
                         .timer
                         .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
@@ -105,7 +106,7 @@ where
             if !data.has_remaining() {
                 continue;
             }
-            let kind = match &self.chunks {
+            let kind = match &shared.chunks {
                 Some(classify) => classify(self.dialect, data.chunk()),
                 None => ChunkKind::Content,
             };

@@ -18,7 +18,7 @@
 //! | 2xx whose first content chunk arrives within `first_chunk_timeout` | committed: the client gets it (frames held before content included); a later failure becomes an in-stream error event in the client's dialect, never a replay (F3, F4) |
 //! | 2xx whose stream fails or stays silent before content | failover (result unknown) |
 //! | error answer | its body (up to `error_body_limit`) is read and classified ([`classify`]); F3 reasons (400, 404, 413, 422, unknown) go to the client as the provider sent them; F2 reasons fail over |
-//! | transport failure from the forwarder (a `Rejection` 50202) | connect → failover; timeout → failover, result unknown |
+//! | transport failure from the forwarder (an [`UpstreamError`]) | never sent (connect, unsendable) → failover at once; timeout or connection lost → failover after a backoff, result unknown |
 //! | no channel usable now (42902–42908 from the upstream limits) on a retry | wait for the earliest recovery if it is within the deadline and `max_wait`, else stop |
 //!
 //! Channel actions of the classifier go to the [`UpstreamRegistry`]'s cooldowns: a
@@ -46,6 +46,7 @@
 //! [`classify`]: tollgate_core::failover::classify
 //! [`UpstreamRegistry`]: tollgate_core::upstream::UpstreamRegistry
 //! [`TpsBudget`]: tower::retry::budget::TpsBudget
+//! [`UpstreamError`]: tollgate_core::UpstreamError
 //! [`order`]: tollgate_core::failover::order()
 //! [`Attempts::decide`]: tollgate_core::failover::Attempts::decide
 

@@ -1,5 +1,5 @@
 use super::FailoverBody;
-use super::attempt::{Planned, Run, pass_through};
+use super::attempt::{Planned, Run, take_candidates};
 use super::future::ResponseFuture;
 use super::layer::Shared;
 use crate::BoxError;
@@ -65,10 +65,15 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let in_flight = crate::gauge::InFlight::enter(LayerKind::Failover);
-        if let Some(dialect) = pass_through(&mut req) {
-            return ResponseFuture::direct(self.inner.call(req), dialect, in_flight);
-        }
-        let mut run = Run::start(self.shared.clone(), self.inner.clone(), req, in_flight);
+        let candidates = match take_candidates(&mut req) {
+            Ok(c) => c,
+            // Nothing to fail over between: one call, passed through.
+            Err(dialect) => {
+                return ResponseFuture::direct(self.inner.call(req), dialect, in_flight);
+            }
+        };
+        let shared = self.shared.clone();
+        let mut run = Run::start(shared, self.inner.clone(), req, candidates, in_flight);
         match run.plan() {
             Planned::Stop(e) => ResponseFuture::failed(e),
             // The first attempt goes to the service that was driven to readiness (later
