@@ -1302,8 +1302,8 @@ fn t5_redis_killed_under_load_policy_layers_fail_open_within_deadline() {
 /// answered, so every store call runs into its deadline instead of failing fast. A
 /// request makes two decisions on Redis (slot, windows), so it may wait up to twice
 /// the deadline; the 99th percentile of the added latency stays within deadline +
-/// 50 ms of the Redis-up p99 all the same (the breaker opens after three timeouts and
-/// then fails calls fast), every request is answered 200,
+/// 50 ms of the Redis-up p99 all the same (the breaker opens once the node has been
+/// silent for two deadlines and then fails calls fast), every request is answered 200,
 /// and after SIGCONT decisions resume within 1 s.
 #[test]
 fn t5_frozen_redis_costs_each_decision_at_most_its_deadline() {

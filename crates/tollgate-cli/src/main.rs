@@ -19,6 +19,10 @@
 //!
 //! Usage errors exit 2. Logs go to stderr (`RUST_LOG` filters them); the listening
 //! address goes to stdout.
+//!
+//! With the `otel` feature (on by default), the request and attempt spans are exported
+//! over OTLP/gRPC when `[telemetry] otlp_endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`)
+//! names a collector; the spans still queued are sent before the process exits.
 
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -93,13 +97,27 @@ fn main() -> ExitCode {
             check(&path)
         }
         Command::Serve(args) => {
-            tracing_subscriber::fmt()
+            use tracing_subscriber::Layer;
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            let filter = || {
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info,tower_http=warn".into())
+            };
+            // The file is read under a logger of its own (its warnings are logged):
+            // its `[telemetry]` table decides the process's subscriber.
+            let reading = tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info,tower_http=warn".into()),
-                )
-                .init();
+                .with_env_filter(filter())
+                .finish();
+            let config =
+                match tracing::subscriber::with_default(reading, || Config::load(&args.config)) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -110,7 +128,37 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(args)) {
+            let logs = tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter());
+            let subscriber = tracing_subscriber::registry().with(logs);
+            #[cfg(feature = "otel")]
+            let (subscriber, exporter) = {
+                // The exporter's gRPC channel runs on the runtime.
+                let _in_runtime = runtime.enter();
+                match tollgate_proxy::telemetry::Exporter::start(&config.raw.telemetry) {
+                    Ok(e) => (subscriber.with(e.as_ref().map(|e| e.layer())), e),
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", args.config.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+            };
+            subscriber.init();
+            #[cfg(feature = "otel")]
+            if let Some(e) = &exporter {
+                tracing::info!(endpoint = e.endpoint(), "exporting traces over OTLP/gRPC");
+            }
+            let served = runtime.block_on(serve(args, config));
+            #[cfg(feature = "otel")]
+            if let Some(e) = exporter {
+                // The spans of the last requests (those drained at shutdown) go out
+                // before the exit; the runtime still carries the connection.
+                if let Err(e) = e.shutdown(TRACE_FLUSH_TIMEOUT) {
+                    tracing::warn!(error = %e, "spans lost at shutdown");
+                }
+            }
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -156,8 +204,11 @@ fn check(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = Config::load(&args.config)?;
+/// The longest wait at exit for the collector to take the last spans.
+#[cfg(feature = "otel")]
+const TRACE_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn serve(args: ServeArgs, mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(url) = args.store {
         config.raw.store.url = url;
     }

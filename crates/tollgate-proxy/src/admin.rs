@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `GET /admin/channels` | every channel's live state: in flight, cooldowns and disablement, health |
 //! | `POST /admin/channels/{name}/enable` | puts a disabled or failing channel back into rotation |
+//! | `GET /admin/rejections` | rejections by code per minute over the last 15 minutes ([`crate::pages::rejections`]) |
 //! | `POST /admin/reload` | re-reads the configuration file; a bad file is refused with its `file:line: reason` and the running configuration stays |
 //! | `PUT /admin/tenants/{tenant}/balance` | sets a tenant's balance, body `{"balance": <minor units>}` (pending money is kept); the way back after the store lost a tenant's record (503 50303, B7) |
 //! | `GET /admin/pending?limit=N&cursor=C` | one page (default 100, at most 1000) of the attempts pending reconciliation, in a stable order (tenant books, then key books, then attempt id); `next_cursor` names the next page (`null`: this was the last) |
@@ -55,6 +56,8 @@ pub struct Live<St> {
     /// Where usage records go (the billing layer's sink): reconciliations are recorded
     /// there too.
     pub sink: Arc<dyn tollgate::UsageSink>,
+    /// Rejections by code over the last minutes (`GET /admin/rejections`).
+    pub rejections: crate::pages::RejectionLog,
 }
 
 struct Admin<St> {
@@ -114,12 +117,14 @@ where
     Router::new()
         .route("/admin/channels", get(channels::<St>))
         .route("/admin/channels/{name}/enable", post(enable::<St>))
+        .route("/admin/rejections", get(rejections::<St>))
         .route("/admin/reload", post(reload::<St>))
         .route("/admin/tenants/{tenant}/balance", put(set_balance::<St>))
         .route("/admin/pending", get(pending::<St>))
         .route("/admin/pending/settle", post(settle::<St>))
         .route("/admin/pending/write-off", post(write_off::<St>))
         .with_state(admin)
+        .merge(crate::pages::routes())
         .fallback_service(fallback)
 }
 
@@ -185,6 +190,15 @@ async fn channels<St: CapacityStore>(
         }));
     }
     axum::Json(json!({ "channels": out })).into_response()
+}
+
+/// `GET /admin/rejections`: rejections by code per minute over the last minutes
+/// ([`crate::pages::rejections`]).
+async fn rejections<St>(State(admin): State<Arc<Admin<St>>>, req: Request) -> Response {
+    if let Some(r) = gate(&admin, &req) {
+        return r;
+    }
+    axum::Json(admin.live().rejections.to_json()).into_response()
 }
 
 async fn enable<St>(

@@ -51,6 +51,8 @@ pub struct Gateway<St> {
     limits: bool,
     on_registry: Option<RegistryHook>,
     on_scrape: Option<ScrapeHook>,
+    /// Rejections by code over the last minutes (kept across reloads).
+    rejections: crate::pages::RejectionLog,
 }
 
 /// Called before every `/metrics` answer, to bring gauges and counters kept outside
@@ -75,6 +77,7 @@ where
             limits: true,
             on_registry: None,
             on_scrape: None,
+            rejections: crate::pages::RejectionLog::default(),
         }
     }
 
@@ -137,7 +140,11 @@ where
                 .layer(PropagateRequestIdLayer::x_request_id())
                 // The span names the path only: a query string may hold an API key
                 // (Gemini's `?key=`), and no log line may carry a secret.
-                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(crate::telemetry::RecordStatus::default()),
+                )
                 .layer(CatchPanicLayer::custom(panic_response)),
         ))
     }
@@ -269,10 +276,13 @@ where
                     .layer(stall)
                     .map_request(native.clone())
                     .layer(ErrorMappingLayer::new())
+                    .map_err(self.rejections.observer())
                     .map_request(wire_dialect)
+                    .layer(crate::telemetry::RequestTraceLayer)
                     .layer(response_headers)
                     .layer(auth)
                     .layer(prepare)
+                    .map_request(crate::telemetry::record_request)
                     .layer(slots)
                     .layer(
                         AnchoredWindowLayer::new(self.store.clone())
@@ -304,10 +314,13 @@ where
                     .layer(stall)
                     .map_request(native.clone())
                     .layer(ErrorMappingLayer::new())
+                    .map_err(self.rejections.observer())
                     .map_request(wire_dialect)
+                    .layer(crate::telemetry::RequestTraceLayer)
                     .layer(response_headers)
                     .layer(auth)
                     .layer(prepare)
+                    .map_request(crate::telemetry::record_request)
                     .service(forward),
             )
         };
@@ -318,6 +331,7 @@ where
             channels: self.config.channels.clone(),
             store: self.store.clone(),
             sink: sink.clone(),
+            rejections: self.rejections.clone(),
         });
         let ops = Arc::new(Ops {
             store: self.store.clone(),
@@ -463,8 +477,9 @@ fn take_client_request_id<B>(mut req: http::Request<B>) -> http::Request<B> {
 }
 
 /// The tracing span of one request: method, path (never the query), the gateway's
-/// request id and the client's own (capped). Nothing is looked up when debug spans are
-/// off.
+/// request id and the client's own (capped), and the fields `crate::telemetry` records
+/// (OpenTelemetry's GenAI and HTTP attributes, the gateway's decision). Nothing is
+/// looked up when debug spans are off.
 fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
     if tracing::level_filters::LevelFilter::current() < tracing::Level::DEBUG {
         return tracing::Span::none();
@@ -478,13 +493,37 @@ fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
         .extensions()
         .get::<tollgate::billing::ClientRequestId>()
         .map_or("", |c| &*c.0);
-    tracing::debug_span!(
+    use tracing::field::Empty;
+    let span = tracing::debug_span!(
         "request",
         method = %req.method(),
         path = req.uri().path(),
         id,
-        client_id
-    )
+        client_id,
+        otel.name = Empty,
+        otel.kind = Empty,
+        otel.status_code = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+        gen_ai.operation.name = Empty,
+        gen_ai.provider.name = Empty,
+        gen_ai.request.model = Empty,
+        gen_ai.request.stream = Empty,
+        gen_ai.response.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.cache_creation.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.response.time_to_first_chunk = Empty,
+        tollgate.key = Empty,
+        tollgate.tenant = Empty,
+        tollgate.channel = Empty,
+        tollgate.attempts = Empty,
+        tollgate.rejection.code = Empty,
+        tollgate.rejection.layer = Empty,
+    );
+    crate::telemetry::open_request_span(&span, req.method(), req.headers());
+    span
 }
 
 /// Request ids: a per-process random prefix and a counter.

@@ -750,6 +750,8 @@ pub struct RawConfig {
     pub vendors: BTreeMap<String, UpstreamLimits>,
     /// Header allow-lists both ways (P2).
     pub forwarding: ForwardingConfig,
+    /// Trace export (`crate::telemetry`).
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 /// A resolved API key.
@@ -946,6 +948,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
+    let spans = Spans::new(text);
     let err = |span: Option<std::ops::Range<usize>>, reason: String| ConfigError {
         file: None,
         line: span.map(|s| line_of(text, s.start)),
@@ -955,7 +958,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     for (name, p) in &raw.policies {
         let policy = p.to_policy().map_err(|r| {
             err(
-                find_table(text, "policies", name),
+                spans.entry("policies", name),
                 format!("policy {name:?}: {r}"),
             )
         })?;
@@ -978,62 +981,63 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     let f = &raw.failover;
     let checks: [(&str, bool, &str); 9] = [
         (
-            "max_attempts",
+            "failover.max_attempts",
             f.max_attempts == 0 || f.max_attempts > 10,
             "failover.max_attempts must be between 1 and 10",
         ),
         (
-            "retry_ratio",
+            "failover.retry_ratio",
             !(0.0..=1000.0).contains(&f.retry_ratio) || f.retry_ratio.is_nan(),
             "failover.retry_ratio must be between 0 and 1000",
         ),
         (
-            "budget_ttl",
+            "failover.budget_ttl",
             f.budget_ttl.0 < Duration::from_secs(1) || f.budget_ttl.0 > Duration::from_secs(60),
             "failover.budget_ttl must be between 1s and 60s",
         ),
         (
-            "first_chunk_timeout",
+            "failover.first_chunk_timeout",
             f.first_chunk_timeout.0.is_zero() || f.first_chunk_timeout.0 > too_long,
             "failover.first_chunk_timeout must be between 1ms and 24h",
         ),
         (
-            "lease_ttl",
+            "limits.lease_ttl",
             raw.limits.lease_ttl.0 < Duration::from_secs(1),
             "limits.lease_ttl must be at least 1s",
         ),
         (
-            "max_wait",
+            "queue.max_wait",
             raw.queue.max_wait.0 > too_long,
             "queue.max_wait must be at most 24h",
         ),
         (
-            "slot_max_wait",
+            "limits.slot_max_wait",
             raw.limits.slot_max_wait.0 > too_long,
             "limits.slot_max_wait must be at most 24h",
         ),
         (
-            "rolling_max_wait",
+            "limits.rolling_max_wait",
             raw.limits.rolling_max_wait.0 > too_long,
             "limits.rolling_max_wait must be at most 24h",
         ),
         (
-            "deadline",
+            "store.deadline",
             raw.store.deadline.0.is_zero() || raw.store.deadline.0 > Duration::from_secs(60),
             "store.deadline must be between 1ms and 60s",
         ),
     ];
-    for (key, bad, reason) in checks {
+    for (path, bad, reason) in checks {
         if bad {
-            return Err(err(find_key(text, key), reason.into()));
+            return Err(err(spans.of(path), reason.into()));
         }
     }
+    raw.telemetry.check().map_err(|(at, r)| err(at, r))?;
     if let Some((key, reason)) = raw.server.check() {
-        return Err(err(find_key(text, key), reason));
+        return Err(err(spans.of(&format!("server.{key}")), reason));
     }
     if raw.queue.default_deadline.is_some_and(|d| d.0 > too_long) {
         return Err(err(
-            find_key(text, "default_deadline"),
+            spans.of("queue.default_deadline"),
             "queue.default_deadline must be at most 24h".into(),
         ));
     }
@@ -1043,7 +1047,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         FailureModeConfig::Closed => {}
         FailureModeConfig::Open => {
             return Err(err(
-                find_key(text, "billing_failure"),
+                spans.of("store.billing_failure"),
                 "store.billing_failure cannot be `open`: billing is fail-closed only (B5); \
                  with the store down a request would be sent unbilled, with no settlement \
                  and no usage record. Remove the setting or write `closed`"
@@ -1052,7 +1056,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         }
         FailureModeConfig::Local => {
             return Err(err(
-                find_key(text, "billing_failure"),
+                spans.of("store.billing_failure"),
                 "store.billing_failure cannot be `local`: money must not be decided per \
                  instance (B5)"
                     .into(),
@@ -1082,7 +1086,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     }
     let mut keys = BTreeMap::new();
     for (label, k) in &raw.keys {
-        let at = find_table(text, "keys", label);
+        let at = spans.entry("keys", label);
         let secret = match (&k.key, &k.key_env) {
             (Some(s), None) => s.clone(),
             // A value read from the environment is trimmed: a secret file or a shell
@@ -1200,20 +1204,20 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     for (vendor, l) in &raw.vendors {
         if !matches!(vendor.as_str(), "openai" | "anthropic" | "gemini") {
             return Err(err(
-                find_table(text, "vendors", vendor),
+                spans.entry("vendors", vendor),
                 format!("[vendors.{vendor}]: unknown vendor (openai, anthropic or gemini)"),
             ));
         }
         check_limits(l).map_err(|m| {
             err(
-                find_table(text, "vendors", vendor),
+                spans.entry("vendors", vendor),
                 format!("[vendors.{vendor}]: {m}"),
             )
         })?;
     }
     for (id, m) in &raw.models {
         if let Some(to) = &m.fallback {
-            let at = find_table(text, "models", id);
+            let at = spans.entry("models", id);
             if to == id || !raw.models.contains_key(to) {
                 return Err(err(
                     at,
@@ -1224,7 +1228,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     }
     let mut channels = Vec::new();
     for (name, c) in &raw.channels {
-        let at = find_table(text, "channels", name);
+        let at = spans.entry("channels", name);
         check_limits(&c.limits)
             .map_err(|m| err(at.clone(), format!("channel {name:?}: limits: {m}")))?;
         for (model, l) in &c.model_limits {
@@ -1292,21 +1296,21 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         (Some(t), None) => Some(t.clone()),
         (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
             err(
-                find_key(text, "admin_token_env"),
+                spans.of("server.admin_token_env"),
                 format!("server.admin_token_env: environment variable {var} is not set"),
             )
         })?),
         (None, None) => None,
         _ => {
             return Err(err(
-                find_key(text, "admin_token"),
+                spans.of("server.admin_token"),
                 "server: set at most one of `admin_token` or `admin_token_env`".into(),
             ));
         }
     };
     if admin_token.as_ref().is_some_and(|t| t.len() < 16) {
         return Err(err(
-            find_key(text, "admin_token"),
+            spans.of("server.admin_token"),
             "server: the admin token must be at least 16 characters".into(),
         ));
     }
@@ -1316,7 +1320,7 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             std::env::var(var)
                 .map_err(|_| {
                     err(
-                        find_key(text, "metrics_token_env"),
+                        spans.of("server.metrics_token_env"),
                         format!("server.metrics_token_env: environment variable {var} is not set"),
                     )
                 })?
@@ -1326,14 +1330,14 @@ fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         (None, None) => None,
         _ => {
             return Err(err(
-                find_key(text, "metrics_token"),
+                spans.of("server.metrics_token"),
                 "server: set at most one of `metrics_token` or `metrics_token_env`".into(),
             ));
         }
     };
     if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
         return Err(err(
-            find_key(text, "metrics_token"),
+            spans.of("server.metrics_token"),
             "server: the metrics token must be at least 16 characters".into(),
         ));
     }
@@ -1418,11 +1422,6 @@ pub fn task_budget(name: &str, t: &TaskConfig) -> tollgate_core::Budget {
     }
 }
 
-/// The span of `key =` in the text.
-fn find_key(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
-    text.find(key).map(|i| i..i + key.len())
-}
-
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     let v: Vec<&str> = it.map(String::as_str).collect();
     if v.is_empty() {
@@ -1432,18 +1431,38 @@ fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     }
 }
 
-/// The span of the `[section.name]` header (or `name = {` inline) in the text, for
-/// errors about a whole entry.
-fn find_table(text: &str, section: &str, name: &str) -> Option<std::ops::Range<usize>> {
-    let candidates = [
-        format!("[{section}.{name}]"),
-        format!("[{section}.\"{name}\"]"),
-        format!("[{section}.'{name}']"),
-    ];
-    candidates
-        .iter()
-        .filter_map(|c| text.find(c.as_str()).map(|i| i..i + c.len()))
-        .min_by_key(|r| r.start)
+/// Where the keys of the configuration text are, from toml's own parser: an error
+/// about a setting points at the line of that setting, not at the first place its
+/// name appears in the text (`max_wait` is also in `slot_max_wait`).
+struct Spans<'i>(Option<toml::de::DeTable<'i>>);
+
+impl<'i> Spans<'i> {
+    fn new(text: &'i str) -> Self {
+        Self(toml::de::DeTable::parse(text).ok().map(|t| t.into_inner()))
+    }
+
+    /// The span of the key at `path` (`"queue.max_wait"`: the key `max_wait` of the
+    /// table `queue`), if the text sets it.
+    fn of(&self, path: &str) -> Option<std::ops::Range<usize>> {
+        self.at(path.split('.'))
+    }
+
+    /// The span of entry `name` of the table `section` (`[section.name]`, or
+    /// `name = { … }` inline), for errors about a whole entry.
+    fn entry(&self, section: &str, name: &str) -> Option<std::ops::Range<usize>> {
+        self.at([section, name])
+    }
+
+    fn at<'p>(&self, path: impl IntoIterator<Item = &'p str>) -> Option<std::ops::Range<usize>> {
+        let mut table = self.0.as_ref();
+        let mut span = None;
+        for seg in path {
+            let (k, v) = table?.get_key_value(seg)?;
+            span = Some(k.span());
+            table = v.get_ref().as_table();
+        }
+        span
+    }
 }
 
 #[cfg(test)]
@@ -1556,6 +1575,28 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         .unwrap_err();
         assert!(e.reason.contains("TOLLGATE_TEST_SURELY_UNSET"), "{e}");
         assert_eq!(e.line, Some(16));
+    }
+
+    #[test]
+    fn p3_an_error_points_at_its_own_setting_not_at_a_name_it_shares() {
+        // `max_wait` is also part of `slot_max_wait`, `deadline` of `default_deadline`,
+        // `admin_token` of `admin_token_env`: each error names the line of the setting
+        // that is wrong.
+        let text = format!(
+            "[limits]\nslot_max_wait = \"1s\"\n\n[queue]\ndefault_deadline = \"1s\"\nmax_wait = \"1000000h\"\n{GOOD}"
+        );
+        let e = Config::parse(&text).unwrap_err();
+        assert!(e.reason.contains("queue.max_wait"), "{e}");
+        assert_eq!(e.line, Some(6), "{e}");
+        let text =
+            format!("[queue]\ndefault_deadline = \"1s\"\n\n[store]\ndeadline = \"0s\"\n{GOOD}");
+        let e = Config::parse(&text).unwrap_err();
+        assert!(e.reason.contains("store.deadline"), "{e}");
+        assert_eq!(e.line, Some(5), "{e}");
+        let text = format!("# admin_token is set below\n[server]\nadmin_token = \"short\"\n{GOOD}");
+        let e = Config::parse(&text).unwrap_err();
+        assert!(e.reason.contains("at least 16"), "{e}");
+        assert_eq!(e.line, Some(3), "{e}");
     }
 
     #[test]

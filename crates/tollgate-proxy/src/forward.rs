@@ -280,6 +280,8 @@ impl Service<Request<Full<Bytes>>> for Forward {
 
     fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
         let shared = self.0.clone();
+        // Taken here, inside the attempt span (the future runs in it too).
+        let trace = crate::telemetry::AttemptTrace::of(&req);
         Box::pin(async move {
             let (client, catalog) = (&shared.client, &shared.catalog);
             let (mut parts, body) = req.into_parts();
@@ -327,6 +329,10 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     upstream_failed(UpstreamFailure::Unsendable, "invalid upstream request")
                 })?;
             *up.headers_mut() = headers;
+            if let Some(t) = &trace {
+                let uri = up.uri().clone();
+                t.sending(&route, model, &uri, up.headers_mut());
+            }
             if let Some(r) = &recorder {
                 r.set_channel(route.name.clone());
                 // From here on the provider may see the request (B4).
@@ -338,6 +344,9 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 Ok(Err(e)) => {
                     tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
                     route.responses.failed();
+                    if let Some(t) = &trace {
+                        t.failed("connection");
+                    }
                     // A refused connection never reached the provider (the error says
                     // so, and the recorder forgets its mark); anything later may have
                     // (B4) and stays unknown.
@@ -352,6 +361,9 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
                     route.responses.failed();
+                    if let Some(t) = &trace {
+                        t.failed("timeout");
+                    }
                     return Err(upstream_failed(UpstreamFailure::Timeout, "timeout"));
                 }
             };
@@ -371,6 +383,14 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 rparts.headers.insert(X_UPSTREAM_REQUEST_ID, theirs);
             }
             let success = rparts.status.is_success();
+            if let Some(t) = &trace {
+                t.answered(
+                    &route,
+                    &Arc::from(model.as_str()),
+                    rparts.status,
+                    &mut rparts.extensions,
+                );
+            }
             let idle = catalog.upstream_idle_timeout;
             let mut body = ForwardBody {
                 inner: incoming,
@@ -383,6 +403,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                         recorder,
                         price,
                         done: false,
+                        trace,
                     })
                 }),
             };
@@ -404,6 +425,8 @@ struct Watch {
     recorder: UsageRecorder,
     price: Price,
     done: bool,
+    /// The attempt's span attributes (time to first chunk, tokens), when traced.
+    trace: Option<crate::telemetry::AttemptTrace>,
 }
 
 impl Watch {
@@ -429,14 +452,29 @@ impl Watch {
             u.cost = Some(self.price.cost(&u));
             u
         };
-        match (at_end, at_end.then(|| w.finish()).flatten()) {
-            (true, Some(u)) => self.recorder.record(priced(u)),
+        let seen = match (at_end, at_end.then(|| w.finish()).flatten()) {
+            (true, Some(u)) => {
+                self.recorder.record(priced(u));
+                Some(u)
+            }
             // Ended, but the provider reported no usage: the cost is unknown.
-            (true, None) => self.recorder.mark_unknown(),
+            (true, None) => {
+                self.recorder.mark_unknown();
+                None
+            }
             (false, _) => match w.usage_so_far() {
-                Some(u) => self.recorder.record_partial(priced(u)),
-                None => self.recorder.mark_unknown(),
+                Some(u) => {
+                    self.recorder.record_partial(priced(u));
+                    Some(u)
+                }
+                None => {
+                    self.recorder.mark_unknown();
+                    None
+                }
             },
+        };
+        if let (Some(t), Some(u)) = (self.trace.as_mut(), seen) {
+            t.usage(&u);
         }
     }
 }
@@ -508,6 +546,9 @@ impl Body for ForwardBody {
                 Some(Ok(frame)) => {
                     if let (Some(d), Some(watcher)) = (frame.data_ref(), w.watcher.as_mut()) {
                         watcher.observe(d);
+                    }
+                    if let (true, Some(t)) = (frame.is_data(), w.trace.as_mut()) {
+                        t.chunk();
                     }
                     // Outer layers settle as soon as the end is visible: record first.
                     if inner.is_end_stream() {

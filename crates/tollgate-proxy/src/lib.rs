@@ -20,12 +20,14 @@ pub mod catalog;
 pub mod config;
 pub mod forward;
 pub mod metrics;
+pub mod pages;
 pub mod prepare;
 pub mod serve;
 pub mod sink;
 pub mod stall;
 pub mod store;
 pub mod stream_gate;
+pub mod telemetry;
 
 pub use app::Gateway;
 pub use config::{Config, ConfigError};

@@ -112,20 +112,27 @@ pub(crate) fn says_cluster(info: &str) -> bool {
 }
 
 /// Fail fast while Redis is known to be down (D4, T5): after a connection error, or
-/// after [`Breaker::TRIP_AFTER`] silent timeouts in a row, calls fail at once instead
-/// of each waiting out its deadline — a request crosses up to three layers, and each
-/// would otherwise pay the deadline again. While open, one call at a time goes through
-/// as a probe, [`Breaker::PROBE_GAP`] after the last probe ended (so a request whose
-/// first call was a probe fails its next ones fast: one deadline per request at most).
-/// Any answer closes the breaker: a probe's, or a late one to a call made before it
-/// opened. A Redis that is only busy — it fell behind for a moment on a loaded host —
-/// is back within one probe, not after a fixed penalty that would fail every request
-/// in between.
+/// after a timeout with the node silent — no reply to any call — for
+/// [`Breaker::TRIP_SILENCE`] deadlines, calls fail at once instead of each waiting out
+/// its deadline — a request crosses up to four layers, and each would otherwise pay
+/// the deadline again. While open, one call at a time goes through as a probe,
+/// [`Breaker::PROBE_GAP`] after the last probe ended (so a request whose first call was
+/// a probe fails its next ones fast). Any answer closes the breaker: a probe's, or a
+/// late one to a call made before it opened.
+///
+/// Busy is not dead (D8): a Redis starved of CPU on a loaded host goes quiet for a few
+/// tens of ms now and then and answers again. Each call caught in such a gap fails at
+/// its own deadline, but the gap does not open the breaker unless it lasts two
+/// deadlines: opening it would fail every call for the rest of the gap and until a
+/// probe is answered — on a loaded 2-core box, ten times as many failures as the gap
+/// itself caused. A stalled Redis is silent for good, so it opens the breaker two
+/// deadlines in.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     origin: std::time::Instant,
     open: AtomicBool,
-    consecutive: std::sync::atomic::AtomicU32,
+    /// Silence after which a timeout opens it: [`Breaker::TRIP_SILENCE`] deadlines.
+    trip_silence: Duration,
     probing: AtomicBool,
     /// Microseconds since `origin` from which the next probe may go.
     next_probe_us: AtomicU64,
@@ -148,14 +155,15 @@ impl Drop for Pass<'_> {
 }
 
 impl Breaker {
-    const TRIP_AFTER: u32 = 3;
+    const TRIP_SILENCE: u32 = 2;
     const PROBE_GAP: Duration = Duration::from_millis(10);
 
-    pub(crate) fn new() -> Self {
+    /// A breaker for calls with `deadline`.
+    pub(crate) fn new(deadline: Duration) -> Self {
         Self {
             origin: std::time::Instant::now(),
             open: AtomicBool::new(false),
-            consecutive: std::sync::atomic::AtomicU32::new(0),
+            trip_silence: deadline * Self::TRIP_SILENCE,
             probing: AtomicBool::new(false),
             next_probe_us: AtomicU64::new(0),
         }
@@ -182,16 +190,19 @@ impl Breaker {
             "redis is down (failing fast until a probe is answered)",
         ))
     }
-    pub(crate) fn record<T>(&self, r: &StoreResult<T>) {
+    /// Tells it how a call ended; `silent`: how long the node had answered nobody
+    /// when it did.
+    pub(crate) fn record<T>(&self, r: &StoreResult<T>, silent: Duration) {
         let trip = match r {
             // An answer, or a reply of a live server (a script error): Redis is there.
             Ok(_) => false,
             Err(e) => match e.kind() {
                 StoreErrorKind::Protocol => false,
                 StoreErrorKind::Unavailable => true,
-                StoreErrorKind::Timeout => {
-                    self.consecutive.fetch_add(1, Ordering::Relaxed) + 1 >= Self::TRIP_AFTER
-                }
+                StoreErrorKind::Timeout if silent >= self.trip_silence => true,
+                // A gap, or a busy Redis past the busy limit: this call failed, the
+                // breaker stays as it is.
+                StoreErrorKind::Timeout => return,
             },
         };
         if trip {
@@ -199,8 +210,7 @@ impl Breaker {
                 let next = self.now_us() + Self::PROBE_GAP.as_micros() as u64;
                 self.next_probe_us.fetch_max(next, Ordering::Relaxed);
             }
-        } else if !matches!(r, Err(e) if e.kind() == StoreErrorKind::Timeout) {
-            self.consecutive.store(0, Ordering::Relaxed);
+        } else {
             self.open.store(false, Ordering::Relaxed);
         }
     }
@@ -238,12 +248,13 @@ pub(crate) struct Nodes {
 }
 
 impl Nodes {
-    pub(crate) fn new() -> Self {
+    /// The nodes of a Cluster whose calls have `deadline`.
+    pub(crate) fn new(deadline: Duration) -> Self {
         Self {
             owner: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
             names: Mutex::new(Vec::new()),
             live: (0..=MAX_NODES).map(|_| Liveness::new()).collect(),
-            breakers: (0..=MAX_NODES).map(|_| Breaker::new()).collect(),
+            breakers: (0..=MAX_NODES).map(|_| Breaker::new(deadline)).collect(),
         }
     }
 
@@ -362,6 +373,13 @@ impl Liveness {
     pub(crate) fn replied(&self) {
         let us = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.last_reply_us.fetch_max(us.max(1), Ordering::Relaxed);
+    }
+
+    /// How long Redis has answered nobody: since its last reply, or since `start` if it
+    /// never replied. (Not clamped to `start`: while Redis is stalled, calls keep
+    /// starting, and the silence is the stall's, not each call's.)
+    pub(crate) fn silent_for(&self, start: Instant) -> Duration {
+        Instant::now().saturating_duration_since(self.last_reply().unwrap_or(start))
     }
 
     /// When the last reply arrived, if any.
@@ -493,7 +511,7 @@ mod tests {
 
     #[test]
     fn d6_slot_owners_are_read_from_cluster_slots() {
-        let nodes = Nodes::new();
+        let nodes = Nodes::new(Duration::from_millis(20));
         let master = |port: i64| {
             Value::Array(vec![
                 Value::BulkString(b"127.0.0.1".to_vec()),
@@ -534,28 +552,26 @@ mod tests {
         Err(StoreError::new(StoreErrorKind::Timeout, "no answer"))
     }
 
+    const DEADLINE: Duration = Duration::from_millis(20);
+
     #[test]
-    fn d4_the_breaker_opens_after_silent_timeouts_and_probes_one_call_at_a_time() {
-        let b = Breaker::new();
-        for _ in 0..Breaker::TRIP_AFTER - 1 {
-            b.record(&timed_out());
-            assert!(
-                b.check().is_ok(),
-                "closed before the third timeout in a row"
-            );
-        }
-        b.record(&timed_out());
+    fn d4_the_breaker_opens_on_a_timeout_after_two_deadlines_of_silence_and_probes_one_call_at_a_time()
+     {
+        let b = Breaker::new(DEADLINE);
+        b.record(&timed_out(), DEADLINE);
+        assert!(b.check().is_ok(), "one deadline of silence: still closed");
+        b.record(&timed_out(), 2 * DEADLINE);
         let e = b.check().err().expect("open");
         assert_eq!(e.kind(), StoreErrorKind::Unavailable);
         std::thread::sleep(Breaker::PROBE_GAP + Duration::from_millis(2));
         let probe = b.check().expect("the probe's turn");
         assert!(b.check().is_err(), "one probe at a time");
-        b.record(&timed_out());
+        b.record(&timed_out(), 3 * DEADLINE);
         drop(probe);
         assert!(b.check().is_err(), "the next probe waits its gap");
         std::thread::sleep(Breaker::PROBE_GAP + Duration::from_millis(2));
         let probe = b.check().expect("the next probe's turn");
-        b.record(&Ok(()));
+        b.record(&Ok(()), Duration::ZERO);
         drop(probe);
         assert!(
             b.check().is_ok() && b.check().is_ok(),
@@ -564,18 +580,36 @@ mod tests {
     }
 
     #[test]
+    fn d8_timeouts_in_short_gaps_of_a_starved_redis_never_open_the_breaker() {
+        // A Redis starved of CPU on a loaded host: every call in a 30 ms gap fails at
+        // its 20 ms deadline, then it answers again. However many such gaps, no call
+        // outside them is failed fast.
+        let b = Breaker::new(DEADLINE);
+        for _ in 0..100 {
+            b.record(&timed_out(), Duration::from_millis(30));
+            assert!(b.check().is_ok());
+        }
+        // A busy Redis past the busy limit (it answered others the whole time) neither.
+        b.record(&timed_out(), Duration::from_millis(1));
+        assert!(b.check().is_ok());
+    }
+
+    #[test]
     fn d4_a_late_answer_closes_the_breaker_and_a_refused_connection_opens_it() {
-        let b = Breaker::new();
-        b.record::<()>(&Err(StoreError::new(
-            StoreErrorKind::Unavailable,
-            "refused",
-        )));
+        let b = Breaker::new(DEADLINE);
+        b.record::<()>(
+            &Err(StoreError::new(StoreErrorKind::Unavailable, "refused")),
+            Duration::ZERO,
+        );
         assert!(b.check().is_err(), "a connection error opens it at once");
         // An answer to a call made before it opened: Redis is there again.
-        b.record(&Ok(()));
+        b.record(&Ok(()), Duration::ZERO);
         assert!(b.check().is_ok());
         // A server error is a reply too: it neither opens nor keeps it open.
-        b.record::<()>(&Err(StoreError::new(StoreErrorKind::Protocol, "ERR")));
+        b.record::<()>(
+            &Err(StoreError::new(StoreErrorKind::Protocol, "ERR")),
+            Duration::ZERO,
+        );
         assert!(b.check().is_ok());
     }
 

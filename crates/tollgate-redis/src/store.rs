@@ -97,9 +97,14 @@ impl Inner {
         let breaker = self.breaker(key);
         let pass = breaker.check()?;
         let r = self.bounded(start, key, fut).await;
-        breaker.record(&r);
+        breaker.record(&r, self.live(key).silent_for(start));
         drop(pass);
         r
+    }
+
+    /// The liveness of the node `key` lives on (the one node's, off a Cluster).
+    fn live(&self, key: &[u8]) -> &Liveness {
+        self.nodes.as_ref().map_or(&self.liveness, |n| n.of(key))
     }
 
     /// Awaits one Redis call on `key` made at `start` under the store's deadline (see
@@ -111,8 +116,8 @@ impl Inner {
         key: &[u8],
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> StoreResult<T> {
-        let live = self.nodes.as_ref().map_or(&self.liveness, |n| n.of(key));
-        match live
+        match self
+            .live(key)
             .bounded(start, self.deadline, self.busy_limit, fut)
             .await
         {
@@ -364,7 +369,7 @@ impl RedisStore {
         let nodes = match &conn {
             Conn::Node(_) => None,
             Conn::Cluster(c) => {
-                let nodes = Arc::new(Nodes::new());
+                let nodes = Arc::new(Nodes::new(options.deadline));
                 watch_topology(
                     c.clone(),
                     Arc::downgrade(&nodes),
@@ -390,7 +395,7 @@ impl RedisStore {
                 connect_timeout: options.connect_timeout,
                 amount_ttl_ms: tollgate_core::clock::millis(options.amount_ttl),
                 time: options.time,
-                breaker: Breaker::new(),
+                breaker: Breaker::new(options.deadline),
                 liveness: Liveness::new(),
                 nodes,
                 batcher: Batcher::default(),

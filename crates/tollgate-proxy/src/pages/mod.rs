@@ -1,0 +1,82 @@
+//! Pages in a browser (issue 15): a usage page for key holders and an operator page,
+//! static HTML, CSS and JavaScript embedded in the binary (no JavaScript toolchain at
+//! build time), reading the gateway's JSON routes.
+//!
+//! | route | what it serves |
+//! |---|---|
+//! | `GET /usage/page` | the usage page: the holder pastes their key, the page calls `GET /usage` with it in the `Authorization` header and shows every tier (used / limit / live countdown to reset), in-flight slots, balance, spend against the cap, budgets, money pending reconciliation, and what each gateway code means |
+//! | `GET /admin/page` | the operator page: the operator pastes the admin token, the page calls `GET /admin/channels` and `GET /admin/rejections` and shows channels (in flight against capacity, health, cooldowns, disabled credentials with an **Enable** button calling `POST /admin/channels/{name}/enable`) and rejections by code over the last minutes |
+//! | `GET /pages/codes.json` | the gateway code table ([`codes::codes_json`]) |
+//! | `GET /pages/{style.css, pages.js, usage.js, admin.js}` | the pages' assets |
+//!
+//! The pages hold no data and need no credential; the key and the token stay in the
+//! page's memory only (password fields without a `name`, a Content-Security-Policy with
+//! `form-action 'none'`, so a submission can never put them in a URL), and go to the
+//! server only in the `Authorization` header of the JSON calls.
+
+pub mod codes;
+pub mod rejections;
+
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName};
+
+pub use rejections::{RejectionLog, RejectionRing};
+
+const USAGE_HTML: &str = include_str!("../../assets/pages/usage.html");
+const ADMIN_HTML: &str = include_str!("../../assets/pages/admin.html");
+const STYLE_CSS: &str = include_str!("../../assets/pages/style.css");
+const PAGES_JS: &str = include_str!("../../assets/pages/pages.js");
+const USAGE_JS: &str = include_str!("../../assets/pages/usage.js");
+const ADMIN_JS: &str = include_str!("../../assets/pages/admin.js");
+
+/// Scripts and styles from this origin only, no inline code, no form submissions, no
+/// framing: the pages' own script is the only thing that sees the key.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'";
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (CONTENT_TYPE, content_type),
+            (CACHE_CONTROL, "no-cache"),
+            (HeaderName::from_static("content-security-policy"), CSP),
+            (HeaderName::from_static("x-content-type-options"), "nosniff"),
+            (HeaderName::from_static("referrer-policy"), "no-referrer"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The pages' routes (public: they hold no data).
+pub fn routes() -> Router {
+    const HTML: &str = "text/html; charset=utf-8";
+    const JS: &str = "text/javascript; charset=utf-8";
+    Router::new()
+        .route("/usage/page", get(|| async { asset(HTML, USAGE_HTML) }))
+        .route("/admin/page", get(|| async { asset(HTML, ADMIN_HTML) }))
+        .route(
+            "/pages/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
+        .route("/pages/pages.js", get(|| async { asset(JS, PAGES_JS) }))
+        .route("/pages/usage.js", get(|| async { asset(JS, USAGE_JS) }))
+        .route("/pages/admin.js", get(|| async { asset(JS, ADMIN_JS) }))
+        .route(
+            "/pages/codes.json",
+            get(|| async {
+                static CODES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+                let body = CODES.get_or_init(|| codes::codes_json().to_string());
+                (
+                    [
+                        (CONTENT_TYPE, "application/json"),
+                        (CACHE_CONTROL, "no-cache"),
+                    ],
+                    body.as_str(),
+                )
+            }),
+        )
+}
