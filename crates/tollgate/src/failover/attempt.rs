@@ -226,12 +226,17 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         }
         attempt.extensions_mut().insert(candidates);
         self.sent_at = Some(Instant::now());
+        // Signed numbers: the OpenTelemetry bridge exports unsigned ones as text. An
+        // exporter may name the span (`otel.name`, e.g. `chat {model}`); it is the
+        // client side of the call to the provider.
         let span = tracing::debug_span!(
             "attempt",
-            n = self.attempts.sent() + 1,
+            n = i64::from(self.attempts.sent()) + 1,
             channel = tracing::field::Empty,
             attempt_id = tracing::field::Empty,
             outcome = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = "client",
         );
         (attempt, span)
     }
@@ -255,11 +260,11 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             }
             let outcome = match res {
                 // The provider's status, or the gateway code that refused the attempt.
-                Ok(r) => u64::from(r.status().as_u16()),
+                Ok(r) => i64::from(r.status().as_u16()),
                 Err(e) => e
                     .downcast_ref::<Rejection>()
                     .or_else(|| UpstreamError::find(&**e).map(UpstreamError::rejection))
-                    .map_or(0, |r| u64::from(r.code().code())),
+                    .map_or(0, |r| i64::from(r.code().code())),
             };
             span.record("outcome", outcome);
         }
