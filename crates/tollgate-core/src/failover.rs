@@ -1,6 +1,17 @@
-//! Failover as plain types and functions (SPEC F1–F10): the classifier of provider
-//! answers, backoff, per-channel health with a circuit breaker, and sticky
-//! conversations. No I/O; time is passed in.
+//! Failover as plain types and functions (SPEC F1–F11): the classifier of provider
+//! answers, backoff, per-channel health with a circuit breaker, sticky conversations,
+//! the walk over a request's candidate channels ([`order`](order())) and the next step
+//! after each attempt ([`Attempts::decide`]). No I/O; time is passed in.
+
+mod order;
+#[cfg(test)]
+mod plan_tests;
+mod retry;
+
+pub use order::{Channels, Next, Order, Tried, order, release_probes};
+pub use retry::{
+    Attempts, Refused, RetryBudget, RetryDecision, RetryLimits, Stop, Timeline, transport_verdict,
+};
 
 use crate::clock::Millis;
 use crate::dialect::Dialect;

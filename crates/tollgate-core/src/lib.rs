@@ -7,12 +7,16 @@
 //! - [`capacity`]: per-channel capacity leases and the fair queue (Q*).
 //! - [`demand`]: what a request asks for and what it used (W5, B2).
 //! - [`rejection`]: the one typed rejection and the gateway code table (L2, E1).
-//! - [`failover`]: classification of provider errors, backoff, health, sticky pins (F*).
+//! - [`failover`]: classification of provider errors, backoff, health, sticky pins, the
+//!   walk over a request's channels and the next step after each attempt (F*).
+//! - [`attempt`]: the forwarder's typed failure and the one settle-or-refund rule of
+//!   every guard (B4, L5).
 //! - [`upstream`]: provider limits per credential, model and vendor, cooldowns (U*).
 //! - [`store`]: the store traits and the in-memory store (L4).
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+pub mod attempt;
 pub mod billing;
 pub mod capacity;
 pub mod clock;
@@ -32,6 +36,7 @@ pub mod window;
 #[cfg(test)]
 mod window_tests;
 
+pub use attempt::{CallEnd, Settle, UpstreamError, UpstreamFailure};
 pub use billing::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
     BillingRequest, Books, Budget, Ledger, PendingAttempt, PendingTotal, Reconcile, Reconciled,

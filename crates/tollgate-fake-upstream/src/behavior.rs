@@ -33,6 +33,12 @@ pub const H_CUT: &str = "x-fake-cut";
 pub const H_HANG: &str = "x-fake-hang";
 /// Control header: number of content chunks (default 4).
 pub const H_CHUNKS: &str = "x-fake-chunks";
+/// Header: the client will leave before the answer ends (any value). Such a call is
+/// left out of [`Stats::max_in_flight_stayed_per_credential`](crate::Stats): once its
+/// client has gone, the gateway in front no longer holds it, but the fake only notices
+/// the closed connection a moment later — a moment in which the gateway may rightly
+/// have sent the next call.
+pub const H_CLIENT_LEAVES: &str = "x-fake-client-leaves";
 /// Control header: the prompt size in tokens, replacing the estimate from the body.
 pub const H_INPUT_TOKENS: &str = "x-fake-input-tokens";
 /// Control header: output tokens (default 16), capped by the request's max tokens.

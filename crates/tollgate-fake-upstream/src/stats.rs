@@ -102,6 +102,10 @@ pub struct Stats {
     pub in_flight_per_credential: BTreeMap<String, u64>,
     /// Highest in-flight count per credential since start / the last reset.
     pub max_in_flight_per_credential: BTreeMap<String, u64>,
+    /// The same, counting only calls whose client did not announce it would leave
+    /// (header [`H_CLIENT_LEAVES`](crate::behavior::H_CLIENT_LEAVES)): counted exactly
+    /// while the fake serves them, with no lag at their end.
+    pub max_in_flight_stayed_per_credential: BTreeMap<String, u64>,
     /// Every credential value seen in any of the four places (`Authorization`,
     /// `x-api-key`, `x-goog-api-key`, `?key=`), even when a call carried several.
     pub credentials_seen: BTreeSet<String>,
@@ -125,6 +129,14 @@ impl Stats {
     /// Highest in-flight count for `credential`.
     pub fn max_in_flight_for(&self, credential: &str) -> u64 {
         self.max_in_flight_per_credential
+            .get(credential)
+            .copied()
+            .unwrap_or(0)
+    }
+    /// Highest in-flight count for `credential` among calls whose client stayed (see
+    /// [`max_in_flight_stayed_per_credential`](Self::max_in_flight_stayed_per_credential)).
+    pub fn max_in_flight_stayed_for(&self, credential: &str) -> u64 {
+        self.max_in_flight_stayed_per_credential
             .get(credential)
             .copied()
             .unwrap_or(0)
@@ -153,6 +165,9 @@ struct CredEntry {
     calls: u64,
     in_flight: u64,
     max_in_flight: u64,
+    /// In flight / highest, among calls whose client stays.
+    stayed: u64,
+    max_stayed: u64,
 }
 
 #[derive(Default)]
@@ -244,6 +259,7 @@ impl Counters {
         self.max_in_flight.fetch_max(now, Ordering::AcqRel);
 
         let mut credential = None;
+        let stays = !headers.contains_key(crate::behavior::H_CLIENT_LEAVES);
         if creds.all.iter().any(Option::is_some) {
             let mut st = lock(&self.creds);
             for c in creds.all.iter().flatten() {
@@ -260,6 +276,10 @@ impl Counters {
                 e.calls += 1;
                 e.in_flight += 1;
                 e.max_in_flight = e.max_in_flight.max(e.in_flight);
+                if stays {
+                    e.stayed += 1;
+                    e.max_stayed = e.max_stayed.max(e.stayed);
+                }
                 credential = Some(key);
             }
         }
@@ -285,6 +305,7 @@ impl Counters {
             InFlightGuard {
                 counters: self.clone(),
                 credential,
+                stays,
                 done: false,
             },
         )
@@ -296,11 +317,14 @@ impl Counters {
         }
     }
 
-    fn end(&self, credential: Option<&Arc<str>>, completed: bool) {
+    fn end(&self, credential: Option<&Arc<str>>, stays: bool, completed: bool) {
         if let Some(c) = credential {
             let mut st = lock(&self.creds);
             if let Some(e) = st.per.get_mut(&**c) {
                 e.in_flight = e.in_flight.saturating_sub(1);
+                if stays {
+                    e.stayed = e.stayed.saturating_sub(1);
+                }
             }
         }
         if completed {
@@ -350,6 +374,10 @@ impl Counters {
                     s.max_in_flight_per_credential
                         .insert(k.to_string(), e.max_in_flight);
                 }
+                if e.max_stayed > 0 {
+                    s.max_in_flight_stayed_per_credential
+                        .insert(k.to_string(), e.max_stayed);
+                }
             }
             s.credentials_seen = st.seen.clone();
         }
@@ -378,6 +406,7 @@ impl Counters {
             for e in st.per.values_mut() {
                 e.calls = 0;
                 e.max_in_flight = e.in_flight;
+                e.max_stayed = e.stayed;
             }
         }
         lock(&self.recent).clear();
@@ -388,6 +417,8 @@ impl Counters {
 pub(crate) struct InFlightGuard {
     counters: Arc<Counters>,
     credential: Option<Arc<str>>,
+    /// Its client did not announce it would leave.
+    stays: bool,
     done: bool,
 }
 
@@ -399,14 +430,16 @@ impl InFlightGuard {
     /// The answer ended as the fake meant it to.
     pub(crate) fn complete(mut self) {
         self.done = true;
-        self.counters.end(self.credential.as_ref(), true);
+        self.counters
+            .end(self.credential.as_ref(), self.stays, true);
     }
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         if !self.done {
-            self.counters.end(self.credential.as_ref(), false);
+            self.counters
+                .end(self.credential.as_ref(), self.stays, false);
         }
     }
 }

@@ -12,6 +12,33 @@ use tokio::sync::Semaphore;
 use tollgate_fake_upstream::{Behavior, FakeUpstream};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t4_calls_whose_client_will_leave_are_counted_apart() {
+    let fake = Arc::new(FakeUpstream::start().await);
+    fake.set_default(Behavior::new().with_latency(Duration::from_millis(300)));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let fake = fake.clone();
+        tasks.push(tokio::spawn(async move {
+            let leaves = [
+                ("authorization", "Bearer sk-l"),
+                (tollgate_fake_upstream::behavior::H_CLIENT_LEAVES, "1"),
+            ];
+            let stays = [("authorization", "Bearer sk-l")];
+            let headers: &[(&str, &str)] = if i < 2 { &leaves } else { &stays };
+            post(&fake, OPENAI, headers, &openai_body(false, false))
+                .await
+                .status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let s = fake.stats();
+    assert_eq!(s.max_in_flight_for("sk-l"), 5);
+    assert_eq!(s.max_in_flight_stayed_for("sk-l"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_in_flight_is_exact_with_parallel_slow_requests() {
     let fake = Arc::new(FakeUpstream::start().await);
     fake.set_default(Behavior::new().with_latency(Duration::from_millis(400)));

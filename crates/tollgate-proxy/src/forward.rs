@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate::BoxError;
-use tollgate_core::{Dialect, GatewayCode, LayerKind, Price, Rejection, Usage, UsageRecorder};
+use tollgate_core::{
+    Dialect, GatewayCode, LayerKind, Price, Rejection, UpstreamError, UpstreamFailure, Usage,
+    UsageRecorder,
+};
 use tollgate_dialects::UsageWatcher;
 use tower::Service;
 
@@ -62,12 +65,11 @@ impl Forward {
     }
 }
 
-fn upstream_failed(why: &str) -> BoxError {
-    tracing::warn!("upstream attempt failed: {why}");
-    Box::new(Rejection::new(
-        GatewayCode::UpstreamFailed,
-        LayerKind::Failover,
-    ))
+/// The forwarder's failure, typed: the failover layer reads its kind (and makes the
+/// client's answer, F10), the guards whether the provider saw the request (B4).
+fn upstream_failed(failure: UpstreamFailure, why: &str) -> BoxError {
+    tracing::warn!(failure = failure.as_str(), "upstream attempt failed: {why}");
+    Box::new(UpstreamError::new(failure))
 }
 
 /// Hop-by-hop headers, and what the client library recomputes: never copied from a
@@ -244,7 +246,7 @@ fn upstream_uri(route: &Route, uri: &Uri) -> Result<Uri, BoxError> {
         }
     }
     s.parse()
-        .map_err(|_| upstream_failed("invalid upstream URI"))
+        .map_err(|_| upstream_failed(UpstreamFailure::Unsendable, "invalid upstream URI"))
 }
 
 fn inject_credential(route: &Route, h: &mut HeaderMap) {
@@ -323,7 +325,9 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 .method(parts.method.clone())
                 .uri(uri)
                 .body(body)
-                .map_err(|_| upstream_failed("invalid upstream request"))?;
+                .map_err(|_| {
+                    upstream_failed(UpstreamFailure::Unsendable, "invalid upstream request")
+                })?;
             *up.headers_mut() = headers;
             if let Some(t) = &trace {
                 let uri = up.uri().clone();
@@ -343,14 +347,16 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     if let Some(t) = &trace {
                         t.failed("connection");
                     }
-                    // A refused connection never reached the provider; anything later
-                    // may have (B4) and stays unknown.
+                    // A refused connection never reached the provider (the error says
+                    // so, and the recorder forgets its mark); anything later may have
+                    // (B4) and stays unknown.
                     if e.is_connect() {
                         if let Some(r) = &recorder {
                             r.clear();
                         }
+                        return Err(upstream_failed(UpstreamFailure::Connect, "connection"));
                     }
-                    return Err(upstream_failed("connection"));
+                    return Err(upstream_failed(UpstreamFailure::Lost, "connection lost"));
                 }
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
@@ -358,7 +364,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     if let Some(t) = &trace {
                         t.failed("timeout");
                     }
-                    return Err(upstream_failed("timeout"));
+                    return Err(upstream_failed(UpstreamFailure::Timeout, "timeout"));
                 }
             };
             route.responses.answered(res.status().as_u16());
@@ -486,7 +492,9 @@ pin_project! {
     ///
     /// An upstream that sends nothing for `idle` ends the body with an error (the
     /// attempt's outcome becomes unknown): a stalled provider connection must not hold
-    /// a slot, a capacity lease and a money reservation forever.
+    /// a slot, a capacity lease and a money reservation forever. Its errors are
+    /// [`UpstreamError`]s: [`Idle`](UpstreamFailure::Idle), or
+    /// [`Cut`](UpstreamFailure::Cut) when the provider's body broke off.
     pub struct ForwardBody {
         #[pin]
         inner: hyper::body::Incoming,
@@ -498,18 +506,6 @@ pin_project! {
         silence: tokio::time::Sleep,
     }
 }
-
-/// The upstream sent nothing for too long.
-#[derive(Debug)]
-pub struct UpstreamIdle(Duration);
-
-impl std::fmt::Display for UpstreamIdle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "upstream sent nothing for {} ms", self.0.as_millis())
-    }
-}
-
-impl std::error::Error for UpstreamIdle {}
 
 impl Body for ForwardBody {
     type Data = Bytes;
@@ -526,14 +522,25 @@ impl Body for ForwardBody {
                 if let Some(w) = this.watch.as_mut() {
                     w.record(false);
                 }
-                return Poll::Ready(Some(Err(Box::new(UpstreamIdle(*this.idle)))));
+                tracing::warn!(
+                    idle_ms = this.idle.as_millis() as u64,
+                    "upstream sent nothing for the idle timeout"
+                );
+                return Poll::Ready(Some(Err(Box::new(UpstreamError::new(
+                    UpstreamFailure::Idle,
+                )))));
             }
             return Poll::Pending;
         };
         this.silence
             .as_mut()
             .reset(tokio::time::Instant::now() + *this.idle);
-        let res = res.map(|r| r.map_err(BoxError::from));
+        let res = res.map(|r| {
+            r.map_err(|e| {
+                tracing::debug!(error = %e, "upstream answer broke off");
+                Box::new(UpstreamError::new(UpstreamFailure::Cut)) as BoxError
+            })
+        });
         if let Some(w) = this.watch.as_mut() {
             match &res {
                 Some(Ok(frame)) => {

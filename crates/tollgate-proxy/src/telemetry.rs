@@ -519,6 +519,12 @@ impl AttemptTrace {
             use tracing_opentelemetry::OpenTelemetrySpanExt;
             let span = self.attempt.as_ref().unwrap_or(self.request.span());
             if let Some(a) = &self.attempt {
+                // Named like the request span, as the client side of the provider call
+                // (the failover layer declares the span's `otel.kind` as client).
+                a.record(
+                    "otel.name",
+                    format!("{} {model}", operation_name(uri.path())).as_str(),
+                );
                 a.set_attribute(attr::OPERATION, operation_name(uri.path()));
                 a.set_attribute(attr::PROVIDER, provider_name(route.dialect));
                 a.set_attribute(attr::REQUEST_MODEL, model.to_owned());

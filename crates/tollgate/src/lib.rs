@@ -26,6 +26,9 @@
 //!   for a request dropped before any answer with nothing recorded, which never left
 //!   (a client that gave up while queued) and is refunded. Code that hands the request
 //!   to someone who may bill for it calls `UsageRecorder::mark_unknown` just before.
+//!   A forwarder that fails with an [`UpstreamError`] says how; a request the provider
+//!   never saw (no connection) is refunded whatever was marked. Every layer decides
+//!   settle-or-refund with the one rule [`settle`].
 //! - [`Dialect`] (request extension, optional): the error format; otherwise the
 //!   [`ErrorMappingLayer`] picks it from the path.
 //!
@@ -37,6 +40,8 @@
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder
 //! [`Usage`]: tollgate_core::Usage
 //! [`Dialect`]: tollgate_core::Dialect
+//! [`UpstreamError`]: tollgate_core::UpstreamError
+//! [`settle`]: tollgate_core::attempt::settle
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 

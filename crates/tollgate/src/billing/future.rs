@@ -131,7 +131,7 @@ where
                     return Poll::Ready(match res {
                         Ok(r) => {
                             if let Some(g) = guard.as_mut() {
-                                g.answered = true;
+                                g.end = tollgate_core::CallEnd::Answered;
                             }
                             Ok(r.map(|b| HoldBody::holding(b, guard)))
                         }
@@ -140,10 +140,7 @@ where
                             // unless it may have reached the provider: then it stays
                             // pending reconciliation (B4).
                             if let Some(g) = guard.as_mut() {
-                                if e.downcast_ref::<Rejection>().is_some() && !g.reached_provider()
-                                {
-                                    g.refund = true;
-                                }
+                                g.end = tollgate_core::CallEnd::of_error(&*e);
                             }
                             Err(e)
                         }

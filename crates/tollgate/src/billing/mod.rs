@@ -51,6 +51,7 @@ use crate::body::Hold;
 use durable::{Job, Settler};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tollgate_core::attempt::{CallEnd, Settle, settle};
 use tollgate_core::{
     AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money,
     SubjectKey, Usage, UsageRecorder, UsageReport,
@@ -221,8 +222,7 @@ impl<St: BillingStore> Settlement<St> {
     pub(crate) fn admitted(self) -> BillingGuard<St> {
         BillingGuard {
             s: self,
-            refund: false,
-            answered: false,
+            end: CallEnd::Unanswered,
             _in_flight: crate::gauge::InFlight::enter(tollgate_core::LayerKind::BillingGate),
         }
     }
@@ -231,30 +231,23 @@ impl<St: BillingStore> Settlement<St> {
 /// An admitted attempt: settled when dropped.
 pub struct BillingGuard<St: BillingStore> {
     s: Settlement<St>,
-    pub(crate) refund: bool,
-    /// The inner service answered (a response head exists).
-    pub(crate) answered: bool,
+    /// How the inner call ended (so far).
+    pub(crate) end: CallEnd,
     _in_flight: crate::gauge::InFlight,
-}
-
-impl<St: BillingStore> BillingGuard<St> {
-    /// Whether anything was recorded about a provider answer (or its loss).
-    pub(crate) fn reached_provider(&self) -> bool {
-        self.s.recorder.report().is_some()
-    }
 }
 
 impl<St: BillingStore> Hold for BillingGuard<St> {}
 
 impl<St: BillingStore> Drop for BillingGuard<St> {
     fn drop(&mut self) {
-        // Dropped before any answer and with nothing recorded: the request never left
-        // (a client that gave up while queued), so it costs nothing.
-        let never_sent = !self.answered && self.s.recorder.report().is_none();
-        let (outcome, usage) = if self.refund || never_sent {
+        // Refused further in, or dropped before any answer, with nothing recorded: the
+        // request never left (L5), so it costs nothing; so too a request the provider
+        // never saw. Anything else stays pending without a complete report (B4).
+        let report = self.s.recorder.report();
+        let (outcome, usage) = if settle(self.end, report) == Settle::Refund {
             (BillingOutcome::Refund, None)
         } else {
-            match self.s.recorder.report() {
+            match report {
                 Some(UsageReport::Complete(u)) => match u.cost {
                     Some(cost) => (BillingOutcome::Settled(cost), Some(u)),
                     // Figures without a price: the cost is not known (B4).

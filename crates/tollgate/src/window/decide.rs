@@ -170,8 +170,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
                     scope: self.scope,
                     ticket,
                     recorder: self.recorder.clone(),
-                    refund: false,
-                    answered: false,
+                    end: tollgate_core::CallEnd::Unanswered,
                     _in_flight: crate::gauge::InFlight::enter(LayerKind::AnchoredWindow),
                 });
             }

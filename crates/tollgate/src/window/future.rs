@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tokio::time::Sleep;
-use tollgate_core::{Admission, Clock, Rejection, WindowStore};
+use tollgate_core::{Admission, CallEnd, Clock, Rejection, WindowStore};
 use tower_service::Service;
 
 /// A request whose admission is not decided yet.
@@ -157,7 +157,7 @@ where
                     return Poll::Ready(match res {
                         Ok(r) => {
                             if let Some(g) = guard.as_mut() {
-                                g.answered = true;
+                                g.end = CallEnd::Answered;
                             }
                             Ok(r.map(|b| HoldBody::holding(b, guard)))
                         }
@@ -165,11 +165,7 @@ where
                             // L5: refused further in → this request consumed nothing,
                             // unless it may have reached the provider (B4).
                             if let Some(g) = guard.as_mut() {
-                                if e.downcast_ref::<Rejection>().is_some()
-                                    && g.recorder.report().is_none()
-                                {
-                                    g.refund = true;
-                                }
+                                g.end = CallEnd::of_error(&*e);
                             }
                             Err(e)
                         }

@@ -54,6 +54,7 @@ pub use service::AnchoredWindow;
 
 use crate::body::Hold;
 use crate::spawn::detach;
+use tollgate_core::attempt::{CallEnd, Settle, settle};
 use tollgate_core::{Outcome, Scope, SubjectKey, UsageRecorder, WindowStore, WindowTicket};
 
 /// Reservations of one admitted request: settled when dropped (W5), or refunded if
@@ -64,9 +65,8 @@ pub struct WindowGuard<St: WindowStore> {
     scope: Scope,
     ticket: WindowTicket,
     recorder: UsageRecorder,
-    refund: bool,
-    /// The inner service answered (a response head exists).
-    answered: bool,
+    /// How the inner call ended (so far).
+    end: CallEnd,
     _in_flight: crate::gauge::InFlight,
 }
 
@@ -81,13 +81,11 @@ impl<St: WindowStore> Hold for WindowGuard<St> {}
 
 impl<St: WindowStore> Drop for WindowGuard<St> {
     fn drop(&mut self) {
-        // Dropped before any answer and with nothing recorded: the request never left
-        // (a client that gave up while queued), so it consumed nothing.
-        let never_sent = !self.answered && self.recorder.report().is_none();
-        let outcome = if self.refund || never_sent {
-            Outcome::Refund
-        } else {
-            Outcome::Completed(self.recorder.get())
+        // Refused further in, or dropped before any answer, with nothing recorded: the
+        // request never left (L5); so too a request the provider never saw (B4).
+        let outcome = match settle(self.end, self.recorder.report()) {
+            Settle::Refund => Outcome::Refund,
+            Settle::AsReported => Outcome::Completed(self.recorder.get()),
         };
         detach(
             self.store
