@@ -519,8 +519,8 @@ impl AttemptTrace {
             use tracing_opentelemetry::OpenTelemetrySpanExt;
             let span = self.attempt.as_ref().unwrap_or(self.request.span());
             if let Some(a) = &self.attempt {
-                // Named like the request span, as the client side of the provider call
-                // (the failover layer declares the span's `otel.kind` as client).
+                // Named like the request span, as the client side of the provider call.
+                a.record("otel.kind", "client");
                 a.record(
                     "otel.name",
                     format!("{} {model}", operation_name(uri.path())).as_str(),

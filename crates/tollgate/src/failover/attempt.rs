@@ -227,8 +227,9 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         attempt.extensions_mut().insert(candidates);
         self.sent_at = Some(Instant::now());
         // Signed numbers: the OpenTelemetry bridge exports unsigned ones as text. An
-        // exporter may name the span (`otel.name`, e.g. `chat {model}`); it is the
-        // client side of the call to the provider.
+        // exporter may name the span and give its kind (`otel.name`, e.g.
+        // `chat {model}`, and `otel.kind`: the client side of the provider call); left
+        // empty, they are not logged.
         let span = tracing::debug_span!(
             "attempt",
             n = i64::from(self.attempts.sent()) + 1,
@@ -236,7 +237,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             attempt_id = tracing::field::Empty,
             outcome = tracing::field::Empty,
             otel.name = tracing::field::Empty,
-            otel.kind = "client",
+            otel.kind = tracing::field::Empty,
         );
         (attempt, span)
     }
