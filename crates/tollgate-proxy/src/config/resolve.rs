@@ -169,39 +169,7 @@ fn key(
         })
     };
     let at = src.spans.entry("keys", label);
-    let secret = match (&k.key, &k.key_env) {
-        (Some(s), None) => s.clone(),
-        // A value read from the environment is trimmed: a secret file or a shell
-        // `export` often ends in a newline, and an untrimmed key never matches.
-        (None, Some(var)) => {
-            let v = std::env::var(var).map_err(|_| {
-                src.err(
-                    at.clone(),
-                    format!("key {label:?}: environment variable {var} is not set"),
-                )
-            })?;
-            let v = v.trim();
-            if v.is_empty() {
-                return Err(src.err(
-                    at,
-                    format!(
-                        "key {label:?}: environment variable {var} is empty (or only \
-                         whitespace)"
-                    ),
-                ));
-            }
-            v.to_owned()
-        }
-        _ => {
-            return Err(src.err(
-                at,
-                format!("key {label:?}: set exactly one of `key` or `key_env`"),
-            ));
-        }
-    };
-    if secret.trim().is_empty() {
-        return Err(src.err(at, format!("key {label:?}: the key is empty")));
-    }
+    let secret = secret(src, label, k, at.clone())?;
     // Limits are kept under the label, so no secret ever reaches a store key, a
     // usage record or a log line.
     let mut subject = tollgate_core::Subject::new(label);
@@ -273,6 +241,50 @@ fn key(
         native_errors: k.errors == ErrorsConfig::Native,
     };
     Ok((secret, entry))
+}
+
+/// The secret of key `label`: written (`key`), or read from the environment (`key_env`,
+/// trimmed); never empty.
+fn secret(
+    src: &Source<'_>,
+    label: &str,
+    k: &super::raw::KeyConfig,
+    at: Option<Range<usize>>,
+) -> Result<String, ConfigError> {
+    let secret = match (&k.key, &k.key_env) {
+        (Some(s), None) => s.clone(),
+        // A value read from the environment is trimmed: a secret file or a shell
+        // `export` often ends in a newline, and an untrimmed key never matches.
+        (None, Some(var)) => {
+            let v = std::env::var(var).map_err(|_| {
+                src.err(
+                    at.clone(),
+                    format!("key {label:?}: environment variable {var} is not set"),
+                )
+            })?;
+            let v = v.trim();
+            if v.is_empty() {
+                return Err(src.err(
+                    at,
+                    format!(
+                        "key {label:?}: environment variable {var} is empty (or only \
+                         whitespace)"
+                    ),
+                ));
+            }
+            v.to_owned()
+        }
+        _ => {
+            return Err(src.err(
+                at,
+                format!("key {label:?}: set exactly one of `key` or `key_env`"),
+            ));
+        }
+    };
+    if secret.trim().is_empty() {
+        return Err(src.err(at, format!("key {label:?}: the key is empty")));
+    }
+    Ok(secret)
 }
 
 /// The admin and metrics tokens, written or read from the environment.
