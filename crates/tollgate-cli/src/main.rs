@@ -24,6 +24,8 @@
 //! over OTLP/gRPC when `[telemetry] otlp_endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`)
 //! names a collector; the spans still queued are sent before the process exits.
 
+#![deny(unreachable_pub)]
+
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

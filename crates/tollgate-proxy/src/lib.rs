@@ -12,6 +12,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+#![deny(unreachable_pub)]
 
 pub mod admin;
 pub mod app;

@@ -35,7 +35,6 @@ use crate::config::KeyEntry;
 use crate::prepare::Facts;
 use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
-use serde::Deserialize;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,47 +43,12 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 use tollgate::BoxError;
 use tollgate_core::{Dialect, Rejection, Usage};
-use toml::Spanned;
 use tower::{Layer, Service};
 use tracing::Span;
 
 // ------------------------------------------------------------------ configuration
 
-/// `[telemetry]`: where and how the spans are exported (read at start; a reload keeps
-/// the running exporter).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct TelemetryConfig {
-    /// The OTLP/gRPC collector, e.g. `http://127.0.0.1:4317` (`https://` with the
-    /// webpki roots). Unset: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`; with neither, nothing is exported.
-    pub otlp_endpoint: Option<Spanned<String>>,
-    /// `service.name` of the exported spans. Unset: `OTEL_SERVICE_NAME`, else `tollgate`.
-    pub service_name: Option<String>,
-    /// Share of traces kept, 0 to 1 (default 1), for requests without a parent; a
-    /// request whose client sent a `traceparent` follows the client's decision.
-    pub sampling_ratio: Option<Spanned<f64>>,
-    /// Longest wait for the collector per export (default 10 s, at most 60 s).
-    pub export_timeout: Option<Spanned<crate::config::Span>>,
-    /// Join the client's trace when a request carries a W3C `traceparent` (default
-    /// true). With `false` every request starts a trace of its own.
-    pub accept_traceparent: bool,
-}
-
-impl Default for TelemetryConfig {
-    fn default() -> Self {
-        Self {
-            otlp_endpoint: None,
-            service_name: None,
-            sampling_ratio: None,
-            export_timeout: None,
-            accept_traceparent: true,
-        }
-    }
-}
-
-// The ratio is checked to be a number (never NaN) before a configuration is built.
-impl Eq for TelemetryConfig {}
+pub use crate::config::TelemetryConfig;
 
 /// The default export timeout.
 pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);

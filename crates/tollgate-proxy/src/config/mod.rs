@@ -18,7 +18,7 @@ pub use raw::{
     BudgetConfig, ChannelConfig, ErrorsConfig, FailoverSettings, FailureModeConfig,
     ForwardedHeader, ForwardingConfig, KeyConfig, LimitsConfig, ModelConfig, NEVER_FORWARDED,
     PolicyConfig, QueueConfig, RawConfig, ServerConfig, Span, StoreConfig, SubscriptionConfig,
-    TaskConfig, TenantConfig, TierConfig, UpstreamLimits, Vendor,
+    TaskConfig, TelemetryConfig, TenantConfig, TierConfig, UpstreamLimits, Vendor,
 };
 pub use resolve::{task_budget, tenant_budgets};
 
