@@ -42,17 +42,45 @@ pub(crate) struct Op {
 /// The queue of ops not sent yet.
 #[derive(Default)]
 pub(crate) struct Batcher {
-    queue: Mutex<Vec<Op>>,
+    queue: Mutex<Queue>,
     queued: AtomicUsize,
 }
 
+#[derive(Default)]
+struct Queue {
+    ops: Vec<Op>,
+    /// Batches taken so far: names the batch now filling, so a flush timer fires only
+    /// for the batch it was set for. (A timer outliving its batch — sent early by a
+    /// slot release or another call — would otherwise send the next batch half
+    /// filled: the next request's first settlements in one call, the rest in another.)
+    taken: u64,
+}
+
 impl Batcher {
-    /// Queues `op`; true when the queue was empty (the caller schedules a flush).
-    pub(crate) fn push(&self, op: Op) -> bool {
+    /// Queues `op`; `Some(batch)` when the queue was empty: the caller schedules a
+    /// flush of that batch (see [`take_if`](Self::take_if)).
+    pub(crate) fn push(&self, op: Op) -> Option<u64> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.push(op);
-        self.queued.store(q.len(), Ordering::Release);
-        q.len() == 1
+        q.ops.push(op);
+        self.queued.store(q.ops.len(), Ordering::Release);
+        (q.ops.len() == 1).then_some(q.taken)
+    }
+
+    /// Everything queued if it is still batch `batch` (not sent since), else nothing.
+    pub(crate) fn take_if(&self, batch: u64) -> Vec<Op> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.taken != batch {
+            return Vec::new();
+        }
+        Self::take_locked(&mut q, &self.queued)
+    }
+
+    fn take_locked(q: &mut Queue, queued: &AtomicUsize) -> Vec<Op> {
+        queued.store(0, Ordering::Release);
+        if !q.ops.is_empty() {
+            q.taken += 1;
+        }
+        std::mem::take(&mut q.ops)
     }
 
     /// True when nothing is queued (one atomic load).
@@ -63,8 +91,7 @@ impl Batcher {
     /// Everything queued, in order.
     pub(crate) fn take(&self) -> Vec<Op> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        self.queued.store(0, Ordering::Release);
-        std::mem::take(&mut *q)
+        Self::take_locked(&mut q, &self.queued)
     }
 }
 
@@ -114,16 +141,34 @@ mod tests {
     fn t3_the_first_op_of_an_empty_queue_asks_for_a_flush() {
         let b = Batcher::default();
         assert!(b.is_empty());
-        assert!(b.push(op("a")));
-        assert!(!b.push(op("b")));
+        assert_eq!(b.push(op("a")), Some(0));
+        assert_eq!(b.push(op("b")), None);
         assert!(!b.is_empty());
         let taken = b.take();
         assert_eq!(taken.len(), 2);
         assert_eq!(taken[0].keys, ["a"]);
         assert!(b.is_empty());
-        assert!(
+        assert_eq!(
             b.push(op("c")),
-            "empty again: the next op schedules a flush"
+            Some(1),
+            "empty again: the next op schedules a flush of the next batch"
         );
+    }
+
+    #[test]
+    fn t3_a_flush_timer_sends_only_the_batch_it_was_set_for() {
+        let b = Batcher::default();
+        let first = b.push(op("a")).expect("first op of a batch");
+        // The batch is sent early (a slot release), before its timer fires …
+        assert_eq!(b.take().len(), 1);
+        // … and the next request starts filling the next batch.
+        let second = b.push(op("b")).expect("first op of the next batch");
+        b.push(op("c"));
+        // The stale timer fires: it must not send the next batch half filled.
+        assert!(b.take_if(first).is_empty());
+        b.push(op("d"));
+        let sent = b.take_if(second);
+        assert_eq!(sent.len(), 3, "the next batch goes whole, on its own timer");
+        assert!(b.is_empty());
     }
 }

@@ -657,7 +657,7 @@ impl RedisStore {
                 let _ = tx.send(r);
             }),
         };
-        if self.inner.batcher.push(op) {
+        if let Some(batch) = self.inner.batcher.push(op) {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
                     let store = self.clone();
@@ -665,9 +665,11 @@ impl RedisStore {
                         // Long enough for the rest of the request's guards (dropped one
                         // after the other, maybe across a few polls) and for other
                         // requests ending now to join. A call made meanwhile flushes
-                        // first, so nothing waits behind this.
+                        // first, so nothing waits behind this; then this timer sends
+                        // nothing (its batch is gone, the next one has its own).
                         tokio::time::sleep(batch::FLUSH_AFTER).await;
-                        store.flush_batch()
+                        let ops = store.inner.batcher.take_if(batch);
+                        store.send_ops(ops);
                     });
                 }
                 Err(_) => self.flush_batch(),
@@ -690,7 +692,15 @@ impl RedisStore {
         if self.inner.batcher.is_empty() {
             return;
         }
-        let ops = self.inner.batcher.take();
+        self.send_ops(self.inner.batcher.take());
+    }
+
+    /// Sends `ops` (taken from the queue, in order): one script call per slot run, each
+    /// handed to the connection before this returns.
+    fn send_ops(&self, ops: Vec<Op>) {
+        if ops.is_empty() {
+            return;
+        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             for op in ops {
                 (op.done)(Err(StoreError::new(
