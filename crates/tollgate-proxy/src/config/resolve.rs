@@ -296,25 +296,23 @@ fn tokens(
         src,
         ("admin_token", "admin token"),
         (&server.admin_token, &server.admin_token_env),
-        false,
     )?;
-    // The metrics token read from the environment is trimmed, as a client key is.
     let metrics = token(
         src,
         ("metrics_token", "metrics token"),
         (&server.metrics_token, &server.metrics_token_env),
-        true,
     )?;
     Ok((admin, metrics))
 }
 
 /// One token of `[server]`: the setting `key` written, or `key_env` naming the variable
-/// that holds it (`trim`: taken without surrounding whitespace); at least 16 characters.
+/// that holds it — taken without surrounding whitespace, as a client key is (a secret
+/// file's trailing newline would otherwise lock the operator out); at least 16
+/// characters.
 fn token(
     src: &Source<'_>,
     (key, what): (&str, &str),
     (written, env): (&Option<String>, &Option<String>),
-    trim: bool,
 ) -> Result<Option<String>, ConfigError> {
     let at = |setting: &str| src.spans.of(&format!("server.{setting}"));
     let token = match (written, env) {
@@ -326,7 +324,7 @@ fn token(
                     format!("server.{key}_env: environment variable {var} is not set"),
                 )
             })?;
-            Some(if trim { v.trim().to_owned() } else { v })
+            Some(v.trim().to_owned())
         }
         (None, None) => None,
         _ => {
@@ -471,6 +469,30 @@ mod tests {
         let e = Config::parse(&text).unwrap_err();
         assert!(e.reason.contains("at least 16"), "{e}");
         assert_eq!(e.line, Some(3), "{e}");
+    }
+
+    /// The admin and metrics tokens read from the environment are trimmed like a
+    /// client key: a secret file's trailing newline does not lock the operator out.
+    #[test]
+    fn p3_admin_and_metrics_tokens_from_env_are_trimmed() {
+        let (admin, metrics) = (
+            "TOLLGATE_TEST_ADMIN_TOKEN_TRIMMED",
+            "TOLLGATE_TEST_METRICS_TOKEN_TRIMMED",
+        );
+        // SAFETY: only this test sets these variables (see the client key test).
+        unsafe {
+            std::env::set_var(admin, " admin-secret-0123456789\n");
+            std::env::set_var(metrics, "metrics-secret-0123456789\n");
+        }
+        let text = format!(
+            "[server]\nadmin_token_env = \"{admin}\"\nmetrics_token_env = \"{metrics}\"\n{GOOD}"
+        );
+        let c = Config::parse(&text).unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some("admin-secret-0123456789"));
+        assert_eq!(
+            c.metrics_token.as_deref(),
+            Some("metrics-secret-0123456789")
+        );
     }
 
     /// A client key read from the environment is trimmed of surrounding whitespace (a
