@@ -392,6 +392,11 @@ fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
     if tracing::level_filters::LevelFilter::current() < tracing::Level::DEBUG {
         return tracing::Span::none();
     }
+    // Health probes and metrics scrapes come every few seconds and tell nothing: no
+    // span (nor an exported trace) for them.
+    if matches!(req.uri().path(), "/healthz" | "/metrics") {
+        return tracing::Span::none();
+    }
     let id = req
         .headers()
         .get(X_REQUEST_ID)

@@ -423,6 +423,17 @@ async fn i15_5_request_and_attempt_spans_reach_the_collector_with_genai_attribut
     )
     .await;
     assert_eq!(r.status, 429, "{}", r.text());
+    // 5. A health probe and a metrics scrape: not traced (a probe every few seconds
+    // would bury the model calls in the trace store).
+    let probe = ClientSpan::new(6);
+    for path in ["/healthz", "/metrics"] {
+        let r = send(
+            proxy.addr,
+            &Req::get(path).header("traceparent", probe.traceparent()),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
     rejection(&r, Dialect::OpenAi, 42902);
 
     // -------- the non-streamed request
