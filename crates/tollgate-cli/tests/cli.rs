@@ -445,14 +445,7 @@ fn i15_4_serve_answers_healthz_and_usage() {
     assert_eq!((status, body.trim()), (200, "ok"));
     assert_eq!(gw.request_limit(), Some(5));
     // A proxied call through the fake upstream (started for the fake:// channel).
-    let (status, body) = http(
-        gw.addr,
-        "POST",
-        "/v1/chat/completions",
-        &[],
-        r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
-    )
-    .unwrap();
+    let (status, body) = chat(gw.addr);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("chat.completion"), "{body}");
 }
@@ -502,14 +495,7 @@ fn i15_4_sighup_applies_a_changed_limit_and_keeps_serving_on_a_broken_file() {
     );
     // The new limit is enforced, not only shown: 3 calls pass, the 4th is refused.
     for i in 0..4 {
-        let (status, body) = http(
-            gw.addr,
-            "POST",
-            "/v1/chat/completions",
-            &[],
-            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
-        )
-        .unwrap();
+        let (status, body) = chat(gw.addr);
         let want = if i < 3 { 200 } else { 429 };
         assert_eq!(status, want, "call {i}: {body}");
     }

@@ -484,12 +484,10 @@ impl AttemptTrace {
             let span = self.attempt.as_ref().unwrap_or(self.request.span());
             if let Some(a) = &self.attempt {
                 // Named like the request span, as the client side of the provider call.
+                let op = operation_name(uri.path());
                 a.record("otel.kind", "client");
-                a.record(
-                    "otel.name",
-                    format!("{} {model}", operation_name(uri.path())).as_str(),
-                );
-                a.set_attribute(attr::OPERATION, operation_name(uri.path()));
+                a.record("otel.name", format!("{op} {model}").as_str());
+                a.set_attribute(attr::OPERATION, op);
                 a.set_attribute(attr::PROVIDER, provider_name(route.dialect));
                 a.set_attribute(attr::REQUEST_MODEL, model.to_owned());
                 a.set_attribute(attr::REQUEST_STREAM, self.stream);
