@@ -31,6 +31,49 @@
 //! An attempt left pending is closed by an operator with [`reconcile()`]: settled at its
 //! real cost or written off, with a usage record through the same sink (B7).
 //!
+//! ```
+//! use std::convert::Infallible;
+//! use std::sync::{Arc, Mutex};
+//! use tollgate::BillingGateLayer;
+//! use tollgate::billing::UsageRecord;
+//! use tollgate::core::{AttemptState, BillingStore, Demand, MemoryStore, Subject, Usage, UsageRecorder};
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use http_body_util::BodyExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = MemoryStore::new();
+//! store.seed_balance("acme", 100).await.unwrap();
+//! let records = Arc::new(Mutex::new(Vec::<UsageRecord>::new()));
+//! let sink = records.clone();
+//! let svc = ServiceBuilder::new()
+//!     .layer(BillingGateLayer::new(store.clone()).sink(move |r: UsageRecord| sink.lock().unwrap().push(r)))
+//!     .service_fn(|req: http::Request<()>| async move {
+//!         // The forwarder records what the provider reported, cost included.
+//!         let usage = Usage { output_tokens: 12, cost: Some(30), ..Usage::default() };
+//!         req.extensions().get::<UsageRecorder>().unwrap().record(usage);
+//!         Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::new())))
+//!     });
+//! let ask = || {
+//!     let mut req = http::Request::new(());
+//!     req.extensions_mut().insert(Subject::new("sk-1").with_tenant("acme"));
+//!     req.extensions_mut().insert(Demand { money: 50, ..Demand::default() }); // upper bound
+//!     req
+//! };
+//! let res = svc.clone().oneshot(ask()).await.unwrap();
+//! res.into_body().collect().await.unwrap(); // settled when the body ends
+//! let books = store.account(Some("acme"), &"sk-1".into(), &[]).await.unwrap();
+//! assert_eq!(books.balance, Some(70));
+//! assert_eq!(records.lock().unwrap()[0].outcome, AttemptState::Settled(30));
+//!
+//! // At or below zero: 402, and the provider is never called.
+//! store.set_balance("acme", 0).await.unwrap();
+//! let refused = svc.oneshot(ask()).await.unwrap_err();
+//! let refused = refused.downcast_ref::<tollgate::core::Rejection>().unwrap();
+//! assert_eq!(refused.http_status(), 402);
+//! # }
+//! ```
+//!
 //! [`BillingStore`]: tollgate_core::BillingStore
 //! [`UsageReport`]: tollgate_core::UsageReport
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder

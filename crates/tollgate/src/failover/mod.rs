@@ -41,6 +41,56 @@
 //! first-chunk gate in the response future itself, anything after a failed attempt in
 //! one boxed future.
 //!
+//! ```
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use std::{convert::Infallible, sync::Arc};
+//! use tollgate::core::upstream::{RateLimits, UpstreamChannel, UpstreamRegistry};
+//! use tollgate::core::{Candidates, ChannelRef, Chosen, Dialect, MemoryStore, ModelId, UsageRecorder};
+//! use tollgate::{FailoverLayer, UpstreamLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let channel = |name: &str| UpstreamChannel {
+//!     name: name.into(),
+//!     dialect: Dialect::OpenAi,
+//!     vendor: "openai".into(),
+//!     credential: format!("org-{name}").into(),
+//!     limits: RateLimits::default(),
+//!     model_limits: vec![],
+//! };
+//! let registry = Arc::new(
+//!     UpstreamRegistry::new().with_channel(channel("busy")).with_channel(channel("calm")),
+//! );
+//! let svc = ServiceBuilder::new()
+//!     .layer(FailoverLayer::new(registry.clone()))
+//!     .layer(UpstreamLimitLayer::new(MemoryStore::new(), registry))
+//!     .service_fn(|req: http::Request<()>| async move {
+//!         // A forwarder whose `busy` channel is overloaded (an F2 reason: fail over).
+//!         // It sends to the channel the layers chose and names it on the attempt's
+//!         // recorder, so failover knows which channel answered.
+//!         let channel = req.extensions().get::<Chosen>().unwrap().0.name.clone();
+//!         req.extensions().get::<UsageRecorder>().unwrap().set_channel(channel.clone());
+//!         let (status, body) = match &*channel {
+//!             "busy" => (503, r#"{"error":{"type":"server_error","code":"server_is_overloaded"}}"#),
+//!             _ => (200, r#"{"object":"chat.completion"}"#),
+//!         };
+//!         let mut res = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+//!         *res.status_mut() = http::StatusCode::from_u16(status).unwrap();
+//!         res.headers_mut().insert("x-served-by", channel.parse().unwrap());
+//!         Ok::<_, Infallible>(res)
+//!     });
+//! let mut req = http::Request::new(());
+//! req.extensions_mut().insert(Candidates::new([ChannelRef::new("busy", 0), ChannelRef::new("calm", 0)]));
+//! req.extensions_mut().insert(ModelId("gpt-4o-mini".into()));
+//! req.extensions_mut().insert(Dialect::OpenAi);
+//! let res = svc.oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), 200);
+//! assert_eq!(res.headers()["x-served-by"], "calm");
+//! # }
+//! ```
+//!
 //! [`Candidates`]: tollgate_core::Candidates
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder
 //! [`classify`]: tollgate_core::failover::classify

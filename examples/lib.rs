@@ -1,0 +1,10 @@
+//! Runnable examples of tollgate (see `[[example]]` in this crate's manifest).
+//!
+//! This library holds no code of its own: it compiles and runs the Rust snippets of the
+//! workspace's README as doctests (`cargo test -p tollgate-examples --doc`), the way
+//! axum keeps its guides in markdown pulled in with `#[doc = include_str!]`. A snippet
+//! that stops compiling, or whose assertions stop holding, fails the suite.
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeSnippets;
