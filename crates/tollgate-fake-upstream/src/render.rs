@@ -128,149 +128,184 @@ pub(crate) struct StreamPlan {
     pub(crate) gemini_json_array: bool,
 }
 
-/// The frames of a streamed answer and how it ends.
-pub(crate) fn stream(
-    ctx: &Ctx<'_>,
+/// The frames of one streamed answer, in its dialect's framing: OpenAI and Anthropic
+/// SSE, Gemini SSE or the pieces of one JSON array.
+struct Frames<'a> {
+    ctx: &'a Ctx<'a>,
     seq: u64,
-    u: &Usage,
-    plan: &StreamPlan,
-) -> (VecDeque<(Duration, Bytes)>, End) {
-    let model = js(ctx.model);
-    let mut steps: VecDeque<(Duration, Bytes)> = VecDeque::with_capacity(u.chunks as usize + 3);
-    let created = unix_secs(ctx.now);
-    let oid = openai_id(seq);
-    let usage_null = if plan.include_usage {
-        r#","usage":null"#
-    } else {
-        ""
-    };
-    let oai_chunk = |delta: &str, finish: &str| {
+    u: &'a Usage,
+    plan: &'a StreamPlan,
+    model: String,
+    oid: String,
+    created: u64,
+    /// Gemini frames made so far (the first opens the JSON array).
+    gemini_frames: usize,
+}
+
+impl<'a> Frames<'a> {
+    fn new(ctx: &'a Ctx<'a>, seq: u64, u: &'a Usage, plan: &'a StreamPlan) -> Self {
+        Self {
+            ctx,
+            seq,
+            u,
+            plan,
+            model: js(ctx.model),
+            oid: openai_id(seq),
+            created: unix_secs(ctx.now),
+            gemini_frames: 0,
+        }
+    }
+
+    fn openai_chunk(&self, delta: &str, finish: &str) -> String {
+        let (oid, created, model) = (&self.oid, self.created, &self.model);
+        let usage_null = if self.plan.include_usage {
+            r#","usage":null"#
+        } else {
+            ""
+        };
         format!(
             "data: {{\"id\":\"{oid}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_fake\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]{usage_null}}}\n\n"
         )
-    };
-    let gem_chunk = |text: &str, finish: Option<&str>| {
+    }
+
+    fn gemini_chunk(&self, text: &str, finish: Option<&str>) -> String {
         let fin = finish
             .map(|f| format!(r#","finishReason":"{f}""#))
             .unwrap_or_default();
         format!(
             r#"{{"candidates":[{{"content":{{"parts":[{{"text":{text}}}],"role":"model"}}{fin},"index":0}}],"usageMetadata":{usage},"modelVersion":{model},"responseId":"fake{seq:08}"}}"#,
             text = js(text),
-            usage = gemini_usage(u, finish.is_some()),
+            usage = gemini_usage(self.u, finish.is_some()),
+            model = self.model,
+            seq = self.seq,
         )
-    };
-    // Gemini framing: SSE `data:` lines, or the pieces of one JSON array.
-    let mut gem_frames = 0usize;
-    let mut gem_frame = |json: String| -> String {
-        gem_frames += 1;
-        if plan.gemini_json_array {
-            if gem_frames == 1 {
-                format!("[{json}")
-            } else {
-                format!("\r\n,{json}")
-            }
-        } else {
-            format!("data: {json}\r\n\r\n")
-        }
-    };
+    }
 
-    // Preamble: sent with the head, before the first content chunk.
-    match ctx.dialect {
-        Dialect::OpenAi => steps.push_back((
-            Duration::ZERO,
-            oai_chunk(r#"{"role":"assistant","content":"","refusal":null}"#, "null").into(),
-        )),
-        Dialect::Anthropic => steps.push_back((
-            Duration::ZERO,
-            format!(
+    /// Gemini framing of one JSON object; `last` closes a JSON array.
+    fn gemini_frame(&mut self, json: String, last: bool) -> String {
+        self.gemini_frames += 1;
+        if !self.plan.gemini_json_array {
+            return format!("data: {json}\r\n\r\n");
+        }
+        let open = if self.gemini_frames == 1 {
+            "["
+        } else {
+            "\r\n,"
+        };
+        let close = if last { "]" } else { "" };
+        format!("{open}{json}{close}")
+    }
+
+    /// Sent with the head, before the first content chunk.
+    fn preamble(&self) -> Option<String> {
+        match self.ctx.dialect {
+            Dialect::OpenAi => Some(self.openai_chunk(
+                r#"{"role":"assistant","content":"","refusal":null}"#,
+                "null",
+            )),
+            Dialect::Anthropic => Some(format!(
                 "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"{id}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":{model},\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{usage}}}}}\n\n\
                  event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
                  event: ping\ndata: {{\"type\":\"ping\"}}\n\n",
-                id = anthropic_id(seq),
-                usage = anthropic_usage(u, 1),
-            )
-            .into(),
-        )),
-        Dialect::Gemini => {}
-    }
-    if plan.hang {
-        return (steps, End::Hang);
+                id = anthropic_id(self.seq),
+                model = self.model,
+                usage = anthropic_usage(self.u, 1),
+            )),
+            Dialect::Gemini => None,
+        }
     }
 
-    let content = plan.fail.as_ref().map_or(u.chunks, |(k, _, _)| *k);
-    for i in 0..content as usize {
-        let delay = if i == 0 { plan.ttfb } else { plan.interval };
+    /// Content chunk `i`.
+    fn content(&mut self, i: usize) -> String {
         let text = chunk_text(i);
-        let frame = match ctx.dialect {
-            Dialect::OpenAi => oai_chunk(&format!(r#"{{"content":{}}}"#, js(text)), "null"),
+        match self.ctx.dialect {
+            Dialect::OpenAi => self.openai_chunk(&format!(r#"{{"content":{}}}"#, js(text)), "null"),
             Dialect::Anthropic => format!(
                 "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
                 js(text)
             ),
-            Dialect::Gemini => gem_frame(gem_chunk(text, None)),
-        };
-        steps.push_back((delay, frame.into()));
+            Dialect::Gemini => {
+                let chunk = self.gemini_chunk(text, None);
+                self.gemini_frame(chunk, false)
+            }
+        }
+    }
+
+    /// An in-stream error event (the stream's last frame).
+    fn error(&mut self, kind: &ErrorKind, status: u16) -> String {
+        let err = error_json(self.ctx, kind, status);
+        match self.ctx.dialect {
+            Dialect::OpenAi => format!("data: {err}\n\n"),
+            Dialect::Anthropic => format!("event: error\ndata: {err}\n\n"),
+            Dialect::Gemini => self.gemini_frame(err, true),
+        }
+    }
+
+    /// The finish, the usage and the end marker of a stream that completes.
+    fn trailer(&mut self) -> String {
+        let u = self.u;
+        match self.ctx.dialect {
+            Dialect::OpenAi => {
+                let mut t = self.openai_chunk("{}", &format!("\"{}\"", openai_finish(u)));
+                if self.plan.include_usage {
+                    let (oid, created, model) = (&self.oid, self.created, &self.model);
+                    let _ = write!(
+                        t,
+                        "data: {{\"id\":\"{oid}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_fake\",\"choices\":[],\"usage\":{}}}\n\n",
+                        openai_usage(u)
+                    );
+                }
+                t.push_str("data: [DONE]\n\n");
+                t
+            }
+            Dialect::Anthropic => format!(
+                "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+                 event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{stop}\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{out}}}}}\n\n\
+                 event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+                stop = anthropic_stop(u),
+                out = u.output,
+            ),
+            Dialect::Gemini => {
+                let chunk = self.gemini_chunk("", Some(gemini_finish(u)));
+                self.gemini_frame(chunk, true)
+            }
+        }
+    }
+}
+
+/// The frames of a streamed answer, each with the delay before it, and how it ends.
+pub(crate) fn stream(
+    ctx: &Ctx<'_>,
+    seq: u64,
+    u: &Usage,
+    plan: &StreamPlan,
+) -> (VecDeque<(Duration, Bytes)>, End) {
+    let mut frames = Frames::new(ctx, seq, u, plan);
+    let mut steps: VecDeque<(Duration, Bytes)> = VecDeque::with_capacity(u.chunks as usize + 3);
+    if let Some(preamble) = frames.preamble() {
+        steps.push_back((Duration::ZERO, preamble.into()));
+    }
+    if plan.hang {
+        return (steps, End::Hang);
+    }
+    let content = plan.fail.as_ref().map_or(u.chunks, |(k, _, _)| *k);
+    for i in 0..content as usize {
+        let delay = if i == 0 { plan.ttfb } else { plan.interval };
+        steps.push_back((delay, frames.content(i).into()));
     }
     let next_delay = if content == 0 {
         plan.ttfb
     } else {
         plan.interval
     };
-
-    if let Some((_, kind, status)) = &plan.fail {
-        if plan.cut {
-            return (steps, End::Cut);
-        }
-        let err = error_json(ctx, kind, *status);
-        let frame = match ctx.dialect {
-            Dialect::OpenAi => format!("data: {err}\n\n"),
-            Dialect::Anthropic => format!("event: error\ndata: {err}\n\n"),
-            Dialect::Gemini => {
-                let f = gem_frame(err);
-                if plan.gemini_json_array {
-                    format!("{f}]")
-                } else {
-                    f
-                }
-            }
-        };
-        steps.push_back((next_delay, frame.into()));
-        return (steps, End::Clean);
-    }
     if plan.cut {
         return (steps, End::Cut);
     }
-
-    let trailer = match ctx.dialect {
-        Dialect::OpenAi => {
-            let mut t = oai_chunk("{}", &format!("\"{}\"", openai_finish(u)));
-            if plan.include_usage {
-                let _ = write!(
-                    t,
-                    "data: {{\"id\":\"{oid}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\"model\":{model},\"system_fingerprint\":\"fp_fake\",\"choices\":[],\"usage\":{}}}\n\n",
-                    openai_usage(u)
-                );
-            }
-            t.push_str("data: [DONE]\n\n");
-            t
-        }
-        Dialect::Anthropic => format!(
-            "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
-             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{stop}\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{out}}}}}\n\n\
-             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
-            stop = anthropic_stop(u),
-            out = u.output,
-        ),
-        Dialect::Gemini => {
-            let f = gem_frame(gem_chunk("", Some(gemini_finish(u))));
-            if plan.gemini_json_array {
-                format!("{f}]")
-            } else {
-                f
-            }
-        }
+    let last = match &plan.fail {
+        Some((_, kind, status)) => frames.error(kind, *status),
+        None => frames.trailer(),
     };
-    steps.push_back((next_delay, trailer.into()));
+    steps.push_back((next_delay, last.into()));
     (steps, End::Clean)
 }
 

@@ -273,17 +273,7 @@ async fn handle(
             request_id_header(dialect, &rid, &mut h);
             return Ok(full(guard, 200, "application/json", h, body));
         }
-        Route::Other => {
-            let body = format!(
-                r#"{{"error":{{"message":{},"type":"invalid_request_error","param":null,"code":"unknown_url"}}}}"#,
-                js(&format!(
-                    "fake-upstream: no route for {} {}",
-                    req.method(),
-                    req.uri().path()
-                ))
-            );
-            return Ok(full(guard, 404, "application/json", Headers::new(), body));
-        }
+        Route::Other => return Ok(no_route(guard, req.method(), req.uri().path())),
         _ => {}
     }
 
@@ -317,20 +307,8 @@ async fn handle(
     };
     let usage = Usage::compute(&parsed, &b);
 
-    let mut delay = b.latency.unwrap_or_default();
-    if !parsed.stream {
-        delay += b.ttfb.unwrap_or_default();
-    }
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
+    let guard = wait_as_told(&b, parsed.stream, guard).await;
     let hang = b.hang == Some(true);
-    if hang && !parsed.stream {
-        // Never answer; the guard is released when the client goes away.
-        let _guard = guard;
-        std::future::pending::<()>().await;
-        unreachable!("pending never resolves");
-    }
 
     let ctx = Ctx {
         dialect,
@@ -357,18 +335,8 @@ async fn handle(
     let cut = b.cut == Some(true);
 
     if !parsed.stream {
-        let text = render::non_stream(&ctx, seq, &usage);
-        if cut {
-            let total = text.len() as u64;
-            let half = Bytes::from(text).slice(..(total as usize / 2));
-            let steps = VecDeque::from([(Duration::ZERO, half)]);
-            shared.counters.count_status(200);
-            let body = FakeBody::new(steps, End::Cut, Some(total), guard);
-            return Ok(respond(200, "application/json", h, body));
-        }
-        return Ok(full(guard, 200, "application/json", h, text));
+        return Ok(buffered(&shared, &ctx, seq, &usage, h, cut, guard));
     }
-
     let plan = StreamPlan {
         ttfb: b.ttfb.unwrap_or_default(),
         interval: b.chunk_interval.unwrap_or_default(),
@@ -381,7 +349,70 @@ async fn handle(
         include_usage: parsed.include_usage,
         gemini_json_array: dialect == Dialect::Gemini && !gemini_sse,
     };
-    let (steps, end) = render::stream(&ctx, seq, &usage, &plan);
+    Ok(streamed(&shared, &ctx, seq, &usage, &plan, h, guard))
+}
+
+/// Waits the latency the behaviour asks for (and, unstreamed, the time to first byte);
+/// a hanging unstreamed answer never comes (its guard is released when the client goes
+/// away).
+async fn wait_as_told(b: &Behavior, stream: bool, guard: InFlightGuard) -> InFlightGuard {
+    let mut delay = b.latency.unwrap_or_default();
+    if !stream {
+        delay += b.ttfb.unwrap_or_default();
+    }
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if b.hang == Some(true) && !stream {
+        let _guard = guard;
+        std::future::pending::<()>().await;
+        unreachable!("pending never resolves");
+    }
+    guard
+}
+
+/// 404 for a path the fake does not serve, in OpenAI's error shape.
+fn no_route(guard: InFlightGuard, method: &http::Method, path: &str) -> Response<FakeBody> {
+    let body = format!(
+        r#"{{"error":{{"message":{},"type":"invalid_request_error","param":null,"code":"unknown_url"}}}}"#,
+        js(&format!("fake-upstream: no route for {method} {path}"))
+    );
+    full(guard, 404, "application/json", Headers::new(), body)
+}
+
+/// A whole (non-streamed) answer; `cut`: only its first half, then the connection drops.
+fn buffered(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    seq: u64,
+    usage: &Usage,
+    h: Headers,
+    cut: bool,
+    guard: InFlightGuard,
+) -> Response<FakeBody> {
+    let text = render::non_stream(ctx, seq, usage);
+    if !cut {
+        return full(guard, 200, "application/json", h, text);
+    }
+    let total = text.len() as u64;
+    let half = Bytes::from(text).slice(..(total as usize / 2));
+    let steps = VecDeque::from([(Duration::ZERO, half)]);
+    shared.counters.count_status(200);
+    let body = FakeBody::new(steps, End::Cut, Some(total), guard);
+    respond(200, "application/json", h, body)
+}
+
+/// A streamed answer as `plan` says: SSE, or Gemini's JSON array.
+fn streamed(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    seq: u64,
+    usage: &Usage,
+    plan: &StreamPlan,
+    mut h: Headers,
+    guard: InFlightGuard,
+) -> Response<FakeBody> {
+    let (steps, end) = render::stream(ctx, seq, usage, plan);
     let content_type = if plan.gemini_json_array {
         "application/json"
     } else {
@@ -390,7 +421,7 @@ async fn handle(
     push(&mut h, "cache-control", "no-cache");
     shared.counters.count_status(200);
     let body = FakeBody::new(steps, end, None, guard);
-    Ok(respond(200, content_type, h, body))
+    respond(200, content_type, h, body)
 }
 
 fn bad_request(
