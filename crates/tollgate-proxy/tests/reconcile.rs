@@ -520,3 +520,51 @@ async fn i14_8_metrics_pending_amount_moves_with_the_counter_behind_the_metrics_
         assert!(n.is_some_and(|n| n >= 1.0), "{label}: {text}");
     }
 }
+
+/// A reconciliation whose body is wrong is a 400 that says what was expected, and
+/// changes nothing: no cost on a settlement, a cost out of range, a write-off with a
+/// cost, no books named, a body that is not JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i14_8_a_malformed_reconciliation_is_a_400_that_changes_nothing() {
+    let s = serve(tollgate::core::MemoryStore::new(), "malformed").await;
+    let addr = s.addr;
+    leave_pending(addr, "sk-acme").await;
+    let before = money(addr, "sk-acme").await;
+    let listed = list(addr, "").await.json()["pending"].clone();
+    let attempt = listed[0]["attempt"].clone();
+    let cases = [
+        (
+            "/admin/pending/settle",
+            json!({"tenant": "acme", "attempt": attempt}).to_string(),
+            "Expected a JSON body",
+        ),
+        (
+            "/admin/pending/settle",
+            json!({"tenant": "acme", "attempt": attempt, "cost": -1}).to_string(),
+            "cost must be from 0 to 9007199254740991 minor units.",
+        ),
+        (
+            "/admin/pending/write-off",
+            json!({"tenant": "acme", "attempt": attempt, "cost": 5}).to_string(),
+            "Expected a JSON body",
+        ),
+        (
+            "/admin/pending/write-off",
+            json!({"attempt": attempt}).to_string(),
+            "Expected a JSON body",
+        ),
+        (
+            "/admin/pending/settle",
+            "{not json".to_owned(),
+            "Expected a JSON body",
+        ),
+    ];
+    for (path, body, says) in cases {
+        let r = send(addr, &admin(Req::post(path, body.clone()))).await;
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(says), "{path} {body}: {message}");
+        assert_eq!(money(addr, "sk-acme").await, before, "{path} {body}");
+        assert_eq!(list(addr, "").await.json()["pending"], listed);
+    }
+}

@@ -401,53 +401,70 @@ async fn close<St: BillingStore>(admin: Arc<Admin<St>>, req: Request, settle: bo
         Ok(t) => t,
         Err(e) => return refused(StatusCode::BAD_REQUEST, format!("{e}. {expected}")),
     };
-    let books = match (t.tenant, t.key) {
-        (Some(tenant), _) => Books::Tenant(tenant.into()),
-        (None, Some(key)) => Books::Key(key.into()),
-        (None, None) => return refused(StatusCode::BAD_REQUEST, expected),
-    };
-    let how = match (settle, t.cost, &t.usage) {
-        (true, Some(c), _) if (0..=tollgate::core::MAX_STORABLE_MONEY).contains(&c) => {
-            Reconcile::Settle(c)
-        }
-        (true, Some(_), _) => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "cost must be from 0 to {} minor units.",
-                    tollgate::core::MAX_STORABLE_MONEY
-                ),
-            );
-        }
-        (false, None, None) => Reconcile::WriteOff,
-        _ => return refused(StatusCode::BAD_REQUEST, expected),
-    };
-    let usage = t.usage.map(|u| Usage {
-        input_tokens: u.input_tokens,
-        cached_input_tokens: u.cached_input_tokens,
-        cache_write_tokens: u.cache_write_tokens,
-        output_tokens: u.output_tokens,
-        images: u.images,
-        videos: u.videos,
-        cost: match how {
-            Reconcile::Settle(c) => Some(c),
-            Reconcile::WriteOff => None,
-        },
-    });
-    let attempt = AttemptRef {
-        attempt: t.attempt.as_str().into(),
-        books,
+    let name = t.attempt.clone();
+    let (attempt, how, usage) = match t.into_reconciliation(settle) {
+        Ok(r) => r,
+        Err(message) => return refused(StatusCode::BAD_REQUEST, message),
     };
     let live = admin.live();
     let Some(rec) = live.store.reconciler() else {
         return no_reconciler();
     };
     let now = tollgate::core::SystemClock::new().now();
-    let answer =
-        match tollgate::billing::reconcile(&*rec, &*live.sink, &attempt, how, usage, now).await {
-            Ok(a) => a,
-            Err(e) => return store_failed(&e),
+    match tollgate::billing::reconcile(&*rec, &*live.sink, &attempt, how, usage, now).await {
+        Ok(answer) => reconciled(answer, &name),
+        Err(e) => store_failed(&e),
+    }
+}
+
+impl Target {
+    /// The attempt, what to do with it and the usage to record, or what the body
+    /// should have been (a 400).
+    fn into_reconciliation(
+        self,
+        settle: bool,
+    ) -> Result<(AttemptRef, Reconcile, Option<Usage>), String> {
+        let expected = if settle { SETTLE_BODY } else { WRITE_OFF_BODY };
+        let books = match (self.tenant, self.key) {
+            (Some(tenant), _) => Books::Tenant(tenant.into()),
+            (None, Some(key)) => Books::Key(key.into()),
+            (None, None) => return Err(expected.to_owned()),
         };
+        let how = match (settle, self.cost, &self.usage) {
+            (true, Some(c), _) if (0..=tollgate::core::MAX_STORABLE_MONEY).contains(&c) => {
+                Reconcile::Settle(c)
+            }
+            (true, Some(_), _) => {
+                return Err(format!(
+                    "cost must be from 0 to {} minor units.",
+                    tollgate::core::MAX_STORABLE_MONEY
+                ));
+            }
+            (false, None, None) => Reconcile::WriteOff,
+            _ => return Err(expected.to_owned()),
+        };
+        let usage = self.usage.map(|u| Usage {
+            input_tokens: u.input_tokens,
+            cached_input_tokens: u.cached_input_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            output_tokens: u.output_tokens,
+            images: u.images,
+            videos: u.videos,
+            cost: match how {
+                Reconcile::Settle(c) => Some(c),
+                Reconcile::WriteOff => None,
+            },
+        });
+        let attempt = AttemptRef {
+            attempt: self.attempt.as_str().into(),
+            books,
+        };
+        Ok((attempt, how, usage))
+    }
+}
+
+/// The answer to a reconciliation of attempt `name`, counted by outcome.
+fn reconciled(answer: Reconciled, name: &str) -> Response {
     let outcome = match &answer {
         Reconciled::Settled { .. } => "settled",
         Reconciled::WrittenOff { .. } => "written_off",
@@ -474,8 +491,7 @@ async fn close<St: BillingStore>(admin: Arc<Admin<St>>, req: Request, settle: bo
             axum::Json(json!({
                 "state": "in_flight",
                 "error": {"message": format!(
-                    "Attempt {:?} is still in flight; its request settles it.",
-                    t.attempt
+                    "Attempt {name:?} is still in flight; its request settles it."
                 )},
             })),
         )
@@ -485,9 +501,8 @@ async fn close<St: BillingStore>(admin: Arc<Admin<St>>, req: Request, settle: bo
             axum::Json(json!({
                 "state": "not_pending",
                 "error": {"message": format!(
-                    "Attempt {:?} is not pending reconciliation in those books (already \
-                     settled or written off, or never pending); nothing changed.",
-                    t.attempt
+                    "Attempt {name:?} is not pending reconciliation in those books (already \
+                     settled or written off, or never pending); nothing changed."
                 )},
             })),
         )
