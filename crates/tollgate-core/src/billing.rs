@@ -648,7 +648,8 @@ impl Ledger {
     }
 
     /// Attempts held now (open or pending), over all books.
-    pub fn attempts_held(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn attempts_held(&self) -> usize {
         self.books.values().map(|b| b.attempts.len()).sum()
     }
 
