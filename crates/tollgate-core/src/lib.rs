@@ -13,6 +13,7 @@
 //!   every guard (B4, L5).
 //! - [`upstream`]: provider limits per credential, model and vendor, cooldowns (U*).
 //! - [`store`]: the store traits and the in-memory store (L4).
+//! - [`id`]: the one generator of unique ids (attempts, requests, instances, leases).
 //!
 //! # What is public, and why
 //!
@@ -42,6 +43,7 @@ pub mod clock;
 pub mod demand;
 pub mod dialect;
 pub mod failover;
+pub mod id;
 pub mod money;
 pub mod policy;
 pub mod price;

@@ -207,7 +207,7 @@ struct Inner<C> {
     clock: C,
     slots: ShardedMap<LeaseSet>,
     windows: ShardedMap<SubjectWindows>,
-    next_lease: AtomicU64,
+    next_lease: crate::id::Sequence,
     /// Lease-map keys of capacity channels, built once per channel name.
     channel_keys: std::sync::RwLock<HashMap<Box<str>, SubjectKey, foldhash::fast::RandomState>>,
     // One lock for the books: money decisions are rarer than limit decisions and
@@ -275,7 +275,7 @@ impl<C: Clock> MemoryStore<C> {
                 clock,
                 slots: ShardedMap::new(capacity),
                 windows: ShardedMap::new(capacity),
-                next_lease: AtomicU64::new(1),
+                next_lease: crate::id::Sequence::starting_at(1),
                 channel_keys: Default::default(),
                 ledger: Mutex::default(),
             }),
@@ -327,7 +327,7 @@ impl<C: Clock> MemoryStore<C> {
     /// [`SlotStore::acquire`] without a future.
     pub(crate) fn acquire_now(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> SlotDecision {
         let now = self.inner.clock.now();
-        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_lease.next();
         self.inner
             .slots
             .with(key, now, |set| match set.try_acquire(id, limit, ttl, now) {

@@ -50,7 +50,6 @@ pub use service::BillingGate;
 use crate::body::Hold;
 use durable::{Job, Settler};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::attempt::{CallEnd, Settle, settle};
 use tollgate_core::{
     AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money,
@@ -151,34 +150,11 @@ impl<F: Fn(UsageRecord) + Send + Sync + 'static> UsageSink for F {
 /// A new attempt id: a per-process random prefix and a counter
 /// (`att-<16 hex digits>-<counter>`).
 pub(crate) fn next_attempt_id() -> AttemptId {
+    use tollgate_core::id;
     static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let prefix = PREFIX.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        format!("att-{:016x}-", h.finish())
-    });
-    // Built on the stack and copied once into the id's own allocation; the counter's
-    // digits by hand (`format!` would allocate a `String` first, and its machinery
-    // costs more than the rest of the billing decision).
-    let mut n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut id = [0u8; 64];
-    let (p, d) = (prefix.as_bytes(), &digits[at..]);
-    id[..p.len()].copy_from_slice(p);
-    id[p.len()..p.len() + d.len()].copy_from_slice(d);
-    // ASCII only: the prefix is hex, the counter decimal.
-    AttemptId::from(std::str::from_utf8(&id[..p.len() + d.len()]).unwrap_or("att"))
+    static NEXT: id::Sequence = id::Sequence::starting_at(1);
+    let prefix = PREFIX.get_or_init(|| format!("att-{:016x}-", id::process_tag()));
+    id::with_counter(prefix, NEXT.next())
 }
 
 /// What settling an attempt needs, before it is admitted.
