@@ -78,6 +78,8 @@
 //! [`Rejection`]: tollgate_core::Rejection
 //! [`expected_wait_us`]: tollgate_core::capacity::expected_wait_us
 
+#[cfg(test)]
+mod clock_tests;
 mod future;
 mod layer;
 mod queue;
