@@ -117,6 +117,7 @@ impl AnchorGroup {
 /// assert_eq!(p.tiers(tollgate_core::Dimension::Requests).len(), 2);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Policy {
     /// In-flight requests; 0 = unlimited (C1).
     pub concurrency: u32,

@@ -22,22 +22,22 @@ pub const ROLLING_WINDOW_MS: Millis = 60_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TierState {
     /// Dimension of the tier.
-    pub dimension: Dimension,
+    pub(crate) dimension: Dimension,
     /// Window length.
-    pub window_ms: Millis,
+    pub(crate) window_ms: Millis,
     /// Index k of the window the count belongs to: `[A + k·len, A + (k+1)·len)`.
-    pub index: u64,
+    pub(crate) index: u64,
     /// Units used in window `index`.
-    pub used: u64,
+    pub(crate) used: u64,
 }
 
 /// State of one anchor group: the anchor and the count of each tier.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct GroupState {
     /// The anchor A (W2).
-    pub anchor: Millis,
+    pub(crate) anchor: Millis,
     /// One entry per tier of the group's dimensions.
-    pub tiers: Vec<TierState>,
+    pub(crate) tiers: Vec<TierState>,
 }
 
 /// Index of the window of length `len` aligned at `anchor` that contains `now`.
@@ -79,9 +79,9 @@ impl GroupState {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct AmountState {
     /// Settled spend.
-    pub spent: Money,
+    pub(crate) spent: Money,
     /// Money upper bounds of requests still in flight.
-    pub reserved: Money,
+    pub(crate) reserved: Money,
 }
 
 /// Start times of the requests of the last 60 s (W10), oldest first.
@@ -118,14 +118,14 @@ impl RollingLog {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ScopeState {
     /// The anchor groups, indexed by [`AnchorGroup::index`].
-    pub groups: [Option<GroupState>; 3],
+    pub(crate) groups: [Option<GroupState>; 3],
     /// Cumulative amount.
-    pub amount: AmountState,
+    pub(crate) amount: AmountState,
     /// Rolling 60 s log.
-    pub rolling: RollingLog,
+    pub(crate) rolling: RollingLog,
     /// Admitted requests not yet settled: while any is out, the state is not idle, so
     /// a settlement always finds the windows it must correct.
-    pub pending: u32,
+    pub(crate) pending: u32,
 }
 
 /// One limit a request did not fit under.

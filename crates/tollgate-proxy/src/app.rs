@@ -295,14 +295,14 @@ where
                             .max_wait(queue.max_wait.0)
                             .default_deadline(queue.default_deadline.map(|d| d.0))
                             .abort_grace(queue.abort_grace.0)
-                            .queue_limits(QueueLimits {
-                                max_depth: queue.max_depth,
-                                max_per_tenant: queue.max_per_tenant,
-                            }),
+                            .queue_limits(QueueLimits::new(queue.max_depth, queue.max_per_tenant)),
                     )
                     .layer(
                         BillingGateLayer::new(self.store.clone())
-                            .shared_sink(sink.clone())
+                            .sink({
+                                let sink = sink.clone();
+                                move |r| sink.record(r)
+                            })
                             .failure_mode(modes.billing_failure.into()),
                     )
                     .service(forward),

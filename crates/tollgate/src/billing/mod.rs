@@ -59,6 +59,7 @@ use tollgate_core::{
 /// Per-request billing settings (request extension): the key's spend cap and the
 /// budgets the request draws on.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct BillingProfile {
     /// The key's spend cap.
     pub spend_cap: Option<Money>,
@@ -67,6 +68,28 @@ pub struct BillingProfile {
     /// The tenant is expected to have a billing record (the configuration names it with
     /// a balance): a missing record is a 503 (50303), never a 402 (B7).
     pub tenant_expected: bool,
+}
+
+impl BillingProfile {
+    /// No spend cap, no budgets, no record expected: the same as `default()`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the key's spend cap.
+    pub fn with_spend_cap(mut self, cap: Option<Money>) -> Self {
+        self.spend_cap = cap;
+        self
+    }
+    /// Sets the budgets to reserve in (B3).
+    pub fn with_budgets(mut self, budgets: impl Into<Arc<[Budget]>>) -> Self {
+        self.budgets = budgets.into();
+        self
+    }
+    /// Says whether the tenant is expected to have a billing record (B7).
+    pub fn with_tenant_expected(mut self, expected: bool) -> Self {
+        self.tenant_expected = expected;
+        self
+    }
 }
 
 /// The request id the client sent, kept apart from the gateway's own (request
@@ -79,8 +102,10 @@ pub struct ClientRequestId(pub Arc<str>);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt(pub AttemptId);
 
-/// One settled or pending attempt (B6).
+/// One settled or pending attempt (B6). Made by the billing layer; new fields may be
+/// added, so match it with `..`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UsageRecord {
     /// When it was settled (ms on the layer's clock).
     pub at: Millis,

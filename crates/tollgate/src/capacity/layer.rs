@@ -63,10 +63,6 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
         }
     }
 
-    /// Sets every setting at once.
-    pub fn config(self, config: CapacityConfig) -> Self {
-        self.with(|c| *c = config)
-    }
     /// Longest wait in the queue (Q3); default 10 s; zero = refuse at once.
     pub fn max_wait(self, d: Duration) -> Self {
         self.with(|c| c.max_wait = d)
@@ -85,6 +81,10 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
             c.lease_ttl = ttl;
             c.renew_every = ttl / 3;
         })
+    }
+    /// Renewal period of a held lease (D5); default a third of the TTL.
+    pub fn renew_every(self, d: Duration) -> Self {
+        self.with(|c| c.renew_every = d)
     }
     /// Longest pause between a waiter's polls of its queue; zero = no polling.
     pub fn poll_interval(self, d: Duration) -> Self {
