@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo run -p tollgate-examples --example axum_stack   # PORT=8080 to change the port
 //! ```
+#![deny(unreachable_pub)]
 
 use axum::Router;
 use axum::body::Body;

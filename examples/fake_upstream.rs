@@ -9,6 +9,7 @@
 //! ```
 //!
 //! Listens on 127.0.0.1 only (default port 9100). Stops on Ctrl-C.
+#![deny(unreachable_pub)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 

@@ -17,6 +17,7 @@
 //! cargo run -p tollgate-examples --example grpc              # serve, run the demo client, exit
 //! cargo run -p tollgate-examples --example grpc -- --serve   # then keep serving (PORT, default 50051)
 //! ```
+#![deny(unreachable_pub)]
 
 use bytes::Bytes;
 use std::collections::HashMap;

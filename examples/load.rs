@@ -13,6 +13,7 @@
 //! Every request is an OpenAI chat completion for `gpt-4o-mini` (the demo model); the
 //! loop is bounded by `--requests` and by `--seconds` (default 120), whichever ends
 //! first. Only loopback targets are accepted.
+#![deny(unreachable_pub)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -10,6 +10,7 @@
 //! `memory` or `redis://host:port`), `--bare` (no slots, windows or billing: the
 //! baseline forwarder the benchmarks compare against), `--fake-upstream ADDR` (where the bundled fake
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
+#![deny(unreachable_pub)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

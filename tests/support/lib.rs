@@ -9,6 +9,7 @@
 //!   by a channel the test holds, one [`Feed`] per request.
 //!
 //! Every wait is bounded by [`WAIT`] (or the caller's bound); nothing blocks forever.
+#![deny(unreachable_pub)]
 
 use axum::Router;
 use axum::body::Body;

@@ -90,6 +90,7 @@ pub const SWEEP_BATCH: usize = 16;
 
 /// A money budget a request draws on (B3): per tenant, task or billing period.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Budget {
     /// Id, unique within the books it is kept in (see the module docs), e.g.
     /// `tenant:acme:monthly` or `task:nightly-eval`.
@@ -99,6 +100,17 @@ pub struct Budget {
     /// Period length; anchored at first use like the windows of W2. `None` = never
     /// resets.
     pub period_ms: Option<Millis>,
+}
+
+impl Budget {
+    /// A budget `id` of `limit` per period of `period_ms` (`None` = never resets).
+    pub fn new(id: impl Into<Arc<str>>, limit: Money, period_ms: Option<Millis>) -> Self {
+        Self {
+            id: id.into(),
+            limit,
+            period_ms,
+        }
+    }
 }
 
 /// What billing needs to decide on one attempt.
@@ -648,7 +660,8 @@ impl Ledger {
     }
 
     /// Attempts held now (open or pending), over all books.
-    pub fn attempts_held(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn attempts_held(&self) -> usize {
         self.books.values().map(|b| b.attempts.len()).sum()
     }
 

@@ -166,11 +166,22 @@ pub fn expected_wait_us(queued: usize, capacity: u32, avg_service_us: u64) -> u6
 
 /// Caps of a [`FairQueue`] (Q4). Over a cap the request is refused at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueLimits {
     /// Most waiters in the queue in total.
     pub max_depth: usize,
     /// Most waiters of one tenant.
     pub max_per_tenant: usize,
+}
+
+impl QueueLimits {
+    /// At most `max_depth` waiters in a queue, `max_per_tenant` of one tenant.
+    pub fn new(max_depth: usize, max_per_tenant: usize) -> Self {
+        Self {
+            max_depth,
+            max_per_tenant,
+        }
+    }
 }
 
 impl Default for QueueLimits {

@@ -144,9 +144,9 @@ pub struct Verdict {
 }
 
 /// Cooldown after a 429 / overload that names no wait.
-pub const DEFAULT_COOLDOWN_MS: Millis = 1_000;
+pub(crate) const DEFAULT_COOLDOWN_MS: Millis = 1_000;
 /// Cooldown after `slow_down` when no wait is named.
-pub const SLOW_DOWN_MS: Millis = 5_000;
+pub(crate) const SLOW_DOWN_MS: Millis = 5_000;
 
 fn is(v: &Option<String>, s: &str) -> bool {
     v.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(s))
@@ -271,7 +271,7 @@ pub fn classify(dialect: Dialect, f: &ErrorFacts) -> Verdict {
 
 /// Exponential backoff with full jitter (F6): a wait in `[0, min(cap, base × 2^retry)]`
 /// drawn from `seed`, at least 1 ms. `retry` counts from 0.
-pub fn backoff_ms(retry: u32, base_ms: Millis, cap_ms: Millis, seed: u64) -> Millis {
+pub(crate) fn backoff_ms(retry: u32, base_ms: Millis, cap_ms: Millis, seed: u64) -> Millis {
     let ceiling = base_ms
         .saturating_mul(1u64.checked_shl(retry.min(32)).unwrap_or(u64::MAX))
         .min(cap_ms)
@@ -553,7 +553,7 @@ impl HealthBook {
     /// Whether a degraded channel that is first in line keeps this turn: one in
     /// [`DEGRADED_SHARE`] (F8: fewer new conversations, not none — a channel that got
     /// none would never be seen to recover from slowness).
-    pub fn degraded_keeps_turn(&self, ch: &str) -> bool {
+    pub(crate) fn degraded_keeps_turn(&self, ch: &str) -> bool {
         self.with(ch, |h, _| {
             h.passed_over += 1;
             if h.passed_over >= DEGRADED_SHARE {
@@ -565,7 +565,7 @@ impl HealthBook {
         })
     }
     /// Gives back a probe slot taken by [`admit`](Self::admit) that was not used.
-    pub fn release_probe(&self, ch: &str) {
+    pub(crate) fn release_probe(&self, ch: &str) {
         self.with(ch, |h, _| {
             if let Circuit::HalfOpen { in_flight, .. } = &mut h.circuit {
                 *in_flight = in_flight.saturating_sub(1);

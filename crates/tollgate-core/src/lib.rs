@@ -13,6 +13,26 @@
 //!   every guard (B4, L5).
 //! - [`upstream`]: provider limits per credential, model and vendor, cooldowns (U*).
 //! - [`store`]: the store traits and the in-memory store (L4).
+//! - [`id`]: the one generator of unique ids (attempts, requests, instances, leases).
+//!
+//! # What is public, and why
+//!
+//! Public is what a user of the layers, or the author of a store, touches:
+//! - the data a request carries and the rules it is held to: [`Subject`], [`Policy`],
+//!   [`Tier`], [`Demand`], [`Usage`], [`Price`], [`Rejection`] and its code table;
+//! - the store traits with their arguments and answers, the in-memory store and, behind
+//!   the `conformance` feature, the suite every store implementation runs;
+//! - the domain logic the `tollgate` layers are built from (the fair queue, failover's
+//!   classification and walk, the one settle-or-refund rule, the upstream registry),
+//!   plain functions a gateway of one's own can reuse;
+//! - [`ManualClock`] and the memory store's synchronous reads (`in_flight_now`,
+//!   `view_now`), for tests.
+//!
+//! Crate-private are the means: the memory store's sharded map and its idle test, the
+//! window state it keeps (anchor groups, tier counts, the rolling log, window index
+//! arithmetic), its synchronous acquire / admit / renew, and failover's tuning
+//! constants. `MemoryStore::release_now` and `settle_now` are public but hidden: the
+//! `tollgate` crate's benches call them outside a runtime.
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
@@ -23,6 +43,7 @@ pub mod clock;
 pub mod demand;
 pub mod dialect;
 pub mod failover;
+pub mod id;
 pub mod money;
 pub mod policy;
 pub mod price;
@@ -33,6 +54,8 @@ pub mod subject;
 pub mod upstream;
 pub mod window;
 
+#[cfg(test)]
+mod window_model_tests;
 #[cfg(test)]
 mod window_tests;
 
@@ -49,7 +72,7 @@ pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use demand::{Demand, ModelId, Usage, UsageRecorder, UsageReport};
 pub use dialect::Dialect;
 pub use money::{MAX_STORABLE_MONEY, Money};
-pub use policy::{AnchorGroup, Dimension, Policy, Tier};
+pub use policy::{Dimension, Policy, Tier};
 pub use price::Price;
 pub use rejection::{
     GatewayCode, LayerKind, RateLimitInfo, Rejection, subscription_message, window_rejection,
@@ -63,4 +86,4 @@ pub use store::{
     WindowAsk, WindowStore,
 };
 pub use subject::{AdmittedUnder, Fallback, Resolved, Scope, Subject, SubjectKey, Subscription};
-pub use window::{Exceeded, ExceededLimit, LimitView, Outcome, ScopeState, WindowTicket};
+pub use window::{Exceeded, ExceededLimit, LimitView, Outcome, WindowTicket};

@@ -81,7 +81,7 @@ impl Tier {
 /// The three anchor groups of W3: requests and tokens share one anchor, images and
 /// videos have their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AnchorGroup {
+pub(crate) enum AnchorGroup {
     /// Requests + tokens.
     RequestsTokens,
     /// Images.
@@ -92,13 +92,13 @@ pub enum AnchorGroup {
 
 impl AnchorGroup {
     /// All groups, in evaluation order.
-    pub const ALL: [AnchorGroup; 3] = [
+    pub(crate) const ALL: [AnchorGroup; 3] = [
         AnchorGroup::RequestsTokens,
         AnchorGroup::Images,
         AnchorGroup::Videos,
     ];
     /// Index into per-group arrays.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
@@ -117,6 +117,7 @@ impl AnchorGroup {
 /// assert_eq!(p.tiers(tollgate_core::Dimension::Requests).len(), 2);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Policy {
     /// In-flight requests; 0 = unlimited (C1).
     pub concurrency: u32,
@@ -183,7 +184,7 @@ impl Policy {
     }
 
     /// The dimensions of an anchor group.
-    pub fn group_dimensions(g: AnchorGroup) -> &'static [Dimension] {
+    pub(crate) fn group_dimensions(g: AnchorGroup) -> &'static [Dimension] {
         match g {
             AnchorGroup::RequestsTokens => &[Dimension::Requests, Dimension::Tokens],
             AnchorGroup::Images => &[Dimension::Images],

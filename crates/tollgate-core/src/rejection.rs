@@ -303,7 +303,7 @@ pub fn subscription_message(d: Dimension, tier: Tier, retry_after_ms: Option<Mil
 }
 
 /// "N 秒 / N 分钟 / N 小时 / N 天" with the largest unit that divides evenly (W8).
-pub fn window_words(window_ms: Millis) -> String {
+pub(crate) fn window_words(window_ms: Millis) -> String {
     let secs = window_ms / 1000;
     if window_ms % 1000 != 0 || secs == 0 {
         return format!("{} 毫秒", window_ms);

@@ -54,6 +54,7 @@ impl From<String> for SubjectKey {
 
 /// A subscription attached to a subject: its policy beats the key's own (SPEC §0).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Subscription {
     /// The plan's limits.
     pub policy: Arc<Policy>,
@@ -65,6 +66,26 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// A subscription to `policy`, open-ended, rejecting once its quota is exhausted.
+    pub fn new(policy: impl Into<Arc<Policy>>) -> Self {
+        Self {
+            policy: policy.into(),
+            expires_at: None,
+            pay_as_you_go: false,
+        }
+    }
+    /// Ends the subscription at `at` (same axis as the store clock); `None` =
+    /// open-ended.
+    pub fn with_expiry(mut self, at: impl Into<Option<Millis>>) -> Self {
+        self.expires_at = at.into();
+        self
+    }
+    /// "API billing" (W8): once the quota is exhausted, fall through to the key's own
+    /// policy and bill the balance.
+    pub fn with_pay_as_you_go(mut self, on: bool) -> Self {
+        self.pay_as_you_go = on;
+        self
+    }
     /// Whether the subscription is in force at `now`.
     pub fn is_active(&self, now: Millis) -> bool {
         self.expires_at.is_none_or(|e| now < e)
@@ -76,6 +97,7 @@ impl Subscription {
 /// Put it in the request's extensions (the proxy's auth step does), or let a
 /// [`SubjectKey`] extractor build it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Subject {
     /// The key limits are counted under.
     pub key: SubjectKey,

@@ -1,11 +1,13 @@
 //! Anchored-window maths (W1–W6, W9, W10) as plain data and functions.
 //!
-//! A [`ScopeState`] holds everything the window layer counts for one subject under one
-//! policy scope: the three anchor groups of W3, the cumulative amount of W6 and the
-//! rolling log of W10. [`ScopeState::admit`] is one all-or-nothing decision (W4);
-//! [`ScopeState::settle`] applies the actual usage or gives everything back (W5, L5).
-//! Both stores run exactly this code: the in-memory store under a shard lock, the
-//! Redis store as the same rules in Lua.
+//! Public are the types the window layer and the stores exchange: [`WindowTicket`],
+//! [`Outcome`], [`Exceeded`], [`LimitView`]. The state itself is crate-private: a
+//! `ScopeState` holds everything the window layer counts for one subject under one
+//! policy scope (the three anchor groups of W3, the cumulative amount of W6 and the
+//! rolling log of W10); its `admit` is one all-or-nothing decision (W4), its `settle`
+//! applies the actual usage or gives everything back (W5, L5). The in-memory store
+//! runs exactly this code under a shard lock; the Redis store runs the same rules in
+//! Lua, held to them by the conformance suite.
 
 use crate::clock::Millis;
 use crate::demand::{Demand, Usage};
@@ -18,42 +20,42 @@ pub const ROLLING_WINDOW_MS: Millis = 60_000;
 
 /// Count of one tier inside its current window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TierState {
+pub(crate) struct TierState {
     /// Dimension of the tier.
-    pub dimension: Dimension,
+    pub(crate) dimension: Dimension,
     /// Window length.
-    pub window_ms: Millis,
+    pub(crate) window_ms: Millis,
     /// Index k of the window the count belongs to: `[A + k·len, A + (k+1)·len)`.
-    pub index: u64,
+    pub(crate) index: u64,
     /// Units used in window `index`.
-    pub used: u64,
+    pub(crate) used: u64,
 }
 
 /// State of one anchor group: the anchor and the count of each tier.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupState {
+pub(crate) struct GroupState {
     /// The anchor A (W2).
-    pub anchor: Millis,
+    pub(crate) anchor: Millis,
     /// One entry per tier of the group's dimensions.
-    pub tiers: Vec<TierState>,
+    pub(crate) tiers: Vec<TierState>,
 }
 
 /// Index of the window of length `len` aligned at `anchor` that contains `now`.
 #[inline]
-pub fn window_index(anchor: Millis, len: Millis, now: Millis) -> u64 {
+pub(crate) fn window_index(anchor: Millis, len: Millis, now: Millis) -> u64 {
     now.saturating_sub(anchor) / len.max(1)
 }
 
 /// End of window `index` (exclusive).
 #[inline]
-pub fn window_end(anchor: Millis, len: Millis, index: u64) -> Millis {
+pub(crate) fn window_end(anchor: Millis, len: Millis, index: u64) -> Millis {
     anchor.saturating_add(len.saturating_mul(index.saturating_add(1)))
 }
 
 impl GroupState {
     /// Units used in the tier's *current* window at `now` (0 once it has rolled).
     #[inline]
-    pub fn used_now(&self, t: &TierState, now: Millis) -> u64 {
+    pub(crate) fn used_now(&self, t: &TierState, now: Millis) -> u64 {
         if window_index(self.anchor, t.window_ms, now) == t.index {
             t.used
         } else {
@@ -62,7 +64,7 @@ impl GroupState {
     }
 
     /// True when every tier's current window is empty: the next use re-anchors (W2).
-    pub fn is_empty_at(&self, now: Millis) -> bool {
+    pub(crate) fn is_empty_at(&self, now: Millis) -> bool {
         self.tiers.iter().all(|t| self.used_now(t, now) == 0)
     }
 
@@ -75,16 +77,16 @@ impl GroupState {
 
 /// Cumulative spend under a cap (W6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AmountState {
+pub(crate) struct AmountState {
     /// Settled spend.
-    pub spent: Money,
+    pub(crate) spent: Money,
     /// Money upper bounds of requests still in flight.
-    pub reserved: Money,
+    pub(crate) reserved: Money,
 }
 
 /// Start times of the requests of the last 60 s (W10), oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RollingLog {
+pub(crate) struct RollingLog {
     starts: VecDeque<Millis>,
 }
 
@@ -99,7 +101,7 @@ impl RollingLog {
         }
     }
     /// Requests started in the 60 s before `now`.
-    pub fn count(&self, now: Millis) -> usize {
+    pub(crate) fn count(&self, now: Millis) -> usize {
         self.starts
             .iter()
             .filter(|&&t| t.saturating_add(ROLLING_WINDOW_MS) > now)
@@ -114,16 +116,16 @@ impl RollingLog {
 
 /// Everything the window layer keeps for one (subject, scope).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ScopeState {
+pub(crate) struct ScopeState {
     /// The anchor groups, indexed by [`AnchorGroup::index`].
-    pub groups: [Option<GroupState>; 3],
+    pub(crate) groups: [Option<GroupState>; 3],
     /// Cumulative amount.
-    pub amount: AmountState,
+    pub(crate) amount: AmountState,
     /// Rolling 60 s log.
-    pub rolling: RollingLog,
+    pub(crate) rolling: RollingLog,
     /// Admitted requests not yet settled: while any is out, the state is not idle, so
     /// a settlement always finds the windows it must correct.
-    pub pending: u32,
+    pub(crate) pending: u32,
 }
 
 /// One limit a request did not fit under.
@@ -233,7 +235,7 @@ impl ScopeState {
     /// One all-or-nothing admission decision at `now` (W4). On success the demand is
     /// reserved in every tier, the amount and the rolling log; on failure nothing
     /// changes.
-    pub fn admit(
+    pub(crate) fn admit(
         &mut self,
         policy: &Policy,
         demand: &Demand,
@@ -247,7 +249,12 @@ impl ScopeState {
     }
 
     /// Every limit the demand does not fit under at `now` (empty = admit).
-    pub fn check(&self, policy: &Policy, demand: &Demand, now: Millis) -> Vec<ExceededLimit> {
+    pub(crate) fn check(
+        &self,
+        policy: &Policy,
+        demand: &Demand,
+        now: Millis,
+    ) -> Vec<ExceededLimit> {
         let mut out = Vec::new();
         for g in AnchorGroup::ALL {
             if !group_touched(g, demand) || !group_has_tiers(policy, g) {
@@ -407,7 +414,7 @@ impl ScopeState {
     /// Settles an admitted request. Corrections go only to the windows the request was
     /// counted in; a window that has rolled (or a group that re-anchored) since is left
     /// alone (W5).
-    pub fn settle(&mut self, ticket: &WindowTicket, outcome: Outcome, now: Millis) {
+    pub(crate) fn settle(&mut self, ticket: &WindowTicket, outcome: Outcome, now: Millis) {
         let refund = matches!(outcome, Outcome::Refund);
         let usage = match outcome {
             Outcome::Completed(u) => u,
@@ -453,7 +460,7 @@ impl ScopeState {
 
     /// True when dropping this state changes no future decision: every window empty,
     /// nothing spent or reserved, no recent start.
-    pub fn is_idle(&self, now: Millis) -> bool {
+    pub(crate) fn is_idle(&self, now: Millis) -> bool {
         self.groups.iter().flatten().all(|g| g.is_empty_at(now))
             && self.amount == AmountState::default()
             && self.rolling.count(now) == 0
@@ -461,7 +468,7 @@ impl ScopeState {
     }
 
     /// Used / limit / reset of every limit of `policy` at `now` (the usage view).
-    pub fn view(&self, policy: &Policy, now: Millis) -> Vec<LimitView> {
+    pub(crate) fn view(&self, policy: &Policy, now: Millis) -> Vec<LimitView> {
         let mut out = Vec::new();
         for g in AnchorGroup::ALL {
             let state = self.groups[g.index()]

@@ -15,7 +15,6 @@ use axum::Router;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate::core::capacity::QueueLimits;
 use tollgate::core::{BillingStore, CapacityStore, Dialect};
 use tollgate::error_map::render;
@@ -296,14 +295,14 @@ where
                             .max_wait(queue.max_wait.0)
                             .default_deadline(queue.default_deadline.map(|d| d.0))
                             .abort_grace(queue.abort_grace.0)
-                            .queue_limits(QueueLimits {
-                                max_depth: queue.max_depth,
-                                max_per_tenant: queue.max_per_tenant,
-                            }),
+                            .queue_limits(QueueLimits::new(queue.max_depth, queue.max_per_tenant)),
                     )
                     .layer(
                         BillingGateLayer::new(self.store.clone())
-                            .shared_sink(sink.clone())
+                            .sink({
+                                let sink = sink.clone();
+                                move |r| sink.record(r)
+                            })
                             .failure_mode(modes.billing_failure.into()),
                     )
                     .service(forward),
@@ -441,18 +440,12 @@ fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
 
 /// Request ids: a per-process random prefix and a counter.
 #[derive(Clone, Default)]
-struct NextId(Arc<AtomicU64>);
+struct NextId(Arc<tollgate::core::id::Sequence>);
 
 impl MakeRequestId for NextId {
     fn make_request_id<B>(&mut self, _: &http::Request<B>) -> Option<RequestId> {
-        static PREFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        let p = PREFIX.get_or_init(|| {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            h.finish() as u32
-        });
-        let n = self.0.fetch_add(1, Ordering::Relaxed);
+        let p = tollgate::core::id::process_tag() as u32;
+        let n = self.0.next();
         http::HeaderValue::try_from(format!("tg-{p:08x}-{n}"))
             .ok()
             .map(RequestId::new)

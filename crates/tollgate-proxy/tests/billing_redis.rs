@@ -137,11 +137,7 @@ async fn b7_settlements_during_a_frozen_redis_land_after_it_thaws() {
     .await
     .expect("connect");
     store.seed_balance("acme", START).await.unwrap();
-    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
-        id: "frozen".into(),
-        limit: 1_000_000,
-        period_ms: None,
-    }]);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("frozen", 1_000_000, None)]);
     let records: Arc<Mutex<Vec<UsageRecord>>> = Arc::default();
     let sink = records.clone();
     let layer = BillingGateLayer::new(store.clone())
@@ -172,11 +168,11 @@ async fn b7_settlements_during_a_frozen_redis_land_after_it_thaws() {
             money: 100,
             ..Demand::default()
         });
-        r.extensions_mut().insert(BillingProfile {
-            budgets: budget.clone(),
-            tenant_expected: true,
-            ..BillingProfile::default()
-        });
+        r.extensions_mut().insert(
+            BillingProfile::new()
+                .with_budgets(budget.clone())
+                .with_tenant_expected(true),
+        );
         answers.push(svc.clone().oneshot(r).await.expect("admitted"));
     }
     server.stop();

@@ -35,8 +35,8 @@
 //! - **Exact money**: integers up to 2^53 − 1 ([`MAX_EXACT_MONEY`]); beyond, a call
 //!   fails instead of rounding.
 //!
-//! The window scripts make the decisions of
-//! [`ScopeState`](tollgate_core::ScopeState) and the billing scripts those of
+//! The window scripts make the decisions of the in-memory store's window state
+//! (`tollgate_core::window`) and the billing scripts those of
 //! [`Ledger`](tollgate_core::Ledger), rule for rule (see `src/lua/`); the tests hold
 //! them to it with the conformance suite of tollgate-core and a decision-by-decision
 //! comparison with the in-memory store.

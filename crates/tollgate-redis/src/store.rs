@@ -13,10 +13,10 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
+use tollgate_core::id;
 use tollgate_core::{
     Admission, CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle,
     LeaseId, LimitView, Millis, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
@@ -54,7 +54,7 @@ struct Inner {
     /// `<prefix>:{<billing tag>}:`, the start of every billing key.
     billing: String,
     instance: String,
-    next_lease: AtomicU64,
+    next_lease: id::Sequence,
     deadline: Duration,
     busy_limit: Duration,
     connect_timeout: Duration,
@@ -379,7 +379,9 @@ impl RedisStore {
                 Some(nodes)
             }
         };
-        let instance = options.instance_id.unwrap_or_else(random_instance_id);
+        let instance = options
+            .instance_id
+            .unwrap_or_else(|| format!("{:016x}", id::random_u64()));
         let billing = format!("{}:{{{}}}:", options.prefix, options.billing_tag);
         Self {
             inner: Arc::new(Inner {
@@ -389,7 +391,7 @@ impl RedisStore {
                 instance,
                 // A random start in [1, 2^62): two stores never hand out the same id, so
                 // a lease released through the wrong store frees nothing.
-                next_lease: AtomicU64::new((random_u64() >> 2).max(1)),
+                next_lease: id::Sequence::random(),
                 deadline: options.deadline,
                 busy_limit: options.busy_limit,
                 connect_timeout: options.connect_timeout,
@@ -886,23 +888,6 @@ fn map_err(e: RedisError) -> StoreError {
     StoreError::new(kind, format!("redis: {e}"))
 }
 
-/// 64 random bits (std's per-process random hasher keys, the time and the pid).
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-fn random_instance_id() -> String {
-    format!("{:016x}", random_u64())
-}
-
 fn count(v: i64, what: &str) -> StoreResult<u32> {
     u32::try_from(v).map_err(|_| {
         StoreError::new(
@@ -916,7 +901,7 @@ impl SlotStore for RedisStore {
     type Future<T: Send + 'static> = RedisStoreFuture<T>;
 
     fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
-        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_lease.next();
         let args = vec![
             self.time(),
             limit.to_string(),
@@ -1177,7 +1162,7 @@ impl tollgate_core::JointStore for RedisStore {
         slot: &SlotAsk,
         window: Option<WindowAsk<'_>>,
     ) -> RedisStoreFuture<JointDecision> {
-        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_lease.next();
         let slots = self.slots_key(&slot.key);
         let mut keys = vec![slots.clone()];
         let args = vec![
@@ -1293,7 +1278,7 @@ impl tollgate_core::ChannelStore for RedisStore {
                 Ok((a, take))
             });
         }
-        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_lease.next();
         let args = vec![
             self.time(),
             capacity.to_string(),

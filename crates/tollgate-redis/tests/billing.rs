@@ -17,11 +17,7 @@ use tollgate_core::{
 use tollgate_redis::{MAX_EXACT_MONEY, RedisStore, RedisStoreOptions};
 
 fn budget(id: &str, limit: Money, period_ms: Option<u64>) -> Budget {
-    Budget {
-        id: id.into(),
-        limit,
-        period_ms,
-    }
+    Budget::new(id, limit, period_ms)
 }
 
 fn request(attempt: &str, tenant: &str, key: &str, money: Money, b: &[&Budget]) -> BillingRequest {

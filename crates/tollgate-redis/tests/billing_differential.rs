@@ -53,11 +53,7 @@ fn budgets() -> Vec<Budget> {
         ("diff:b4", 1_000, Some(0)),
     ]
     .into_iter()
-    .map(|(id, limit, period_ms)| Budget {
-        id: id.into(),
-        limit,
-        period_ms,
-    })
+    .map(|(id, limit, period_ms)| Budget::new(id, limit, period_ms))
     .collect()
 }
 

@@ -97,7 +97,8 @@ pub mod slot;
     feature = "slots",
     feature = "windows",
     feature = "upstream",
-    feature = "failover"
+    feature = "failover",
+    feature = "capacity"
 ))]
 pub mod time;
 #[cfg(feature = "upstream")]

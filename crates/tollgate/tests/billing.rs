@@ -107,11 +107,8 @@ async fn b1_key_spend_cap_is_402() {
         .service(costing(30, calls.clone()));
     let request = || {
         let mut r = req(&tenant_subject(), money(10));
-        r.extensions_mut().insert(BillingProfile {
-            tenant_expected: false,
-            spend_cap: Some(50),
-            ..BillingProfile::default()
-        });
+        r.extensions_mut()
+            .insert(BillingProfile::new().with_spend_cap(Some(50)));
         r
     };
     for _ in 0..2 {
@@ -176,17 +173,10 @@ async fn b3_scenario_4_budget_short_means_no_provider_call() {
     let svc = ServiceBuilder::new()
         .layer(layer(&st, &records))
         .service(costing(1, calls.clone()));
-    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
-        id: "task:eval".into(),
-        limit: 100,
-        period_ms: None,
-    }]);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("task:eval", 100, None)]);
     let mut r = req(&tenant_subject(), money(101));
-    r.extensions_mut().insert(BillingProfile {
-        tenant_expected: false,
-        spend_cap: None,
-        budgets: budget.clone(),
-    });
+    r.extensions_mut()
+        .insert(BillingProfile::new().with_budgets(budget.clone()));
     let e = svc.oneshot(r).await.unwrap_err();
     let rej = rejection(&e);
     assert_eq!(rej.code(), GatewayCode::BudgetExhausted);
@@ -290,11 +280,7 @@ async fn b5_store_down_fails_closed_with_503() {
 async fn b6_l5_rejection_further_in_is_refunded_and_emits_no_record() {
     let st = store(1_000);
     let records = Records::default();
-    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
-        id: "b".into(),
-        limit: 1000,
-        period_ms: None,
-    }]);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("b", 1000, None)]);
     let svc = ServiceBuilder::new()
         .layer(layer(&st, &records))
         .service_fn(|r: Request<()>| async move {
@@ -307,11 +293,8 @@ async fn b6_l5_rejection_further_in_is_refunded_and_emits_no_record() {
             ))
         });
     let mut r = req(&tenant_subject(), money(300));
-    r.extensions_mut().insert(BillingProfile {
-        tenant_expected: false,
-        spend_cap: None,
-        budgets: budget.clone(),
-    });
+    r.extensions_mut()
+        .insert(BillingProfile::new().with_budgets(budget.clone()));
     assert!(svc.oneshot(r).await.is_err());
     let v = st.with_ledger(|l, now| l.account(Some("acme"), &"key-1".into(), &budget, now));
     assert_eq!(
@@ -322,11 +305,10 @@ async fn b6_l5_rejection_further_in_is_refunded_and_emits_no_record() {
 }
 
 fn sub_subject(payg: bool) -> Subject {
-    let mut s = tenant_subject().with_subscription(Subscription {
-        policy: Arc::new(Policy::default().with_requests(Tier::per_hour(1))),
-        expires_at: None,
-        pay_as_you_go: payg,
-    });
+    let mut s = tenant_subject().with_subscription(
+        Subscription::new(Arc::new(Policy::default().with_requests(Tier::per_hour(1))))
+            .with_pay_as_you_go(payg),
+    );
     s.policy = Some(Arc::new(Policy::default()));
     s
 }
@@ -374,11 +356,7 @@ async fn b3_parallel_requests_never_overdraw_and_books_balance() {
     st.with_ledger(|l, _| l.seed_balance("acme", START));
     let records = Records::default();
     let r = records.clone();
-    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
-        id: "tenant:acme".into(),
-        limit: 5_000,
-        period_ms: None,
-    }]);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("tenant:acme", 5_000, None)]);
     let in_flight_money = Arc::new(AtomicUsize::new(0));
     let max_seen = Arc::new(AtomicUsize::new(0));
     let (f, m) = (in_flight_money.clone(), max_seen.clone());
@@ -411,11 +389,8 @@ async fn b3_parallel_requests_never_overdraw_and_books_balance() {
         let budget = budget.clone();
         tasks.push(tokio::spawn(async move {
             let mut r = req(&tenant_subject(), money(100 + (i % 7) * 50));
-            r.extensions_mut().insert(BillingProfile {
-                tenant_expected: false,
-                spend_cap: None,
-                budgets: budget,
-            });
+            r.extensions_mut()
+                .insert(BillingProfile::new().with_budgets(budget));
             match svc.oneshot(r).await {
                 Ok(res) => {
                     drain(res.into_body()).await.unwrap();
@@ -503,21 +478,14 @@ impl tollgate::core::BillingStore for LostAnswer {
 #[tokio::test(start_paused = true)]
 async fn b5_a_lost_reservation_answer_is_refunded() {
     let st = store(1_000);
-    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
-        id: "b".into(),
-        limit: 1000,
-        period_ms: None,
-    }]);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("b", 1000, None)]);
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = ServiceBuilder::new()
         .layer(BillingGateLayer::new(LostAnswer(st.clone())))
         .service(costing(1, calls.clone()));
     let mut r = req(&tenant_subject(), money(300));
-    r.extensions_mut().insert(BillingProfile {
-        tenant_expected: false,
-        spend_cap: None,
-        budgets: budget.clone(),
-    });
+    r.extensions_mut()
+        .insert(BillingProfile::new().with_budgets(budget.clone()));
     let e = svc.oneshot(r).await.unwrap_err();
     assert_eq!(rejection(&e).http_status(), 503, "fails closed");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
@@ -597,11 +565,7 @@ async fn b7_failed_settlement_is_retried_until_it_lands() {
         fail: Arc::new(AtomicUsize::new(7)),
         calls: Arc::default(),
     };
-    let budget: Arc<[Budget]> = Arc::from(vec![Budget {
-        id: "b7".into(),
-        limit: 10_000,
-        period_ms: None,
-    }]);
+    let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("b7", 10_000, None)]);
     let records = Records::default();
     let r = records.clone();
     let layer = BillingGateLayer::new(flaky.clone())
@@ -612,11 +576,11 @@ async fn b7_failed_settlement_is_retried_until_it_lands() {
         .service(costing(40, Arc::default()));
     for _ in 0..N {
         let mut rq = req(&tenant_subject(), money(100));
-        rq.extensions_mut().insert(BillingProfile {
-            spend_cap: None,
-            budgets: budget.clone(),
-            tenant_expected: true,
-        });
+        rq.extensions_mut().insert(
+            BillingProfile::new()
+                .with_budgets(budget.clone())
+                .with_tenant_expected(true),
+        );
         let res = svc.clone().oneshot(rq).await.unwrap();
         drain(res.into_body()).await.unwrap();
     }
@@ -664,10 +628,8 @@ async fn b7_missing_tenant_record_is_503_not_402() {
         .service(costing(3, calls.clone()));
     let expected = || {
         let mut r = req(&tenant_subject(), money(10));
-        r.extensions_mut().insert(BillingProfile {
-            tenant_expected: true,
-            ..BillingProfile::default()
-        });
+        r.extensions_mut()
+            .insert(BillingProfile::new().with_tenant_expected(true));
         r
     };
     let e = svc.clone().oneshot(expected()).await.unwrap_err();

@@ -582,10 +582,7 @@ async fn q4_weighted_fair_share_and_no_starvation() {
 #[tokio::test(start_paused = true)]
 async fn q4_depth_caps() {
     let t = Arc::new(Tracker::default());
-    let layer = layer().queue_limits(QueueLimits {
-        max_depth: 3,
-        max_per_tenant: 2,
-    });
+    let layer = layer().queue_limits(QueueLimits::new(3, 2));
     let svc = layer.layer(forwarder(t.clone()));
     let cands = channels(&[("a", 1)]);
     let holder = tokio::spawn(run(svc.clone(), request(&cands, "x", after(1_000))));

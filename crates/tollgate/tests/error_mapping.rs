@@ -671,7 +671,7 @@ fn l2_stack_is_infallible() {
     assert_axum_ready::<_, Request<Body>>(&boxed);
 
     // get_ref / get_mut / into_inner reach the inner service.
-    let mut svc: ErrorMapping<Recorder> = ErrorMapping::new(Recorder::default());
+    let mut svc: ErrorMapping<Recorder> = ErrorMappingLayer::new().layer(Recorder::default());
     let _: &Recorder = svc.get_ref();
     let _: &mut Recorder = svc.get_mut();
     let _: Recorder = svc.into_inner();

@@ -383,11 +383,10 @@ async fn w7_codes_per_dimension() {
 }
 
 fn subscribed(payg: bool, key_policy: Option<Policy>) -> Subject {
-    let mut s = Subject::new("k").with_subscription(Subscription {
-        policy: Arc::new(Policy::default().with_requests(Tier::per_hour(2))),
-        expires_at: None,
-        pay_as_you_go: payg,
-    });
+    let mut s = Subject::new("k").with_subscription(
+        Subscription::new(Arc::new(Policy::default().with_requests(Tier::per_hour(2))))
+            .with_pay_as_you_go(payg),
+    );
     s.policy = key_policy.map(Arc::new);
     s
 }
@@ -443,11 +442,9 @@ async fn w8_pay_as_you_go_falls_through_to_the_key_policy() {
 #[tokio::test(start_paused = true)]
 async fn w8_amount_subscription_message() {
     let st = store();
-    let s = Subject::new("k").with_subscription(Subscription {
-        policy: Arc::new(Policy::default().with_amount_cap(10)),
-        expires_at: None,
-        pay_as_you_go: false,
-    });
+    let s = Subject::new("k").with_subscription(Subscription::new(Arc::new(
+        Policy::default().with_amount_cap(10),
+    )));
     run(
         &st,
         &s,

@@ -90,7 +90,7 @@ fn share(limit: u64, n: u32) -> u64 {
 }
 
 /// `policy` with every limit divided by `n` (never below 1; 0 = unlimited stays 0).
-pub fn divide(policy: &Policy, n: u32) -> Policy {
+pub(crate) fn divide(policy: &Policy, n: u32) -> Policy {
     let tiers = |v: &[Tier]| -> Vec<Tier> {
         v.iter()
             .map(|t| Tier {

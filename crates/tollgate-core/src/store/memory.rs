@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const SHARDS: usize = 64;
 
 /// State that can tell whether forgetting it changes any decision.
-pub trait Idle: Default {
+pub(crate) trait Idle: Default {
     /// True when the entry may be dropped at `now` without changing a decision.
     fn is_idle(&self, now: Millis) -> bool;
 }
@@ -51,7 +51,7 @@ impl Idle for LeaseSet {
 
 /// Window state of one subject: one [`ScopeState`] per policy scope.
 #[derive(Debug, Default)]
-pub struct SubjectWindows {
+pub(crate) struct SubjectWindows {
     scopes: [Option<Box<ScopeState>>; 2],
 }
 
@@ -78,7 +78,7 @@ struct Entry<V> {
 type Shard<V> = HashMap<SubjectKey, Entry<V>, foldhash::fast::RandomState>;
 
 /// A bounded, sharded map from subject key to state.
-pub struct ShardedMap<V> {
+pub(crate) struct ShardedMap<V> {
     shards: Box<[Mutex<Shard<V>>]>,
     hasher: foldhash::fast::RandomState,
     cap_per_shard: usize,
@@ -87,7 +87,7 @@ pub struct ShardedMap<V> {
 
 impl<V: Idle> ShardedMap<V> {
     /// A map holding at most about `capacity` entries.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let shards = (0..SHARDS)
             .map(|_| Mutex::new(HashMap::with_hasher(Default::default())))
             .collect();
@@ -111,7 +111,7 @@ impl<V: Idle> ShardedMap<V> {
 
     /// Runs `f` on the entry of `key` (created empty if absent). An entry left idle by
     /// `f` is removed at once, so rejected requests of unknown keys leave nothing.
-    pub fn with<R>(&self, key: &SubjectKey, now: Millis, f: impl FnOnce(&mut V) -> R) -> R {
+    pub(crate) fn with<R>(&self, key: &SubjectKey, now: Millis, f: impl FnOnce(&mut V) -> R) -> R {
         let mut shard = self
             .shard(key.as_str())
             .lock()
@@ -142,7 +142,7 @@ impl<V: Idle> ShardedMap<V> {
     }
 
     /// Runs `f` on the entry of `key` if it exists.
-    pub fn read<R>(&self, key: &str, f: impl FnOnce(&V) -> R) -> Option<R> {
+    pub(crate) fn read<R>(&self, key: &str, f: impl FnOnce(&V) -> R) -> Option<R> {
         let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         shard.get(key).map(|e| f(&e.value))
     }
@@ -172,20 +172,15 @@ impl<V: Idle> ShardedMap<V> {
     }
 
     /// Entries held now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
             .sum()
     }
 
-    /// True when no entry is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Drops every idle entry (a periodic sweep keeps memory low between floods).
-    pub fn sweep(&self, now: Millis) {
+    pub(crate) fn sweep(&self, now: Millis) {
         for s in self.shards.iter() {
             s.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -212,7 +207,7 @@ struct Inner<C> {
     clock: C,
     slots: ShardedMap<LeaseSet>,
     windows: ShardedMap<SubjectWindows>,
-    next_lease: AtomicU64,
+    next_lease: crate::id::Sequence,
     /// Lease-map keys of capacity channels, built once per channel name.
     channel_keys: std::sync::RwLock<HashMap<Box<str>, SubjectKey, foldhash::fast::RandomState>>,
     // One lock for the books: money decisions are rarer than limit decisions and
@@ -280,7 +275,7 @@ impl<C: Clock> MemoryStore<C> {
                 clock,
                 slots: ShardedMap::new(capacity),
                 windows: ShardedMap::new(capacity),
-                next_lease: AtomicU64::new(1),
+                next_lease: crate::id::Sequence::starting_at(1),
                 channel_keys: Default::default(),
                 ledger: Mutex::default(),
             }),
@@ -330,9 +325,9 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`SlotStore::acquire`] without a future.
-    pub fn acquire_now(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> SlotDecision {
+    pub(crate) fn acquire_now(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> SlotDecision {
         let now = self.inner.clock.now();
-        let id = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_lease.next();
         self.inner
             .slots
             .with(key, now, |set| match set.try_acquire(id, limit, ttl, now) {
@@ -344,7 +339,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`SlotStore::renew`] without a future.
-    pub fn renew_now(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> bool {
+    pub(crate) fn renew_now(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> bool {
         let now = self.inner.clock.now();
         self.inner
             .slots
@@ -352,6 +347,9 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`SlotStore::release`] without a future.
+    // Hidden, not crate-private: `tollgate`'s benches (benches/layers.rs) release
+    // through it outside a runtime.
+    #[doc(hidden)]
     pub fn release_now(&self, key: &SubjectKey, lease: LeaseId) {
         let now = self.inner.clock.now();
         self.inner.slots.with(key, now, |s| {
@@ -369,7 +367,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`WindowStore::admit`] without a future.
-    pub fn admit_now(
+    pub(crate) fn admit_now(
         &self,
         key: &SubjectKey,
         scope: Scope,
@@ -387,7 +385,7 @@ impl<C: Clock> MemoryStore<C> {
 
     /// [`WindowStore::admit_all`], at once: each item in order; at the first refusal
     /// the items admitted before it are refunded, so nothing stays counted.
-    pub fn admit_all_now(&self, items: &[super::JointItem]) -> super::JointAdmission {
+    pub(crate) fn admit_all_now(&self, items: &[super::JointItem]) -> super::JointAdmission {
         let mut tickets = Vec::with_capacity(items.len());
         for (index, it) in items.iter().enumerate() {
             match self.admit_now(&it.key, it.scope, &it.policy, &it.demand) {
@@ -407,7 +405,7 @@ impl<C: Clock> MemoryStore<C> {
     /// windows asked; a refusal gives the slot back.
     ///
     /// [`JointStore::acquire_and_admit`]: super::JointStore::acquire_and_admit
-    pub fn acquire_and_admit_now(
+    pub(crate) fn acquire_and_admit_now(
         &self,
         slot: &super::SlotAsk,
         window: Option<super::WindowAsk<'_>>,
@@ -437,6 +435,9 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`WindowStore::settle`] without a future.
+    // Hidden, not crate-private: `tollgate`'s benches (benches/layers.rs) settle
+    // through it outside a runtime.
+    #[doc(hidden)]
     pub fn settle_now(
         &self,
         key: &SubjectKey,

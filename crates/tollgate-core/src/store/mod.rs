@@ -17,6 +17,8 @@
 pub mod conformance;
 pub mod fallback;
 pub mod memory;
+#[cfg(test)]
+mod memory_bounds_tests;
 
 use crate::billing::{
     AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Books,

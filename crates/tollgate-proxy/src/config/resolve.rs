@@ -19,15 +19,13 @@ impl PolicyConfig {
         let tiers = |v: &[TierConfig]| -> Vec<Tier> {
             v.iter().map(|t| Tier::new(t.window.0, t.limit)).collect()
         };
-        let p = Policy {
-            concurrency: self.concurrency,
-            requests: tiers(&self.requests),
-            tokens: tiers(&self.tokens),
-            images: tiers(&self.images),
-            videos: tiers(&self.videos),
-            amount_cap: self.amount_cap,
-            rolling_rpm: self.rolling_rpm,
-        };
+        let mut p = Policy::default().with_concurrency(self.concurrency);
+        p.requests = tiers(&self.requests);
+        p.tokens = tiers(&self.tokens);
+        p.images = tiers(&self.images);
+        p.videos = tiers(&self.videos);
+        p.amount_cap = self.amount_cap;
+        p.rolling_rpm = self.rolling_rpm;
         p.validate()?;
         Ok(p)
     }
@@ -205,11 +203,11 @@ fn key(
                     .unwrap_or(0),
             ),
         };
-        subject.subscription = Some(tollgate_core::Subscription {
-            policy: policy_ref(&s.policy)?,
-            expires_at,
-            pay_as_you_go: s.pay_as_you_go,
-        });
+        subject.subscription = Some(
+            tollgate_core::Subscription::new(policy_ref(&s.policy)?)
+                .with_expiry(expires_at)
+                .with_pay_as_you_go(s.pay_as_you_go),
+        );
     }
     let budgets: Vec<tollgate_core::Budget> = k
         .tenant
@@ -221,16 +219,16 @@ fn key(
         label: label.into(),
         subject,
         spend_cap: k.spend_cap,
-        billing: tollgate::BillingProfile {
-            spend_cap: k.spend_cap,
-            budgets: budgets.into(),
+        billing: tollgate::BillingProfile::new()
+            .with_spend_cap(k.spend_cap)
+            .with_budgets(budgets)
             // A tenant of the configuration has a balance, hence a record: a
             // missing one is data loss, a 503 (B7), never a zero balance.
-            tenant_expected: k
-                .tenant
-                .as_ref()
-                .is_some_and(|t| raw.tenants.contains_key(t.get_ref())),
-        },
+            .with_tenant_expected(
+                k.tenant
+                    .as_ref()
+                    .is_some_and(|t| raw.tenants.contains_key(t.get_ref())),
+            ),
         weight: k
             .tenant
             .as_ref()
@@ -347,21 +345,23 @@ fn token(
 pub fn tenant_budgets(tenant: &str, t: &TenantConfig) -> Vec<tollgate_core::Budget> {
     t.budgets
         .iter()
-        .map(|b| tollgate_core::Budget {
-            id: format!("tenant:{tenant}:{}", b.name).into(),
-            limit: b.limit,
-            period_ms: b.period.map(|p| tollgate_core::clock::millis(p.0)),
+        .map(|b| {
+            tollgate_core::Budget::new(
+                format!("tenant:{tenant}:{}", b.name),
+                b.limit,
+                b.period.map(|p| tollgate_core::clock::millis(p.0)),
+            )
         })
         .collect()
 }
 
 /// The budget of a task.
 pub fn task_budget(name: &str, t: &TaskConfig) -> tollgate_core::Budget {
-    tollgate_core::Budget {
-        id: format!("task:{name}").into(),
-        limit: t.budget,
-        period_ms: t.period.map(|p| tollgate_core::clock::millis(p.0)),
-    }
+    tollgate_core::Budget::new(
+        format!("task:{name}"),
+        t.budget,
+        t.period.map(|p| tollgate_core::clock::millis(p.0)),
+    )
 }
 
 /// Where the keys of the configuration text are, from toml's own parser: an error

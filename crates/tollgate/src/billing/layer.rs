@@ -49,14 +49,10 @@ impl<St> BillingGateLayer<St> {
 }
 
 impl<St, C> BillingGateLayer<St, C> {
-    /// Where usage records go (B6).
+    /// Where usage records go (B6): a [`UsageSink`], or a closure taking each
+    /// [`UsageRecord`](super::UsageRecord).
     pub fn sink(mut self, sink: impl UsageSink) -> Self {
         self.sink = Arc::new(sink);
-        self
-    }
-    /// Where usage records go, as a shared sink.
-    pub fn shared_sink(mut self, sink: Arc<dyn UsageSink>) -> Self {
-        self.sink = sink;
         self
     }
     /// Failure mode; closed by default and for good reason (B5).

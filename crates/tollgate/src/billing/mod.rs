@@ -93,7 +93,6 @@ pub use service::BillingGate;
 use crate::body::Hold;
 use durable::{Job, Settler};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::attempt::{CallEnd, Settle, settle};
 use tollgate_core::{
     AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money,
@@ -103,6 +102,7 @@ use tollgate_core::{
 /// Per-request billing settings (request extension): the key's spend cap and the
 /// budgets the request draws on.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct BillingProfile {
     /// The key's spend cap.
     pub spend_cap: Option<Money>,
@@ -111,6 +111,28 @@ pub struct BillingProfile {
     /// The tenant is expected to have a billing record (the configuration names it with
     /// a balance): a missing record is a 503 (50303), never a 402 (B7).
     pub tenant_expected: bool,
+}
+
+impl BillingProfile {
+    /// No spend cap, no budgets, no record expected: the same as `default()`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the key's spend cap.
+    pub fn with_spend_cap(mut self, cap: Option<Money>) -> Self {
+        self.spend_cap = cap;
+        self
+    }
+    /// Sets the budgets to reserve in (B3).
+    pub fn with_budgets(mut self, budgets: impl Into<Arc<[Budget]>>) -> Self {
+        self.budgets = budgets.into();
+        self
+    }
+    /// Says whether the tenant is expected to have a billing record (B7).
+    pub fn with_tenant_expected(mut self, expected: bool) -> Self {
+        self.tenant_expected = expected;
+        self
+    }
 }
 
 /// The request id the client sent, kept apart from the gateway's own (request
@@ -123,8 +145,10 @@ pub struct ClientRequestId(pub Arc<str>);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt(pub AttemptId);
 
-/// One settled or pending attempt (B6).
+/// One settled or pending attempt (B6). Made by the billing layer; new fields may be
+/// added, so match it with `..`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UsageRecord {
     /// When it was settled (ms on the layer's clock).
     pub at: Millis,
@@ -194,34 +218,11 @@ impl<F: Fn(UsageRecord) + Send + Sync + 'static> UsageSink for F {
 /// A new attempt id: a per-process random prefix and a counter
 /// (`att-<16 hex digits>-<counter>`).
 pub(crate) fn next_attempt_id() -> AttemptId {
+    use tollgate_core::id;
     static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let prefix = PREFIX.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        format!("att-{:016x}-", h.finish())
-    });
-    // Built on the stack and copied once into the id's own allocation; the counter's
-    // digits by hand (`format!` would allocate a `String` first, and its machinery
-    // costs more than the rest of the billing decision).
-    let mut n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut id = [0u8; 64];
-    let (p, d) = (prefix.as_bytes(), &digits[at..]);
-    id[..p.len()].copy_from_slice(p);
-    id[p.len()..p.len() + d.len()].copy_from_slice(d);
-    // ASCII only: the prefix is hex, the counter decimal.
-    AttemptId::from(std::str::from_utf8(&id[..p.len() + d.len()]).unwrap_or("att"))
+    static NEXT: id::Sequence = id::Sequence::starting_at(1);
+    let prefix = PREFIX.get_or_init(|| format!("att-{:016x}-", id::process_tag()));
+    id::with_counter(prefix, NEXT.next())
 }
 
 /// What settling an attempt needs, before it is admitted.

@@ -4,6 +4,7 @@ use crate::BoxError;
 use crate::body::{Hold, HoldBody};
 use crate::joint::Prefetched;
 use crate::spawn::poll_now;
+use crate::time::ms;
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
@@ -15,8 +16,8 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 use tollgate_core::capacity::expected_wait_us;
 use tollgate_core::{
-    Candidates, CapacityStore, ChannelRef, Chosen, LayerKind, LeaseId, Rejection, StoreResult,
-    Subject, TenantWeight,
+    Candidates, CapacityStore, ChannelRef, Chosen, LayerKind, LeaseId, Millis, Rejection,
+    StoreResult, Subject, TenantWeight,
 };
 use tower_service::Service;
 
@@ -128,8 +129,10 @@ pub(crate) struct Pending<S, ReqB, St: CapacityStore> {
     shared: Arc<Shared<St>>,
     tenant: Arc<str>,
     weight: u32,
-    started: Instant,
-    wait_until: Instant,
+    /// When the request came, on the layer's clock.
+    started: Millis,
+    /// When its wait is over, on the layer's clock.
+    wait_until: Millis,
     on_expiry: Expiry,
     ticket: Option<QueueTicket<St>>,
     polls: u32,
@@ -142,7 +145,7 @@ impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
         candidates: Candidates,
         shared: Arc<Shared<St>>,
     ) -> Box<Self> {
-        let started = Instant::now();
+        let started = shared.now();
         let (tenant, weight) = tenant_of(&req);
         let max_wait = shared.config.max_wait;
         let deadline = req
@@ -164,7 +167,7 @@ impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
             tenant,
             weight,
             started,
-            wait_until: started + budget,
+            wait_until: started.saturating_add(tollgate_core::clock::millis(budget)),
             on_expiry,
             ticket: None,
             polls: 0,
@@ -338,7 +341,8 @@ where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
 {
-    if Instant::now() >= p.wait_until {
+    let now = p.shared.now();
+    if now >= p.wait_until {
         return expire(&p);
     }
     let channels: Vec<(usize, Arc<Channel<St>>)> = p
@@ -383,7 +387,7 @@ where
             let poll = next_poll(&mut p).map(|at| Box::pin(tokio::time::sleep_until(at)));
             State::Queued {
                 rx,
-                expiry: Box::pin(tokio::time::sleep_until(p.wait_until)),
+                expiry: Box::pin(tokio::time::sleep(ms(p.wait_until - now))),
                 poll,
                 pending: Some(p),
             }
@@ -412,7 +416,7 @@ where
 {
     let mut ticket = p.ticket.take().expect("a queued request has a ticket");
     ticket.served();
-    let waited = u64::try_from(p.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let waited = p.shared.now().saturating_sub(p.started);
     admit(&mut p, ticket.index, Some(guard.start()), Some(waited))
 }
 
@@ -464,6 +468,15 @@ where
                         };
                     }
                     if expiry.as_mut().poll(cx).is_ready() {
+                        let left = pending
+                            .as_ref()
+                            .map_or(0, |p| p.wait_until.saturating_sub(p.shared.now()));
+                        if left > 0 {
+                            // tokio's timer ran ahead of the layer's clock (a manual
+                            // clock): the clock decides, so wait out what it says is left.
+                            expiry.as_mut().reset(Instant::now() + ms(left));
+                            continue;
+                        }
                         let mut p = pending.take().expect("polled after completion");
                         // A lease handed over at the last moment still counts.
                         if let Ok(guard) = rx.try_recv() {

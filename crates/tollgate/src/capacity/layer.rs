@@ -1,9 +1,10 @@
-use super::queue::Shared;
+use super::queue::{Shared, layer_clock};
 use super::{CapacityConfig, CapacityQueue, CapacityStats};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
+use crate::time::TokioClock;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_core::{CapacityStore, QueueLimits};
+use tollgate_core::{CapacityStore, Clock, QueueLimits};
 use tower_layer::Layer;
 
 /// Applies [`CapacityQueue`] to a service: per-channel in-flight capacity and a
@@ -32,6 +33,7 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
                 store,
                 CapacityConfig::default(),
                 Arc::default(),
+                layer_clock(TokioClock::default()),
             )),
         }
     }
@@ -41,15 +43,26 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
         f(&mut config);
         let store = self.shared.store.clone();
         let failures: Arc<FailureCounters> = self.shared.failures.clone();
+        let clock = self.shared.clock.clone();
         Self {
-            shared: Arc::new(Shared::new(store, config, failures)),
+            shared: Arc::new(Shared::new(store, config, failures, clock)),
         }
     }
 
-    /// Sets every setting at once.
-    pub fn config(self, config: CapacityConfig) -> Self {
-        self.with(|c| *c = config)
+    /// Uses another clock for the queue's time rules: how long a request waited, when
+    /// its wait or deadline is over (Q3) and how long each lease is held (the service
+    /// time behind Q2's choice of queue). Default: [`TokioClock`], which follows
+    /// `tokio::time::pause` / `advance`. The queue's timers still wake on tokio's time;
+    /// what they find is decided by this clock.
+    pub fn clock<C: Clock>(self, clock: C) -> Self {
+        let config = self.shared.config;
+        let store = self.shared.store.clone();
+        let failures = self.shared.failures.clone();
+        Self {
+            shared: Arc::new(Shared::new(store, config, failures, layer_clock(clock))),
+        }
     }
+
     /// Longest wait in the queue (Q3); default 10 s; zero = refuse at once.
     pub fn max_wait(self, d: Duration) -> Self {
         self.with(|c| c.max_wait = d)
@@ -68,6 +81,10 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
             c.lease_ttl = ttl;
             c.renew_every = ttl / 3;
         })
+    }
+    /// Renewal period of a held lease (D5); default a third of the TTL.
+    pub fn renew_every(self, d: Duration) -> Self {
+        self.with(|c| c.renew_every = d)
     }
     /// Longest pause between a waiter's polls of its queue; zero = no polling.
     pub fn poll_interval(self, d: Duration) -> Self {

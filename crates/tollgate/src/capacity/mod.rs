@@ -78,6 +78,8 @@
 //! [`Rejection`]: tollgate_core::Rejection
 //! [`expected_wait_us`]: tollgate_core::capacity::expected_wait_us
 
+#[cfg(test)]
+mod clock_tests;
 mod future;
 mod layer;
 mod queue;
@@ -102,8 +104,10 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
 /// Default [`CapacityConfig::abort_grace`].
 pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_millis(250);
 
-/// Capacity queue settings.
+/// Capacity queue settings, as [`CapacityQueueLayer::settings`] reports them; set
+/// them with the layer's builder methods.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct CapacityConfig {
     /// Longest wait in the queue; zero = never queue, refuse at once (Q3).
     pub max_wait: Duration,

@@ -9,16 +9,23 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::Context;
-use std::time::Duration;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 use tollgate_core::capacity::Ticket;
 use tollgate_core::{
-    CapacityStore, ChannelRef, FairQueue, LeaseId, Millis, QueueFull, StoreResult,
+    CapacityStore, ChannelRef, Clock, FairQueue, LeaseId, Millis, QueueFull, StoreResult,
 };
 
 /// What waits in a channel's queue: the sending half of the waiter's hand-off.
 type Waiter<St> = oneshot::Sender<CapacityGuard<St>>;
+
+/// The layer's clock, behind a pointer: any [`Clock`] (a `ManualClock` in tests), while
+/// the guard, ticket and future types stay free of a clock parameter.
+pub(crate) type LayerClock = Arc<dyn Fn() -> Millis + Send + Sync>;
+
+/// `clock` as the layer reads it.
+pub(crate) fn layer_clock<C: Clock>(clock: C) -> LayerClock {
+    Arc::new(move || clock.now())
+}
 
 /// What every service built by one layer shares: created once, with the layer.
 pub(crate) struct Shared<St: CapacityStore> {
@@ -27,6 +34,8 @@ pub(crate) struct Shared<St: CapacityStore> {
     pub(crate) ttl: Millis,
     pub(crate) failures: Arc<FailureCounters>,
     pub(crate) counters: Counters,
+    /// "Now" for every time-dependent rule: waits, deadlines, service times.
+    pub(crate) clock: LayerClock,
     // Channels come from the operator's catalog: a bounded set, never evicted.
     channels: RwLock<HashMap<Arc<str>, Arc<Channel<St>>>>,
     renewals: Arc<Renewals<CapacityRenew<St>, ChannelLease>>,
@@ -52,7 +61,12 @@ impl<St: CapacityStore> Renew for CapacityRenew<St> {
 }
 
 impl<St: CapacityStore> Shared<St> {
-    pub(crate) fn new(store: St, config: CapacityConfig, failures: Arc<FailureCounters>) -> Self {
+    pub(crate) fn new(
+        store: St,
+        config: CapacityConfig,
+        failures: Arc<FailureCounters>,
+        clock: LayerClock,
+    ) -> Self {
         let ttl = tollgate_core::clock::millis(config.lease_ttl);
         Self {
             renewals: Renewals::new(
@@ -67,8 +81,14 @@ impl<St: CapacityStore> Shared<St> {
             config,
             failures,
             counters: Counters::default(),
+            clock,
             channels: RwLock::default(),
         }
+    }
+
+    /// The layer's clock now.
+    pub(crate) fn now(&self) -> Millis {
+        (self.clock)()
     }
 
     /// The state of channel `c`, created at its first use; follows `c`'s capacity.
@@ -222,8 +242,8 @@ impl<St: CapacityStore> Channel<St> {
         self.with_queue(|q| q.pop()).map(|(_, w)| w)
     }
 
-    fn record_service(&self, held: Duration) {
-        let us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX).max(1);
+    fn record_service(&self, held_ms: Millis) {
+        let us = held_ms.saturating_mul(1000).max(1);
         let old = self.avg_service_us.load(Ordering::Relaxed);
         let new = if old == 0 { us } else { (old * 7 + us) / 8 };
         // A lost update under a race only loses one sample of an estimate.
@@ -289,8 +309,9 @@ pub struct CapacityGuard<St: CapacityStore> {
     shared: Arc<Shared<St>>,
     channel: Arc<Channel<St>>,
     lease: LeaseId,
-    /// When a request started using the lease; `None` while it is being handed over.
-    started: Option<Instant>,
+    /// When (on the layer's clock) a request started using the lease; `None` while it is
+    /// being handed over.
+    started: Option<Millis>,
     registration: Option<Registration<CapacityRenew<St>, ChannelLease>>,
     /// The answer reached its end: release at once.
     finished: bool,
@@ -312,7 +333,7 @@ impl<St: CapacityStore> CapacityGuard<St> {
 
     /// Marks the lease as serving a request from now (for the service-time average).
     pub(crate) fn start(mut self) -> Self {
-        self.started = Some(Instant::now());
+        self.started = Some(self.shared.now());
         self
     }
 
@@ -344,7 +365,8 @@ impl<St: CapacityStore> Hold for CapacityGuard<St> {
 impl<St: CapacityStore> Drop for CapacityGuard<St> {
     fn drop(&mut self) {
         if let Some(t) = self.started {
-            self.channel.record_service(t.elapsed());
+            self.channel
+                .record_service(self.shared.now().saturating_sub(t));
         }
         let grace = self.shared.config.abort_grace;
         let abandoned = self.started.is_some() && !self.finished && !grace.is_zero();

@@ -169,9 +169,7 @@ mod request_id {
 
     use super::X_REQUEST_ID;
     use http::{HeaderMap, HeaderValue};
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use tollgate_core::id;
 
     /// The request's usable `x-request-id`, or a new one inserted into `headers`.
     ///
@@ -191,20 +189,9 @@ mod request_id {
     /// `<16 hex digits of process prefix>-<counter in hex>`: unique within a process,
     /// unlikely to collide across processes, one atomic add and one small allocation.
     fn generate() -> HeaderValue {
-        static PREFIX: OnceLock<u64> = OnceLock::new();
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let prefix = *PREFIX.get_or_init(|| {
-            // RandomState is seeded from the OS per process; mix in pid and time.
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default();
-            h.write_u128(now);
-            h.finish()
-        });
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        static COUNTER: id::Sequence = id::Sequence::starting_at(0);
+        let prefix = id::process_tag();
+        let n = COUNTER.next();
         HeaderValue::try_from(format!("{prefix:016x}-{n:x}"))
             .expect("hex digits and '-' are a valid header value")
     }

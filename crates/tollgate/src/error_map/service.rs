@@ -41,22 +41,12 @@ pub struct ErrorMapping<S> {
 }
 
 impl<S> ErrorMapping<S> {
-    /// Wraps `inner`, choosing the dialect per request.
-    pub fn new(inner: S) -> Self {
-        Self::with_config(inner, ErrorMappingLayer::new())
-    }
-
     pub(super) fn with_config(inner: S, config: ErrorMappingLayer) -> Self {
         Self {
             inner,
             config,
             failed: None,
         }
-    }
-
-    /// A layer that wraps services in `ErrorMapping`.
-    pub fn layer() -> ErrorMappingLayer {
-        ErrorMappingLayer::new()
     }
 
     /// The inner service.

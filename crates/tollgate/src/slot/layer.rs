@@ -39,7 +39,7 @@ pub struct ConcurrencySlotLayer<St, X = FromExtensions, C = SystemClock> {
 
 impl<St> ConcurrencySlotLayer<St> {
     /// A slot layer on `store`, reading the [`Subject`](tollgate_core::Subject) from the
-    /// request extensions, with the default [`SlotConfig`].
+    /// request extensions, with the default settings (no wait, 600 s leases, failing open).
     pub fn new(store: St) -> Self {
         Self {
             store,
@@ -77,11 +77,6 @@ impl<St: tollgate_core::JointStore, X, C> ConcurrencySlotLayer<St, X, C> {
 }
 
 impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
-    /// Sets every setting at once.
-    pub fn config(mut self, config: SlotConfig) -> Self {
-        self.config = config;
-        self
-    }
     /// Longest wait for a free slot (C2); default zero (refuse at once).
     pub fn max_wait(mut self, d: Duration) -> Self {
         self.config.max_wait = d;
@@ -91,6 +86,11 @@ impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.config.lease_ttl = ttl;
         self.config.renew_every = ttl / 3;
+        self
+    }
+    /// Renewal period of a held lease (C4); default a third of the TTL.
+    pub fn renew_every(mut self, d: Duration) -> Self {
+        self.config.renew_every = d;
         self
     }
     /// Failure mode when the store cannot answer (D4); default open.

@@ -44,17 +44,17 @@ use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
 /// Default lease TTL (C4): 600 s, as in the source.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
 
-/// Slot settings.
+/// Slot settings, set by the layer's builder methods.
 #[derive(Clone, Copy, Debug)]
-pub struct SlotConfig {
+pub(crate) struct SlotConfig {
     /// Lease TTL (C4).
-    pub lease_ttl: Duration,
+    pub(crate) lease_ttl: Duration,
     /// Renewal period of a held lease; default TTL/3 (C4).
-    pub renew_every: Duration,
+    pub(crate) renew_every: Duration,
     /// Longest wait for a free slot; zero = refuse at once (C2).
-    pub max_wait: Duration,
+    pub(crate) max_wait: Duration,
     /// Failure mode when the store cannot answer (D4).
-    pub failure_mode: crate::FailureMode,
+    pub(crate) failure_mode: crate::FailureMode,
 }
 
 impl Default for SlotConfig {

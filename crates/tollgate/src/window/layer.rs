@@ -6,13 +6,13 @@ use std::time::Duration;
 use tollgate_core::SystemClock;
 use tower_layer::Layer;
 
-/// Window settings.
+/// Window settings, set by the layer's builder methods.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct WindowConfig {
+pub(crate) struct WindowConfig {
     /// Longest wait for room in the rolling 60 s window (W10); zero = refuse at once.
-    pub max_wait: Duration,
+    pub(crate) max_wait: Duration,
     /// Failure mode when the store cannot answer (D4).
-    pub failure_mode: FailureMode,
+    pub(crate) failure_mode: FailureMode,
 }
 
 /// What every service built by one layer shares.

@@ -49,7 +49,7 @@ mod layer;
 mod service;
 
 pub use future::ResponseFuture;
-pub use layer::{AnchoredWindowLayer, WindowConfig};
+pub use layer::AnchoredWindowLayer;
 pub use service::AnchoredWindow;
 
 use crate::body::Hold;

@@ -5,14 +5,14 @@
 //!
 //! Every loop is bounded by a count.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-use tollgate_core::store::memory::MemoryStats;
-use tollgate_core::{
+use crate::store::memory::MemoryStats;
+use crate::{
     Admission, Clock, Demand, ManualClock, MemoryStore, Outcome, Policy, Scope, SlotDecision,
     SubjectKey, Tier,
 };
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 const CAPACITY: usize = 10_000;
 /// Slack over the capacity: the store bounds each of its shards at
@@ -181,7 +181,7 @@ fn rejected_and_refunded_requests_leave_nothing() {
         else {
             panic!("key {i} is new, yet rejected");
         };
-        s.settle_now(&key, Scope::Key, &t, tollgate_core::Outcome::Refund);
+        s.settle_now(&key, Scope::Key, &t, crate::Outcome::Refund);
         // A stray release and renewal of a lease this key never had.
         s.release_now(&key, 42);
         assert!(!s.renew_now(&key, 42, TTL));

@@ -27,13 +27,13 @@
 //! The default case count (256) runs in a few seconds in debug builds;
 //! `PROPTEST_CASES` raises it.
 
+use crate::window::{ROLLING_WINDOW_MS, ScopeState};
+use crate::{
+    Demand, Dimension, Exceeded, LimitView, Millis, Money, Outcome, Policy, Tier, Usage,
+    WindowTicket,
+};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tollgate_core::window::ROLLING_WINDOW_MS;
-use tollgate_core::{
-    Demand, Dimension, Exceeded, LimitView, Millis, Money, Outcome, Policy, ScopeState, Tier,
-    Usage, WindowTicket,
-};
 
 // ---------------------------------------------------------------------------------
 // The reference model
