@@ -8,6 +8,7 @@
 //! cannot exhaust the stack.
 
 use crate::estimate::{self, Tally};
+use crate::vendor;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::error::Category;
 use std::fmt;
@@ -217,7 +218,7 @@ pub fn inspect_request(
 ) -> Result<RequestFacts, RequestError> {
     let gemini = dialect == Dialect::Gemini;
     let target = if gemini {
-        Some(gemini_target(path)?)
+        Some(vendor::gemini::target(path)?)
     } else {
         None
     };
@@ -256,103 +257,27 @@ pub fn inspect_request(
         });
     }
 
-    let requested = match dialect {
-        Dialect::Anthropic => Some(ctx.max_tokens.ok_or(RequestError::MissingField {
-            field: "max_tokens",
-        })?),
-        Dialect::Gemini => ctx.gen_max_output,
-        Dialect::OpenAi | Dialect::Native => ctx
-            .max_completion_tokens
-            .or(ctx.max_tokens)
-            .or(ctx.max_output_tokens),
-    };
-    let max_output_tokens = requested
+    let rules = vendor::request_rules(dialect, &ctx, path, stream)?;
+    let max_output_tokens = rules
+        .max_output
         .or_else(|| default_max_output(&model))
         .unwrap_or(estimate::FALLBACK_MAX_OUTPUT_TOKENS);
-
-    let clamp = |n: Option<u64>| n.unwrap_or(1).clamp(1, estimate::MAX_CHOICES);
-    let image_generation = !gemini && path.contains("/images/generations");
-    let (choices, requested_images) = match dialect {
-        Dialect::Anthropic => (1, 0),
-        Dialect::Gemini => {
-            let c = clamp(ctx.candidate_count);
-            (c, if ctx.image_output { c } else { 0 })
-        }
-        Dialect::OpenAi | Dialect::Native if image_generation => (1, clamp(ctx.n)),
-        Dialect::OpenAi | Dialect::Native => (clamp(ctx.n), 0),
-    };
-
-    let usage_reported = match dialect {
-        Dialect::Anthropic | Dialect::Gemini => true,
-        Dialect::OpenAi | Dialect::Native => !stream || ctx.include_usage == Some(true),
-    };
 
     Ok(RequestFacts {
         model,
         stream,
         input_tokens: ctx.tally.input_tokens(),
         max_output_tokens,
-        choices,
-        images: ctx.tally.images.saturating_add(requested_images),
+        choices: rules.choices,
+        images: ctx.tally.images.saturating_add(rules.requested_images),
         videos: ctx.tally.videos,
         has_tools: ctx.tally.has_tools,
         structured_output: ctx.structured,
-        usage_reported,
+        usage_reported: rules.usage_reported,
     })
 }
 
-const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
-
-/// Model and streaming flag from a Gemini path: the segment after the last `/models/`
-/// up to the last `:`, percent-decoded; streaming iff the method is
-/// `streamGenerateContent`.
-fn gemini_target(path: &str) -> Result<(String, bool), RequestError> {
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    let Some(at) = path.rfind("/models/") else {
-        return Err(RequestError::BadPath {
-            reason: "does not contain /models/{model}",
-        });
-    };
-    let Some((model, method)) = path[at + "/models/".len()..].rsplit_once(':') else {
-        return Err(RequestError::BadPath {
-            reason: "does not name a method after the model",
-        });
-    };
-    let model = percent_decode(model);
-    if model.trim().is_empty() {
-        return Err(RequestError::BadPath {
-            reason: "does not name a model",
-        });
-    }
-    if model.len() > estimate::MAX_MODEL_LEN {
-        return Err(RequestError::InvalidModel {
-            reason: MODEL_TOO_LONG,
-        });
-    }
-    Ok((model, method == "streamGenerateContent"))
-}
-
-fn percent_decode(s: &str) -> String {
-    if !s.contains('%') {
-        return s.to_owned();
-    }
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub(crate) const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
 
 // ---------------------------------------------------------------------------------
 // The walk.
@@ -365,8 +290,11 @@ enum Seg {
     Index(usize),
 }
 
+/// What the walk read, for the vendor rules ([`vendor`]).
+pub(crate) type Read = Ctx;
+
 /// State shared by every visitor of one inspection.
-struct Ctx {
+pub(crate) struct Ctx {
     /// Path to the value being read; left as it is when a visitor fails.
     path: Vec<Seg>,
     /// What the value being read must be; for error messages.
@@ -374,17 +302,17 @@ struct Ctx {
     gemini: bool,
     tally: Tally,
     model: Option<String>,
-    model_too_long: bool,
+    pub(crate) model_too_long: bool,
     stream: Option<bool>,
-    include_usage: Option<bool>,
-    max_tokens: Option<u64>,
-    max_completion_tokens: Option<u64>,
-    max_output_tokens: Option<u64>,
-    gen_max_output: Option<u64>,
-    n: Option<u64>,
-    candidate_count: Option<u64>,
+    pub(crate) include_usage: Option<bool>,
+    pub(crate) max_tokens: Option<u64>,
+    pub(crate) max_completion_tokens: Option<u64>,
+    pub(crate) max_output_tokens: Option<u64>,
+    pub(crate) gen_max_output: Option<u64>,
+    pub(crate) n: Option<u64>,
+    pub(crate) candidate_count: Option<u64>,
     structured: bool,
-    image_output: bool,
+    pub(crate) image_output: bool,
 }
 
 impl Ctx {
@@ -1817,14 +1745,6 @@ impl<'de> Visitor<'de> for GenerationConfig<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percent_decoding_is_lenient() {
-        assert_eq!(percent_decode("gemini-2.5-flash"), "gemini-2.5-flash");
-        assert_eq!(percent_decode("a%2Fb"), "a/b");
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%zz%"), "%zz%");
-    }
 
     #[test]
     fn paths_render_like_json_paths() {
