@@ -7,3 +7,86 @@
 //! [`UpstreamLimitLayer::with_rate_reader`]: super::UpstreamLimitLayer::with_rate_reader
 
 pub use tollgate_dialects::{MAX_SIGNAL_MS, RateReader, RateSignal};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::UpstreamLimitLayer;
+    use crate::time::TokioClock;
+    use crate::upstream::UpstreamConfig;
+    use http::{HeaderMap, Request, Response};
+    use std::sync::Arc;
+    use std::time::SystemTime;
+    use tollgate_core::upstream::{RateLimits, UpstreamChannel, UpstreamRegistry, model_key};
+    use tollgate_core::{Candidates, ChannelRef, Dialect, MemoryStore, ModelId};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    /// A vendor the dialect crate does not know: its limit header is `x-other-wait-ms`.
+    fn other_vendor(status: u16, headers: &HeaderMap, _: SystemTime) -> RateSignal {
+        RateSignal {
+            status,
+            retry_after_ms: None,
+            exhausted_until_ms: headers
+                .get("x-other-wait-ms")
+                .and_then(|v| v.to_str().ok()?.parse().ok()),
+        }
+    }
+
+    async fn cooldown_after(reader: Option<RateReader>) -> Option<u64> {
+        const T0: u64 = 1_700_000_000_000;
+        let st = MemoryStore::with_clock(TokioClock::new(T0));
+        let reg = UpstreamRegistry::new().with_channel(UpstreamChannel {
+            name: "a".into(),
+            dialect: Dialect::OpenAi,
+            vendor: "other".into(),
+            credential: "k".into(),
+            limits: RateLimits {
+                rpm: Some(1_000),
+                ..RateLimits::default()
+            },
+            model_limits: vec![],
+        });
+        let mut layer = UpstreamLimitLayer::with_clock(
+            st.clone(),
+            Arc::new(reg),
+            st.clock().clone(),
+            UpstreamConfig::default(),
+        );
+        if let Some(reader) = reader {
+            layer = layer.with_rate_reader(reader);
+        }
+        let mut r = Request::new(());
+        r.extensions_mut()
+            .insert(Candidates::new([ChannelRef::new("a", 0)]));
+        r.extensions_mut().insert(ModelId("m".into()));
+        let upstream = tower::service_fn(|_: Request<()>| async {
+            let res = Response::builder()
+                .header("x-other-wait-ms", "7000")
+                .header("x-ratelimit-remaining-requests", "0")
+                .header("x-ratelimit-reset-requests", "2s")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(res)
+        });
+        let res = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(upstream)
+            .oneshot(r)
+            .await
+            .unwrap();
+        drop(res);
+        layer
+            .registry()
+            .cooldowns()
+            .until(&model_key("k", "m"), T0 + 1)
+            .map(|until| until - T0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn u3_the_rate_reader_is_injected_and_defaults_to_the_vendors_headers() {
+        // By default OpenAI's headers are read: requests exhausted, reset in 2 s.
+        assert_eq!(cooldown_after(None).await, Some(2_000));
+        // An injected reader reads its own vendor's header instead.
+        assert_eq!(cooldown_after(Some(other_vendor)).await, Some(7_000));
+    }
+}
