@@ -594,7 +594,8 @@ impl<'de> Visitor<'de> for KeyLen {
     }
 }
 
-/// A non-negative integer (an integral float is accepted) or `null`.
+/// A non-negative integer (an integral float is accepted) or `null`. A visitor: serde's
+/// `u64` rejects `1.0`, which clients (JavaScript ones) send.
 struct OptU64;
 
 impl<'de> DeserializeSeed<'de> for OptU64 {
@@ -630,35 +631,8 @@ impl<'de> Visitor<'de> for OptU64 {
     }
 }
 
-/// The model name: a string (or `null` = absent); too long names are flagged, not
-/// copied.
-struct ModelSeed<'c> {
-    ctx: &'c mut Ctx,
-}
-
-any_seed!(ModelSeed<'_>);
-
-impl<'de> Visitor<'de> for ModelSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        if v.len() > estimate::MAX_MODEL_LEN {
-            self.ctx.model = None;
-            self.ctx.model_too_long = true;
-        } else {
-            self.ctx.model = Some(v.to_owned());
-            self.ctx.model_too_long = false;
-        }
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-}
-
-/// The byte length of a string (`null` = 0).
+/// The byte length of a string (`null` = 0): measured, not copied (message text can be
+/// megabytes; a `String` or an escaped `Cow` would copy it).
 struct TextLen;
 
 any_seed!(TextLen);
@@ -764,13 +738,20 @@ impl<'de> Visitor<'de> for Top<'_> {
                 TopKey::Model | TopKey::Stream if ctx.gemini => {
                     map.next_value::<IgnoredAny>()?;
                 }
-                TopKey::Model => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "a string",
-                    ModelSeed { ctx: &mut *ctx }
-                ),
+                TopKey::Model => {
+                    let model: Option<String> = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a string",
+                        PhantomData
+                    );
+                    // `null` is absent; a name too long is flagged, not kept.
+                    if let Some(m) = model {
+                        ctx.model_too_long = m.len() > estimate::MAX_MODEL_LEN;
+                        ctx.model = (!ctx.model_too_long).then_some(m);
+                    }
+                }
                 TopKey::Stream => {
                     ctx.stream = field!(
                         ctx,
@@ -846,41 +827,23 @@ impl<'de> Visitor<'de> for Top<'_> {
                     "an array of tools",
                     Tools { ctx: &mut *ctx }
                 ),
-                TopKey::MaxTokens => {
-                    ctx.max_tokens = field!(
+                TopKey::MaxTokens
+                | TopKey::MaxCompletionTokens
+                | TopKey::MaxOutputTokens
+                | TopKey::N => {
+                    let v = field!(
                         ctx,
                         map.next_value_seed,
                         Seg::Key(name),
                         "a non-negative integer",
                         OptU64
                     );
-                }
-                TopKey::MaxCompletionTokens => {
-                    ctx.max_completion_tokens = field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
-                    );
-                }
-                TopKey::MaxOutputTokens => {
-                    ctx.max_output_tokens = field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
-                    );
-                }
-                TopKey::N => {
-                    ctx.n = field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
-                    );
+                    *match key {
+                        TopKey::MaxTokens => &mut ctx.max_tokens,
+                        TopKey::MaxCompletionTokens => &mut ctx.max_completion_tokens,
+                        TopKey::MaxOutputTokens => &mut ctx.max_output_tokens,
+                        _ => &mut ctx.n,
+                    } = v;
                 }
                 TopKey::Format => {
                     let f: Option<Format> = field!(
