@@ -1,6 +1,7 @@
 //! Upstream limits (SPEC U1–U4) as plain types: what a provider allows per credential,
 //! per credential and model, and per vendor, compiled into window keys of the
-//! [`WindowStore`](crate::WindowStore); the vendors' token counting rules (U2); the
+//! [`WindowStore`](crate::WindowStore); the [`RateCount`] a request is charged with
+//! (U2: the vendors' counting rules live in `tollgate-dialects`, above this crate); the
 //! cooldown table that provider signals feed (U3); and the rejection a request gets
 //! when no channel is usable (U4).
 //!
@@ -18,7 +19,6 @@
 //! window is charged with the input or the output count only.
 
 use crate::clock::Millis;
-use crate::demand::Usage;
 use crate::dialect::Dialect;
 use crate::policy::{Dimension, Policy, Tier};
 use crate::rejection::GatewayCode;
@@ -112,75 +112,6 @@ impl RateCount {
             TokenMeasure::Input => self.itpm,
             TokenMeasure::Output => self.otpm,
         }
-    }
-}
-
-/// What `usage` counts toward the limits of a `dialect` provider (settlement, U2).
-///
-/// | dialect | itpm | otpm | tpm |
-/// |---|---|---|---|
-/// | OpenAI (and native) | input + cached + cache writes | output | itpm + otpm |
-/// | Anthropic | input + cache writes (cache **reads** excluded) | output | itpm + otpm |
-/// | Gemini | input + cached + cache writes | output | itpm (input only) |
-///
-/// - OpenAI: cached input counts toward TPM like any other input token.
-/// - Anthropic: `cache_read_input_tokens` do not count toward ITPM; `input_tokens` and
-///   `cache_creation_input_tokens` do. Anthropic has no combined limit; `tpm` is given
-///   for channels configured with one.
-/// - Gemini: Google documents TPM as *input* tokens per minute with no cache
-///   exemption; output counts only toward `otpm`.
-///
-/// ```
-/// use tollgate_core::{Dialect, Usage, upstream::rate_count};
-/// let u = Usage { input_tokens: 100, cached_input_tokens: 900, cache_write_tokens: 50, output_tokens: 10, ..Usage::default() };
-/// assert_eq!(rate_count(Dialect::Anthropic, &u).itpm, 150);
-/// assert_eq!(rate_count(Dialect::OpenAi, &u).tpm, 1060);
-/// ```
-pub fn rate_count(dialect: Dialect, usage: &Usage) -> RateCount {
-    let all_input = usage
-        .input_tokens
-        .saturating_add(usage.cached_input_tokens)
-        .saturating_add(usage.cache_write_tokens);
-    let out = usage.output_tokens;
-    match dialect {
-        Dialect::OpenAi | Dialect::Native => RateCount {
-            tpm: all_input.saturating_add(out),
-            itpm: all_input,
-            otpm: out,
-        },
-        Dialect::Anthropic => {
-            let itpm = usage.input_tokens.saturating_add(usage.cache_write_tokens);
-            RateCount {
-                tpm: itpm.saturating_add(out),
-                itpm,
-                otpm: out,
-            }
-        }
-        Dialect::Gemini => RateCount {
-            tpm: all_input,
-            itpm: all_input,
-            otpm: out,
-        },
-    }
-}
-
-/// What to reserve toward the limits of a `dialect` provider before sending (U2),
-/// from the input estimate and the output upper bound: all input is reserved (cache
-/// reads cannot be known in advance; settlement gives back what [`rate_count`]
-/// excludes), and the output bound too (OpenAI and Anthropic's OTPM count
-/// `max_tokens` at request start).
-pub fn rate_estimate(dialect: Dialect, input: u64, output_bound: u64) -> RateCount {
-    match dialect {
-        Dialect::Gemini => RateCount {
-            tpm: input,
-            itpm: input,
-            otpm: output_bound,
-        },
-        Dialect::OpenAi | Dialect::Native | Dialect::Anthropic => RateCount {
-            tpm: input.saturating_add(output_bound),
-            itpm: input,
-            otpm: output_bound,
-        },
     }
 }
 

@@ -9,6 +9,11 @@
 //!   errors (F3), in constant memory ([`usage`] documents the mapping and the caps).
 //! - [`rate_count`] / [`rate_estimate`]: the vendors' rules for what counts toward
 //!   TPM / ITPM / OTPM (U2).
+//! - [`error_facts`], [`RateSignal`], [`chunk_kind`]: a provider's error body, its
+//!   rate-limit headers and the first frames of its answer, for the `tollgate` layers
+//!   (failover F4 / F5, upstream cooldowns U3), which take them as injected functions.
+//! - [`vendor`]: one module per vendor holding all of the above for its wire format,
+//!   plus its credential headers and the request rewrite that asks for stream usage.
 //!
 //! The input estimate errs high for typical English and code and is only a
 //! reservation: settlement corrects it with the usage the provider reports (SPEC W5).
@@ -31,15 +36,22 @@
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+pub mod chunk;
+pub mod errors;
 pub mod estimate;
 mod json;
 pub mod rate;
 pub mod request;
+pub mod signal;
 mod sse;
 pub mod usage;
+pub mod vendor;
 
-pub use rate::{RateCount, rate_count, rate_estimate};
+pub use chunk::{ChunkKind, chunk_kind};
+pub use errors::{ErrorReader, error_facts};
+pub use rate::{RateCount, rate_count, rate_estimate, rate_estimate_tokens};
 pub use request::{RequestError, RequestFacts, inspect_request};
+pub use signal::{MAX_SIGNAL_MS, RateReader, RateSignal};
 pub use tollgate_core::{Dialect, Usage};
 pub use usage::{UsageWatcher, usage_from_json};
 

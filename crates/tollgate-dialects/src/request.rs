@@ -1,13 +1,28 @@
 //! Request inspection: what the gateway must know about a request before sending it
 //! (W5 reservation, U2 upstream limits, F11 fallback contract, E4 invalid requests).
 //!
-//! The body is walked once with `serde_json`'s streaming deserializer and hand-written
-//! visitors: nothing is copied but the model name, base64 media and unknown fields are
-//! skipped without allocation, and a type error names the offending field by its JSON
-//! path. Nesting is bounded by `serde_json`'s recursion limit (128), so hostile bodies
-//! cannot exhaust the stack.
+//! The body is walked once with `serde_json`'s streaming deserializer, and a type error
+//! names the offending field by its JSON path. Nesting is bounded by `serde_json`'s
+//! recursion limit (128), so hostile bodies cannot exhaust the stack.
+//!
+//! - The small settings objects (`stream_options`, `response_format` /
+//!   `output_format`, `output_config`, `generationConfig`) are derived structs;
+//!   `serde_path_to_error` gives the path of a bad field inside them.
+//! - The messages, their content blocks and parts, `tools` and the top-level object
+//!   keep hand-written visitors, for constant memory over huge message arrays: each
+//!   element is counted into the running [`Tally`] as it is read and nothing of it is
+//!   kept (a derived `Vec<Message>` would hold the whole conversation); text is
+//!   measured, not copied; base64 media and unknown fields are skipped without
+//!   allocation. The lenient readers (`type`, `media_type`, `data`, `inlineData`, a
+//!   modality) take any value and look only at strings, which a derive can express
+//!   only with an untagged enum, and that buffers the value first (a 100 MB base64
+//!   `data` would be copied).
+//! - What the vendors' rules make of the values read (maximum output, choices, usage
+//!   reporting, Gemini's model in the path) is in [`vendor`](crate::vendor).
 
 use crate::estimate::{self, Tally};
+use crate::vendor;
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::error::Category;
 use std::fmt;
@@ -217,7 +232,7 @@ pub fn inspect_request(
 ) -> Result<RequestFacts, RequestError> {
     let gemini = dialect == Dialect::Gemini;
     let target = if gemini {
-        Some(gemini_target(path)?)
+        Some(vendor::gemini::target(path)?)
     } else {
         None
     };
@@ -256,103 +271,27 @@ pub fn inspect_request(
         });
     }
 
-    let requested = match dialect {
-        Dialect::Anthropic => Some(ctx.max_tokens.ok_or(RequestError::MissingField {
-            field: "max_tokens",
-        })?),
-        Dialect::Gemini => ctx.gen_max_output,
-        Dialect::OpenAi | Dialect::Native => ctx
-            .max_completion_tokens
-            .or(ctx.max_tokens)
-            .or(ctx.max_output_tokens),
-    };
-    let max_output_tokens = requested
+    let rules = vendor::request_rules(dialect, &ctx, path, stream)?;
+    let max_output_tokens = rules
+        .max_output
         .or_else(|| default_max_output(&model))
         .unwrap_or(estimate::FALLBACK_MAX_OUTPUT_TOKENS);
-
-    let clamp = |n: Option<u64>| n.unwrap_or(1).clamp(1, estimate::MAX_CHOICES);
-    let image_generation = !gemini && path.contains("/images/generations");
-    let (choices, requested_images) = match dialect {
-        Dialect::Anthropic => (1, 0),
-        Dialect::Gemini => {
-            let c = clamp(ctx.candidate_count);
-            (c, if ctx.image_output { c } else { 0 })
-        }
-        Dialect::OpenAi | Dialect::Native if image_generation => (1, clamp(ctx.n)),
-        Dialect::OpenAi | Dialect::Native => (clamp(ctx.n), 0),
-    };
-
-    let usage_reported = match dialect {
-        Dialect::Anthropic | Dialect::Gemini => true,
-        Dialect::OpenAi | Dialect::Native => !stream || ctx.include_usage == Some(true),
-    };
 
     Ok(RequestFacts {
         model,
         stream,
         input_tokens: ctx.tally.input_tokens(),
         max_output_tokens,
-        choices,
-        images: ctx.tally.images.saturating_add(requested_images),
+        choices: rules.choices,
+        images: ctx.tally.images.saturating_add(rules.requested_images),
         videos: ctx.tally.videos,
         has_tools: ctx.tally.has_tools,
         structured_output: ctx.structured,
-        usage_reported,
+        usage_reported: rules.usage_reported,
     })
 }
 
-const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
-
-/// Model and streaming flag from a Gemini path: the segment after the last `/models/`
-/// up to the last `:`, percent-decoded; streaming iff the method is
-/// `streamGenerateContent`.
-fn gemini_target(path: &str) -> Result<(String, bool), RequestError> {
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    let Some(at) = path.rfind("/models/") else {
-        return Err(RequestError::BadPath {
-            reason: "does not contain /models/{model}",
-        });
-    };
-    let Some((model, method)) = path[at + "/models/".len()..].rsplit_once(':') else {
-        return Err(RequestError::BadPath {
-            reason: "does not name a method after the model",
-        });
-    };
-    let model = percent_decode(model);
-    if model.trim().is_empty() {
-        return Err(RequestError::BadPath {
-            reason: "does not name a model",
-        });
-    }
-    if model.len() > estimate::MAX_MODEL_LEN {
-        return Err(RequestError::InvalidModel {
-            reason: MODEL_TOO_LONG,
-        });
-    }
-    Ok((model, method == "streamGenerateContent"))
-}
-
-fn percent_decode(s: &str) -> String {
-    if !s.contains('%') {
-        return s.to_owned();
-    }
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub(crate) const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
 
 // ---------------------------------------------------------------------------------
 // The walk.
@@ -365,47 +304,41 @@ enum Seg {
     Index(usize),
 }
 
+/// What the walk read, for the vendor rules ([`vendor`]).
+pub(crate) type Read = Ctx;
+
 /// State shared by every visitor of one inspection.
-struct Ctx {
+#[derive(Default)]
+pub(crate) struct Ctx {
     /// Path to the value being read; left as it is when a visitor fails.
     path: Vec<Seg>,
+    /// The path inside a derived settings object (`generationConfig`, …) where it
+    /// failed, after `path`.
+    tail: Option<String>,
     /// What the value being read must be; for error messages.
     expect: &'static str,
     gemini: bool,
     tally: Tally,
     model: Option<String>,
-    model_too_long: bool,
+    pub(crate) model_too_long: bool,
     stream: Option<bool>,
-    include_usage: Option<bool>,
-    max_tokens: Option<u64>,
-    max_completion_tokens: Option<u64>,
-    max_output_tokens: Option<u64>,
-    gen_max_output: Option<u64>,
-    n: Option<u64>,
-    candidate_count: Option<u64>,
+    pub(crate) include_usage: Option<bool>,
+    pub(crate) max_tokens: Option<u64>,
+    pub(crate) max_completion_tokens: Option<u64>,
+    pub(crate) max_output_tokens: Option<u64>,
+    pub(crate) gen_max_output: Option<u64>,
+    pub(crate) n: Option<u64>,
+    pub(crate) candidate_count: Option<u64>,
     structured: bool,
-    image_output: bool,
+    pub(crate) image_output: bool,
 }
 
 impl Ctx {
     fn new(gemini: bool) -> Self {
         Ctx {
-            path: Vec::new(),
             expect: "a JSON object",
             gemini,
-            tally: Tally::default(),
-            model: None,
-            model_too_long: false,
-            stream: None,
-            include_usage: None,
-            max_tokens: None,
-            max_completion_tokens: None,
-            max_output_tokens: None,
-            gen_max_output: None,
-            n: None,
-            candidate_count: None,
-            structured: false,
-            image_output: false,
+            ..Ctx::default()
         }
     }
 
@@ -426,7 +359,10 @@ impl Ctx {
         match e.classify() {
             Category::Data if self.path.is_empty() => RequestError::NotAnObject,
             Category::Data => RequestError::WrongType {
-                field: render_path(&self.path),
+                field: match &self.tail {
+                    Some(tail) => format!("{}.{tail}", render_path(&self.path)),
+                    None => render_path(&self.path),
+                },
                 expected: self.expect,
                 line,
                 column,
@@ -474,6 +410,18 @@ macro_rules! field {
         $ctx.path.pop();
         value
     }};
+}
+
+/// A seed that is its own visitor, reading any JSON value.
+macro_rules! any_seed {
+    ($t:ty) => {
+        impl<'de> DeserializeSeed<'de> for $t {
+            type Value = <Self as Visitor<'de>>::Value;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+    };
 }
 
 /// Visitor methods that accept and ignore scalars.
@@ -601,30 +549,6 @@ keys!(InlineKey {
     Mime = ["mimeType", "mime_type"],
 });
 
-keys!(StreamOptionsKey {
-    IncludeUsage = ["include_usage"],
-});
-
-keys!(FormatKey {
-    Type = ["type"],
-    Schema = ["json_schema", "schema"],
-});
-
-keys!(OutputConfigKey {
-    Format = ["format"],
-});
-
-keys!(GenKey {
-    MaxOutput = ["maxOutputTokens", "max_output_tokens"],
-    Candidates = ["candidateCount", "candidate_count"],
-    Mime = ["responseMimeType", "response_mime_type"],
-    Schema = [
-        "responseSchema", "response_schema", "responseJsonSchema", "response_json_schema",
-        "_responseJsonSchema",
-    ],
-    Modalities = ["responseModalities", "response_modalities"],
-});
-
 struct KeySeed<K>(PhantomData<K>);
 
 impl<K> KeySeed<K> {
@@ -670,30 +594,8 @@ impl<'de> Visitor<'de> for KeyLen {
     }
 }
 
-/// `bool` or `null`.
-struct OptBool;
-
-impl<'de> DeserializeSeed<'de> for OptBool {
-    type Value = Option<bool>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for OptBool {
-    type Value = Option<bool>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a boolean")
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(Some(v))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-}
-
-/// A non-negative integer (an integral float is accepted) or `null`.
+/// A non-negative integer (an integral float is accepted) or `null`. A visitor: serde's
+/// `u64` rejects `1.0`, which clients (JavaScript ones) send.
 struct OptU64;
 
 impl<'de> DeserializeSeed<'de> for OptU64 {
@@ -729,48 +631,11 @@ impl<'de> Visitor<'de> for OptU64 {
     }
 }
 
-/// The model name: a string (or `null` = absent); too long names are flagged, not
-/// copied.
-struct ModelSeed<'c> {
-    ctx: &'c mut Ctx,
-}
-
-impl<'de> DeserializeSeed<'de> for ModelSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ModelSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        if v.len() > estimate::MAX_MODEL_LEN {
-            self.ctx.model = None;
-            self.ctx.model_too_long = true;
-        } else {
-            self.ctx.model = Some(v.to_owned());
-            self.ctx.model_too_long = false;
-        }
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-}
-
-/// The byte length of a string (`null` = 0).
+/// The byte length of a string (`null` = 0): measured, not copied (message text can be
+/// megabytes; a `String` or an escaped `Cow` would copy it).
 struct TextLen;
 
-impl<'de> DeserializeSeed<'de> for TextLen {
-    type Value = u64;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(TextLen);
 
 impl<'de> Visitor<'de> for TextLen {
     type Value = u64;
@@ -788,12 +653,7 @@ impl<'de> Visitor<'de> for TextLen {
 /// The byte length of a string; anything else is skipped as 0.
 struct LenientLen;
 
-impl<'de> DeserializeSeed<'de> for LenientLen {
-    type Value = u64;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(LenientLen);
 
 impl<'de> Visitor<'de> for LenientLen {
     type Value = u64;
@@ -812,12 +672,7 @@ impl<'de> Visitor<'de> for LenientLen {
 /// calls and parts of unknown shape.
 struct Generic;
 
-impl<'de> DeserializeSeed<'de> for Generic {
-    type Value = u64;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Generic);
 
 fn digits(v: u64) -> u64 {
     u64::from(v.checked_ilog10().unwrap_or(0)) + 1
@@ -868,12 +723,7 @@ struct Top<'c> {
     ctx: &'c mut Ctx,
 }
 
-impl<'de> DeserializeSeed<'de> for Top<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Top<'_>);
 
 impl<'de> Visitor<'de> for Top<'_> {
     type Value = ();
@@ -888,29 +738,41 @@ impl<'de> Visitor<'de> for Top<'_> {
                 TopKey::Model | TopKey::Stream if ctx.gemini => {
                     map.next_value::<IgnoredAny>()?;
                 }
-                TopKey::Model => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "a string",
-                    ModelSeed { ctx: &mut *ctx }
-                ),
+                TopKey::Model => {
+                    let model: Option<String> = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a string",
+                        PhantomData
+                    );
+                    // `null` is absent; a name too long is flagged, not kept.
+                    if let Some(m) = model {
+                        ctx.model_too_long = m.len() > estimate::MAX_MODEL_LEN;
+                        ctx.model = (!ctx.model_too_long).then_some(m);
+                    }
+                }
                 TopKey::Stream => {
                     ctx.stream = field!(
                         ctx,
                         map.next_value_seed,
                         Seg::Key(name),
                         "a boolean",
-                        OptBool
+                        PhantomData::<Option<bool>>
                     );
                 }
-                TopKey::StreamOptions => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "an object",
-                    StreamOptions { ctx: &mut *ctx }
-                ),
+                TopKey::StreamOptions => {
+                    let o: Option<StreamOptions> = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "an object",
+                        Settings::new(&mut *ctx)
+                    );
+                    if let Some(v) = o.and_then(|o| o.include_usage) {
+                        ctx.include_usage = Some(v);
+                    }
+                }
                 TopKey::Messages => field!(
                     ctx,
                     map.next_value_seed,
@@ -965,63 +827,56 @@ impl<'de> Visitor<'de> for Top<'_> {
                     "an array of tools",
                     Tools { ctx: &mut *ctx }
                 ),
-                TopKey::MaxTokens => {
-                    ctx.max_tokens = field!(
+                TopKey::MaxTokens
+                | TopKey::MaxCompletionTokens
+                | TopKey::MaxOutputTokens
+                | TopKey::N => {
+                    let v = field!(
                         ctx,
                         map.next_value_seed,
                         Seg::Key(name),
                         "a non-negative integer",
                         OptU64
                     );
+                    *match key {
+                        TopKey::MaxTokens => &mut ctx.max_tokens,
+                        TopKey::MaxCompletionTokens => &mut ctx.max_completion_tokens,
+                        TopKey::MaxOutputTokens => &mut ctx.max_output_tokens,
+                        _ => &mut ctx.n,
+                    } = v;
                 }
-                TopKey::MaxCompletionTokens => {
-                    ctx.max_completion_tokens = field!(
+                TopKey::Format => {
+                    let f: Option<Format> = field!(
                         ctx,
                         map.next_value_seed,
                         Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
+                        "an object",
+                        Settings::new(&mut *ctx)
                     );
+                    f.inspect(|f| f.count(ctx));
                 }
-                TopKey::MaxOutputTokens => {
-                    ctx.max_output_tokens = field!(
+                TopKey::OutputConfig => {
+                    let o: Option<OutputConfig> = field!(
                         ctx,
                         map.next_value_seed,
                         Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
+                        "an object",
+                        Settings::new(&mut *ctx)
                     );
+                    if let Some(Object(f)) = o.and_then(|o| o.format) {
+                        f.count(ctx);
+                    }
                 }
-                TopKey::N => {
-                    ctx.n = field!(
+                TopKey::GenerationConfig => {
+                    let g: Option<GenerationConfig> = field!(
                         ctx,
                         map.next_value_seed,
                         Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
+                        "an object",
+                        Settings::new(&mut *ctx)
                     );
+                    g.inspect(|g| g.count(ctx));
                 }
-                TopKey::Format => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "an object",
-                    Format { ctx: &mut *ctx }
-                ),
-                TopKey::OutputConfig => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "an object",
-                    OutputConfig { ctx: &mut *ctx }
-                ),
-                TopKey::GenerationConfig => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "an object",
-                    GenerationConfig { ctx: &mut *ctx }
-                ),
                 TopKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -1039,12 +894,7 @@ struct Blocks<'c> {
     messages: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for Blocks<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Blocks<'_>);
 
 impl<'de> Visitor<'de> for Blocks<'_> {
     type Value = ();
@@ -1084,12 +934,7 @@ struct Content<'c> {
     strict: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for Content<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Content<'_>);
 
 impl<'de> Visitor<'de> for Content<'_> {
     type Value = ();
@@ -1171,12 +1016,7 @@ struct Block<'c> {
     ctx: &'c mut Ctx,
 }
 
-impl<'de> DeserializeSeed<'de> for Block<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Block<'_>);
 
 impl<'de> Visitor<'de> for Block<'_> {
     type Value = ();
@@ -1232,12 +1072,7 @@ struct MediaTag {
     mime: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for MediaTag {
-    type Value = Media;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Media, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(MediaTag);
 
 impl<'de> Visitor<'de> for MediaTag {
     type Value = Media;
@@ -1270,22 +1105,12 @@ struct Source<'c> {
     ctx: &'c mut Ctx,
 }
 
-impl<'de> DeserializeSeed<'de> for Source<'_> {
-    type Value = (SourceKind, Media);
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Source<'_>);
 
 /// The kind of a source from its `type`.
 struct SourceType;
 
-impl<'de> DeserializeSeed<'de> for SourceType {
-    type Value = SourceKind;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<SourceKind, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(SourceType);
 
 impl<'de> Visitor<'de> for SourceType {
     type Value = SourceKind;
@@ -1347,12 +1172,7 @@ impl<'de> Visitor<'de> for Source<'_> {
 /// Gemini `inlineData` / `fileData`: only the MIME type matters.
 struct Inline;
 
-impl<'de> DeserializeSeed<'de> for Inline {
-    type Value = Media;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Media, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Inline);
 
 impl<'de> Visitor<'de> for Inline {
     type Value = Media;
@@ -1483,12 +1303,7 @@ struct Tools<'c> {
     ctx: &'c mut Ctx,
 }
 
-impl<'de> DeserializeSeed<'de> for Tools<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(Tools<'_>);
 
 impl<'de> Visitor<'de> for Tools<'_> {
     type Value = ();
@@ -1507,194 +1322,215 @@ impl<'de> Visitor<'de> for Tools<'_> {
     }
 }
 
+// ---------------------------------------------------------------------------------
+// Settings objects: small, read with derived structs.
+// ---------------------------------------------------------------------------------
+
 /// OpenAI `stream_options`.
-struct StreamOptions<'c> {
-    ctx: &'c mut Ctx,
-}
-
-impl<'de> DeserializeSeed<'de> for StreamOptions<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StreamOptions<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        while let Some((key, name)) = map.next_key_seed(KeySeed::<StreamOptionsKey>::new())? {
-            match key {
-                StreamOptionsKey::IncludeUsage => {
-                    ctx.include_usage = field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a boolean",
-                        OptBool
-                    );
-                }
-                StreamOptionsKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Whether a format `type` asks for structured output.
-struct StructuredType;
-
-impl<'de> DeserializeSeed<'de> for StructuredType {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StructuredType {
-    type Value = bool;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-        Ok(matches!(v, "json_schema" | "json_object"))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
-        Ok(false)
-    }
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
 }
 
 /// OpenAI `response_format`, Anthropic `output_format` / `output_config.format`.
-struct Format<'c> {
-    ctx: &'c mut Ctx,
+#[derive(Deserialize)]
+struct Format {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    json_schema: JsonSize,
+    #[serde(default)]
+    schema: JsonSize,
 }
 
-impl<'de> DeserializeSeed<'de> for Format<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Format<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        while let Some((key, name)) = map.next_key_seed(KeySeed::<FormatKey>::new())? {
-            match key {
-                FormatKey::Type => {
-                    if field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a string",
-                        StructuredType
-                    ) {
-                        ctx.structured = true;
-                    }
-                }
-                FormatKey::Schema => {
-                    let n = map.next_value_seed(Generic)?;
-                    ctx.schema(n);
-                }
-                FormatKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
+impl Format {
+    fn count(&self, ctx: &mut Ctx) {
+        if matches!(self.kind.as_deref(), Some("json_schema" | "json_object")) {
+            ctx.structured = true;
         }
-        Ok(())
+        ctx.schema(self.json_schema.0);
+        ctx.schema(self.schema.0);
     }
 }
 
 /// Anthropic `output_config` (its `format` is read like `output_format`).
-struct OutputConfig<'c> {
-    ctx: &'c mut Ctx,
+#[derive(Deserialize)]
+struct OutputConfig {
+    format: Option<Object<Format>>,
 }
 
-impl<'de> DeserializeSeed<'de> for OutputConfig<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+/// Gemini `generationConfig`, in camelCase or snake_case.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfig {
+    #[serde(default, alias = "max_output_tokens")]
+    max_output_tokens: Count,
+    #[serde(default, alias = "candidate_count")]
+    candidate_count: Count,
+    #[serde(alias = "response_mime_type")]
+    response_mime_type: Option<String>,
+    #[serde(default, alias = "response_schema")]
+    response_schema: JsonSize,
+    #[serde(default, alias = "response_json_schema")]
+    response_json_schema: JsonSize,
+    #[serde(default, rename = "_responseJsonSchema")]
+    underscore_response_json_schema: JsonSize,
+    #[serde(default, alias = "response_modalities")]
+    response_modalities: Modalities,
+}
+
+impl GenerationConfig {
+    fn count(&self, ctx: &mut Ctx) {
+        // A value read before (`generation_config` and `generationConfig` both sent)
+        // stays unless this object gives one.
+        ctx.gen_max_output = self.max_output_tokens.0.or(ctx.gen_max_output);
+        ctx.candidate_count = self.candidate_count.0.or(ctx.candidate_count);
+        if let Some(m) = &self.response_mime_type {
+            let m = m.trim();
+            if m.eq_ignore_ascii_case("application/json") || m.eq_ignore_ascii_case("text/x.enum") {
+                ctx.structured = true;
+            }
+        }
+        for schema in [
+            &self.response_schema,
+            &self.response_json_schema,
+            &self.underscore_response_json_schema,
+        ] {
+            if schema.0 > 0 {
+                ctx.structured = true;
+                ctx.schema(schema.0);
+            }
+        }
+        ctx.image_output |= self.response_modalities.0;
+    }
+}
+
+/// What a field of a settings object must be, by its name; for error messages.
+fn settings_expected(key: &str) -> &'static str {
+    match key {
+        "include_usage" => "a boolean",
+        "format" => "an object",
+        "maxOutputTokens" | "max_output_tokens" | "candidateCount" | "candidate_count" => {
+            "a non-negative integer"
+        }
+        "responseModalities" | "response_modalities" => "an array of strings",
+        _ => "a string",
+    }
+}
+
+/// Reads a settings object `T` (or `null`); on failure, the path inside it and what
+/// the failing field must be are left in the context for the error.
+struct Settings<'c, T> {
+    ctx: &'c mut Ctx,
+    _t: PhantomData<T>,
+}
+
+impl<'c, T> Settings<'c, T> {
+    fn new(ctx: &'c mut Ctx) -> Self {
+        Settings {
+            ctx,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Settings<'_, T> {
+    type Value = Option<T>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for OutputConfig<'_> {
-    type Value = ();
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Settings<'_, T> {
+    type Value = Option<T>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
+    fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
+        Ok(None)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        while let Some((key, name)) = map.next_key_seed(KeySeed::<OutputConfigKey>::new())? {
-            match key {
-                OutputConfigKey::Format => field!(
-                    ctx,
-                    map.next_value_seed,
-                    Seg::Key(name),
-                    "an object",
-                    Format { ctx: &mut *ctx }
-                ),
-                OutputConfigKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Option<T>, A::Error> {
+        serde_path_to_error::deserialize(de::value::MapAccessDeserializer::new(map))
+            .map(Some)
+            .map_err(|e| {
+                // A field sent twice (camelCase and snake_case alike): named as serde
+                // names it.
+                let text = e.inner().to_string();
+                if let Some(dup) = text
+                    .strip_prefix("duplicate field `")
+                    .and_then(|t| t.split('`').next())
+                {
+                    self.ctx.expect = "given once";
+                    self.ctx.tail = Some(dup.to_owned());
+                    return e.into_inner();
                 }
+                let last = e.path().iter().rev().find_map(|s| match s {
+                    serde_path_to_error::Segment::Map { key } => Some(key.as_str()),
+                    _ => None,
+                });
+                if let Some(last) = last {
+                    self.ctx.expect = settings_expected(last);
+                    self.ctx.tail = Some(e.path().to_string());
+                }
+                e.into_inner()
+            })
+    }
+}
+
+/// A JSON object read as `T` (derived structs also take arrays, which no settings
+/// object is).
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Object)
             }
         }
-        Ok(())
+        d.deserialize_any(V(PhantomData))
     }
 }
 
-/// Whether a Gemini `responseMimeType` asks for structured output.
-struct StructuredMime;
+/// [`OptU64`] as a field type.
+#[derive(Default)]
+struct Count(Option<u64>);
 
-impl<'de> DeserializeSeed<'de> for StructuredMime {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_any(self)
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        OptU64.deserialize(d).map(Count)
     }
 }
 
-impl<'de> Visitor<'de> for StructuredMime {
-    type Value = bool;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-        let v = v.trim();
-        Ok(v.eq_ignore_ascii_case("application/json") || v.eq_ignore_ascii_case("text/x.enum"))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
-        Ok(false)
+/// [`Generic`] (approximate JSON size) as a field type.
+#[derive(Default)]
+struct JsonSize(u64);
+
+impl<'de> Deserialize<'de> for JsonSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Generic.deserialize(d).map(JsonSize)
     }
 }
 
-/// Whether Gemini `responseModalities` include `IMAGE`.
-struct Modalities;
+/// Whether Gemini `responseModalities` include `IMAGE` (`null` = no). A visitor, not a
+/// `Vec`: the elements are compared, not kept, and any non-string element is skipped.
+#[derive(Default)]
+struct Modalities(bool);
 
-impl<'de> DeserializeSeed<'de> for Modalities {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_any(self)
+impl<'de> Deserialize<'de> for Modalities {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ModalitiesVisitor).map(Modalities)
     }
 }
 
-impl<'de> Visitor<'de> for Modalities {
+struct ModalitiesVisitor;
+
+impl<'de> Visitor<'de> for ModalitiesVisitor {
     type Value = bool;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of strings")
@@ -1714,12 +1550,7 @@ impl<'de> Visitor<'de> for Modalities {
 /// Whether a modality string is `IMAGE` (any case); anything else is `false`.
 struct ImageWord;
 
-impl<'de> DeserializeSeed<'de> for ImageWord {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+any_seed!(ImageWord);
 
 impl<'de> Visitor<'de> for ImageWord {
     type Value = bool;
@@ -1734,97 +1565,9 @@ impl<'de> Visitor<'de> for ImageWord {
     ignore_map!(false);
 }
 
-/// Gemini `generationConfig`.
-struct GenerationConfig<'c> {
-    ctx: &'c mut Ctx,
-}
-
-impl<'de> DeserializeSeed<'de> for GenerationConfig<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for GenerationConfig<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let ctx = self.ctx;
-        while let Some((key, name)) = map.next_key_seed(KeySeed::<GenKey>::new())? {
-            match key {
-                GenKey::MaxOutput => {
-                    ctx.gen_max_output = field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
-                    );
-                }
-                GenKey::Candidates => {
-                    ctx.candidate_count = field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a non-negative integer",
-                        OptU64
-                    );
-                }
-                GenKey::Mime => {
-                    if field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "a string",
-                        StructuredMime
-                    ) {
-                        ctx.structured = true;
-                    }
-                }
-                GenKey::Schema => {
-                    let n = map.next_value_seed(Generic)?;
-                    if n > 0 {
-                        ctx.structured = true;
-                        ctx.schema(n);
-                    }
-                }
-                GenKey::Modalities => {
-                    if field!(
-                        ctx,
-                        map.next_value_seed,
-                        Seg::Key(name),
-                        "an array of strings",
-                        Modalities
-                    ) {
-                        ctx.image_output = true;
-                    }
-                }
-                GenKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percent_decoding_is_lenient() {
-        assert_eq!(percent_decode("gemini-2.5-flash"), "gemini-2.5-flash");
-        assert_eq!(percent_decode("a%2Fb"), "a/b");
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%zz%"), "%zz%");
-    }
 
     #[test]
     fn paths_render_like_json_paths() {

@@ -239,7 +239,7 @@ where
                 .raw
                 .failover
                 .to_layer(queue.default_deadline.map(|d| d.0)),
-            Some(Arc::new(crate::stream_gate::chunk_kind)),
+            Some(Arc::new(tollgate_dialects::chunk_kind)),
         );
         let upstream = UpstreamLimitLayer::new(self.store.clone(), registry).config(
             tollgate::upstream::UpstreamConfig {

@@ -4,7 +4,7 @@
 use crate::catalog::{Catalog, Route, dialect_index};
 use crate::prepare::Facts;
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
@@ -138,7 +138,7 @@ const GATEWAY_PREFIX: &str = "x-tollgate-";
 /// `fake://` or a loopback address, where the fake runs (it binds loopback only).
 const FAKE_PREFIX: &str = "x-fake-";
 /// The providers' rate-limit headers: the operator's account, not the client's.
-const RATE_LIMIT_PREFIXES: [&str; 2] = ["x-ratelimit-", "anthropic-ratelimit-"];
+use tollgate_dialects::vendor::RATE_LIMIT_HEADER_PREFIXES as RATE_LIMIT_PREFIXES;
 
 /// The Gemini methods the gateway prices and limits; any other (`countTokens`,
 /// `batchGenerateContent`, `predictLongRunning`, `embedContent`, …) is never forwarded.
@@ -226,11 +226,6 @@ fn retain(h: &mut HeaderMap, mut keep: impl FnMut(&HeaderName) -> bool) {
 /// never a `key=` or `access_token=` (Gemini client credentials), nor a parameter
 /// that picks a project or quota user on the operator's account.
 fn upstream_uri(route: &Route, uri: &Uri) -> Result<Uri, BoxError> {
-    let allowed: &[&str] = match route.dialect {
-        Dialect::Gemini => &["alt"],
-        Dialect::Anthropic => &["beta"],
-        Dialect::OpenAi | Dialect::Native => &[],
-    };
     let mut s = String::with_capacity(route.base_url.len() + 64);
     s.push_str(&route.base_url);
     s.push_str(uri.path());
@@ -238,7 +233,7 @@ fn upstream_uri(route: &Route, uri: &Uri) -> Result<Uri, BoxError> {
         let mut first = true;
         for kv in q.split('&') {
             let name = kv.split_once('=').map_or(kv, |(k, _)| k);
-            if allowed.contains(&name) {
+            if tollgate_dialects::vendor::upstream_query_allowed(route.dialect, name) {
                 s.push(if first { '?' } else { '&' });
                 s.push_str(kv);
                 first = false;
@@ -253,19 +248,7 @@ fn inject_credential(route: &Route, h: &mut HeaderMap) {
     let Some(cred) = route.credential.clone() else {
         return;
     };
-    match route.dialect {
-        Dialect::OpenAi | Dialect::Native => {
-            h.insert(header::AUTHORIZATION, cred);
-        }
-        Dialect::Anthropic => {
-            h.insert("x-api-key", cred);
-            h.entry("anthropic-version")
-                .or_insert(HeaderValue::from_static("2023-06-01"));
-        }
-        Dialect::Gemini => {
-            h.insert("x-goog-api-key", cred);
-        }
-    }
+    tollgate_dialects::vendor::inject_credential(route.dialect, cred, h);
 }
 
 impl Service<Request<Full<Bytes>>> for Forward {
@@ -338,6 +321,9 @@ impl Service<Request<Full<Bytes>>> for Forward {
                 // From here on the provider may see the request (B4).
                 r.mark_unknown();
             }
+            // Not tower-http's timeout layer: a timed-out attempt must come back as the
+            // typed `UpstreamFailure::Timeout` (failover classifies it, F2), not as a
+            // 408 answer a provider could have sent.
             let res = match tokio::time::timeout(catalog.upstream_timeout, client.request(up)).await
             {
                 Ok(Ok(r)) => r,
@@ -652,6 +638,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     #[test]
     fn i14_1_retain_keeps_every_value_of_a_kept_header_and_nothing_else() {

@@ -86,7 +86,11 @@ where
                 .copied()
                 .unwrap_or_else(|| Dialect::from_path(parts.uri.path()));
             // Bounded in size and in time: a client trickling its body (slow loris)
-            // gets 408 instead of holding its slot.
+            // gets 408 instead of holding its slot. Not tower-http's
+            // `RequestBodyLimitLayer` / `TimeoutLayer`: those answer 413 / 408 with a
+            // body of their own (plain text, or empty), where the client must get the
+            // gateway's rejection in its own dialect (E1) with the reason; and the
+            // limit is needed here anyway, where the body is collected to be read.
             let read = tokio::time::timeout(
                 catalog.body_read_timeout,
                 Limited::new(body, catalog.max_body_bytes).collect(),
@@ -147,10 +151,14 @@ where
             // be settled at its real cost instead of staying pending (B4). The client
             // then also receives the final usage chunk (`choices: []`), which OpenAI's
             // SDKs accept.
-            let bytes = if dialect == Dialect::OpenAi && facts.stream && !facts.usage_reported {
-                ask_for_stream_usage(&bytes).unwrap_or(bytes)
-            } else {
-                bytes
+            let bytes = match tollgate_dialects::vendor::ask_for_stream_usage(
+                dialect,
+                facts.stream,
+                facts.usage_reported,
+                &bytes,
+            ) {
+                Some(asked) => Bytes::from(asked),
+                None => bytes,
             };
             parts.extensions.insert(dialect);
             let key = parts.extensions.get::<Arc<KeyEntry>>().cloned();
@@ -214,11 +222,7 @@ fn model_extensions(
     demand: Demand,
 ) {
     x.insert(demand);
-    x.insert(tollgate_core::upstream::rate_estimate(
-        dialect,
-        facts.input_tokens,
-        facts.output_upper_bound(),
-    ));
+    x.insert(tollgate_dialects::rate_estimate(dialect, &facts));
     if let Some(candidates) = catalog.candidate_list(&facts.model, dialect) {
         x.insert(candidates);
     }
@@ -339,33 +343,4 @@ fn rewrite_for(
             x
         },
     })
-}
-
-/// The body with `stream_options.include_usage = true`; `None` if it is not a JSON
-/// object (inspection already accepted it, so this does not happen in practice).
-fn ask_for_stream_usage(body: &[u8]) -> Option<Bytes> {
-    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let obj = v.as_object_mut()?;
-    let opts = obj
-        .entry("stream_options")
-        .or_insert_with(|| serde_json::Value::Object(Default::default()));
-    opts.as_object_mut()?
-        .insert("include_usage".into(), serde_json::Value::Bool(true));
-    serde_json::to_vec(&v).ok().map(Bytes::from)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn openai_stream_is_asked_for_usage() {
-        let b = ask_for_stream_usage(br#"{"model":"m","stream":true,"stream_options":{"x":1}}"#)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
-        assert_eq!(v["stream_options"]["include_usage"], true);
-        assert_eq!(v["stream_options"]["x"], 1);
-        assert_eq!(v["model"], "m");
-        assert!(ask_for_stream_usage(b"[1]").is_none());
-    }
 }

@@ -4,7 +4,7 @@
 
 use super::gate::read_prefix;
 use super::layer::Shared;
-use super::{CONVERSATION, DEADLINE, FailoverBody, ModelFallback, error_facts};
+use super::{CONVERSATION, DEADLINE, FailoverBody, ModelFallback};
 use crate::BoxError;
 use bytes::Bytes;
 use http::{Request, Response};
@@ -377,7 +377,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         let (rparts, rbody) = res.into_parts();
         let (head, rest) =
             read_prefix(rbody, config.error_body_limit, config.first_chunk_timeout).await;
-        let f = error_facts(self.dialect, status, &rparts.headers, &head);
+        let f = (self.shared.error_reader)(self.dialect, status, &rparts.headers, &head);
         let verdict = classify(self.dialect, &f);
         tracing::info!(
             channel = landed.served.as_deref().unwrap_or("?"),

@@ -1,85 +1,97 @@
-//! Reading a provider's error answer into [`ErrorFacts`] for the classifier (F5): the
-//! type / code / message fields of each dialect's error body, Gemini's `RetryInfo`,
-//! and the headers' retry hints and request id.
+//! Reading a provider's error answer into [`ErrorFacts`](tollgate_core::failover::ErrorFacts)
+//! for the classifier (F5). The vendors' error bodies are known in `tollgate-dialects`
+//! (`tollgate_dialects::vendor`), on which this crate depends: a user of `tollgate`
+//! alone gets them by default, and [`FailoverLayer::with_error_reader`] injects another
+//! reader.
+//!
+//! [`FailoverLayer::with_error_reader`]: super::FailoverLayer::with_error_reader
 
-use super::super::upstream::{MAX_SIGNAL_MS, RateSignal};
-use http::HeaderMap;
-use serde_json::Value;
-use std::time::SystemTime;
-use tollgate_core::Dialect;
-use tollgate_core::failover::ErrorFacts;
+pub use tollgate_dialects::{ErrorReader, error_facts};
 
-/// The facts of an error answer with `status`, `headers` and (the first bytes of) its
-/// `body`. Unreadable bodies (HTML from a provider's edge, truncated JSON) leave the
-/// body fields empty: the status decides.
-pub fn error_facts(dialect: Dialect, status: u16, headers: &HeaderMap, body: &[u8]) -> ErrorFacts {
-    let signal = RateSignal::read(status, headers, SystemTime::now());
-    let mut f = ErrorFacts {
-        status,
-        retry_after_ms: signal.retry_after_ms,
-        request_id: ["x-request-id", "request-id", "x-upstream-request-id"]
-            .iter()
-            .find_map(|h| headers.get(*h)?.to_str().ok().map(str::to_owned)),
-        ..ErrorFacts::default()
+#[cfg(test)]
+mod tests {
+    use crate::failover::{FailoverConfig, FailoverLayer};
+    use crate::time::TokioClock;
+    use crate::upstream::UpstreamConfig;
+    use crate::{BoxError, UpstreamLimitLayer};
+    use bytes::Bytes;
+    use http::{HeaderMap, Request, Response};
+    use http_body_util::Full;
+    use std::sync::Arc;
+    use tollgate_core::failover::ErrorFacts;
+    use tollgate_core::upstream::{RateLimits, UpstreamChannel, UpstreamRegistry};
+    use tollgate_core::{
+        Candidates, ChannelRef, Chosen, Dialect, MemoryStore, ModelId, UsageRecorder,
     };
-    let Ok(v) = serde_json::from_slice::<Value>(body) else {
-        return f;
-    };
-    // Gemini sometimes wraps the error in a one-element array.
-    let v = match v {
-        Value::Array(mut a) if a.len() == 1 => a.remove(0),
-        v => v,
-    };
-    let Some(err) = v.get("error") else {
-        return f;
-    };
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-    f.message = text(err.get("message"));
-    match dialect {
-        Dialect::OpenAi | Dialect::Native => {
-            f.error_type = text(err.get("type"));
-            f.error_code = text(err.get("code"));
-        }
-        Dialect::Anthropic => {
-            f.error_type = text(err.get("type"));
-            f.error_code = text(err.get("details").and_then(|d| d.get("error_code")));
-            if f.request_id.is_none() {
-                f.request_id = text(v.get("request_id"));
-            }
-        }
-        Dialect::Gemini => {
-            f.error_type = text(err.get("status"));
-            for d in err
-                .get("details")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let ty = d.get("@type").and_then(Value::as_str).unwrap_or("");
-                if ty.ends_with("RetryInfo") {
-                    f.retry_info = true;
-                    if f.retry_after_ms.is_none() {
-                        f.retry_after_ms = d
-                            .get("retryDelay")
-                            .and_then(Value::as_str)
-                            .and_then(|s| s.strip_suffix('s'))
-                            .and_then(|s| s.parse::<f64>().ok())
-                            .filter(|s| s.is_finite() && *s >= 0.0)
-                            // Capped like the `Retry-After` header (F6): a garbled or
-                            // hostile delay must not park a scope for days.
-                            .map(|s| ((s * 1000.0).ceil() as u64).min(MAX_SIGNAL_MS));
-                    }
-                } else if ty.ends_with("ErrorInfo") {
-                    f.error_code = f.error_code.take().or(text(d.get("reason")));
-                } else if ty.ends_with("QuotaFailure") {
-                    f.error_code = f.error_code.take().or(text(
-                        d.get("violations")
-                            .and_then(|v| v.get(0))
-                            .and_then(|v| v.get("quotaId")),
-                    ));
-                }
-            }
+    use tower::{ServiceBuilder, ServiceExt};
+
+    /// A vendor whose 400 with `{"fault":"busy"}` means "overloaded, try elsewhere".
+    fn other_vendor(_: Dialect, status: u16, _: &HeaderMap, body: &[u8]) -> ErrorFacts {
+        let busy = body == br#"{"fault":"busy"}"#;
+        ErrorFacts {
+            status: if busy { 503 } else { status },
+            ..ErrorFacts::default()
         }
     }
-    f
+
+    /// The status the client gets when channel `a` answers 400 `{"fault":"busy"}` and
+    /// `b` answers 200.
+    async fn status_with(reader: Option<super::ErrorReader>) -> u16 {
+        let mut reg = UpstreamRegistry::new();
+        for c in ["a", "b"] {
+            reg = reg.with_channel(UpstreamChannel {
+                name: c.into(),
+                dialect: Dialect::OpenAi,
+                vendor: "other".into(),
+                credential: format!("k-{c}").into(),
+                limits: RateLimits::default(),
+                model_limits: vec![],
+            });
+        }
+        let reg = Arc::new(reg);
+        let clock = TokioClock::new(1_700_000_000_000);
+        let mut failover =
+            FailoverLayer::with_clock(reg.clone(), clock.clone(), FailoverConfig::default(), None);
+        if let Some(reader) = reader {
+            failover = failover.with_error_reader(reader);
+        }
+        let forwarder = tower::service_fn(|r: Request<()>| async move {
+            let ch = r.extensions().get::<Chosen>().unwrap().0.name.to_string();
+            let rec = r.extensions().get::<UsageRecorder>().unwrap().clone();
+            rec.set_channel(ch.clone().into());
+            let (status, body): (u16, &'static [u8]) = if ch == "a" {
+                (400, br#"{"fault":"busy"}"#)
+            } else {
+                rec.record(Default::default());
+                (200, b"{}")
+            };
+            let mut res = Response::new(Full::new(Bytes::from_static(body)));
+            *res.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            Ok::<_, BoxError>(res)
+        });
+        let svc = ServiceBuilder::new()
+            .layer(failover)
+            .layer(UpstreamLimitLayer::with_clock(
+                MemoryStore::with_clock(clock.clone()),
+                reg,
+                clock,
+                UpstreamConfig::default(),
+            ))
+            .service(forwarder);
+        let mut r = Request::new(());
+        r.extensions_mut().insert(Candidates::new(
+            ["a", "b"].into_iter().map(|c| ChannelRef::new(c, 0)),
+        ));
+        r.extensions_mut().insert(ModelId("m".into()));
+        r.extensions_mut().insert(Dialect::OpenAi);
+        svc.oneshot(r).await.unwrap().status().as_u16()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn f5_the_error_reader_is_injected_and_defaults_to_the_vendors_bodies() {
+        // By default the body is read as OpenAI's: a 400 goes to the client as it is.
+        assert_eq!(status_with(None).await, 400);
+        // An injected reader knows the other vendor's overload: failed over to `b`.
+        assert_eq!(status_with(Some(other_vendor)).await, 200);
+    }
 }

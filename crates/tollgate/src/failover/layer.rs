@@ -1,4 +1,4 @@
-use super::{ChunkClassifier, Failover};
+use super::{ChunkClassifier, ErrorReader, Failover, error_facts};
 use crate::time::TokioClock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,6 +95,8 @@ pub(crate) struct Shared<C> {
     pub(crate) config: FailoverConfig,
     pub(crate) limits: RetryLimits,
     pub(crate) chunks: Option<ChunkClassifier>,
+    /// Reads an error answer for the classifier (F5); [`error_facts`] by default.
+    pub(crate) error_reader: ErrorReader,
     pub(crate) counters: Counters,
 }
 
@@ -166,7 +168,22 @@ impl<C: Clock> FailoverLayer<C> {
                 config,
                 limits,
                 chunks,
+                error_reader: error_facts,
                 counters: Counters::default(),
+            }),
+        }
+    }
+    /// Reads error answers with `reader` instead of [`error_facts`] (which knows the
+    /// OpenAI, Anthropic and Gemini error bodies): for a provider of another vendor.
+    /// Must be called before the layer is cloned.
+    pub fn with_error_reader(self, reader: ErrorReader) -> Self {
+        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
+            panic!("FailoverLayer::with_error_reader must be called before the layer is cloned")
+        });
+        Self {
+            shared: Arc::new(Shared {
+                error_reader: reader,
+                ..s
             }),
         }
     }

@@ -111,7 +111,7 @@ mod service;
 mod tests;
 
 pub use body::FailoverBody;
-pub use facts::error_facts;
+pub use facts::{ErrorReader, error_facts};
 pub use future::ResponseFuture;
 pub use layer::{FailoverConfig, FailoverLayer, FailoverStats};
 pub use service::Failover;
@@ -186,16 +186,9 @@ const CONVERSATION: HeaderName = HeaderName::from_static(CONVERSATION_HEADER);
 const DEADLINE: HeaderName = HeaderName::from_static(crate::DEADLINE_HEADER);
 
 /// What a frame held before the first content chunk is (F4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChunkKind {
-    /// Content: the stream is committed to its channel.
-    Content,
-    /// Preamble (Anthropic `message_start`, `ping`): held until content arrives.
-    Preamble,
-    /// An error event: the stream failed before its first content chunk.
-    Error,
-}
+pub use tollgate_dialects::ChunkKind;
 
 /// Tells what the first frames of a successful answer are; by default every data
-/// frame is content. The proxy plugs in one that knows each dialect's SSE events.
+/// frame is content. The proxy plugs in [`tollgate_dialects::chunk_kind`], which knows
+/// each vendor's SSE events.
 pub type ChunkClassifier = Arc<dyn Fn(Dialect, &[u8]) -> ChunkKind + Send + Sync>;

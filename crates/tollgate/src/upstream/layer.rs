@@ -1,5 +1,5 @@
 use super::UpstreamLimit;
-use super::calibrate::RateSignal;
+use super::calibrate::{RateReader, RateSignal};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use crate::spawn::detach;
 use crate::time::TokioClock;
@@ -61,6 +61,8 @@ pub(crate) struct Shared<St, C> {
     pub(crate) counters: Counters,
     /// Set by [`UpstreamLimitLayer::join_capacity`].
     pub(crate) capacity: Option<CapacityJoin>,
+    /// Reads a provider answer's rate headers (U3); [`RateSignal::read`] by default.
+    pub(crate) rate_reader: RateReader,
 }
 
 /// The answer of a windows-and-capacity decision.
@@ -118,6 +120,7 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
                 failures: FailureCounters::default(),
                 counters: Counters::default(),
                 capacity: None,
+                rate_reader: RateSignal::read,
             }),
         }
     }
@@ -128,6 +131,21 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
         });
         Self {
             shared: Arc::new(Shared { config, ..s }),
+        }
+    }
+    /// Reads provider answers' rate signals with `reader` instead of
+    /// [`RateSignal::read`] (which knows OpenAI's and Anthropic's rate-limit headers and
+    /// `retry-after`): for a provider of another vendor. Must be called before the layer
+    /// is cloned.
+    pub fn with_rate_reader(self, reader: RateReader) -> Self {
+        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
+            panic!("UpstreamLimitLayer::with_rate_reader must be called before the layer is cloned")
+        });
+        Self {
+            shared: Arc::new(Shared {
+                rate_reader: reader,
+                ..s
+            }),
         }
     }
     /// Takes, with the provider windows of the channel a request is counted on, a
@@ -190,7 +208,7 @@ impl<St, C: Clock> Shared<St, C> {
     /// U3: the provider's answer on `channel` updates the cooldown table.
     pub(crate) fn calibrate<B>(&self, channel: &str, model: Option<&str>, res: &Response<B>) {
         let shared = self;
-        let signal = RateSignal::read(res.status().as_u16(), res.headers(), SystemTime::now());
+        let signal = (shared.rate_reader)(res.status().as_u16(), res.headers(), SystemTime::now());
         let Some(cool_ms) = signal.cooldown_ms(shared.config.default_cooldown.as_millis() as u64)
         else {
             return;

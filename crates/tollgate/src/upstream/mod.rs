@@ -78,7 +78,7 @@
 //! [`ModelId`]: tollgate_core::ModelId
 //! [`Demand`]: tollgate_core::Demand
 //! [`RateCount`]: tollgate_core::upstream::RateCount
-//! [`rate_count`]: tollgate_core::upstream::rate_count
+//! [`rate_count`]: tollgate_dialects::rate_count
 //! [`Rejection`]: tollgate_core::Rejection
 
 mod admit;
@@ -87,7 +87,7 @@ mod future;
 mod layer;
 mod service;
 
-pub use calibrate::{MAX_SIGNAL_MS, RateSignal};
+pub use calibrate::{MAX_SIGNAL_MS, RateReader, RateSignal};
 pub use future::ResponseFuture;
 pub use layer::{UpstreamConfig, UpstreamLimitLayer, UpstreamStats};
 pub use service::UpstreamLimit;
@@ -96,11 +96,12 @@ use crate::body::Hold;
 use crate::spawn::detach;
 use std::sync::Arc;
 use tollgate_core::attempt::{CallEnd, Settle, settle};
-use tollgate_core::upstream::{TokenMeasure, rate_count};
+use tollgate_core::upstream::TokenMeasure;
 use tollgate_core::{
     Dialect, JointSettle, Outcome, Scope, SubjectKey, Usage, UsageRecorder, UsageReport,
     WindowStore, WindowTicket,
 };
+use tollgate_dialects::rate_count;
 
 /// One reservation on one window key.
 #[derive(Debug)]
