@@ -284,8 +284,9 @@ pub(crate) fn backoff_ms(retry: u32, base_ms: Millis, cap_ms: Millis, seed: u64)
     (z % ceiling).max(1)
 }
 
-/// Health settings (F8).
+/// Health settings (F8): start from `HealthConfig::default()` and set the fields you need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HealthConfig {
     /// Length of the rolling window the error ratio is computed over.
     pub window_ms: Millis,

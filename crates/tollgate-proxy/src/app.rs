@@ -241,12 +241,10 @@ where
                 .to_layer(queue.default_deadline.map(|d| d.0)),
             Some(Arc::new(tollgate_dialects::chunk_kind)),
         );
-        let upstream = UpstreamLimitLayer::new(self.store.clone(), registry).config(
-            tollgate::upstream::UpstreamConfig {
-                failure_mode: modes.windows_failure.into(),
-                ..Default::default()
-            },
-        );
+        let mut upstream_config = tollgate::upstream::UpstreamConfig::default();
+        upstream_config.failure_mode = modes.windows_failure.into();
+        let upstream =
+            UpstreamLimitLayer::new(self.store.clone(), registry).config(upstream_config);
         // On a store across the network, the channel's capacity lease is taken with its
         // provider windows in one round trip (the capacity layer below holds it).
         let upstream = if <St as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS {

@@ -189,11 +189,9 @@ async fn f7_retries_are_capped_by_the_budget_during_an_outage() {
     let reg = registry(&["a", "b"]);
     let seen: Seen = Arc::default();
     // Every answer fails; the health circuit is held off so only the budget limits.
-    let mut config = FailoverConfig {
-        budget_min_per_sec: 1,
-        budget_retry_ratio: 0.2,
-        ..FailoverConfig::default()
-    };
+    let mut config = FailoverConfig::default();
+    config.budget_min_per_sec = 1;
+    config.budget_retry_ratio = 0.2;
     config.health.min_requests = u32::MAX;
     let script = vec![(500, None); 10_000];
     let svc = stack(&reg, config, script, &seen);

@@ -498,15 +498,11 @@ async fn d4_store_failure_follows_the_layers_mode() {
         .await;
     assert!(res.is_ok());
     assert_eq!(open.stats().failures.failed_open, 1);
-    let closed = UpstreamLimitLayer::with_clock(
-        DeadStore,
-        reg(),
-        TokioClock::default(),
-        UpstreamConfig {
-            failure_mode: FailureMode::Closed,
-            ..UpstreamConfig::default()
-        },
-    );
+    let closed = UpstreamLimitLayer::with_clock(DeadStore, reg(), TokioClock::default(), {
+        let mut c = UpstreamConfig::default();
+        c.failure_mode = FailureMode::Closed;
+        c
+    });
     let e = ServiceBuilder::new()
         .layer(closed)
         .service(up.clone())

@@ -495,18 +495,16 @@ impl FailoverSettings {
         &self,
         default_deadline: Option<Duration>,
     ) -> tollgate::failover::FailoverConfig {
-        let mut c = tollgate::failover::FailoverConfig {
-            max_attempts: self.max_attempts,
-            first_chunk_timeout: self.first_chunk_timeout.0,
-            backoff_base: self.backoff_base.0,
-            backoff_cap: self.backoff_cap.0,
-            max_wait: self.max_wait.0,
-            default_deadline,
-            budget_ttl: self.budget_ttl.0,
-            budget_min_per_sec: self.retry_min_per_sec,
-            budget_retry_ratio: self.retry_ratio,
-            ..Default::default()
-        };
+        let mut c = tollgate::failover::FailoverConfig::default();
+        c.max_attempts = self.max_attempts;
+        c.first_chunk_timeout = self.first_chunk_timeout.0;
+        c.backoff_base = self.backoff_base.0;
+        c.backoff_cap = self.backoff_cap.0;
+        c.max_wait = self.max_wait.0;
+        c.default_deadline = default_deadline;
+        c.budget_ttl = self.budget_ttl.0;
+        c.budget_min_per_sec = self.retry_min_per_sec;
+        c.budget_retry_ratio = self.retry_ratio;
         c.health.open_ms = self.circuit_open.0.as_millis() as u64;
         c.health.min_requests = self.circuit_min_requests.max(1);
         c

@@ -13,13 +13,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::time::Instant;
 use tollgate_core::failover::{
     Attempts, Reason, Refused, RetryDecision, Stop, Timeline, Transport, Verdict, classify,
     release_probes, transport_verdict,
 };
 use tollgate_core::{
-    Candidates, Chosen, Clock, Dialect, ModelId, Rejection, UpstreamError, UsageRecorder,
+    Candidates, Chosen, Clock, Dialect, Millis, ModelId, Rejection, UpstreamError, UsageRecorder,
 };
 use tower::retry::budget::Budget;
 use tracing::Span;
@@ -36,11 +35,12 @@ pub(crate) struct Run<S, C, ReqB> {
     /// The request's own recorder; each attempt records into a child of it.
     outer: UsageRecorder,
     attempts: Attempts,
-    /// When failover took the request (the origin of its timeline) and the deadline
-    /// from then; `None` without a deadline (its clock is then never read).
-    deadline: Option<(Instant, Duration)>,
-    /// When the last attempt was sent (its latency, and the jitter's seed).
-    sent_at: Option<Instant>,
+    /// When failover took the request (the origin of its timeline, on the layer's
+    /// clock) and the deadline from then; `None` without a deadline (the clock is then
+    /// not read for it).
+    deadline: Option<(Millis, Duration)>,
+    /// When the last attempt was sent, on the layer's clock (its latency).
+    sent_at: Option<Millis>,
     /// The attempt under way.
     current: Option<Current>,
     in_flight: Option<crate::gauge::InFlight>,
@@ -116,7 +116,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_millis)
             .or(shared.config.default_deadline)
-            .map(|d| (Instant::now(), d));
+            .map(|d| (shared.clock.now(), d));
         let attempts = Attempts::new(candidates, model, conversation, fallback.is_some());
         Box::new(Self {
             shared,
@@ -137,7 +137,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     fn timeline(&self) -> Timeline {
         match self.deadline {
             Some((start, deadline)) => Timeline {
-                now: start.elapsed(),
+                now: Duration::from_millis(self.shared.clock.now().saturating_sub(start)),
                 deadline: Some(deadline),
             },
             None => Timeline::default(),
@@ -147,8 +147,9 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     /// The next step: an attempt to send, or the final failure.
     pub(crate) fn plan(&mut self) -> Planned {
         loop {
-            let seed = self.sent_at.map_or(0, |t| t.elapsed().as_nanos() as u64)
-                ^ u64::from(self.attempts.sent());
+            // The backoff's jitter: random bits, so that requests failing together
+            // do not come back together.
+            let seed = tollgate_core::id::random_u64() ^ u64::from(self.attempts.sent());
             let shared = &*self.shared;
             let decision = self.attempts.decide(
                 shared.channels(),
@@ -225,7 +226,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             attempt.extensions_mut().insert(c.recorder.clone());
         }
         attempt.extensions_mut().insert(candidates);
-        self.sent_at = Some(Instant::now());
+        self.sent_at = Some(self.shared.clock.now());
         // Signed numbers: the OpenTelemetry bridge exports unsigned ones as text. An
         // exporter may name the span and give its kind (`otel.name`, e.g.
         // `chat {model}`, and `otel.kind`: the client side of the provider call); left
@@ -254,7 +255,9 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         if let Some(c) = &current {
             release_probes(&self.shared.health, &c.probes, served.as_deref());
         }
-        let latency_ms = self.sent_at.map_or(0, |t| t.elapsed().as_millis() as u64);
+        let latency_ms = self
+            .sent_at
+            .map_or(0, |t| self.shared.clock.now().saturating_sub(t));
         if !span.is_disabled() {
             if let Some(ch) = served.as_deref() {
                 span.record("channel", ch);

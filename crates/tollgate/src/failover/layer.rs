@@ -9,8 +9,10 @@ use tollgate_core::upstream::UpstreamRegistry;
 use tower::retry::budget::TpsBudget;
 use tower_layer::Layer;
 
-/// Failover settings.
+/// Failover settings: start from `FailoverConfig::default()` and set the fields you
+/// need (the struct may gain fields; it cannot be built by a literal outside this crate).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct FailoverConfig {
     /// Most attempts per request (F1), default 3.
     pub max_attempts: u32,
@@ -63,6 +65,7 @@ impl Default for FailoverConfig {
 
 /// Counters of the failover layer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FailoverStats {
     /// Requests handled.
     pub requests: u64,

@@ -13,8 +13,10 @@ use tollgate_core::upstream::UpstreamRegistry;
 use tollgate_core::{CapacityTake, Clock, JointAdmission, JointItem, StoreError, WindowStore};
 use tower_layer::Layer;
 
-/// Settings of the upstream limit layer.
+/// Settings of the upstream limit layer: start from `UpstreamConfig::default()` and set
+/// the fields you need (the struct may gain fields).
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct UpstreamConfig {
     /// What to do when the store cannot answer (D4); default open.
     pub failure_mode: FailureMode,
@@ -33,6 +35,7 @@ impl Default for UpstreamConfig {
 
 /// Counters of the upstream limit layer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UpstreamStats {
     /// Provider 429s while the local model had room (U3).
     pub deviations: u64,
