@@ -153,7 +153,6 @@ fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
 #[cfg(feature = "redis")]
 async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenError> {
     use crate::config::FailureModeConfig;
-    use tollgate::core::Clock;
     use tollgate::core::store::fallback::LocalFallback;
     use tollgate_redis::{CooldownSync, RedisStore, RedisStoreOptions};
 
@@ -188,7 +187,9 @@ async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenErro
         CooldownSync::start_url(
             url,
             &sc.prefix,
-            format!("gw-{}-{}", std::process::id(), SystemClock::new().now()),
+            // The store's own instance id (one generator, tollgate_core::id): the
+            // instance knows its own announcements by it.
+            format!("gw-{}", limits.instance_id()),
         )
         .map_err(|e| OpenError(format!("store {url:?}: cooldown sync: {e}")))?,
     );
