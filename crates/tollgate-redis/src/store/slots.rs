@@ -1,0 +1,65 @@
+//! [`SlotStore`] on Redis: per-subject in-flight slots as leases in a ZSET (C1–C5).
+
+use super::*;
+use tollgate_core::{
+    LeaseId, Millis, SlotDecision, SlotStore, StoreError, StoreErrorKind, SubjectKey,
+};
+
+impl SlotStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
+        let id = self.inner.next_lease.next();
+        let args = vec![
+            self.time(),
+            limit.to_string(),
+            ttl.to_string(),
+            self.member(id),
+        ];
+        let decided = self.eval(
+            &scripts().acquire,
+            vec![self.slots_key(key)],
+            args,
+            None,
+            move |r: (i64, i64)| match r {
+                (1, _) => Ok(SlotDecision::Acquired(id)),
+                (0, n) => Ok(SlotDecision::Full {
+                    in_flight: count(n, "acquire")?,
+                }),
+                r => Err(StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("acquire: unexpected reply {r:?}"),
+                )),
+            },
+        );
+        self.removing_late_lease(self.slots_key(key), self.member(id), decided)
+    }
+
+    fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        let args = vec![self.time(), ttl.to_string(), self.member(lease)];
+        self.eval(
+            &scripts().renew,
+            vec![self.slots_key(key)],
+            args,
+            None,
+            |r: i64| Ok(r == 1),
+        )
+    }
+
+    fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
+        // The next request of this subject — maybe on another instance, which cannot
+        // flush this one's batch — waits for this release: it goes out at once, with
+        // whatever the request queued before it (its settlements, its capacity lease).
+        self.release_lease(key, lease, true)
+    }
+
+    fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
+        self.eval(
+            &scripts().in_flight,
+            vec![self.slots_key(key)],
+            vec![self.time()],
+            None,
+            |r: i64| count(r, "in_flight"),
+        )
+    }
+}

@@ -1,0 +1,173 @@
+//! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
+
+use super::joint::joint_reply;
+use super::*;
+use crate::codec::{self, AdmitReply};
+use crate::conn::hash_slot;
+use std::sync::Arc;
+use tollgate_core::{
+    Admission, Demand, JointAdmission, JointItem, JointSettle, LimitView, Outcome, Policy, Scope,
+    SubjectKey, WindowStore, WindowTicket,
+};
+
+impl WindowStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn admit(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+        demand: &Demand,
+    ) -> Self::Future<Admission> {
+        let blob = codec::admit_args(self.inner.amount_ttl_ms, policy, demand);
+        let (policy, demand) = (policy.clone(), *demand);
+        self.eval(
+            &scripts().admit,
+            self.window_keys(key, scope),
+            vec![self.time()],
+            Some(blob),
+            move |r: Vec<i64>| {
+                Ok(match codec::admit_reply(&r, &policy, &demand)? {
+                    AdmitReply::Admitted(t) => Admission::Admitted(t),
+                    AdmitReply::Exceeded(e) => Admission::Exceeded(e),
+                })
+            },
+        )
+    }
+
+    fn settle(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: WindowTicket,
+        outcome: Outcome,
+    ) -> Self::Future<()> {
+        let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
+        self.batched(
+            "ws",
+            self.window_keys(key, scope),
+            vec![self.time().into_bytes(), blob.bytes().to_vec()],
+            |_: i64| Ok(()),
+        )
+    }
+
+    fn view(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>> {
+        let blob = codec::admit_args(0, policy, &Demand::default());
+        let policy = policy.clone();
+        self.eval(
+            &scripts().view,
+            self.window_keys(key, scope),
+            vec![self.time()],
+            Some(blob),
+            move |r: Vec<i64>| codec::view_reply(&r, &policy),
+        )
+    }
+
+    fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
+        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
+        if groups.len() <= 1 {
+            return self.admit_group(items.to_vec(), 0);
+        }
+        // On a Cluster, items on different slots (a vendor-wide window beside a
+        // credential's) are one script per slot, in order; a refusal gives back what
+        // the groups before it counted.
+        let store = self.clone();
+        let items = items.to_vec();
+        RedisStoreFuture::new(async move {
+            let mut tickets = Vec::with_capacity(items.len());
+            for range in groups {
+                let start = range.start;
+                let answer = store.admit_group(items[range].to_vec(), start).await;
+                match answer {
+                    Ok(JointAdmission::Admitted(t)) => tickets.extend(t),
+                    other => {
+                        let back = items
+                            .iter()
+                            .zip(tickets)
+                            .map(|(it, ticket)| JointSettle {
+                                key: it.key.clone(),
+                                scope: it.scope,
+                                ticket,
+                                outcome: Outcome::Refund,
+                            })
+                            .collect::<Vec<_>>();
+                        if !back.is_empty() {
+                            tokio::spawn(store.settle_all(back));
+                        }
+                        return other;
+                    }
+                }
+            }
+            Ok(JointAdmission::Admitted(tickets))
+        })
+    }
+
+    fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()> {
+        // Each a window settlement of the batch: they go out in one call with the
+        // request's other settlements.
+        let calls: Vec<_> = items
+            .into_iter()
+            .map(|it| WindowStore::settle(self, &it.key, it.scope, it.ticket, it.outcome))
+            .collect();
+        RedisStoreFuture::new(async move {
+            for r in futures_util::future::join_all(calls).await {
+                r?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl RedisStore {
+    /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
+    /// script may touch any key there), one per slot change on a Cluster.
+    pub(super) fn slot_groups(
+        &self,
+        keys: impl Iterator<Item = String>,
+    ) -> Vec<std::ops::Range<usize>> {
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        let cluster = self.is_cluster();
+        let mut last = None;
+        for (i, k) in keys.enumerate() {
+            let slot = if cluster { hash_slot(k.as_bytes()) } else { 0 };
+            match groups.last_mut() {
+                Some(g) if last == Some(slot) => g.end = i + 1,
+                _ => groups.push(i..i + 1),
+            }
+            last = Some(slot);
+        }
+        groups
+    }
+
+    /// One script admitting `items` (all on one slot) all or nothing; a refusal's index
+    /// is offset by `first`, the position of `items[0]` in the whole request.
+    pub(super) fn admit_group(
+        &self,
+        items: Vec<JointItem>,
+        first: usize,
+    ) -> RedisStoreFuture<JointAdmission> {
+        let mut keys = Vec::with_capacity(2 * items.len());
+        let mut blobs = Vec::with_capacity(items.len());
+        for it in &items {
+            keys.extend(self.window_keys(&it.key, it.scope));
+            blobs.push(codec::admit_args(
+                self.inner.amount_ttl_ms,
+                &it.policy,
+                &it.demand,
+            ));
+        }
+        self.eval_blobs(
+            &scripts().admit_all,
+            keys,
+            vec![self.time()],
+            blobs,
+            move |r: redis::Value| joint_reply(r, &items, first),
+        )
+    }
+}
