@@ -188,6 +188,68 @@ where
         Ok(running)
     }
 
+    /// Where usage records go: the configured JSON-lines log (or nowhere), counted for
+    /// the metrics.
+    fn usage_sink(&self) -> Result<Arc<dyn tollgate::UsageSink>, String> {
+        let sink: Arc<dyn tollgate::UsageSink> = match &self.config.raw.server.usage_log {
+            Some(path) => Arc::new(
+                crate::sink::JsonLines::open(path)
+                    .map_err(|e| format!("usage log {}: {e}", path.display()))?,
+            ),
+            None => Arc::new(()),
+        };
+        Ok(Arc::new(crate::metrics::Counting::new(sink)))
+    }
+
+    /// Failover across the registry's channels, with the vendors' first-chunk rules.
+    fn failover_layer(
+        &self,
+        registry: Arc<tollgate::core::upstream::UpstreamRegistry>,
+    ) -> FailoverLayer {
+        FailoverLayer::with_clock(
+            registry,
+            tollgate::time::TokioClock::default(),
+            self.config
+                .raw
+                .failover
+                .to_layer(self.config.raw.queue.default_deadline.map(|d| d.0)),
+            Some(Arc::new(tollgate_dialects::chunk_kind)),
+        )
+    }
+
+    /// The provider limits. On a store across the network, the channel's capacity lease
+    /// is taken with its provider windows in one round trip (the capacity layer below
+    /// holds it).
+    fn upstream_layer(
+        &self,
+        registry: Arc<tollgate::core::upstream::UpstreamRegistry>,
+    ) -> UpstreamLimitLayer<St> {
+        let mut config = tollgate::upstream::UpstreamConfig::default();
+        config.failure_mode = self.config.raw.store.windows_failure.into();
+        let upstream = UpstreamLimitLayer::new(self.store.clone(), registry).config(config);
+        if <St as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS {
+            upstream.join_capacity(tollgate::capacity::DEFAULT_LEASE_TTL)
+        } else {
+            upstream
+        }
+    }
+
+    /// The concurrency slots. On a store across the network, the slot is decided with
+    /// the windows in one round trip (the window layer sits right below the slot layer
+    /// for that).
+    fn slot_layer(&self) -> ConcurrencySlotLayer<St> {
+        let limits = &self.config.raw.limits;
+        let slots = ConcurrencySlotLayer::new(self.store.clone())
+            .lease_ttl(limits.lease_ttl.0)
+            .max_wait(limits.slot_max_wait.0)
+            .failure_mode(self.config.raw.store.slots_failure.into());
+        if <St as tollgate::core::JointStore>::SAVES_ROUND_TRIPS {
+            slots.join_windows()
+        } else {
+            slots
+        }
+    }
+
     /// The model and operational routes of the current configuration (no request-id,
     /// tracing or panic layers, no admin routes), and the live state the admin
     /// endpoints read.
@@ -201,14 +263,7 @@ where
             (n.clone(), crate::config::task_budget(n, t), owners)
         });
         let keys = KeyTable::with_tasks(self.config.keys.clone(), tasks);
-        let sink: Arc<dyn tollgate::UsageSink> = match &self.config.raw.server.usage_log {
-            Some(path) => Arc::new(
-                crate::sink::JsonLines::open(path)
-                    .map_err(|e| format!("usage log {}: {e}", path.display()))?,
-            ),
-            None => Arc::new(()),
-        };
-        let sink: Arc<dyn tollgate::UsageSink> = Arc::new(crate::metrics::Counting::new(sink));
+        let sink = self.usage_sink()?;
         let limits = &self.config.raw.limits;
         let modes = &self.config.raw.store;
         let queue = &self.config.raw.queue;
@@ -232,38 +287,10 @@ where
         if let Some(hook) = &self.on_registry {
             hook(&registry);
         }
-        let failover = FailoverLayer::with_clock(
-            registry.clone(),
-            tollgate::time::TokioClock::default(),
-            self.config
-                .raw
-                .failover
-                .to_layer(queue.default_deadline.map(|d| d.0)),
-            Some(Arc::new(tollgate_dialects::chunk_kind)),
-        );
-        let mut upstream_config = tollgate::upstream::UpstreamConfig::default();
-        upstream_config.failure_mode = modes.windows_failure.into();
-        let upstream =
-            UpstreamLimitLayer::new(self.store.clone(), registry).config(upstream_config);
-        // On a store across the network, the channel's capacity lease is taken with its
-        // provider windows in one round trip (the capacity layer below holds it).
-        let upstream = if <St as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS {
-            upstream.join_capacity(tollgate::capacity::DEFAULT_LEASE_TTL)
-        } else {
-            upstream
-        };
+        let failover = self.failover_layer(registry.clone());
+        let upstream = self.upstream_layer(registry);
         let prepare = PrepareLayer::new(catalog.clone());
-        let slots = ConcurrencySlotLayer::new(self.store.clone())
-            .lease_ttl(limits.lease_ttl.0)
-            .max_wait(limits.slot_max_wait.0)
-            .failure_mode(modes.slots_failure.into());
-        // On a store across the network, the slot is decided with the windows in one
-        // round trip (the window layer sits right below the slot layer for that).
-        let slots = if <St as tollgate::core::JointStore>::SAVES_ROUND_TRIPS {
-            slots.join_windows()
-        } else {
-            slots
-        };
+        let slots = self.slot_layer();
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         // Outermost: a response the client stops reading is cut on a timer (L3).
         let stall = crate::stall::StallLayer::new(self.config.raw.server.stall_limits());

@@ -300,18 +300,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                         .with_message("Only generateContent and streamGenerateContent are served."),
                 ) as BoxError);
             }
-            let uri = upstream_uri(&route, &parts.uri)?;
-            let mut headers = std::mem::take(&mut parts.headers);
-            retain(&mut headers, |n| catalog.allow.request_allowed(&route, n));
-            inject_credential(&route, &mut headers);
-            let mut up = Request::builder()
-                .method(parts.method.clone())
-                .uri(uri)
-                .body(body)
-                .map_err(|_| {
-                    upstream_failed(UpstreamFailure::Unsendable, "invalid upstream request")
-                })?;
-            *up.headers_mut() = headers;
+            let mut up = upstream_request(catalog, &route, &mut parts, body)?;
             if let Some(t) = &trace {
                 let uri = up.uri().clone();
                 t.sending(&route, model, &uri, up.headers_mut());
@@ -327,23 +316,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
             let res = match tokio::time::timeout(catalog.upstream_timeout, client.request(up)).await
             {
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
-                    route.responses.failed();
-                    if let Some(t) = &trace {
-                        t.failed("connection");
-                    }
-                    // A refused connection never reached the provider (the error says
-                    // so, and the recorder forgets its mark); anything later may have
-                    // (B4) and stays unknown.
-                    if e.is_connect() {
-                        if let Some(r) = &recorder {
-                            r.clear();
-                        }
-                        return Err(upstream_failed(UpstreamFailure::Connect, "connection"));
-                    }
-                    return Err(upstream_failed(UpstreamFailure::Lost, "connection lost"));
-                }
+                Ok(Err(e)) => return Err(not_answered(&e, &route, trace, recorder)),
                 Err(_) => {
                     tracing::warn!(channel = %route.name, "upstream response head timed out");
                     route.responses.failed();
@@ -355,19 +328,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
             };
             route.responses.answered(res.status().as_u16());
             let (mut rparts, incoming) = res.into_parts();
-            strip_hop_by_hop(&mut rparts.headers);
-            // The gateway's own headers are the gateway's: a provider cannot set them.
-            retain(&mut rparts.headers, |n| {
-                !n.as_str().starts_with(GATEWAY_PREFIX)
-            });
-            // The answer carries the gateway's request id (E3); the provider's (OpenAI's
-            // `x-request-id`, Anthropic's `request-id`) is kept for support under its
-            // own name.
-            let theirs = rparts.headers.remove(X_REQUEST_ID);
-            let anthropic = rparts.headers.remove(REQUEST_ID);
-            if let Some(theirs) = theirs.or(anthropic) {
-                rparts.headers.insert(X_UPSTREAM_REQUEST_ID, theirs);
-            }
+            answer_headers(&mut rparts.headers);
             let success = rparts.status.is_success();
             if let Some(t) = &trace {
                 t.answered(
@@ -402,6 +363,64 @@ impl Service<Request<Full<Bytes>>> for Forward {
             }
             Ok(Response::from_parts(rparts, body))
         })
+    }
+}
+
+/// The request to the provider: the channel's URI, only the headers the allow-list
+/// lets through (never a client credential) and the channel's credential.
+fn upstream_request(
+    catalog: &Catalog,
+    route: &Route,
+    parts: &mut http::request::Parts,
+    body: Full<Bytes>,
+) -> Result<Request<Full<Bytes>>, BoxError> {
+    let uri = upstream_uri(route, &parts.uri)?;
+    let mut headers = std::mem::take(&mut parts.headers);
+    retain(&mut headers, |n| catalog.allow.request_allowed(route, n));
+    inject_credential(route, &mut headers);
+    let mut up = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri)
+        .body(body)
+        .map_err(|_| upstream_failed(UpstreamFailure::Unsendable, "invalid upstream request"))?;
+    *up.headers_mut() = headers;
+    Ok(up)
+}
+
+/// The typed failure of a request that got no answer: a refused connection never
+/// reached the provider (the error says so, and the recorder forgets its mark);
+/// anything later may have (B4) and stays unknown.
+fn not_answered(
+    e: &hyper_util::client::legacy::Error,
+    route: &Route,
+    trace: Option<crate::telemetry::AttemptTrace>,
+    recorder: Option<UsageRecorder>,
+) -> BoxError {
+    tracing::warn!(channel = %route.name, error = ?e, "upstream request failed");
+    route.responses.failed();
+    if let Some(t) = &trace {
+        t.failed("connection");
+    }
+    if e.is_connect() {
+        if let Some(r) = &recorder {
+            r.clear();
+        }
+        return upstream_failed(UpstreamFailure::Connect, "connection");
+    }
+    upstream_failed(UpstreamFailure::Lost, "connection lost")
+}
+
+/// The provider's answer headers as the client gets them: no hop-by-hop headers, none
+/// of the gateway's own (a provider cannot set them), and the provider's request id
+/// (OpenAI's `x-request-id`, Anthropic's `request-id`) kept for support under its own
+/// name, since the answer carries the gateway's (E3).
+fn answer_headers(h: &mut HeaderMap) {
+    strip_hop_by_hop(h);
+    retain(h, |n| !n.as_str().starts_with(GATEWAY_PREFIX));
+    let theirs = h.remove(X_REQUEST_ID);
+    let anthropic = h.remove(REQUEST_ID);
+    if let Some(theirs) = theirs.or(anthropic) {
+        h.insert(X_UPSTREAM_REQUEST_ID, theirs);
     }
 }
 
