@@ -294,19 +294,22 @@ where
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         // Outermost: a response the client stops reading is cut on a timer (L3).
         let stall = crate::stall::StallLayer::new(self.config.raw.server.stall_limits());
+        // Identify, inspect and trace the request, in the client's dialect, before any
+        // limit (the bare gateway has only this in front of the forwarder).
+        let front = ServiceBuilder::new()
+            .layer(stall)
+            .map_request(native)
+            .layer(ErrorMappingLayer::new())
+            .map_err(self.rejections.observer())
+            .map_request(wire_dialect)
+            .layer(crate::telemetry::RequestTraceLayer)
+            .layer(response_headers)
+            .layer(auth)
+            .layer(prepare)
+            .map_request(crate::telemetry::record_request);
         let api = if self.limits {
             crate::routes::api::routes(
-                ServiceBuilder::new()
-                    .layer(stall)
-                    .map_request(native.clone())
-                    .layer(ErrorMappingLayer::new())
-                    .map_err(self.rejections.observer())
-                    .map_request(wire_dialect)
-                    .layer(crate::telemetry::RequestTraceLayer)
-                    .layer(response_headers)
-                    .layer(auth)
-                    .layer(prepare)
-                    .map_request(crate::telemetry::record_request)
+                front
                     .layer(slots)
                     .layer(
                         AnchoredWindowLayer::new(self.store.clone())
@@ -333,20 +336,7 @@ where
                     .service(forward),
             )
         } else {
-            crate::routes::api::routes(
-                ServiceBuilder::new()
-                    .layer(stall)
-                    .map_request(native.clone())
-                    .layer(ErrorMappingLayer::new())
-                    .map_err(self.rejections.observer())
-                    .map_request(wire_dialect)
-                    .layer(crate::telemetry::RequestTraceLayer)
-                    .layer(response_headers)
-                    .layer(auth)
-                    .layer(prepare)
-                    .map_request(crate::telemetry::record_request)
-                    .service(forward),
-            )
+            crate::routes::api::routes(front.service(forward))
         };
 
         let live = Arc::new(Live {
