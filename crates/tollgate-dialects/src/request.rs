@@ -10,7 +10,7 @@
 //!   `serde_path_to_error` gives the path of a bad field inside them.
 //! - The messages, their content blocks and parts, `tools` and the top-level object
 //!   keep hand-written visitors, for constant memory over huge message arrays: each
-//!   element is counted into the running [`Tally`] as it is read and nothing of it is
+//!   element is counted into the running `Tally` as it is read and nothing of it is
 //!   kept (a derived `Vec<Message>` would hold the whole conversation); text is
 //!   measured, not copied; base64 media and unknown fields are skipped without
 //!   allocation. The lenient readers (`type`, `media_type`, `data`, `inlineData`, a
@@ -18,7 +18,7 @@
 //!   only with an untagged enum, and that buffers the value first (a 100 MB base64
 //!   `data` would be copied).
 //! - What the vendors' rules make of the values read (maximum output, choices, usage
-//!   reporting, Gemini's model in the path) is in [`vendor`](crate::vendor).
+//!   reporting, Gemini's model in the path) is in [`vendor`].
 
 use crate::estimate::{self, Tally};
 use crate::vendor;

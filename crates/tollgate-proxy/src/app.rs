@@ -1,5 +1,5 @@
 //! The gateway: the layer stack (SPEC P2, P4) assembled from a configuration, the
-//! routes of [`crate::routes`] on it, and the layers around the whole router (request
+//! routes of the `routes` modules on it, and the layers around the whole router (request
 //! ids, tracing, panics).
 
 use crate::auth::KeyTable;

@@ -46,7 +46,7 @@ impl<S> Layer<S> for PrepareLayer {
 /// Buffers the body within `max_body_bytes` (413 beyond: the body is needed whole
 /// to estimate the demand and, later, to replay an attempt), inspects it in the
 /// client's dialect (400 malformed, 404 unknown model, 403 model not allowed), and
-/// puts [`Facts`], the [`Demand`](tollgate_core::Demand) and the [`Dialect`] in the
+/// puts [`Facts`], the [`Demand`] and the [`Dialect`] in the
 /// request's extensions.
 #[derive(Clone)]
 pub struct Prepare<S> {

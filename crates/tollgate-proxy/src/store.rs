@@ -42,7 +42,7 @@ impl fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
-/// The Redis store as the gateway uses it: limits through a [`LocalFallback`] (the
+/// The Redis store as the gateway uses it: limits through a [`LocalFallback`](tollgate::core::store::fallback::LocalFallback) (the
 /// `local` failure modes, D4), money straight in Redis (billing is fail-closed, B5).
 #[cfg(feature = "redis")]
 pub type RedisSplit = Split<

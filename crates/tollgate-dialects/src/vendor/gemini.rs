@@ -1,7 +1,7 @@
 //! Gemini (`generateContent`): everything the gateway knows of its wire format.
 //!
 //! Gemini sends no rate-limit headers (its 429 carries a `RetryInfo` detail in the
-//! error body instead, read by [`error_fields`]).
+//! error body instead, read by `error_fields`).
 
 use super::{Rules, clamp_choices};
 use crate::RequestError;

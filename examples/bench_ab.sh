@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Two builds of the gateway side by side (SPEC T2): the bare forwarder (`--bare`) and
+# the full stack (examples/bench.toml, in-memory store) of build A and of build B, in
+# front of one fake upstream, at 16 and 64 connections, interleaved A, B, A, B so that a
+# noisy host hits both alike. Prints requests/s and the full stack's share of its own
+# build's bare forwarder.
+#
+#   bash examples/bench_ab.sh DIR_A DIR_B [REQUESTS]
+#
+# DIR_A / DIR_B hold `proxy`, `load` and `fake_upstream` release binaries (for example
+# `target/release/examples` of two checkouts). Loopback only; bounded by REQUESTS
+# (default 20000) per line.
+set -euo pipefail
+A=$1; B=$2; N=${3:-20000}
+cd "$(dirname "$0")/.."
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+FAKE=$(free_port)
+"$A/fake_upstream" --port "$FAKE" > /dev/null 2>&1 & pids+=($!)
+wait_port "$FAKE"
+D=$(mktemp -d); trap 'cleanup; rm -rf "$D"' EXIT
+sed "s#http://127.0.0.1:9100#http://127.0.0.1:$FAKE#" examples/bench.toml > "$D/bench.toml"
+rps() { # dir bare(0/1) connections
+  local dir=$1 bare=$2 c=$3 port flags gw out
+  port=$(free_port)
+  flags=(--config "$D/bench.toml" --listen 127.0.0.1:"$port" --store memory)
+  [ "$bare" = 1 ] && flags+=(--bare)
+  RUST_LOG=error "$dir/proxy" "${flags[@]}" > /dev/null 2>&1 & gw=$!; pids+=($gw)
+  wait_port "$port"
+  "$A/load" --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench --requests 1000 --concurrency "$c" > /dev/null
+  out=$("$A/load" --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench --requests "$N" --concurrency "$c")
+  kill "$gw"; wait "$gw" 2>/dev/null || true
+  echo "$out" | sed -n 's/.*rps=\([0-9]*\).*/\1/p'
+}
+printf '%-6s %5s %10s %10s %8s\n' build conns "bare rps" "full rps" "full/bare"
+for round in 1 2; do
+  for c in 16 64; do
+    for build in A B; do
+      dir=$A; [ "$build" = B ] && dir=$B
+      bare=$(rps "$dir" 1 "$c"); full=$(rps "$dir" 0 "$c")
+      awk -v b="$build" -v c="$c" -v x="$bare" -v y="$full" \
+        'BEGIN { printf "%-6s %5d %10d %10d %7.0f%%\n", b, c, x, y, 100 * y / x }'
+    done
+  done
+done
