@@ -148,8 +148,14 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     pub(crate) fn plan(&mut self) -> Planned {
         loop {
             // The backoff's jitter: random bits, so that requests failing together
-            // do not come back together.
-            let seed = tollgate_core::id::random_u64() ^ u64::from(self.attempts.sent());
+            // do not come back together. Drawn only once something was sent: the
+            // first attempt never backs off (and stays off the hash and the clock).
+            let sent = u64::from(self.attempts.sent());
+            let seed = if sent == 0 {
+                0
+            } else {
+                tollgate_core::id::random_u64() ^ sent
+            };
             let shared = &*self.shared;
             let decision = self.attempts.decide(
                 shared.channels(),

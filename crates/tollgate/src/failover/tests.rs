@@ -180,3 +180,65 @@ async fn e1_without_failover_the_forwarders_failure_is_rendered_as_50202() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains("50202"), "{text}");
 }
+
+/// A vendor whose 400 with `{"fault":"busy"}` means "overloaded, try elsewhere".
+fn other_vendor(
+    _: Dialect,
+    status: u16,
+    _: &http::HeaderMap,
+    body: &[u8],
+) -> tollgate_core::failover::ErrorFacts {
+    let busy = body == br#"{"fault":"busy"}"#;
+    tollgate_core::failover::ErrorFacts {
+        status: if busy { 503 } else { status },
+        ..Default::default()
+    }
+}
+
+/// The status the client gets when channel `a` answers 400 `{"fault":"busy"}` and `b`
+/// answers 200, read by `reader` (the default without one).
+async fn status_with(reader: Option<super::ErrorReader>) -> u16 {
+    let reg = registry();
+    let clock = TokioClock::new(1_700_000_000_000);
+    let mut failover =
+        FailoverLayer::with_clock(reg.clone(), clock.clone(), FailoverConfig::default(), None);
+    if let Some(reader) = reader {
+        failover = failover.with_error_reader(reader);
+    }
+    let forwarder = tower::service_fn(|r: Request<()>| async move {
+        let ch = r.extensions().get::<Chosen>().unwrap().0.name.to_string();
+        let rec = r.extensions().get::<UsageRecorder>().unwrap().clone();
+        rec.set_channel(ch.clone().into());
+        let (status, body): (u16, &'static [u8]) = if ch == "a" {
+            (400, br#"{"fault":"busy"}"#)
+        } else {
+            rec.record(Default::default());
+            (200, b"{}")
+        };
+        let mut res = Response::new(Full::new(Bytes::from_static(body)));
+        *res.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        Ok::<_, BoxError>(res)
+    });
+    let svc = ServiceBuilder::new()
+        .layer(failover)
+        .layer(UpstreamLimitLayer::with_clock(
+            MemoryStore::with_clock(clock.clone()),
+            reg,
+            clock,
+            UpstreamConfig::default(),
+        ))
+        .service(forwarder);
+    svc.oneshot(request(&["a", "b"]))
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(start_paused = true)]
+async fn f5_the_error_reader_is_injected_and_defaults_to_the_vendors_bodies() {
+    // By default the body is read as OpenAI's: a 400 goes to the client as it is.
+    assert_eq!(status_with(None).await, 400);
+    // An injected reader knows the other vendor's overload: failed over to `b`.
+    assert_eq!(status_with(Some(other_vendor)).await, 200);
+}
