@@ -38,6 +38,7 @@
 
 pub mod attempt;
 pub mod billing;
+pub mod blocks;
 pub mod capacity;
 pub mod clock;
 pub mod demand;

@@ -190,6 +190,9 @@ pub struct WindowTicket {
     /// Issued by the local fallback store while the shared store was down (D4
     /// `local` mode): settle it there.
     pub fallback: bool,
+    /// Non-zero: admitted from the quota block of this id that the issuing store
+    /// borrowed ([`crate::blocks`]): settle it with that store, which settles the block.
+    pub borrowed: u64,
 }
 
 /// How a request ended, for settlement.
@@ -408,6 +411,7 @@ impl ScopeState {
             money,
             rolling,
             fallback: false,
+            borrowed: 0,
         }
     }
 

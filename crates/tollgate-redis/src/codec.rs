@@ -11,6 +11,7 @@
 //! limit or a view line names its tier by position and the tier is taken from the
 //! caller's policy, so u64 limits stay exact.
 
+use tollgate_core::blocks::BlockAsk;
 use tollgate_core::window::ROLLING_WINDOW_MS;
 use tollgate_core::{
     Demand, Dimension, Exceeded, ExceededLimit, LimitView, Millis, Outcome, Policy, StoreError,
@@ -99,6 +100,42 @@ pub(crate) fn admit_args(amount_ttl: Millis, p: &Policy, d: &Demand) -> Doubles 
     b
 }
 
+/// [`admit_args`] asking for a quota block of `block` too (tollgate_core::blocks): the
+/// script counts the block where it fits under every limit, else the request alone.
+pub(crate) fn admit_block_args(
+    amount_ttl: Millis,
+    p: &Policy,
+    d: &Demand,
+    block: Option<BlockAsk>,
+) -> Doubles {
+    let mut b = admit_args(amount_ttl, p, d);
+    if let Some(a) = block {
+        b.u(a.requests).u(a.tokens);
+    }
+    b
+}
+
+/// [`settle_args`] of a quota block's shared ticket: `used` of its `requests`.
+pub(crate) fn settle_block_args(
+    amount_ttl: Millis,
+    t: &WindowTicket,
+    outcome: Outcome,
+    requests: u64,
+    used: u64,
+) -> Doubles {
+    let mut b = settle_args(amount_ttl, t, outcome);
+    b.u(requests).u(used);
+    b
+}
+
+/// The requests an admit reply counted: the block's, or 1.
+pub(crate) fn admitted_requests(r: &[i64]) -> u64 {
+    r.get(5)
+        .and_then(|&n| u64::try_from(n).ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// ARGV[2] of the settle script: amount TTL, the ticket, the outcome.
 pub(crate) fn settle_args(amount_ttl: Millis, t: &WindowTicket, outcome: Outcome) -> Doubles {
     let (refund, usage) = match outcome {
@@ -150,7 +187,8 @@ pub(crate) fn admit_reply(r: &[i64], p: &Policy, d: &Demand) -> StoreResult<Admi
     let now: Millis = non_negative(now, "admit time")?;
     match status {
         1 => {
-            let [a0, a1, a2] = rest else {
+            // The anchors, then (from every script that may borrow) the requests counted.
+            let ([a0, a1, a2] | [a0, a1, a2, _]) = rest else {
                 return Err(protocol(format!("admit: bad anchors {rest:?}")));
             };
             let amount = p.amount_cap.is_some();
@@ -162,6 +200,7 @@ pub(crate) fn admit_reply(r: &[i64], p: &Policy, d: &Demand) -> StoreResult<Admi
                 money: if amount { d.money.max(0) } else { 0 },
                 rolling: p.rolling_rpm.is_some_and(|n| n > 0),
                 fallback: false,
+                borrowed: 0,
             }))
         }
         0 => {
@@ -344,6 +383,7 @@ mod tests {
             money: 40,
             rolling: true,
             fallback: false,
+            borrowed: 0,
         };
         let used = tollgate_core::Usage {
             input_tokens: 5,

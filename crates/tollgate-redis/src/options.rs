@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 use tollgate_core::ManualClock;
+use tollgate_core::blocks::BlockSizing;
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "tollgate";
@@ -46,6 +47,7 @@ pub struct RedisStoreOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect_max_delay: Duration,
     pub(crate) pipeline_buffer: usize,
+    pub(crate) blocks: Option<BlockSizing>,
 }
 
 /// Where the scripts take the time of a decision from.
@@ -60,6 +62,19 @@ pub(crate) enum TimeSource {
 }
 
 impl TimeSource {
+    /// This process's time for quota blocks, in ms, in step with the scripts' time:
+    /// a monotonic count from `origin` (plus the offset), or the manual clock.
+    pub(crate) fn local_ms(&self, origin: std::time::Instant) -> tollgate_core::Millis {
+        use std::sync::atomic::Ordering;
+        use tollgate_core::Clock;
+        let mono = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match self {
+            TimeSource::Server => mono,
+            TimeSource::Offset(o) => mono.saturating_add(o.load(Ordering::SeqCst)),
+            TimeSource::Manual(c) => c.now(),
+        }
+    }
+
     /// The scripts' time argument: an offset, or `=<ms>` for an absolute time.
     pub(crate) fn arg(&self) -> String {
         use std::sync::atomic::Ordering;
@@ -85,6 +100,7 @@ impl Default for RedisStoreOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             reconnect_max_delay: DEFAULT_RECONNECT_MAX_DELAY,
             pipeline_buffer: 1024,
+            blocks: Some(BlockSizing::default()),
         }
     }
 }
@@ -189,6 +205,19 @@ impl RedisStoreOptions {
     /// Commands that may be queued on the connection at once (default 1024).
     pub fn pipeline_buffer(mut self, size: usize) -> Self {
         self.pipeline_buffer = size.max(1);
+        self
+    }
+
+    /// Quota blocks (default on, [`BlockSizing::default`]): where a limit is far from
+    /// exhausted, the store borrows a share of it in one call and decides the next
+    /// requests in memory, giving back what it did not use (see
+    /// [`tollgate_core::blocks`]); `None`: every decision is a round trip. Blocks never
+    /// let instances together admit more than a limit; they may refuse a request on
+    /// one instance while another holds unused units (at most one block per subject and
+    /// instance, 1/64 of the limit by default), and a usage view counts units other
+    /// instances borrowed as used.
+    pub fn blocks(mut self, sizing: Option<BlockSizing>) -> Self {
+        self.blocks = sizing;
         self
     }
 

@@ -12,6 +12,8 @@ const WINDOW_PRELUDE: &str = include_str!("lua/window_prelude.lua");
 
 const SLOT_ACQUIRE: &str = include_str!("lua/slot_acquire.lua");
 const SLOT_RENEW: &str = include_str!("lua/slot_renew.lua");
+/// A quota block's leases renewed together.
+const SLOT_RENEW_BLOCK: &str = include_str!("lua/slot_renew_block.lua");
 const SLOT_IN_FLIGHT: &str = include_str!("lua/slot_in_flight.lua");
 const WINDOW_ADMIT: &str = include_str!("lua/window_admit.lua");
 const WINDOW_SETTLE: &str = include_str!("lua/window_settle.lua");
@@ -42,6 +44,7 @@ pub(crate) struct Scripts {
     pub(crate) batch: Script,
     pub(crate) joint: Script,
     pub(crate) channel: Script,
+    pub(crate) renew_block: Script,
     pub(crate) reserve: Script,
     pub(crate) settle_attempt: Script,
     pub(crate) account: Script,
@@ -127,6 +130,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         batch(),
         with_admit(true, JOINT_ADMIT),
         admit_all_acquire(),
+        slot(SLOT_RENEW_BLOCK),
     ];
     Scripts {
         acquire: Script::new(&sources[0]),
@@ -143,6 +147,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         batch: Script::new(&sources[11]),
         joint: Script::new(&sources[12]),
         channel: Script::new(&sources[13]),
+        renew_block: Script::new(&sources[14]),
         sources,
     }
 });
@@ -179,7 +184,7 @@ pub(crate) fn for_cluster(script: &'static Script) -> &'static Script {
 
 impl Scripts {
     /// SHA1 of every script, in the order of `sources`.
-    pub(crate) fn hashes(&self) -> [&str; 14] {
+    pub(crate) fn hashes(&self) -> [&str; 15] {
         [
             self.acquire.get_hash(),
             self.renew.get_hash(),
@@ -195,6 +200,7 @@ impl Scripts {
             self.batch.get_hash(),
             self.joint.get_hash(),
             self.channel.get_hash(),
+            self.renew_block.get_hash(),
         ]
     }
 }

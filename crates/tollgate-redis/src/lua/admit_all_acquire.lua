@@ -4,18 +4,19 @@
 -- KEYS     the items' keys (2 an item, as window_admit_all.lua), then the channel's lease
 --          ZSET
 -- ARGV     [1] time (see time.lua), [2] capacity, [3] lease ttl ms, [4] lease member,
---          then the items' doubles (as window_admit_all.lua)
+--          [5] leases of a quota block to borrow (1 = none; see lease.lua's grant), then
+--          the items' doubles (as window_admit_all.lua)
 -- Reply    {windows reply (as window_admit_all.lua), 1 lease taken | 0 channel full |
---          -1 not asked (the windows refused)}
+--          -1 not asked (the windows refused), leases taken}
 local ks, as = {}, {ARGV[1]}
 for i = 1, #KEYS - 1 do ks[i] = KEYS[i] end
-for i = 5, #ARGV do as[#as + 1] = ARGV[i] end
+for i = 6, #ARGV do as[#as + 1] = ARGV[i] end
 local r = admit_all(ks, as)
-if r[1] ~= 1 then return {r, -1} end
+if r[1] ~= 1 then return {r, -1, 0} end
 local now = now_ms(ARGV[1])
 local key = KEYS[#KEYS]
 local n = live_leases(key, now)
-local limit = tonumber(ARGV[2])
-if limit ~= 0 and n >= limit then return {r, 0} end
-add_lease(key, now, tonumber(ARGV[3]), ARGV[4], n)
-return {r, 1}
+local take = grant(n, tonumber(ARGV[2]), tonumber(ARGV[5]))
+if take == 0 then return {r, 0, 0} end
+add_leases(key, now, tonumber(ARGV[3]), ARGV[4], n, take)
+return {r, 1, take}

@@ -5,7 +5,8 @@
 -- KEYS     every op's keys, in op order
 -- ARGV     [1] number of ops, then per op: its code (ws: WindowStore::settle as
 --          window_settle.lua, bs: BillingStore::settle_attempt as billing_settle.lua,
---          zr: a lease release, ZREM key member), its key count, its argument count,
+--          zr: a lease release, ZREM key member; zm: a quota block's leases released,
+--          ZREM key member:0 .. member:<n - 1>), its key count, its argument count,
 --          its arguments
 -- Reply    one reply per op, in order: what that op's own script would answer, or an
 --          error reply
@@ -13,6 +14,11 @@ local ops = {
   ws = window_settle,
   bs = billing_settle,
   zr = function(K, A) return redis.call('ZREM', K[1], A[1]) end,
+  zm = function(K, A)
+    local m = {}
+    for i = 0, tonumber(A[2]) - 1 do m[i + 1] = A[1] .. ':' .. i end
+    return redis.call('ZREM', K[1], unpack(m))
+  end,
 }
 local out = {}
 local ai, ki = 2, 1

@@ -6,24 +6,25 @@
 -- KEYS[1]  the subject's lease ZSET (as slot_acquire.lua)
 -- KEYS[2]  window state, KEYS[3] rolling log (as window_admit.lua); absent: slot only
 -- ARGV     [1] time (see time.lua), [2] slot limit (0 = unlimited), [3] lease ttl ms,
---          [4] lease member, [5] window doubles (as window_admit.lua's ARGV[2]; absent:
---          slot only)
--- Reply    {1, admit reply or {}} slot taken (and windows admitted)
+--          [4] lease member, [5] leases of a quota block to borrow (1 = none; see
+--          lease.lua's grant), [6] window doubles (as window_admit.lua's ARGV[2], maybe
+--          with a block; absent: slot only)
+-- Reply    {1, admit reply or {}, leases taken} slot taken (and windows admitted)
 --          {0, live leases} every slot taken, nothing counted
 --          {2, admit reply} the windows have no room, no slot taken, nothing counted
 local now = now_ms(ARGV[1])
 local slots = KEYS[1]
 local n = live_leases(slots, now)
-local limit = tonumber(ARGV[2])
-if limit ~= 0 and n >= limit then
+local take = grant(n, tonumber(ARGV[2]), tonumber(ARGV[5]))
+if take == 0 then
   return {0, n}
 end
 local w = {}
 if #KEYS >= 3 then
-  w = admit({KEYS[2], KEYS[3]}, {ARGV[1], ARGV[5]})
+  w = admit({KEYS[2], KEYS[3]}, {ARGV[1], ARGV[6]})
   if w[1] ~= 1 then
     return {2, w}
   end
 end
-add_lease(slots, now, tonumber(ARGV[3]), ARGV[4], n)
-return {1, w}
+add_leases(slots, now, tonumber(ARGV[3]), ARGV[4], n, take)
+return {1, w, take}

@@ -19,3 +19,29 @@ local function add_lease(key, now, ttl, member, n)
     redis.call('PEXPIRE', key, ttl + 1000, 'GT')
   end
 end
+
+-- How many leases a quota block (tollgate_core::blocks) of `want` may take of `key`'s
+-- `limit` (0 = unlimited) with `n` live: the block where it fits, else 1 (one lease, as
+-- without a block), 0 when every slot is taken.
+local function grant(n, limit, want)
+  if limit ~= 0 and n >= limit then return 0 end
+  if want > 1 and (limit == 0 or n + want <= limit) then return want end
+  return 1
+end
+
+-- Adds `count` leases to `key` (which held `n`), expiring at now + ttl: one lease
+-- `member`, or a block of members `member:0` .. `member:<count - 1>`.
+local function add_leases(key, now, ttl, member, n, count)
+  if count <= 1 then return add_lease(key, now, ttl, member, n) end
+  local args, at = {}, now + ttl
+  for i = 0, count - 1 do
+    args[2 * i + 1] = at
+    args[2 * i + 2] = member .. ':' .. i
+  end
+  redis.call('ZADD', key, unpack(args))
+  if n == 0 then
+    redis.call('PEXPIRE', key, ttl + 1000)
+  else
+    redis.call('PEXPIRE', key, ttl + 1000, 'GT')
+  end
+end

@@ -4,11 +4,17 @@
 --          [6] has cap (0/1), [7] cap, [8] rolling rpm (0 = off), [9] n, then n policy
 --          tiers of 3 from [10]: dimension, window_ms, limit — in the order groups,
 --          dimensions, tiers (requests, tokens, images, videos)
--- Reply    {1, now, anchor1, anchor2, anchor3} admitted (-1 = group not counted)
+--          then, optionally, a quota block to borrow (tollgate_core::blocks): [+1]
+--          requests (the request itself among them), [+2] tokens
+-- Reply    {1, now, anchor1, anchor2, anchor3, requests} admitted (-1 = group not
+--          counted); requests: the block's when it fits under every limit, else 1 (the
+--          request alone, decided as without a block)
 --          {0, now, (dimension, tier position in ARGV[2], used, retry_after ms or -1)...}
 local now = now_ms(ARGV[1])
 local A = doubles(ARGV[2])
 local tok, img, vid, cap, roll, np = A[2], A[3], A[4], A[7], A[8], A[9]
+local breq, btok = A[10 + 3 * np], A[11 + 3 * np]
+local nreq = 1
 local has_cap = A[6] == 1
 local last = 7 + 3 * np
 local S = load_state(KEYS[1])
@@ -28,13 +34,15 @@ if aligned then
   end
 end
 
--- ScopeState::check: every limit the demand does not fit under.
-local out = nil
+-- ScopeState::check: every limit a demand of `nr` requests and `tk` tokens does not fit
+-- under.
 local has1, has2, has3 = false, false, false
+local function check(nr, tk)
+local out = nil
 for o = 10, last, 3 do
   local d, w, lim = A[o], A[o + 1], A[o + 2]
-  local g, need = 1, 1
-  if d == 2 then need = tok elseif d == 3 then g, need = 2, img elseif d == 4 then g, need = 3, vid end
+  local g, need = 1, nr
+  if d == 2 then need = tk elseif d == 3 then g, need = 2, img elseif d == 4 then g, need = 3, vid end
   if g == 1 then has1 = true elseif g == 2 then has2 = true else has3 = true end
   -- Requests and tokens are touched by every request; images and videos when asked for.
   if g == 1 or need > 0 then
@@ -90,6 +98,15 @@ if roll > 0 and S[6] > now then
     out[#out + 1] = tonumber(leaving[2]) + ROLL - now
   end
 end
+return out
+end
+-- A block only where it fits under every limit; else the request alone.
+local out = nil
+if breq and breq > 1 and not check(breq, btok) then
+  nreq, tok = breq, btok
+else
+  out = check(1, tok)
+end
 if out then
   -- A rejection changes nothing.
   return out
@@ -112,7 +129,7 @@ if aligned then
   for j = 0, np - 1 do
     local o, so = 10 + 3 * j, 11 + 4 * j
     local d = A[o]
-    local g, units = 1, 1
+    local g, units = 1, nreq
     if d == 2 then units = tok elseif d == 3 then g, units = 2, img
     elseif d == 4 then g, units = 3, vid end
     if counted[g] then
@@ -139,7 +156,7 @@ else
       local a = S[6 + g]
       for o = 10, last, 3 do
         local d = A[o]
-        local dg, units = 1, 1
+        local dg, units = 1, nreq
         if d == 2 then units = tok elseif d == 3 then dg, units = 2, img
         elseif d == 4 then dg, units = 3, vid end
         if dg == g then
@@ -193,4 +210,4 @@ if roll > 0 then
 end
 -- Never idle: the request just admitted is pending.
 save(KEYS[1], NS, now, A[1], true)
-return {1, now, anchors[1], anchors[2], anchors[3]}
+return {1, now, anchors[1], anchors[2], anchors[3], nreq}

@@ -4,15 +4,19 @@
 -- ARGV[1]  time (see time.lua)
 -- ARGV[2]  doubles: [1] amount ttl ms, [2] admitted_at, [3..5] anchors (-1 = none),
 --          [6] tokens, [7] images, [8] videos (the reserved demand), [9] amount (0/1),
---          [10] money, [11] rolling (0/1), [12] refund (0/1), [13] actual tokens, [14] cost
+--          [10] money, [11] rolling (0/1), [12] refund (0/1), [13] actual tokens, [14] cost,
+--          optionally [15] requests reserved (a quota block's; default 1), [16] requests
+--          used of them
 local now = now_ms(ARGV[1])
 local B = doubles(ARGV[2])
 local at, tok, img, vid = B[2], B[6], B[7], B[8]
+local rq = B[15] or 1
+local ru = B[16] or rq
 local refund = B[12] == 1
 local S = load_state(KEYS[1])
 for so = 11, 10 + 4 * S[10], 4 do
   local d = S[so]
-  local g, reserved = 1, 1
+  local g, reserved = 1, rq
   if d == 2 then reserved = tok elseif d == 3 then g, reserved = 2, img
   elseif d == 4 then g, reserved = 3, vid end
   local a = B[2 + g]
@@ -23,7 +27,7 @@ for so = 11, 10 + 4 * S[10], 4 do
     if now > a then kn = floor((now - a) / w) end
     if S[so + 2] == k and kn == k then
       local actual = reserved
-      if refund then actual = 0 elseif d == 2 then actual = B[13] end
+      if refund then actual = 0 elseif d == 2 then actual = B[13] elseif d == 1 then actual = ru end
       local u = S[so + 3] - reserved
       if u < 0 then u = 0 end
       S[so + 3] = u + actual

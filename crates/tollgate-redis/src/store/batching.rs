@@ -19,6 +19,9 @@ impl RedisStore {
         lease: LeaseId,
         now: bool,
     ) -> RedisStoreFuture<()> {
+        if tollgate_core::blocks::borrowed_lease(lease).is_some() {
+            return self.release_borrowed(&self.slots_key(key), lease);
+        }
         // One ZREM, atomic by itself, sent in the batch with the settlements ending at
         // the same moment. A release is never dropped for a passing outage: if it fails
         // it is retried alone, off the caller's path and not held by the breaker, for a

@@ -7,9 +7,10 @@ use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
 use redis::FromRedisValue;
 use std::sync::Arc;
+use tollgate_core::blocks::{Local, SlotPart, WindowPart};
 use tollgate_core::{
-    CapacityTake, Demand, JointAdmission, JointDecision, JointItem, LeaseId, Millis, Policy,
-    SlotAsk, StoreResult, WindowAsk, WindowStore,
+    CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, Millis,
+    Outcome, Policy, Scope, SlotAsk, SlotStore, StoreResult, SubjectKey, WindowAsk, WindowStore,
 };
 
 /// Reads `window_admit_all.lua`'s reply: `{1, {item reply}...}` or `{0, i, reply}`.
@@ -18,6 +19,15 @@ pub(super) fn joint_reply(
     items: &[JointItem],
     first: usize,
 ) -> StoreResult<JointAdmission> {
+    joint_reply_granted(r, items, first).map(|(a, _)| a)
+}
+
+/// [`joint_reply`] with the requests each item counted (its quota block's, or 1).
+pub(super) fn joint_reply_granted(
+    r: redis::Value,
+    items: &[JointItem],
+    first: usize,
+) -> StoreResult<(JointAdmission, Vec<u64>)> {
     let bad = |what: &str| protocol(format!("admit_all: {what} in reply"));
     let ints = |v: redis::Value| -> StoreResult<Vec<i64>> {
         Vec::<i64>::from_redis_value(v).map_err(|e| protocol(format!("admit_all: {e}")))
@@ -34,13 +44,16 @@ pub(super) fn joint_reply(
                 return Err(bad("wrong item count"));
             }
             let mut tickets = Vec::with_capacity(items.len());
+            let mut granted = Vec::with_capacity(items.len());
             for (v, it) in replies.into_iter().zip(items) {
-                match codec::admit_reply(&ints(v)?, &it.policy, &it.demand)? {
+                let ints = ints(v)?;
+                match codec::admit_reply(&ints, &it.policy, &it.demand)? {
                     AdmitReply::Admitted(t) => tickets.push(t),
                     AdmitReply::Exceeded(_) => return Err(bad("a refusal among admissions")),
                 }
+                granted.push(codec::admitted_requests(&ints));
             }
-            Ok(JointAdmission::Admitted(tickets))
+            Ok((JointAdmission::Admitted(tickets), granted))
         }
         Some(redis::Value::Int(0)) if parts.len() == 3 => {
             let reply = ints(parts.swap_remove(2))?;
@@ -50,10 +63,13 @@ pub(super) fn joint_reply(
             let index = usize::try_from(i - 1).map_err(|_| bad("bad index"))?;
             let it = items.get(index).ok_or_else(|| bad("index out of range"))?;
             match codec::admit_reply(&reply, &it.policy, &it.demand)? {
-                AdmitReply::Exceeded(exceeded) => Ok(JointAdmission::Exceeded {
-                    index: first + index,
-                    exceeded,
-                }),
+                AdmitReply::Exceeded(exceeded) => Ok((
+                    JointAdmission::Exceeded {
+                        index: first + index,
+                        exceeded,
+                    },
+                    Vec::new(),
+                )),
                 AdmitReply::Admitted(_) => Err(bad("an admission as the refusal")),
             }
         }
@@ -67,81 +83,197 @@ impl tollgate_core::JointStore for RedisStore {
         slot: &SlotAsk,
         window: Option<WindowAsk<'_>>,
     ) -> RedisStoreFuture<JointDecision> {
-        let id = self.inner.next_lease.next();
         let slots = self.slots_key(&slot.key);
+        let state = window.map(|w| self.window_key(&slot.key, w.scope));
+        let asked_at = self.local_now();
+        let mut borrow = None;
+        if let Some(mut blocks) = self.blocks() {
+            let parts: Vec<WindowPart<'_>> = window
+                .iter()
+                .zip(&state)
+                .map(|(w, key)| WindowPart {
+                    key,
+                    policy: w.policy,
+                    demand: w.demand,
+                })
+                .collect();
+            let part = SlotPart {
+                key: &slots,
+                limit: slot.limit,
+                ttl: slot.ttl,
+            };
+            match blocks.decide(Some(part), &parts, asked_at) {
+                Local::Granted(g) => {
+                    return RedisStoreFuture::ready(Ok(JointDecision::Admitted {
+                        lease: g.lease.expect("a slot was asked"),
+                        ticket: g.tickets.first().copied(),
+                    }));
+                }
+                Local::Ask(b) if !b.is_single() => borrow = Some(b),
+                Local::Ask(_) | Local::Shared => {}
+            }
+        }
+        let id = self.inner.next_lease.next();
         let mut keys = vec![slots.clone()];
         let args = vec![
             self.time(),
             slot.limit.to_string(),
             slot.ttl.to_string(),
             self.member(id),
+            borrow.as_ref().map_or(1, |b| b.slots).to_string(),
         ];
         let mut blobs = Vec::new();
         let asked = window.map(|w| {
             keys.extend(self.window_keys(&slot.key, w.scope));
-            blobs.push(codec::admit_args(
+            let block = borrow.as_ref().and_then(|b| b.windows[0]);
+            blobs.push(codec::admit_block_args(
                 self.inner.amount_ttl_ms,
                 w.policy,
                 w.demand,
+                block,
             ));
-            (w.policy.clone(), *w.demand)
+            (w.policy.clone(), *w.demand, w.scope)
         });
+        let Some(borrow) = borrow else {
+            let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
+                joint_decision(r, id, asked.as_ref().map(|(p, d, _)| (p, d))).map(|(d, ..)| d)
+            });
+            return self.removing_late_lease(slots, self.member(id), decided);
+        };
+        let asked_copy = asked.clone();
         let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
-            joint_decision(r, id, asked.as_ref())
+            joint_decision(r, id, asked_copy.as_ref().map(|(p, d, _)| (p, d)))
         });
-        self.removing_late_lease(slots, self.member(id), decided)
+        let (key, ttl, limit) = (slot.key.clone(), slot.ttl, slot.limit);
+        let scope = window.map(|w| w.scope);
+        self.borrowing(
+            decided,
+            move |store, r| {
+                let Some(mut blocks) = store.blocks() else {
+                    return r.map(|(d, ..)| d);
+                };
+                let part = SlotPart {
+                    key: &slots,
+                    limit,
+                    ttl,
+                };
+                let state_keys: Vec<&str> = state.iter().map(String::as_str).collect();
+                match r {
+                    Ok((JointDecision::Admitted { lease, ticket }, took, counted)) => {
+                        let windows: Vec<_> = asked
+                            .iter()
+                            .zip(&state)
+                            .zip(ticket)
+                            .map(|(((policy, demand, _), key), mut t)| {
+                                if let (true, Some(a)) = (counted > 1, borrow.windows[0]) {
+                                    t.demand.tokens = a.tokens;
+                                }
+                                (
+                                    WindowPart {
+                                        key,
+                                        policy,
+                                        demand,
+                                    },
+                                    t,
+                                    counted,
+                                )
+                            })
+                            .collect();
+                        let (lease, tickets, retire) =
+                            blocks.install(Some((part, took, lease)), &windows, &borrow, asked_at);
+                        drop(blocks);
+                        store.schedule_retire(retire);
+                        Ok(JointDecision::Admitted {
+                            lease: lease.expect("a slot was asked"),
+                            ticket: tickets.first().copied(),
+                        })
+                    }
+                    Ok((other, ..)) => {
+                        blocks.abandon(Some(&slots), &state_keys, &borrow);
+                        Ok(other)
+                    }
+                    Err(e) => {
+                        blocks.abandon(Some(&slots), &state_keys, &borrow);
+                        drop(blocks);
+                        // The script may still run: its leases go at once (its
+                        // window block, if counted, lapses with its windows).
+                        store.remove_late_block(&slots, id, borrow.slots);
+                        Err(e)
+                    }
+                }
+            },
+            move |store, held| {
+                if let JointDecision::Admitted { lease, ticket } = held {
+                    tokio::spawn(SlotStore::release(store, &key, lease));
+                    if let (Some(t), Some(scope)) = (ticket, scope) {
+                        tokio::spawn(WindowStore::settle(store, &key, scope, t, Outcome::Refund));
+                    }
+                }
+            },
+        )
     }
 }
 
-/// Reads `joint_admit.lua`'s reply.
+/// Reads `joint_admit.lua`'s reply: the decision, the leases taken and the requests
+/// the windows counted (a quota block's, or 1).
 pub(super) fn joint_decision(
     r: redis::Value,
     lease: LeaseId,
-    asked: Option<&(Arc<Policy>, Demand)>,
-) -> StoreResult<JointDecision> {
+    asked: Option<(&Arc<Policy>, &Demand)>,
+) -> StoreResult<(JointDecision, u32, u64)> {
     let bad = |what: &str| protocol(format!("acquire_and_admit: {what} in reply"));
     let redis::Value::Array(mut parts) = r else {
         return Err(bad("no array"));
     };
-    if parts.len() != 2 {
-        return Err(bad("wrong length"));
-    }
+    let took = match parts.len() {
+        2 => 0,
+        3 => match parts.pop() {
+            Some(redis::Value::Int(n)) => count(n, "acquire_and_admit")?,
+            _ => return Err(bad("no lease count")),
+        },
+        _ => return Err(bad("wrong length")),
+    };
     let rest = parts.pop().unwrap_or(redis::Value::Nil);
-    let window = |v: redis::Value| -> StoreResult<Option<AdmitReply>> {
+    let mut counted = 1;
+    let mut window = |v: redis::Value| -> StoreResult<Option<AdmitReply>> {
         let ints = Vec::<i64>::from_redis_value(v)
             .map_err(|e| protocol(format!("acquire_and_admit: {e}")))?;
         match asked {
             None if ints.is_empty() => Ok(None),
             None => Err(bad("a window reply to a slot-only call")),
-            Some((p, d)) => codec::admit_reply(&ints, p, d).map(Some),
+            Some((p, d)) => {
+                counted = codec::admitted_requests(&ints);
+                codec::admit_reply(&ints, p, d).map(Some)
+            }
         }
     };
-    match parts[0] {
+    let decision = match parts[0] {
         redis::Value::Int(0) => {
             let redis::Value::Int(n) = rest else {
                 return Err(bad("no lease count"));
             };
-            Ok(JointDecision::SlotFull {
+            JointDecision::SlotFull {
                 in_flight: count(n, "acquire_and_admit")?,
-            })
+            }
         }
         redis::Value::Int(1) => match window(rest)? {
-            None => Ok(JointDecision::Admitted {
+            None => JointDecision::Admitted {
                 lease,
                 ticket: None,
-            }),
-            Some(AdmitReply::Admitted(t)) => Ok(JointDecision::Admitted {
+            },
+            Some(AdmitReply::Admitted(t)) => JointDecision::Admitted {
                 lease,
                 ticket: Some(t),
-            }),
-            Some(AdmitReply::Exceeded(_)) => Err(bad("a refusal with a slot taken")),
+            },
+            Some(AdmitReply::Exceeded(_)) => return Err(bad("a refusal with a slot taken")),
         },
         redis::Value::Int(2) => match window(rest)? {
-            Some(AdmitReply::Exceeded(e)) => Ok(JointDecision::Exceeded(e)),
-            _ => Err(bad("no refusal")),
+            Some(AdmitReply::Exceeded(e)) => JointDecision::Exceeded(e),
+            _ => return Err(bad("no refusal")),
         },
-        _ => Err(bad("unknown code")),
-    }
+        _ => return Err(bad("unknown code")),
+    };
+    Ok((decision, took.max(1), counted))
 }
 
 impl tollgate_core::ChannelStore for RedisStore {
@@ -183,16 +315,46 @@ impl tollgate_core::ChannelStore for RedisStore {
                 Ok((a, take))
             });
         }
+        let asked_at = self.local_now();
+        let mut borrow = None;
+        let states: Vec<String> = items
+            .iter()
+            .map(|it| self.window_key(&it.key, it.scope))
+            .collect();
+        if let Some(mut blocks) = self.blocks() {
+            let parts = window_parts(items, &states);
+            let part = SlotPart {
+                key: &leases,
+                limit: capacity,
+                ttl,
+            };
+            match blocks.decide(Some(part), &parts, asked_at) {
+                Local::Granted(g) => {
+                    let lease = g.lease.expect("a lease was asked");
+                    return RedisStoreFuture::ready(Ok((
+                        JointAdmission::Admitted(g.tickets),
+                        CapacityTake::Taken(lease),
+                    )));
+                }
+                Local::Ask(b) if !b.is_single() => borrow = Some(b),
+                Local::Ask(_) | Local::Shared => {}
+            }
+        }
         let id = self.inner.next_lease.next();
         let args = vec![
             self.time(),
             capacity.to_string(),
             ttl.to_string(),
             self.member(id),
+            borrow.as_ref().map_or(1, |b| b.slots).to_string(),
         ];
         let blobs = items
             .iter()
-            .map(|it| codec::admit_args(self.inner.amount_ttl_ms, &it.policy, &it.demand))
+            .enumerate()
+            .map(|(i, it)| {
+                let block = borrow.as_ref().and_then(|b| b.windows[i]);
+                codec::admit_block_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, block)
+            })
             .collect();
         let owned = items.to_vec();
         let decided = self.eval_blobs(
@@ -200,26 +362,138 @@ impl tollgate_core::ChannelStore for RedisStore {
             keys,
             args,
             blobs,
-            move |r: redis::Value| {
-                let redis::Value::Array(mut parts) = r else {
-                    return Err(protocol("admit_all_and_acquire: no array in reply"));
-                };
-                let take = match parts.pop() {
-                    Some(redis::Value::Int(1)) => CapacityTake::Taken(id),
-                    Some(redis::Value::Int(0)) => CapacityTake::Full,
-                    Some(redis::Value::Int(-1)) => CapacityTake::NotAsked,
-                    other => {
-                        return Err(protocol(format!(
-                            "admit_all_and_acquire: lease answer {other:?}"
-                        )));
-                    }
-                };
-                let windows = parts
-                    .pop()
-                    .ok_or_else(|| protocol("admit_all_and_acquire: no windows in reply"))?;
-                Ok((joint_reply(windows, &owned, 0)?, take))
-            },
+            move |r: redis::Value| channel_reply(r, id, &owned),
         );
-        self.removing_late_lease(leases, self.member(id), decided)
+        let Some(borrow) = borrow else {
+            let decided =
+                RedisStoreFuture::new(async move { decided.await.map(|(a, t, ..)| (a, t)) });
+            return self.removing_late_lease(leases, self.member(id), decided);
+        };
+        let (owned, channel) = (items.to_vec(), channel.to_owned());
+        let refunds: Vec<(SubjectKey, Scope)> =
+            items.iter().map(|it| (it.key.clone(), it.scope)).collect();
+        self.borrowing(
+            decided,
+            move |store, r| {
+                let Some(mut blocks) = store.blocks() else {
+                    return r.map(|(a, t, ..)| (a, t));
+                };
+                let part = SlotPart {
+                    key: &leases,
+                    limit: capacity,
+                    ttl,
+                };
+                let keys: Vec<&str> = states.iter().map(String::as_str).collect();
+                match r {
+                    Ok((JointAdmission::Admitted(tickets), take, took, counted)) => {
+                        let parts = window_parts(&owned, &states);
+                        let windows: Vec<_> = parts
+                            .into_iter()
+                            .zip(tickets)
+                            .zip(counted)
+                            .enumerate()
+                            .map(|(i, ((p, mut t), n))| {
+                                if let (true, Some(a)) = (n > 1, borrow.windows[i]) {
+                                    t.demand.tokens = a.tokens;
+                                }
+                                (p, t, n)
+                            })
+                            .collect();
+                        let slot = match take {
+                            CapacityTake::Taken(lease) => Some((part, took, lease)),
+                            _ => {
+                                // The channel was full: no lease, no slot block.
+                                blocks.abandon(Some(&leases), &[], &borrow);
+                                None
+                            }
+                        };
+                        let (lease, tickets, retire) =
+                            blocks.install(slot, &windows, &borrow, asked_at);
+                        drop(blocks);
+                        store.schedule_retire(retire);
+                        let take = lease.map_or(take, CapacityTake::Taken);
+                        Ok((JointAdmission::Admitted(tickets), take))
+                    }
+                    Ok((other, take, ..)) => {
+                        blocks.abandon(Some(&leases), &keys, &borrow);
+                        Ok((other, take))
+                    }
+                    Err(e) => {
+                        blocks.abandon(Some(&leases), &keys, &borrow);
+                        drop(blocks);
+                        store.remove_late_block(&leases, id, borrow.slots);
+                        Err(e)
+                    }
+                }
+            },
+            move |store, (admission, take)| {
+                if let CapacityTake::Taken(lease) = take {
+                    tokio::spawn(tollgate_core::CapacityStore::release(
+                        store, &channel, lease,
+                    ));
+                }
+                if let JointAdmission::Admitted(tickets) = admission {
+                    let back = refunds
+                        .into_iter()
+                        .zip(tickets)
+                        .map(|((key, scope), ticket)| JointSettle {
+                            key,
+                            scope,
+                            ticket,
+                            outcome: Outcome::Refund,
+                        })
+                        .collect();
+                    tokio::spawn(WindowStore::settle_all(store, back));
+                }
+            },
+        )
     }
+}
+
+/// The window parts of `items`, whose state keys are `states`.
+fn window_parts<'a>(items: &'a [JointItem], states: &'a [String]) -> Vec<WindowPart<'a>> {
+    items
+        .iter()
+        .zip(states)
+        .map(|(it, key)| WindowPart {
+            key,
+            policy: &it.policy,
+            demand: &it.demand,
+        })
+        .collect()
+}
+
+/// Reads `admit_all_acquire.lua`'s reply: the windows' answer, the lease, the leases
+/// taken and the requests each item counted.
+fn channel_reply(
+    r: redis::Value,
+    id: LeaseId,
+    items: &[JointItem],
+) -> StoreResult<(JointAdmission, CapacityTake, u32, Vec<u64>)> {
+    let redis::Value::Array(mut parts) = r else {
+        return Err(protocol("admit_all_and_acquire: no array in reply"));
+    };
+    let took = match parts.pop() {
+        Some(redis::Value::Int(n)) => count(n, "admit_all_and_acquire")?,
+        other => {
+            return Err(protocol(format!(
+                "admit_all_and_acquire: lease count {other:?}"
+            )));
+        }
+    };
+    let take = match parts.pop() {
+        Some(redis::Value::Int(1)) => CapacityTake::Taken(id),
+        Some(redis::Value::Int(0)) => CapacityTake::Full,
+        Some(redis::Value::Int(-1)) => CapacityTake::NotAsked,
+        other => {
+            return Err(protocol(format!(
+                "admit_all_and_acquire: lease answer {other:?}"
+            )));
+        }
+    };
+    let windows = parts
+        .pop()
+        .ok_or_else(|| protocol("admit_all_and_acquire: no windows in reply"))?;
+    let (admission, counted) = joint_reply_granted(windows, items, 0)?;
+    Ok((admission, take, took.max(1), counted))
 }

@@ -1,6 +1,7 @@
 //! [`RedisStore`]: the store traits of tollgate-core on Redis.
 
 mod batching;
+mod blocks;
 mod capacity;
 mod joint;
 mod slots;
@@ -25,20 +26,39 @@ use tollgate_core::{LeaseId, Millis, Scope, StoreError, StoreErrorKind, StoreRes
 
 /// The future of every [`RedisStore`] call: one round trip bounded by the store's
 /// deadline. `Send`, `Unpin` and `'static`, so a layer can poll it in place or spawn it.
+/// A decision taken from a quota block is ready at once, without an allocation.
 #[must_use = "futures do nothing unless polled"]
-pub struct RedisStoreFuture<T>(Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'static>>);
+pub struct RedisStoreFuture<T>(Call<T>);
+
+enum Call<T> {
+    Pending(Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'static>>),
+    Ready(Option<StoreResult<T>>),
+}
 
 impl<T> RedisStoreFuture<T> {
     pub(crate) fn new(f: impl Future<Output = StoreResult<T>> + Send + 'static) -> Self {
-        Self(Box::pin(f))
+        Self(Call::Pending(Box::pin(f)))
+    }
+    /// An answer known without a call.
+    pub(crate) fn ready(r: StoreResult<T>) -> Self {
+        Self(Call::Ready(Some(r)))
     }
 }
+
+// Never pinned structurally: the ready value is moved out, the pending future is boxed.
+impl<T> Unpin for RedisStoreFuture<T> {}
 
 impl<T> Future for RedisStoreFuture<T> {
     type Output = StoreResult<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.0.as_mut().poll(cx)
+        match &mut self.0 {
+            Call::Pending(f) => f.as_mut().poll(cx),
+            Call::Ready(r) => Poll::Ready(
+                r.take()
+                    .expect("RedisStoreFuture polled after it completed"),
+            ),
+        }
     }
 }
 
@@ -67,6 +87,10 @@ struct Inner {
     nodes: Option<Arc<Nodes>>,
     /// Settlements and releases waiting to go out together.
     batcher: Batcher,
+    /// Quota blocks borrowed, when on (see [`tollgate_core::blocks`]).
+    blocks: Option<std::sync::Mutex<tollgate_core::blocks::Blocks>>,
+    /// Origin of this process's block clock.
+    origin: std::time::Instant,
 }
 
 impl Inner {
@@ -401,6 +425,10 @@ impl RedisStore {
                 liveness: Liveness::new(),
                 nodes,
                 batcher: Batcher::default(),
+                blocks: options
+                    .blocks
+                    .map(|s| std::sync::Mutex::new(tollgate_core::blocks::Blocks::new(s))),
+                origin: std::time::Instant::now(),
             }),
         }
     }

@@ -1,6 +1,7 @@
 //! [`SlotStore`] on Redis: per-subject in-flight slots as leases in a ZSET (C1–C5).
 
 use super::*;
+use tollgate_core::blocks::borrowed_lease;
 use tollgate_core::{
     LeaseId, Millis, SlotDecision, SlotStore, StoreError, StoreErrorKind, SubjectKey,
 };
@@ -36,6 +37,9 @@ impl SlotStore for RedisStore {
     }
 
     fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        if borrowed_lease(lease).is_some() {
+            return self.renew_borrowed(self.slots_key(key), lease, ttl);
+        }
         let args = vec![self.time(), ttl.to_string(), self.member(lease)];
         self.eval(
             &scripts().renew,
@@ -54,12 +58,18 @@ impl SlotStore for RedisStore {
     }
 
     fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
+        let slots = self.slots_key(key);
+        let store = self.clone();
         self.eval(
             &scripts().in_flight,
-            vec![self.slots_key(key)],
+            vec![slots.clone()],
             vec![self.time()],
             None,
-            |r: i64| count(r, "in_flight"),
+            move |r: i64| {
+                // Leases this instance borrowed and did not hand out are not in flight.
+                let unused = store.blocks().map_or(0, |b| b.unused_slots(&slots));
+                Ok(count(r, "in_flight")?.saturating_sub(unused))
+            },
         )
     }
 }

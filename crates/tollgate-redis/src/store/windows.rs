@@ -6,8 +6,8 @@ use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
 use std::sync::Arc;
 use tollgate_core::{
-    Admission, Demand, JointAdmission, JointItem, JointSettle, LimitView, Outcome, Policy, Scope,
-    SubjectKey, WindowStore, WindowTicket,
+    Admission, Demand, Dimension, JointAdmission, JointItem, JointSettle, LimitView, Outcome,
+    Policy, Scope, SubjectKey, WindowStore, WindowTicket,
 };
 
 impl WindowStore for RedisStore {
@@ -43,6 +43,9 @@ impl WindowStore for RedisStore {
         ticket: WindowTicket,
         outcome: Outcome,
     ) -> Self::Future<()> {
+        if ticket.borrowed != 0 {
+            return self.settle_borrowed(key, scope, &ticket, outcome);
+        }
         let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
         self.batched(
             "ws",
@@ -60,12 +63,29 @@ impl WindowStore for RedisStore {
     ) -> Self::Future<Vec<LimitView>> {
         let blob = codec::admit_args(0, policy, &Demand::default());
         let policy = policy.clone();
+        let state = self.window_key(key, scope);
+        let store = self.clone();
         self.eval(
             &scripts().view,
             self.window_keys(key, scope),
             vec![self.time()],
             Some(blob),
-            move |r: Vec<i64>| codec::view_reply(&r, &policy),
+            move |r: Vec<i64>| {
+                let mut lines = codec::view_reply(&r, &policy)?;
+                // What this instance borrowed and did not use is not used.
+                let now = store.local_now();
+                let (requests, tokens) = store
+                    .blocks()
+                    .map_or((0, 0), |b| b.unused_window(&state, now));
+                for l in &mut lines {
+                    match l.dimension {
+                        Dimension::Requests => l.used = l.used.saturating_sub(requests),
+                        Dimension::Tokens => l.used = l.used.saturating_sub(tokens),
+                        _ => {}
+                    }
+                }
+                Ok(lines)
+            },
         )
     }
 

@@ -1,0 +1,1271 @@
+//! Quota blocks (D2, T3): decisions an instance takes in memory from a share of a
+//! limit it borrowed from the shared store.
+//!
+//! A block is one admission in the shared store of many units at once: `k` requests
+//! (and `K` tokens) of a subject's windows, or `k` leases of a subject's slots or a
+//! channel's capacity. The instance then admits requests from the block without a
+//! round trip until it is used up or too old, and gives back in one call what it did
+//! not use once its last request has ended. The shared store counts the whole block
+//! from the moment it is borrowed, so all instances together never admit more than a
+//! limit. What a block costs is the opposite error, and it is bounded: requests refused
+//! elsewhere while this instance holds units it does not use — at most one live block
+//! per subject and instance (1/[`divisor`](BlockSizing::divisor) of the smallest limit
+//! it counts against, at most [`max_units`](BlockSizing::max_units)), plus the unused
+//! rest of retired blocks whose last request has not ended yet.
+//!
+//! Blocks are borrowed only where a limit is far from exhausted: none for a limit under
+//! `divisor × min_units`, and near any limit the shared store grants a single unit
+//! instead of the block (that decision is then exactly the unborrowed one). Only plain
+//! counted limits are borrowed — request and token tiers, slots and capacity: a policy
+//! with an amount cap, a rolling window or image / video tiers is decided in the shared
+//! store request by request, and so is every rejection (its Retry-After and the limit
+//! it names come from the shared counts).
+//!
+//! A window block admits only while every window it was counted in is still current
+//! (seen from this instance, with the time taken *before* the borrowing call, so never
+//! later than the shared store's own windows end), and for [`max_age_ms`] at most, which
+//! bounds how stale the shared counts are. A slot block hands out leases for a quarter
+//! of the lease TTL at most, so every lease it gives has three quarters of a TTL of
+//! shared life left; renewing any of its leases renews the whole block in one call.
+//!
+//! Everything here is plain data on a manual clock; the Redis store does the I/O.
+//!
+//! [`max_age_ms`]: BlockSizing::max_age_ms
+
+use crate::clock::Millis;
+use crate::demand::{Demand, Usage};
+use crate::policy::Policy;
+use crate::slots::LeaseId;
+use crate::window::{Outcome, WindowTicket, window_end, window_index};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Most units of one block (slot blocks keep their leases in a 256-bit set).
+pub const MAX_BLOCK_UNITS: u32 = 256;
+
+/// Marks a lease handed out from a slot block: bit 62 (the store's own lease ids are
+/// below 2^62, the local fallback's carry bit 63).
+pub const BORROWED_LEASE: LeaseId = 1 << 62;
+
+/// How far a window block's admissions stay inside its windows, in ms: room for the
+/// two clocks' rates to differ.
+const WINDOW_MARGIN_MS: Millis = 5;
+
+/// How big the blocks an instance borrows are, and how long they serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BlockSizing {
+    /// Most units in one block (at most [`MAX_BLOCK_UNITS`]).
+    pub max_units: u32,
+    /// A block is at most 1/`divisor` of every limit it counts against.
+    pub divisor: u64,
+    /// A block of fewer units is not worth it: below, every decision is shared.
+    pub min_units: u32,
+    /// Longest a block admits requests, in ms.
+    pub max_age_ms: Millis,
+}
+
+impl Default for BlockSizing {
+    fn default() -> Self {
+        Self {
+            max_units: MAX_BLOCK_UNITS,
+            divisor: 64,
+            min_units: 8,
+            max_age_ms: 1_000,
+        }
+    }
+}
+
+/// Requests and tokens one window block asks the shared store for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockAsk {
+    /// Requests (the borrower's included).
+    pub requests: u64,
+    /// Tokens (the borrower's estimate included).
+    pub tokens: u64,
+}
+
+impl BlockSizing {
+    /// Sizing with these bounds (`max_units` clamped to [`MAX_BLOCK_UNITS`],
+    /// `min_units` to at least 2, `divisor` to at least 1).
+    pub fn new(max_units: u32, divisor: u64, min_units: u32, max_age_ms: Millis) -> Self {
+        Self {
+            max_units: max_units.min(MAX_BLOCK_UNITS),
+            divisor: divisor.max(1),
+            min_units: min_units.max(2),
+            max_age_ms,
+        }
+    }
+
+    /// Leases of a slot block under `limit` (0 = unlimited) with leases of `ttl` ms, or
+    /// `None` where no block is borrowed.
+    pub fn slots(&self, limit: u32, ttl: Millis) -> Option<u32> {
+        let by_limit = if limit == 0 {
+            u64::from(self.max_units)
+        } else {
+            u64::from(limit) / self.divisor
+        };
+        let units = by_limit.min(u64::from(self.max_units)) as u32;
+        // A block serves for a quarter of the TTL: a TTL too short to cover its
+        // round trips is not worth one.
+        (units >= self.min_units && ttl >= 40).then_some(units)
+    }
+
+    /// The block to borrow of `policy`'s windows for a request of `demand`, or `None`
+    /// where every decision of it stays shared (see the module docs).
+    pub fn window(&self, policy: &Policy, demand: &Demand) -> Option<BlockAsk> {
+        let plain = policy.amount_cap.is_none()
+            && policy.rolling_rpm.is_none_or(|n| n == 0)
+            && policy.images.is_empty()
+            && policy.videos.is_empty()
+            && demand.images == 0
+            && demand.videos == 0;
+        if !plain || (policy.requests.is_empty() && policy.tokens.is_empty()) {
+            return None;
+        }
+        let share = |tiers: &[crate::policy::Tier]| {
+            tiers
+                .iter()
+                .map(|t| t.limit / self.divisor)
+                .min()
+                .unwrap_or(u64::MAX)
+        };
+        let requests = share(&policy.requests).min(u64::from(self.max_units));
+        if requests < u64::from(self.min_units) {
+            return None;
+        }
+        let tokens = demand
+            .tokens
+            .saturating_mul(requests)
+            .min(share(&policy.tokens));
+        (tokens >= demand.tokens).then_some(BlockAsk { requests, tokens })
+    }
+}
+
+/// One borrowed block of a subject's windows.
+#[derive(Clone, Debug)]
+pub struct WindowBlock {
+    id: u64,
+    /// The shared store's ticket of the whole block (its demand: the block's tokens).
+    shared: WindowTicket,
+    requests: u64,
+    /// Local time until which it admits.
+    until: Millis,
+    /// Requests admitted from it and not refunded.
+    admitted: u64,
+    /// Tokens committed: the estimates of requests in flight, the actual use of ended
+    /// ones.
+    tokens: u64,
+    in_flight: u32,
+    retired: bool,
+}
+
+impl WindowBlock {
+    /// The block the shared store admitted as `shared` for `requests` requests, asked
+    /// for at local time `asked_at`; the borrower's request, of `first`, is counted in
+    /// it already.
+    fn new(
+        id: u64,
+        shared: WindowTicket,
+        requests: u64,
+        policy: &Policy,
+        first: &Demand,
+        asked_at: Millis,
+        sizing: &BlockSizing,
+    ) -> Self {
+        let at = shared.admitted_at;
+        // What is left of the shortest window the block was counted in, at the shared
+        // store's admission: from here, those windows end no earlier than `asked_at`
+        // plus that.
+        let left = shared.anchors[0].map_or(0, |anchor| {
+            policy
+                .requests
+                .iter()
+                .chain(&policy.tokens)
+                .map(|t| {
+                    window_end(anchor, t.window_ms, window_index(anchor, t.window_ms, at)) - at
+                })
+                .min()
+                .unwrap_or(0)
+        });
+        let life = left.saturating_sub(WINDOW_MARGIN_MS).min(sizing.max_age_ms);
+        Self {
+            id,
+            shared,
+            requests,
+            until: asked_at.saturating_add(life),
+            admitted: 1,
+            tokens: first.tokens,
+            in_flight: 1,
+            retired: life == 0,
+        }
+    }
+
+    fn ticket(&self, demand: &Demand) -> WindowTicket {
+        WindowTicket {
+            admitted_at: self.shared.admitted_at,
+            anchors: self.shared.anchors,
+            demand: *demand,
+            amount: false,
+            money: 0,
+            rolling: false,
+            fallback: false,
+            borrowed: self.id,
+        }
+    }
+
+    fn fits(&self, demand: &Demand, now: Millis) -> bool {
+        !self.retired
+            && now < self.until
+            && self.admitted < self.requests
+            && self.tokens.saturating_add(demand.tokens) <= self.shared.demand.tokens
+    }
+
+    fn take(&mut self, demand: &Demand) -> WindowTicket {
+        self.admitted += 1;
+        self.tokens = self.tokens.saturating_add(demand.tokens);
+        self.in_flight += 1;
+        // Every request handed out: it admits no more, and gives back its unused tokens
+        // as soon as its last request ends.
+        self.retired |= self.admitted >= self.requests;
+        self.ticket(demand)
+    }
+
+    fn settle(&mut self, reserved: &Demand, outcome: Outcome) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match outcome {
+            Outcome::Refund => {
+                self.admitted = self.admitted.saturating_sub(1);
+                self.tokens = self.tokens.saturating_sub(reserved.tokens);
+            }
+            Outcome::Completed(Some(u)) => {
+                self.tokens = self
+                    .tokens
+                    .saturating_sub(reserved.tokens)
+                    .saturating_add(u.total_tokens());
+            }
+            // Unknown: the estimate stands as the use (W5).
+            Outcome::Completed(None) => {}
+        }
+    }
+
+    fn spent(&self) -> bool {
+        self.retired && self.in_flight == 0
+    }
+
+    fn give_back(&self, key: &str) -> GiveBack {
+        GiveBack::Window {
+            key: key.to_owned(),
+            ticket: self.shared,
+            requests: self.requests,
+            used: self.admitted,
+            outcome: Outcome::Completed(Some(Usage {
+                input_tokens: self.tokens,
+                ..Usage::default()
+            })),
+        }
+    }
+}
+
+/// One borrowed block of a subject's slots (or a channel's capacity leases).
+#[derive(Clone, Debug)]
+pub struct SlotBlock {
+    id: u64,
+    /// The shared store's lease id the block's leases are named after.
+    shared: LeaseId,
+    size: u32,
+    held: [u64; 4],
+    count: u32,
+    ttl: Millis,
+    /// Local time until which it hands out leases.
+    until: Millis,
+    /// Local time by which its shared leases expire unless renewed.
+    expires: Millis,
+    renewing: bool,
+    retired: bool,
+}
+
+impl SlotBlock {
+    fn new(
+        id: u64,
+        shared: LeaseId,
+        size: u32,
+        ttl: Millis,
+        asked_at: Millis,
+        sizing: &BlockSizing,
+    ) -> Self {
+        let mut held = [0u64; 4];
+        held[0] = 1;
+        Self {
+            id,
+            shared,
+            size: size.min(MAX_BLOCK_UNITS),
+            held,
+            count: 1,
+            ttl,
+            until: asked_at.saturating_add(sizing.max_age_ms.min(ttl / 4)),
+            expires: asked_at.saturating_add(ttl),
+            renewing: false,
+            retired: false,
+        }
+    }
+
+    fn lease(&self, index: u32) -> LeaseId {
+        BORROWED_LEASE | (self.id << 8) | LeaseId::from(index)
+    }
+
+    fn holds(&self, index: u32) -> bool {
+        index < self.size && self.held[(index / 64) as usize] & (1 << (index % 64)) != 0
+    }
+
+    fn fits(&self, ttl: Millis, now: Millis) -> bool {
+        !self.retired && now < self.until && ttl == self.ttl && self.count < self.size
+    }
+
+    fn take(&mut self) -> Option<LeaseId> {
+        let index = (0..self.size).find(|&i| !self.holds(i))?;
+        self.held[(index / 64) as usize] |= 1 << (index % 64);
+        self.count += 1;
+        Some(self.lease(index))
+    }
+
+    fn release(&mut self, index: u32) -> bool {
+        if !self.holds(index) {
+            return false;
+        }
+        self.held[(index / 64) as usize] &= !(1 << (index % 64));
+        self.count -= 1;
+        true
+    }
+
+    fn spent(&self) -> bool {
+        self.retired && self.count == 0
+    }
+
+    fn give_back(&self, key: &str) -> GiveBack {
+        GiveBack::Slots {
+            key: key.to_owned(),
+            shared: self.shared,
+            size: self.size,
+        }
+    }
+}
+
+/// The block id and index a borrowed lease names.
+pub fn borrowed_lease(lease: LeaseId) -> Option<(u64, u32)> {
+    (lease & BORROWED_LEASE != 0 && lease & (1 << 63) == 0)
+        .then(|| ((lease & !BORROWED_LEASE) >> 8, (lease & 0xff) as u32))
+}
+
+/// What the shared store must be told once a block is spent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GiveBack {
+    /// Settle the block's shared ticket: `used` of its `requests` admitted, the tokens
+    /// of `outcome` used.
+    Window {
+        /// The window state's key.
+        key: String,
+        /// The shared ticket.
+        ticket: WindowTicket,
+        /// Requests reserved.
+        requests: u64,
+        /// Requests used.
+        used: u64,
+        /// The tokens used (`Completed` with them as input tokens).
+        outcome: Outcome,
+    },
+    /// Release the block's `size` shared leases.
+    Slots {
+        /// The lease set's key.
+        key: String,
+        /// The shared lease id they are named after.
+        shared: LeaseId,
+        /// Its leases.
+        size: u32,
+    },
+}
+
+/// One slot part of a joint decision.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotPart<'a> {
+    /// The lease set's key.
+    pub key: &'a str,
+    /// Most live leases (0 = unlimited).
+    pub limit: u32,
+    /// Lease TTL in ms.
+    pub ttl: Millis,
+}
+
+/// One window part of a joint decision.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowPart<'a> {
+    /// The window state's key.
+    pub key: &'a str,
+    /// Its policy.
+    pub policy: &'a Arc<Policy>,
+    /// The request's demand.
+    pub demand: &'a Demand,
+}
+
+/// A joint decision taken from blocks: the lease (when a slot was asked) and one ticket
+/// per window part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalGrant {
+    /// The borrowed lease.
+    pub lease: Option<LeaseId>,
+    /// The tickets, in part order.
+    pub tickets: Vec<WindowTicket>,
+}
+
+/// What to ask the shared store for when the blocks could not decide: per part, the
+/// block to borrow with this request, or a single unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Borrow {
+    /// Leases to ask for the slot part (1 = no block).
+    pub slots: u32,
+    /// Per window part, the block to ask for (`None` = this request alone).
+    pub windows: Vec<Option<BlockAsk>>,
+}
+
+impl Borrow {
+    /// True when nothing beyond the request itself is asked.
+    pub fn is_single(&self) -> bool {
+        self.slots <= 1 && self.windows.iter().all(Option::is_none)
+    }
+}
+
+/// Outcome of [`Blocks::decide`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// Decided from blocks: no call.
+    Granted(LocalGrant),
+    /// Ask the shared store, borrowing as said (then [`Blocks::install`] what it
+    /// granted, or [`Blocks::abandon`] on failure).
+    Ask(Borrow),
+    /// Not for blocks: ask the shared store as usual.
+    Shared,
+}
+
+#[derive(Debug, Default)]
+struct WindowEntry {
+    policy: Option<Arc<Policy>>,
+    blocks: Vec<WindowBlock>,
+    borrowing: bool,
+}
+
+#[derive(Debug, Default)]
+struct SlotEntry {
+    blocks: Vec<SlotBlock>,
+    borrowing: bool,
+}
+
+/// Answer of [`Blocks::renew`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenewLocal {
+    /// Not a lease of a live block: it is gone.
+    Gone,
+    /// Held, and its block's shared leases live long enough.
+    Alive,
+    /// Held: renew block `block`'s `size` shared leases, named after `shared` (then
+    /// [`Blocks::renewed`]).
+    Renew {
+        /// The block.
+        block: u64,
+        /// The shared lease id they are named after.
+        shared: LeaseId,
+        /// Its leases.
+        size: u32,
+    },
+}
+
+/// Every block one store instance holds, by the shared store's keys.
+#[derive(Debug)]
+pub struct Blocks {
+    sizing: BlockSizing,
+    next_id: u64,
+    windows: HashMap<String, WindowEntry>,
+    slots: HashMap<String, SlotEntry>,
+}
+
+impl Blocks {
+    /// No blocks yet, sized by `sizing`.
+    pub fn new(sizing: BlockSizing) -> Self {
+        Self {
+            sizing,
+            next_id: 1,
+            windows: HashMap::new(),
+            slots: HashMap::new(),
+        }
+    }
+
+    /// The sizing.
+    pub fn sizing(&self) -> &BlockSizing {
+        &self.sizing
+    }
+
+    /// One joint decision at local time `now`: the slot part (if any) and every window
+    /// part from blocks, all or nothing. When some part has no block with room, the
+    /// answer says which blocks to borrow with this request (each part at most one
+    /// borrow in flight) and marks them borrowing; when a part is not for blocks, the
+    /// whole decision is shared.
+    pub fn decide(
+        &mut self,
+        slot: Option<SlotPart<'_>>,
+        windows: &[WindowPart<'_>],
+        now: Millis,
+    ) -> Local {
+        let sizing = self.sizing;
+        let slot_units = match slot {
+            Some(s) => match sizing.slots(s.limit, s.ttl) {
+                Some(n) => Some(n),
+                None => return Local::Shared,
+            },
+            None => None,
+        };
+        let mut asks = Vec::with_capacity(windows.len());
+        for w in windows {
+            match sizing.window(w.policy, w.demand) {
+                Some(a) => asks.push(a),
+                None => return Local::Shared,
+            }
+        }
+        // Which parts a block can serve now.
+        let slot_ok = slot.map(|s| {
+            let e = self.slots.entry(s.key.to_owned()).or_default();
+            retire_old_slots(e, now);
+            e.blocks.iter().position(|b| b.fits(s.ttl, now))
+        });
+        let mut window_ok = Vec::with_capacity(windows.len());
+        for w in windows {
+            let e = self.windows.entry(w.key.to_owned()).or_default();
+            if e.policy
+                .as_ref()
+                .is_some_and(|p| !Arc::ptr_eq(p, w.policy) && **p != **w.policy)
+            {
+                // The policy changed: its blocks admit no more.
+                e.blocks.iter_mut().for_each(|b| b.retired = true);
+            }
+            e.policy = Some(w.policy.clone());
+            window_ok.push(e.blocks.iter().position(|b| b.fits(w.demand, now)));
+        }
+        let all = slot_ok.is_none_or(|i| i.is_some()) && window_ok.iter().all(Option::is_some);
+        if all {
+            let lease = match (slot, slot_ok.flatten()) {
+                (Some(s), Some(i)) => self.slots.get_mut(s.key).and_then(|e| e.blocks[i].take()),
+                _ => None,
+            };
+            let tickets = windows
+                .iter()
+                .zip(&window_ok)
+                .map(|(w, i)| {
+                    let e = self.windows.get_mut(w.key).expect("entry made above");
+                    e.blocks[i.expect("all fit")].take(w.demand)
+                })
+                .collect();
+            return Local::Granted(LocalGrant { lease, tickets });
+        }
+        // Borrow where a part has no room and no borrow is under way.
+        let mut borrow = Borrow {
+            slots: 1,
+            windows: vec![None; windows.len()],
+        };
+        if let (Some(s), Some(None), Some(n)) = (slot, slot_ok, slot_units) {
+            let e = self.slots.get_mut(s.key).expect("entry made above");
+            if !e.borrowing {
+                e.borrowing = true;
+                borrow.slots = n;
+            }
+        }
+        for ((w, ok), (ask, out)) in windows
+            .iter()
+            .zip(&window_ok)
+            .zip(asks.iter().zip(borrow.windows.iter_mut()))
+        {
+            let e = self.windows.get_mut(w.key).expect("entry made above");
+            if ok.is_none() && !e.borrowing {
+                e.borrowing = true;
+                *out = Some(*ask);
+            }
+        }
+        Local::Ask(borrow)
+    }
+
+    /// What the shared store granted for `borrow`, asked at `asked_at`: a slot block of
+    /// `slots` leases (1 = a plain lease, no block) whose borrower's lease is
+    /// `shared_lease`; per window part, the shared ticket and the requests it was
+    /// counted for (1 = no block). Returns the lease and tickets the request holds (from
+    /// the new blocks where one was granted) and the new blocks' ids with the local time
+    /// each stops admitting, for the caller's retirement timers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn install(
+        &mut self,
+        slot: Option<(SlotPart<'_>, u32, LeaseId)>,
+        windows: &[(WindowPart<'_>, WindowTicket, u64)],
+        borrow: &Borrow,
+        asked_at: Millis,
+    ) -> (Option<LeaseId>, Vec<WindowTicket>, Vec<Retire>) {
+        let sizing = self.sizing;
+        let mut retire = Vec::new();
+        let lease = slot.map(|(part, granted, shared)| {
+            let e = self.slots.entry(part.key.to_owned()).or_default();
+            if borrow.slots > 1 {
+                e.borrowing = false;
+            }
+            if granted <= 1 {
+                return shared;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let b = SlotBlock::new(id, shared, granted, part.ttl, asked_at, &sizing);
+            let lease = b.lease(0);
+            retire.push(Retire {
+                key: part.key.to_owned(),
+                block: id,
+                window: false,
+                at: b.until,
+            });
+            e.blocks.push(b);
+            lease
+        });
+        let mut tickets = Vec::with_capacity(windows.len());
+        for (i, (part, ticket, granted)) in windows.iter().enumerate() {
+            let e = self.windows.entry(part.key.to_owned()).or_default();
+            if borrow.windows.get(i).is_some_and(Option::is_some) {
+                e.borrowing = false;
+            }
+            if *granted <= 1 {
+                tickets.push(*ticket);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let b = WindowBlock::new(
+                id,
+                *ticket,
+                *granted,
+                part.policy,
+                part.demand,
+                asked_at,
+                &sizing,
+            );
+            tickets.push(b.ticket(part.demand));
+            retire.push(Retire {
+                key: part.key.to_owned(),
+                block: id,
+                window: true,
+                at: b.until,
+            });
+            e.blocks.push(b);
+        }
+        (lease, tickets, retire)
+    }
+
+    /// The borrowing call failed or was refused: clear the parts' borrowing marks.
+    pub fn abandon(&mut self, slot: Option<&str>, windows: &[&str], borrow: &Borrow) {
+        if let Some(k) = slot.filter(|_| borrow.slots > 1) {
+            if let Some(e) = self.slots.get_mut(k) {
+                e.borrowing = false;
+            }
+        }
+        for (k, b) in windows.iter().zip(&borrow.windows) {
+            if b.is_some() {
+                if let Some(e) = self.windows.get_mut(*k) {
+                    e.borrowing = false;
+                }
+            }
+        }
+        self.forget_empty();
+    }
+
+    /// Settles a ticket handed out from a block of `key`; returns what to give back if
+    /// that ended the block. A ticket of no block held here changes nothing.
+    pub fn settle(
+        &mut self,
+        key: &str,
+        ticket: &WindowTicket,
+        outcome: Outcome,
+    ) -> Option<GiveBack> {
+        let e = self.windows.get_mut(key)?;
+        let i = e.blocks.iter().position(|b| b.id == ticket.borrowed)?;
+        e.blocks[i].settle(&ticket.demand, outcome);
+        let back = e.blocks[i]
+            .spent()
+            .then(|| e.blocks.swap_remove(i).give_back(key));
+        self.forget(key, true);
+        back
+    }
+
+    /// Releases a lease handed out from a slot block of `key`; releasing twice is
+    /// harmless. Returns what to give back if that ended the block.
+    pub fn release(&mut self, key: &str, lease: LeaseId) -> Option<GiveBack> {
+        let (block, index) = borrowed_lease(lease)?;
+        let e = self.slots.get_mut(key)?;
+        let i = e.blocks.iter().position(|b| b.id == block)?;
+        if !e.blocks[i].release(index) {
+            return None;
+        }
+        let back = e.blocks[i]
+            .spent()
+            .then(|| e.blocks.swap_remove(i).give_back(key));
+        self.forget(key, false);
+        back
+    }
+
+    /// Renewal of a borrowed lease to `ttl` at `now`.
+    pub fn renew(&mut self, key: &str, lease: LeaseId, ttl: Millis, now: Millis) -> RenewLocal {
+        let Some((block, index)) = borrowed_lease(lease) else {
+            return RenewLocal::Gone;
+        };
+        let Some(b) = self
+            .slots
+            .get_mut(key)
+            .and_then(|e| e.blocks.iter_mut().find(|b| b.id == block))
+        else {
+            return RenewLocal::Gone;
+        };
+        if !b.holds(index) || b.expires <= now {
+            return RenewLocal::Gone;
+        }
+        if b.renewing || b.expires.saturating_sub(now) >= ttl.max(b.ttl) / 2 {
+            return RenewLocal::Alive;
+        }
+        b.renewing = true;
+        RenewLocal::Renew {
+            block,
+            shared: b.shared,
+            size: b.size,
+        }
+    }
+
+    /// A block renewal asked at `asked_at` ended: `live` when the shared leases were
+    /// still there (now extended by `ttl`), false when they had expired (every lease of
+    /// the block is gone: it hands out no more and its holders' renewals fail).
+    pub fn renewed(
+        &mut self,
+        key: &str,
+        block: u64,
+        asked_at: Millis,
+        ttl: Millis,
+        live: Option<bool>,
+    ) {
+        let Some(b) = self
+            .slots
+            .get_mut(key)
+            .and_then(|e| e.blocks.iter_mut().find(|b| b.id == block))
+        else {
+            return;
+        };
+        b.renewing = false;
+        match live {
+            Some(true) => b.expires = b.expires.max(asked_at.saturating_add(ttl)),
+            Some(false) => {
+                b.expires = 0;
+                b.retired = true;
+            }
+            // The call failed: try again at the next renewal.
+            None => {}
+        }
+    }
+
+    /// Retires block `block` of `key` (its timer went off): it admits no more. Returns
+    /// what to give back if nothing of it is in flight.
+    pub fn retire(&mut self, key: &str, block: u64, window: bool) -> Option<GiveBack> {
+        let back = if window {
+            let e = self.windows.get_mut(key)?;
+            let i = e.blocks.iter().position(|b| b.id == block)?;
+            e.blocks[i].retired = true;
+            e.blocks[i]
+                .spent()
+                .then(|| e.blocks.swap_remove(i).give_back(key))
+        } else {
+            let e = self.slots.get_mut(key)?;
+            let i = e.blocks.iter().position(|b| b.id == block)?;
+            e.blocks[i].retired = true;
+            e.blocks[i]
+                .spent()
+                .then(|| e.blocks.swap_remove(i).give_back(key))
+        };
+        self.forget(key, window);
+        back
+    }
+
+    /// Requests and tokens of `key`'s windows borrowed here and not (yet) used: what a
+    /// usage view of this instance takes off the shared counts.
+    /// Only blocks still admitting at `now` count: the windows of older ones may have
+    /// rolled.
+    pub fn unused_window(&self, key: &str, now: Millis) -> (u64, u64) {
+        self.windows.get(key).map_or((0, 0), |e| {
+            e.blocks
+                .iter()
+                .filter(|b| !b.retired && now < b.until)
+                .fold((0, 0), |(r, t), b| {
+                    (
+                        r + b.requests.saturating_sub(b.admitted),
+                        t + b.shared.demand.tokens.saturating_sub(b.tokens),
+                    )
+                })
+        })
+    }
+
+    /// Leases of `key` borrowed here and not handed out.
+    pub fn unused_slots(&self, key: &str) -> u32 {
+        self.slots
+            .get(key)
+            .map_or(0, |e| e.blocks.iter().map(|b| b.size - b.count).sum())
+    }
+
+    /// Blocks held (live or retired with requests in flight).
+    pub fn len(&self) -> usize {
+        self.windows.values().map(|e| e.blocks.len()).sum::<usize>()
+            + self.slots.values().map(|e| e.blocks.len()).sum::<usize>()
+    }
+
+    /// True when no block is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn forget(&mut self, key: &str, window: bool) {
+        if window {
+            if self
+                .windows
+                .get(key)
+                .is_some_and(|e| e.blocks.is_empty() && !e.borrowing)
+            {
+                self.windows.remove(key);
+            }
+        } else if self
+            .slots
+            .get(key)
+            .is_some_and(|e| e.blocks.is_empty() && !e.borrowing)
+        {
+            self.slots.remove(key);
+        }
+    }
+
+    fn forget_empty(&mut self) {
+        self.windows
+            .retain(|_, e| !e.blocks.is_empty() || e.borrowing);
+        self.slots
+            .retain(|_, e| !e.blocks.is_empty() || e.borrowing);
+    }
+}
+
+/// A new block's retirement, for the caller's timer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retire {
+    /// Its key.
+    pub key: String,
+    /// The block.
+    pub block: u64,
+    /// A window block (else a slot block).
+    pub window: bool,
+    /// Local time it stops admitting.
+    pub at: Millis,
+}
+
+fn retire_old_slots(e: &mut SlotEntry, now: Millis) {
+    for b in &mut e.blocks {
+        if now >= b.until {
+            b.retired = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Tier;
+
+    fn policy(requests: u64, tokens: u64) -> Arc<Policy> {
+        Arc::new(Policy {
+            requests: vec![
+                Tier {
+                    window_ms: 60_000,
+                    limit: requests,
+                },
+                Tier {
+                    window_ms: 86_400_000,
+                    limit: requests * 10,
+                },
+            ],
+            tokens: vec![Tier {
+                window_ms: 60_000,
+                limit: tokens,
+            }],
+            ..Policy::default()
+        })
+    }
+
+    /// The shared store's ticket of a block admitted at `at` in a group anchored at
+    /// `anchor`, for `tokens` tokens.
+    fn shared(at: Millis, anchor: Millis, tokens: u64) -> WindowTicket {
+        WindowTicket {
+            admitted_at: at,
+            anchors: [Some(anchor), None, None],
+            demand: Demand::tokens(tokens),
+            amount: false,
+            money: 0,
+            rolling: false,
+            fallback: false,
+            borrowed: 0,
+        }
+    }
+
+    fn window_part<'a>(p: &'a Arc<Policy>, d: &'a Demand) -> WindowPart<'a> {
+        WindowPart {
+            key: "w",
+            policy: p,
+            demand: d,
+        }
+    }
+
+    /// Borrows a window block for `d` at `now` (the shared store admitted it at
+    /// `shared_at`, group anchored at `anchor`); returns the borrower's ticket.
+    fn borrow(
+        b: &mut Blocks,
+        p: &Arc<Policy>,
+        d: &Demand,
+        now: Millis,
+        anchor: Millis,
+    ) -> WindowTicket {
+        let Local::Ask(borrow) = b.decide(None, &[window_part(p, d)], now) else {
+            panic!("expected a borrow");
+        };
+        let ask = borrow.windows[0].expect("a block is asked");
+        let (_, tickets, _) = b.install(
+            None,
+            &[(
+                window_part(p, d),
+                shared(now, anchor, ask.tokens),
+                ask.requests,
+            )],
+            &borrow,
+            now,
+        );
+        tickets[0]
+    }
+
+    #[test]
+    fn d2_a_block_is_a_bounded_share_of_the_smallest_limit() {
+        let s = BlockSizing::default();
+        let d = Demand::tokens(100);
+        // 64 × 8 = 512 requests is the smallest limit borrowed from.
+        assert_eq!(s.window(&policy(511, u64::MAX), &d), None);
+        assert_eq!(
+            s.window(&policy(512, 1 << 40), &d),
+            Some(BlockAsk {
+                requests: 8,
+                tokens: 800
+            })
+        );
+        assert_eq!(
+            s.window(&policy(1 << 30, 1 << 40), &d).unwrap().requests,
+            256
+        );
+        // Tokens: at most 1/64 of the smallest token tier, never less than the request.
+        assert_eq!(s.window(&policy(1 << 30, 6_400), &d).unwrap().tokens, 100);
+        assert_eq!(s.window(&policy(1 << 30, 6_399), &d), None);
+        assert_eq!(s.slots(511, 60_000), None);
+        assert_eq!(s.slots(512, 60_000), Some(8));
+        assert_eq!(s.slots(0, 60_000), Some(256));
+    }
+
+    #[test]
+    fn d2_limits_with_an_amount_cap_a_rolling_window_or_media_are_never_borrowed() {
+        let s = BlockSizing::default();
+        let d = Demand::tokens(1);
+        let mut p = (*policy(1 << 20, 1 << 40)).clone();
+        p.amount_cap = Some(1_000);
+        assert_eq!(s.window(&p, &d), None);
+        let mut p = (*policy(1 << 20, 1 << 40)).clone();
+        p.rolling_rpm = Some(1 << 20);
+        assert_eq!(s.window(&p, &d), None);
+        let mut p = (*policy(1 << 20, 1 << 40)).clone();
+        p.images = vec![Tier {
+            window_ms: 60_000,
+            limit: 1 << 20,
+        }];
+        assert_eq!(s.window(&p, &d), None);
+        let p = policy(1 << 20, 1 << 40);
+        let with_image = Demand {
+            images: 1,
+            ..Demand::tokens(1)
+        };
+        assert_eq!(s.window(&p, &with_image), None);
+        let mut b = Blocks::new(s);
+        assert_eq!(
+            b.decide(None, &[window_part(&p, &with_image)], 0),
+            Local::Shared
+        );
+    }
+
+    #[test]
+    fn d2_a_block_admits_locally_until_its_requests_are_used_up() {
+        let p = policy(1 << 20, 1 << 40);
+        let d = Demand::tokens(10);
+        let mut b = Blocks::new(BlockSizing::default());
+        let first = borrow(&mut b, &p, &d, 1_000, 1_000);
+        assert_ne!(first.borrowed, 0);
+        let mut tickets = vec![first];
+        for _ in 1..256 {
+            match b.decide(None, &[window_part(&p, &d)], 1_001) {
+                Local::Granted(g) => tickets.push(g.tickets[0]),
+                other => panic!("expected a local admission, got {other:?}"),
+            }
+        }
+        // The 257th needs a new block; only one borrow is under way at a time.
+        assert!(
+            matches!(b.decide(None, &[window_part(&p, &d)], 1_001), Local::Ask(a) if a.windows[0].is_some())
+        );
+        assert!(
+            matches!(b.decide(None, &[window_part(&p, &d)], 1_001), Local::Ask(a) if a.is_single())
+        );
+        assert_eq!(b.unused_window("w", 1), (0, 2_560 - 2_560));
+        // Every request ends: the last one gives the block back with 256 used and the
+        // tokens actually used.
+        let mut back = None;
+        for (i, t) in tickets.iter().enumerate() {
+            let used = Usage {
+                output_tokens: 3,
+                ..Usage::default()
+            };
+            let r = b.settle("w", t, Outcome::Completed(Some(used)));
+            if i < 255 {
+                assert_eq!(r, None);
+            } else {
+                back = r;
+            }
+        }
+        let Some(GiveBack::Window {
+            requests,
+            used,
+            outcome: Outcome::Completed(Some(u)),
+            ..
+        }) = back
+        else {
+            panic!("the block is given back: {back:?}");
+        };
+        assert_eq!((requests, used, u.total_tokens()), (256, 256, 256 * 3));
+    }
+
+    #[test]
+    fn w5_refunds_and_unknown_outcomes_settle_into_the_block() {
+        let p = policy(1 << 20, 1 << 40);
+        let d = Demand::tokens(10);
+        let mut b = Blocks::new(BlockSizing::default());
+        let t1 = borrow(&mut b, &p, &d, 0, 0);
+        let Local::Granted(g) = b.decide(None, &[window_part(&p, &d)], 1) else {
+            panic!()
+        };
+        let t2 = g.tickets[0];
+        let Local::Granted(g) = b.decide(None, &[window_part(&p, &d)], 1) else {
+            panic!()
+        };
+        let t3 = g.tickets[0];
+        assert_eq!(b.unused_window("w", 1), (253, 2_560 - 30));
+        assert_eq!(b.settle("w", &t1, Outcome::Refund), None);
+        assert_eq!(b.settle("w", &t2, Outcome::Completed(None)), None);
+        assert_eq!(b.unused_window("w", 1), (254, 2_560 - 20));
+        // The timer retires it with one request in flight: given back when it ends.
+        let id = t3.borrowed;
+        assert_eq!(b.retire("w", id, true), None);
+        let back = b.settle(
+            "w",
+            &t3,
+            Outcome::Completed(Some(Usage {
+                input_tokens: 50,
+                ..Usage::default()
+            })),
+        );
+        let Some(GiveBack::Window { used, outcome, .. }) = back else {
+            panic!("{back:?}")
+        };
+        assert_eq!(used, 2);
+        let Outcome::Completed(Some(u)) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(u.total_tokens(), 60);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn w5_a_block_never_admits_once_a_window_it_counts_in_may_have_rolled() {
+        let p = policy(1 << 20, 1 << 40);
+        let d = Demand::tokens(1);
+        let mut b = Blocks::new(BlockSizing::default());
+        // The group was anchored at 0; the shared store admitted the block at 59_800 ms:
+        // 200 ms are left of the 1-minute windows.
+        let Local::Ask(borrow) = b.decide(None, &[window_part(&p, &d)], 100) else {
+            panic!()
+        };
+        let ask = borrow.windows[0].unwrap();
+        let (_, _, retire) = b.install(
+            None,
+            &[(
+                window_part(&p, &d),
+                shared(59_800, 0, ask.tokens),
+                ask.requests,
+            )],
+            &borrow,
+            100,
+        );
+        assert_eq!(retire[0].at, 100 + 200 - WINDOW_MARGIN_MS);
+        assert!(matches!(
+            b.decide(None, &[window_part(&p, &d)], 294),
+            Local::Granted(_)
+        ));
+        assert!(matches!(
+            b.decide(None, &[window_part(&p, &d)], 295),
+            Local::Ask(_)
+        ));
+    }
+
+    #[test]
+    fn d2_a_policy_change_retires_the_blocks_of_the_old_one() {
+        let p = policy(1 << 20, 1 << 40);
+        let d = Demand::tokens(1);
+        let mut b = Blocks::new(BlockSizing::default());
+        borrow(&mut b, &p, &d, 0, 0);
+        let q = policy(1 << 21, 1 << 40);
+        assert!(
+            matches!(b.decide(None, &[window_part(&q, &d)], 1), Local::Ask(a) if a.windows[0].is_some())
+        );
+        // The same limits in a new Arc are the same policy.
+        let mut b = Blocks::new(BlockSizing::default());
+        borrow(&mut b, &p, &d, 0, 0);
+        let same = Arc::new((*p).clone());
+        assert!(matches!(
+            b.decide(None, &[window_part(&same, &d)], 1),
+            Local::Granted(_)
+        ));
+    }
+
+    fn slot(limit: u32) -> SlotPart<'static> {
+        SlotPart {
+            key: "s",
+            limit,
+            ttl: 60_000,
+        }
+    }
+
+    #[test]
+    fn c1_borrowed_leases_are_freed_once_and_the_block_given_back_when_retired_and_empty() {
+        let mut b = Blocks::new(BlockSizing::default());
+        let Local::Ask(borrow) = b.decide(Some(slot(1_000)), &[], 0) else {
+            panic!()
+        };
+        assert_eq!(borrow.slots, 15);
+        let (lease, _, retire) = b.install(Some((slot(1_000), 15, 77)), &[], &borrow, 0);
+        let first = lease.unwrap();
+        assert_eq!(borrowed_lease(first).map(|(_, i)| i), Some(0));
+        // A block hands leases out for a quarter of the TTL at most (and max_age).
+        assert_eq!(retire[0].at, 1_000);
+        let mut leases = vec![first];
+        for _ in 1..15 {
+            let Local::Granted(g) = b.decide(Some(slot(1_000)), &[], 10) else {
+                panic!()
+            };
+            leases.push(g.lease.unwrap());
+        }
+        assert_eq!(b.unused_slots("s"), 0);
+        assert!(matches!(
+            b.decide(Some(slot(1_000)), &[], 10),
+            Local::Ask(_)
+        ));
+        assert_eq!(b.release("s", leases[3]), None);
+        assert_eq!(
+            b.release("s", leases[3]),
+            None,
+            "a second release frees nothing"
+        );
+        assert_eq!(b.unused_slots("s"), 1);
+        // Released leases are handed out again.
+        let Local::Granted(g) = b.decide(Some(slot(1_000)), &[], 11) else {
+            panic!()
+        };
+        assert_eq!(g.lease, Some(leases[3]));
+        let id = borrowed_lease(first).unwrap().0;
+        assert_eq!(b.retire("s", id, false), None);
+        for l in &leases[..14] {
+            assert_eq!(b.release("s", *l), None);
+        }
+        assert_eq!(
+            b.release("s", leases[14]),
+            Some(GiveBack::Slots {
+                key: "s".into(),
+                shared: 77,
+                size: 15
+            })
+        );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn c4_renewing_a_borrowed_lease_renews_its_block_once() {
+        let mut b = Blocks::new(BlockSizing::default());
+        let Local::Ask(borrow) = b.decide(Some(slot(0)), &[], 0) else {
+            panic!()
+        };
+        let (lease, _, _) = b.install(Some((slot(0), 256, 5)), &[], &borrow, 0);
+        let lease = lease.unwrap();
+        assert_eq!(b.renew("s", lease, 60_000, 20_000), RenewLocal::Alive);
+        let RenewLocal::Renew {
+            block,
+            shared,
+            size,
+        } = b.renew("s", lease, 60_000, 31_000)
+        else {
+            panic!()
+        };
+        assert_eq!((shared, size), (5, 256));
+        // One renewal in flight: the others need none.
+        assert_eq!(b.renew("s", lease, 60_000, 31_001), RenewLocal::Alive);
+        b.renewed("s", block, 31_000, 60_000, Some(true));
+        assert_eq!(b.renew("s", lease, 60_000, 60_000), RenewLocal::Alive);
+        // The shared leases expired meanwhile (a stall): every lease of it is gone.
+        let RenewLocal::Renew { block, .. } = b.renew("s", lease, 60_000, 70_000) else {
+            panic!()
+        };
+        b.renewed("s", block, 70_000, 60_000, Some(false));
+        assert_eq!(b.renew("s", lease, 60_000, 70_001), RenewLocal::Gone);
+        assert_eq!(b.renew("s", 12345, 60_000, 1), RenewLocal::Gone);
+    }
+
+    #[test]
+    fn d2_a_joint_decision_is_local_only_when_every_part_has_room() {
+        let p = policy(1 << 20, 1 << 40);
+        let d = Demand::tokens(1);
+        let mut b = Blocks::new(BlockSizing::default());
+        let parts = [window_part(&p, &d)];
+        let Local::Ask(borrow) = b.decide(Some(slot(0)), &parts, 0) else {
+            panic!()
+        };
+        assert_eq!(borrow.slots, 256);
+        let ask = borrow.windows[0].unwrap();
+        // The shared store granted the window block but only a single lease.
+        let (lease, tickets, _) = b.install(
+            Some((slot(0), 1, 9)),
+            &[(parts[0], shared(0, 0, ask.tokens), ask.requests)],
+            &borrow,
+            0,
+        );
+        assert_eq!(lease, Some(9));
+        assert_ne!(tickets[0].borrowed, 0);
+        // No slot block: the next decision borrows one and takes nothing locally.
+        let before = b.unused_window("w", 1);
+        assert!(
+            matches!(b.decide(Some(slot(0)), &parts, 1), Local::Ask(a) if a.slots == 256 && a.windows[0].is_none())
+        );
+        assert_eq!(b.unused_window("w", 1), before);
+        b.abandon(
+            Some("s"),
+            &["w"],
+            &Borrow {
+                slots: 256,
+                windows: vec![None],
+            },
+        );
+        assert!(matches!(b.decide(Some(slot(0)), &parts, 1), Local::Ask(a) if a.slots == 256));
+    }
+}

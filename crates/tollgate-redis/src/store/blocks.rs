@@ -1,0 +1,223 @@
+//! Quota blocks on Redis (see [`tollgate_core::blocks`]): the joint decisions ask for a
+//! block where the core's table says so, install what the script granted, decide later
+//! requests from it in memory, and give back what was not used.
+//!
+//! A borrowing call runs as its own task: once Redis has counted a block, the block is
+//! installed even if the request that asked went away meanwhile (its own unit is then
+//! handed back locally), so no borrowed share is lost with a dropped future.
+
+use super::*;
+use crate::codec;
+use std::sync::MutexGuard;
+use tollgate_core::blocks::{Blocks, GiveBack, RenewLocal, Retire};
+use tollgate_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowTicket};
+
+impl RedisStore {
+    /// The block table, when blocks are on.
+    pub(super) fn blocks(&self) -> Option<MutexGuard<'_, Blocks>> {
+        self.inner
+            .blocks
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// This process's block clock, in ms (see [`TimeSource::local_ms`]).
+    pub(super) fn local_now(&self) -> Millis {
+        self.inner.time.local_ms(self.inner.origin)
+    }
+
+    /// Sends what a spent block gives back, in the batch with the settlements ending
+    /// now. A failed give-back is logged: a window block's unused units then stay
+    /// counted until their window ends, a slot block's leases until their TTL.
+    pub(super) fn give_back(&self, back: GiveBack) {
+        let sent = match back {
+            GiveBack::Window {
+                key,
+                ticket,
+                requests,
+                used,
+                outcome,
+            } => {
+                let blob = codec::settle_block_args(
+                    self.inner.amount_ttl_ms,
+                    &ticket,
+                    outcome,
+                    requests,
+                    used,
+                );
+                let roll = format!("{key}:roll");
+                self.batched(
+                    "ws",
+                    vec![key, roll],
+                    vec![self.time().into_bytes(), blob.bytes().to_vec()],
+                    |_: i64| Ok(()),
+                )
+            }
+            GiveBack::Slots { key, shared, size } => self.batched(
+                "zm",
+                vec![key],
+                vec![
+                    self.member(shared).into_bytes(),
+                    size.to_string().into_bytes(),
+                ],
+                |_: i64| Ok(()),
+            ),
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = sent.await {
+                    tracing::warn!(error = %e, "giving back a quota block failed");
+                }
+            });
+        }
+    }
+
+    /// Starts the timers that retire new blocks when they stop admitting.
+    pub(super) fn schedule_retire(&self, retire: Vec<Retire>) {
+        if retire.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let now = self.local_now();
+        for r in retire {
+            let store = self.clone();
+            let wait = Duration::from_millis(r.at.saturating_sub(now));
+            rt.spawn(async move {
+                tokio::time::sleep(wait).await;
+                let back = store
+                    .blocks()
+                    .and_then(|mut b| b.retire(&r.key, r.block, r.window));
+                if let Some(back) = back {
+                    store.give_back(back);
+                }
+            });
+        }
+    }
+
+    /// Settles a ticket handed out from a block: in memory, giving the block back if
+    /// that was its last request.
+    pub(super) fn settle_borrowed(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: &WindowTicket,
+        outcome: Outcome,
+    ) -> RedisStoreFuture<()> {
+        let state = self.window_key(key, scope);
+        let back = self
+            .blocks()
+            .and_then(|mut b| b.settle(&state, ticket, outcome));
+        if let Some(back) = back {
+            self.give_back(back);
+        }
+        RedisStoreFuture::ready(Ok(()))
+    }
+
+    /// Releases a lease handed out from a block of `slots`.
+    pub(super) fn release_borrowed(&self, slots: &str, lease: LeaseId) -> RedisStoreFuture<()> {
+        let back = self.blocks().and_then(|mut b| b.release(slots, lease));
+        if let Some(back) = back {
+            self.give_back(back);
+        }
+        RedisStoreFuture::ready(Ok(()))
+    }
+
+    /// Renews a lease handed out from a block of `slots`: in memory while the block's
+    /// shared leases live long enough, else all of them in one call.
+    pub(super) fn renew_borrowed(
+        &self,
+        slots: String,
+        lease: LeaseId,
+        ttl: Millis,
+    ) -> RedisStoreFuture<bool> {
+        let now = self.local_now();
+        let Some(answer) = self.blocks().map(|mut b| b.renew(&slots, lease, ttl, now)) else {
+            return RedisStoreFuture::ready(Ok(false));
+        };
+        match answer {
+            RenewLocal::Gone => RedisStoreFuture::ready(Ok(false)),
+            RenewLocal::Alive => RedisStoreFuture::ready(Ok(true)),
+            RenewLocal::Renew {
+                block,
+                shared,
+                size,
+            } => {
+                let args = vec![
+                    self.time(),
+                    ttl.to_string(),
+                    self.member(shared),
+                    size.to_string(),
+                ];
+                let call = self.eval(
+                    &scripts().renew_block,
+                    vec![slots.clone()],
+                    args,
+                    None,
+                    |r: i64| Ok(r == 1),
+                );
+                let store = self.clone();
+                RedisStoreFuture::new(async move {
+                    let r = call.await;
+                    if let Some(mut b) = store.blocks() {
+                        b.renewed(&slots, block, now, ttl, r.as_ref().ok().copied());
+                    }
+                    r
+                })
+            }
+        }
+    }
+
+    /// After a borrowing call that failed (it may still run in Redis): removes the
+    /// `size` leases of `slots` it may have taken under lease id `id`, at once.
+    pub(super) fn remove_late_block(&self, slots: &str, id: LeaseId, size: u32) {
+        if size > 1 {
+            self.give_back(GiveBack::Slots {
+                key: slots.to_owned(),
+                shared: id,
+                size,
+            });
+        }
+    }
+
+    /// Runs a borrowing call to its end on its own task (see the module docs) and
+    /// hands its answer to the caller; `install` turns the reply into the caller's
+    /// answer (installing blocks), `undo` gives back what the answer holds when the
+    /// caller has gone.
+    pub(super) fn borrowing<R, T>(
+        &self,
+        call: RedisStoreFuture<R>,
+        install: impl FnOnce(&RedisStore, StoreResult<R>) -> StoreResult<T> + Send + 'static,
+        undo: impl FnOnce(&RedisStore, T) + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let store = self.clone();
+        let task = async move {
+            let r = install(&store, call.await);
+            if let Err(Ok(held)) = tx.send(r) {
+                undo(&store, held);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(task);
+            }
+            Err(_) => {
+                return RedisStoreFuture::ready(Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    "no tokio runtime to borrow a quota block on",
+                )));
+            }
+        }
+        RedisStoreFuture::new(async move {
+            rx.await.map_err(|_| {
+                StoreError::new(StoreErrorKind::Unavailable, "quota block call dropped")
+            })?
+        })
+    }
+}

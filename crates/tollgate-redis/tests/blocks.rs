@@ -1,0 +1,334 @@
+//! Quota blocks on Redis (D2, T3; `tollgate_core::blocks`): where a limit is far from
+//! exhausted an instance borrows a share of it in one call and decides the next
+//! requests in memory; instances together never admit more than a limit, what is not
+//! used goes back, and a crashed instance's borrowed leases heal with their TTL.
+
+mod common;
+
+use common::{RedisServer, command_calls};
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate_core::blocks::BlockSizing;
+use tollgate_core::{
+    CapacityStore, CapacityTake, ChannelStore, Demand, Dimension, JointAdmission, JointDecision,
+    JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotStore, SubjectKey, Tier, Usage,
+    WindowAsk, WindowStore,
+};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
+
+async fn store(server: &RedisServer, blocks: bool) -> RedisStore {
+    let sizing = blocks.then(BlockSizing::default);
+    RedisStore::connect(&server.url(), RedisStoreOptions::default().blocks(sizing))
+        .await
+        .expect("connect")
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    command_calls(&server.cli(&["INFO", "commandstats"]))
+        .into_iter()
+        .filter(|(c, _, _)| c == "evalsha")
+        .map(|(_, n, _)| n)
+        .sum()
+}
+
+fn big_policy() -> Arc<Policy> {
+    Arc::new(
+        Policy::default()
+            .with_concurrency(100_000)
+            .with_requests(Tier::per_minute(1_000_000))
+            .with_requests(Tier::per_day(10_000_000))
+            .with_tokens(Tier::per_minute(1_000_000_000)),
+    )
+}
+
+fn used(lines: &[tollgate_core::LimitView], d: Dimension) -> Vec<u64> {
+    lines
+        .iter()
+        .filter(|l| l.dimension == d)
+        .map(|l| l.used)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_blocks_decide_most_requests_in_memory_and_count_exactly() {
+    let server = RedisServer::start();
+    let s = store(&server, true).await;
+    let plain = store(&server, false).await;
+    let key = SubjectKey::from("hot");
+    let policy = big_policy();
+    let demand = Demand::tokens(100);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let n = 1_000u64;
+    for i in 0..n {
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: policy.concurrency,
+            ttl: 60_000,
+        };
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy: &policy,
+            demand: &demand,
+        };
+        let JointDecision::Admitted { lease, ticket } =
+            s.acquire_and_admit(&slot, Some(window)).await.unwrap()
+        else {
+            panic!("request {i} refused under limits far from exhausted");
+        };
+        let used = Usage {
+            input_tokens: 10,
+            output_tokens: 20,
+            ..Usage::default()
+        };
+        WindowStore::settle(
+            &s,
+            &key,
+            Scope::Key,
+            ticket.unwrap(),
+            Outcome::Completed(Some(used)),
+        )
+        .await
+        .unwrap();
+        SlotStore::release(&s, &key, lease).await.unwrap();
+    }
+    let calls = evalsha_calls(&server);
+    // One borrow (and one give-back, in a batch) per 256 requests, not one call each.
+    assert!(calls <= 20, "{calls} script calls for {n} requests");
+    // This instance's view is exact: what it borrowed and did not use is not used.
+    let view = s.view(&key, Scope::Key, &policy).await.unwrap();
+    assert_eq!(used(&view, Dimension::Requests), [n, n]);
+    assert_eq!(used(&view, Dimension::Tokens), [30 * n]);
+    assert_eq!(SlotStore::in_flight(&s, &key).await.unwrap(), 0);
+    // Once the last block is retired (1 s at most) it is given back: every instance
+    // sees the exact counts, and no lease is left.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let view = plain.view(&key, Scope::Key, &policy).await.unwrap();
+    assert_eq!(used(&view, Dimension::Requests), [n, n]);
+    assert_eq!(used(&view, Dimension::Tokens), [30 * n]);
+    assert_eq!(SlotStore::in_flight(&plain, &key).await.unwrap(), 0);
+    assert_eq!(server.cli(&["ZCARD", &plain.slots_key(&key)]).trim(), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_instances_with_blocks_never_admit_more_than_a_limit() {
+    let server = RedisServer::start();
+    // 1,024 requests a minute: blocks of 16. Two instances race for them with 8
+    // requests each in flight; each keeps asking until its store refuses.
+    let limit = 1_024u64;
+    let policy = Arc::new(
+        Policy::default()
+            .with_concurrency(1_024)
+            .with_requests(Tier::per_minute(limit)),
+    );
+    let key = SubjectKey::from("contended");
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let s = store(&server, true).await;
+        for _ in 0..8 {
+            let (s, policy, key) = (s.clone(), policy.clone(), key.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                loop {
+                    let slot = SlotAsk {
+                        key: key.clone(),
+                        limit: policy.concurrency,
+                        ttl: 60_000,
+                    };
+                    let demand = Demand::default();
+                    let window = WindowAsk {
+                        scope: Scope::Key,
+                        policy: &policy,
+                        demand: &demand,
+                    };
+                    match s.acquire_and_admit(&slot, Some(window)).await.unwrap() {
+                        JointDecision::Admitted { lease, ticket } => {
+                            admitted += 1;
+                            WindowStore::settle(
+                                &s,
+                                &key,
+                                Scope::Key,
+                                ticket.unwrap(),
+                                Outcome::Completed(None),
+                            )
+                            .await
+                            .unwrap();
+                            SlotStore::release(&s, &key, lease).await.unwrap();
+                        }
+                        JointDecision::Exceeded(_) => return admitted,
+                        JointDecision::SlotFull { .. } => panic!("1,024 slots for 16 requests"),
+                    }
+                }
+            }));
+        }
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert!(total <= limit, "{total} admitted under a limit of {limit}");
+    // Refused only once the shared count is at the limit, so borrowed units not used
+    // by the instance that held them are at most one block per instance.
+    assert!(total >= limit - 2 * 16, "only {total} of {limit} admitted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c1_borrowed_slots_never_exceed_the_limit_across_instances() {
+    let server = RedisServer::start();
+    let key = SubjectKey::from("slots");
+    let limit = 1_000u32; // blocks of 15
+    let a = store(&server, true).await;
+    let b = store(&server, true).await;
+    let mut held = Vec::new();
+    for round in 0..2_000 {
+        let s = if round % 3 == 0 { &a } else { &b };
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit,
+            ttl: 60_000,
+        };
+        match s.acquire_and_admit(&slot, None).await.unwrap() {
+            JointDecision::Admitted { lease, .. } => held.push((round % 3 == 0, lease)),
+            JointDecision::SlotFull { in_flight } => {
+                assert!(in_flight <= limit);
+            }
+            JointDecision::Exceeded(e) => panic!("no windows asked: {e:?}"),
+        }
+    }
+    assert_eq!(held.len(), limit as usize, "every slot taken, none beyond");
+    let plain = store(&server, false).await;
+    assert_eq!(SlotStore::in_flight(&plain, &key).await.unwrap(), limit);
+    for (on_a, lease) in held {
+        let s = if on_a { &a } else { &b };
+        SlotStore::release(s, &key, lease).await.unwrap();
+        // Releasing twice frees nothing twice.
+        SlotStore::release(s, &key, lease).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(SlotStore::in_flight(&plain, &key).await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c4_borrowed_leases_live_while_renewed_and_heal_after_a_crash() {
+    let server = RedisServer::start();
+    let key = SubjectKey::from("renewed");
+    let plain = store(&server, false).await;
+    let ttl = 800;
+    let slot = SlotAsk {
+        key: key.clone(),
+        limit: 0,
+        ttl,
+    };
+    let lease = {
+        let s = store(&server, true).await;
+        let JointDecision::Admitted { lease, .. } = s.acquire_and_admit(&slot, None).await.unwrap()
+        else {
+            panic!("unlimited slots")
+        };
+        // Renewed every third of the TTL for three TTLs: it stays held.
+        for _ in 0..9 {
+            tokio::time::sleep(Duration::from_millis(ttl / 3)).await;
+            assert!(SlotStore::renew(&s, &key, lease, ttl).await.unwrap());
+            assert!(SlotStore::in_flight(&plain, &key).await.unwrap() >= 1);
+        }
+        lease
+        // The instance goes away without releasing anything (a crash).
+    };
+    assert!(SlotStore::in_flight(&plain, &key).await.unwrap() >= 1);
+    tokio::time::sleep(Duration::from_millis(ttl + 200)).await;
+    assert_eq!(
+        SlotStore::in_flight(&plain, &key).await.unwrap(),
+        0,
+        "lease {lease} healed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_channel_decides_its_provider_windows_and_capacity_from_blocks() {
+    let server = RedisServer::start();
+    let s = store(&server, true).await;
+    let plain = store(&server, false).await;
+    let rpm = Arc::new(
+        Policy::default()
+            .with_requests(Tier::per_minute(10_000_000))
+            .with_tokens(Tier::per_minute(10_000_000_000)),
+    );
+    let items: Vec<JointItem> = ["cred", "cred|model"]
+        .into_iter()
+        .map(|k| JointItem {
+            key: SubjectKey::from(k),
+            scope: Scope::Key,
+            policy: rpm.clone(),
+            demand: Demand::tokens(50),
+        })
+        .collect();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let n = 600u64;
+    for _ in 0..n {
+        let (JointAdmission::Admitted(tickets), CapacityTake::Taken(lease)) = s
+            .admit_all_and_acquire(&items, "chan", 100_000, 60_000)
+            .await
+            .unwrap()
+        else {
+            panic!("refused under limits far from exhausted");
+        };
+        for (it, t) in items.iter().zip(tickets) {
+            WindowStore::settle(&s, &it.key, it.scope, t, Outcome::Completed(None))
+                .await
+                .unwrap();
+        }
+        CapacityStore::release(&s, "chan", lease).await.unwrap();
+    }
+    let calls = evalsha_calls(&server);
+    assert!(calls <= 15, "{calls} script calls for {n} requests");
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    for it in &items {
+        let view = plain.view(&it.key, it.scope, &rpm).await.unwrap();
+        assert_eq!(used(&view, Dimension::Requests), [n]);
+        assert_eq!(used(&view, Dimension::Tokens), [50 * n]);
+    }
+    assert_eq!(CapacityStore::in_flight(&plain, "chan").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_small_limits_are_decided_request_by_request() {
+    let server = RedisServer::start();
+    let s = store(&server, true).await;
+    let key = SubjectKey::from("small");
+    let policy = Arc::new(
+        Policy::default()
+            .with_concurrency(10)
+            .with_requests(Tier::per_minute(100)),
+    );
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..20 {
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: 10,
+            ttl: 60_000,
+        };
+        let demand = Demand::default();
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy: &policy,
+            demand: &demand,
+        };
+        let JointDecision::Admitted { lease, ticket } =
+            s.acquire_and_admit(&slot, Some(window)).await.unwrap()
+        else {
+            panic!("refused")
+        };
+        assert_eq!(ticket.unwrap().borrowed, 0);
+        WindowStore::settle(
+            &s,
+            &key,
+            Scope::Key,
+            ticket.unwrap(),
+            Outcome::Completed(None),
+        )
+        .await
+        .unwrap();
+        SlotStore::release(&s, &key, lease).await.unwrap();
+    }
+    // A decision and a batch of settlements per request.
+    assert!(evalsha_calls(&server) >= 40);
+}
