@@ -428,11 +428,13 @@ impl BillingStore for RedisStore {
         args.push(req.key.as_str().to_owned());
         let budgets = req.budgets.clone();
         let store = self.clone();
-        self.eval(
-            &SCRIPTS.reserve,
+        // In the batch, sent at once: the settlements and releases queued before it ride
+        // in the same call instead of one of their own.
+        let args = args.into_iter().map(String::into_bytes).collect();
+        self.batched_now(
+            "br",
             keys,
             args,
-            None,
             move |r: Vec<i64>| {
                 let (swept, d) = r
                     .split_first()

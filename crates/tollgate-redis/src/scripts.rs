@@ -78,8 +78,8 @@ fn with_admit(lease: bool, op: &str) -> String {
     .concat()
 }
 
-/// The batch script: the window and billing settlements as local functions, then the
-/// dispatcher. The window prelude is pure functions, shared at the top; the billing
+/// The batch script: the window and billing settlements and the billing reservation as
+/// local functions, then the dispatcher. The window prelude is pure functions, shared at the top; the billing
 /// prelude holds a per-call cache, so it sits inside its function (every op starts
 /// from fresh state).
 fn batch() -> String {
@@ -91,6 +91,9 @@ fn batch() -> String {
         "\nend\nlocal function billing_settle(KEYS, ARGV)\n",
         BILLING_PRELUDE,
         BILLING_SETTLE,
+        "\nend\nlocal function billing_reserve(KEYS, ARGV)\n",
+        BILLING_PRELUDE,
+        BILLING_RESERVE,
         "\nend\n",
         BATCH,
     ]

@@ -5,7 +5,8 @@
 -- KEYS     every op's keys, in op order
 -- ARGV     [1] number of ops, then per op: its code (ws: WindowStore::settle as
 --          window_settle.lua, bs: BillingStore::settle_attempt as billing_settle.lua,
---          zr: a lease release, ZREM key member; zm: a quota block's leases released,
+--          br: BillingStore::check_and_reserve as billing_reserve.lua, sent with the
+--          settlements queued before it; zr: a lease release, ZREM key member; zm: a quota block's leases released,
 --          ZREM key member:0 .. member:<n - 1>), its key count, its argument count,
 --          its arguments
 -- Reply    one reply per op, in order: what that op's own script would answer, or an
@@ -13,6 +14,7 @@
 local ops = {
   ws = window_settle,
   bs = billing_settle,
+  br = billing_reserve,
   zr = function(K, A) return redis.call('ZREM', K[1], A[1]) end,
   zm = function(K, A)
     local m = {}

@@ -72,6 +72,37 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
+        self.queue_op(code, keys, args, decode, false)
+    }
+
+    /// [`batched`](Self::batched), sending the batch at once: the op's answer is
+    /// awaited on the request path, and whatever was queued before it rides along.
+    pub(crate) fn batched_now<R, T>(
+        &self,
+        code: &'static str,
+        keys: Vec<String>,
+        args: Vec<Vec<u8>>,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
+        self.queue_op(code, keys, args, decode, true)
+    }
+
+    fn queue_op<R, T>(
+        &self,
+        code: &'static str,
+        keys: Vec<String>,
+        args: Vec<Vec<u8>>,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+        now: bool,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let op = Op {
             code,
@@ -81,7 +112,10 @@ impl RedisStore {
                 let _ = tx.send(r);
             }),
         };
-        if let Some(batch) = self.inner.batcher.push(op) {
+        let first = self.inner.batcher.push(op);
+        if now {
+            self.flush_batch();
+        } else if let Some(batch) = first {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
                     let store = self.clone();
