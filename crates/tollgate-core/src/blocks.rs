@@ -32,8 +32,10 @@
 //!
 //! [`max_age_ms`]: BlockSizing::max_age_ms
 
+use crate::billing::{AttemptRef, AttemptState, BillingOutcome, BillingRequest};
 use crate::clock::Millis;
 use crate::demand::{Demand, Usage};
+use crate::money::Money;
 use crate::policy::Policy;
 use crate::slots::LeaseId;
 use crate::window::{Outcome, WindowTicket, window_end, window_index};
@@ -63,6 +65,11 @@ pub struct BlockSizing {
     pub min_units: u32,
     /// Longest a block admits requests, in ms.
     pub max_age_ms: Millis,
+    /// Billing blocks too (default off): money reserved per block instead of per
+    /// request. Costs reach the shared balances, spend and budgets when a block settles
+    /// (within `max_age_ms` of its last request's end), and an instance that dies holding
+    /// one leaves the block's whole money pending reconciliation, not only its requests'.
+    pub money: bool,
 }
 
 impl Default for BlockSizing {
@@ -72,6 +79,7 @@ impl Default for BlockSizing {
             divisor: 64,
             min_units: 8,
             max_age_ms: 1_000,
+            money: false,
         }
     }
 }
@@ -94,7 +102,14 @@ impl BlockSizing {
             divisor: divisor.max(1),
             min_units: min_units.max(2),
             max_age_ms,
+            money: false,
         }
+    }
+
+    /// The same sizing with billing blocks on or off.
+    pub fn with_money(mut self, on: bool) -> Self {
+        self.money = on;
+        self
     }
 
     /// Leases of a slot block under `limit` (0 = unlimited) with leases of `ttl` ms, or
@@ -139,6 +154,47 @@ impl BlockSizing {
             .saturating_mul(requests)
             .min(share(&policy.tokens));
         (tokens >= demand.tokens).then_some(BlockAsk { requests, tokens })
+    }
+}
+
+/// Money and requests one billing block asks the shared store for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoneyAsk {
+    /// Requests (the borrower's included).
+    pub requests: u64,
+    /// Money reserved in the request's budgets (the borrower's upper bound included).
+    pub money: Money,
+    /// Room the balance (less pending) and the key's spend cap must have beyond the
+    /// block: `divisor` × `money`, so a block can never be what takes them to zero.
+    pub headroom: Money,
+}
+
+impl BlockSizing {
+    /// The billing block to borrow for `req`, or `None` where each request reserves in
+    /// the shared store: a block is at most 1/`divisor` of every budget it draws on.
+    pub fn money(&self, req: &BillingRequest) -> Option<MoneyAsk> {
+        let m = req.money;
+        if !self.money || m < 0 {
+            return None;
+        }
+        let requests = u64::from(self.max_units);
+        let by_budgets = req
+            .budgets
+            .iter()
+            .map(|b| b.limit / self.divisor as Money)
+            .min()
+            .unwrap_or(Money::MAX);
+        let money = m.saturating_mul(requests as Money).min(by_budgets);
+        let headroom = money.saturating_mul(self.divisor as Money);
+        // Amounts a store keeps exactly only (the Redis store: below 2^53).
+        if money < m || headroom > crate::money::MAX_STORABLE_MONEY {
+            return None;
+        }
+        Some(MoneyAsk {
+            requests,
+            money,
+            headroom,
+        })
     }
 }
 
@@ -351,6 +407,96 @@ impl SlotBlock {
     }
 }
 
+/// One borrowed block of a books' money: one attempt in the shared store that reserved
+/// the block's money in the request's budgets; the requests admitted from it settle
+/// here and the block settles once, at the sum of their costs.
+#[derive(Clone, Debug)]
+pub struct MoneyBlock {
+    id: u64,
+    /// The block's own attempt in the shared store.
+    attempt: AttemptRef,
+    money: Money,
+    requests: u64,
+    until: Millis,
+    admitted: u64,
+    /// Upper bounds of the requests in flight.
+    reserved: Money,
+    /// Costs of the requests settled.
+    cost: Money,
+    in_flight: u32,
+    retired: bool,
+    /// Whether its costs are charged to the tenant's balance (else only the key's
+    /// spend, or nothing for a subscription).
+    to_tenant: bool,
+    bills: bool,
+    /// The borrower's request: books, key and budgets of every request of the block.
+    req: BillingRequest,
+}
+
+impl MoneyBlock {
+    fn fits(&self, money: Money, now: Millis) -> bool {
+        !self.retired
+            && now < self.until
+            && self.admitted < self.requests
+            && self
+                .reserved
+                .saturating_add(self.cost)
+                .saturating_add(money)
+                <= self.money
+    }
+
+    fn take(&mut self, money: Money) {
+        self.admitted += 1;
+        self.in_flight += 1;
+        self.reserved = self.reserved.saturating_add(money);
+        self.retired |= self.admitted >= self.requests;
+    }
+
+    fn spent(&self) -> bool {
+        self.retired && self.in_flight == 0
+    }
+
+    fn give_back(&self) -> MoneyBack {
+        MoneyBack {
+            attempt: self.attempt.clone(),
+            cost: self.cost,
+        }
+    }
+}
+
+/// A spent billing block: settle its attempt at `cost` (idempotent per attempt, so it
+/// may be repeated until it lands).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoneyBack {
+    /// The block's attempt.
+    pub attempt: AttemptRef,
+    /// What the requests admitted from it cost.
+    pub cost: Money,
+}
+
+/// Outcome of [`Blocks::decide_money`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MoneyLocal {
+    /// Admitted from a block: no call.
+    Admitted,
+    /// Ask the shared store for this block with the request (then
+    /// [`Blocks::install_money`], or [`Blocks::abandon_money`]).
+    Borrow(MoneyAsk),
+    /// Ask the shared store for the request alone.
+    Shared,
+}
+
+/// Outcome of [`Blocks::settle_money`] for an attempt admitted from a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MoneySettled {
+    /// Settled here: the answer, and the block to give back if that ended it.
+    Done(Option<AttemptState>, Option<MoneyBack>),
+    /// Its result is unknown: it must be pending in the shared store, where an operator
+    /// reconciles it. Reserve it there on its own (no checks: its block already holds
+    /// its money) and settle it as pending; the block no longer counts it.
+    ToPending(BillingRequest, Option<MoneyBack>),
+}
+
 /// The block id and index a borrowed lease names.
 pub fn borrowed_lease(lease: LeaseId) -> Option<(u64, u32)> {
     (lease & BORROWED_LEASE != 0 && lease & (1 << 63) == 0)
@@ -485,6 +631,43 @@ pub struct Blocks {
     next_id: u64,
     windows: HashMap<String, WindowEntry>,
     slots: HashMap<String, SlotEntry>,
+    money: HashMap<String, MoneyEntry>,
+    /// Attempts admitted from billing blocks: their block and request.
+    attempts: HashMap<AttemptRef, LocalAttempt>,
+}
+
+#[derive(Debug, Default)]
+struct MoneyEntry {
+    blocks: Vec<MoneyBlock>,
+    borrowing: bool,
+}
+
+#[derive(Debug)]
+struct LocalAttempt {
+    key: String,
+    block: u64,
+    req: BillingRequest,
+}
+
+/// The billing block table key of `req`: requests that share it draw on the same
+/// books, key, budgets and checks, so one block serves them all.
+pub fn money_key(req: &BillingRequest) -> String {
+    use std::fmt::Write;
+    let mut k = String::new();
+    let _ = write!(
+        k,
+        "{:?}|{}|{}|{}|{}|{:?}",
+        req.books(),
+        req.key.as_str(),
+        req.bill_balance,
+        req.tenant_expected,
+        req.tenant.is_some(),
+        req.spend_cap
+    );
+    for b in req.budgets.iter() {
+        let _ = write!(k, "|{}:{}:{:?}", b.id, b.limit, b.period_ms);
+    }
+    k
 }
 
 impl Blocks {
@@ -495,6 +678,8 @@ impl Blocks {
             next_id: 1,
             windows: HashMap::new(),
             slots: HashMap::new(),
+            money: HashMap::new(),
+            attempts: HashMap::new(),
         }
     }
 
@@ -621,7 +806,7 @@ impl Blocks {
             retire.push(Retire {
                 key: part.key.to_owned(),
                 block: id,
-                window: false,
+                kind: BlockKind::Slots,
                 at: b.until,
             });
             e.blocks.push(b);
@@ -652,7 +837,7 @@ impl Blocks {
             retire.push(Retire {
                 key: part.key.to_owned(),
                 block: id,
-                window: true,
+                kind: BlockKind::Window,
                 at: b.until,
             });
             e.blocks.push(b);
@@ -767,9 +952,14 @@ impl Blocks {
         }
     }
 
-    /// Retires block `block` of `key` (its timer went off): it admits no more. Returns
-    /// what to give back if nothing of it is in flight.
-    pub fn retire(&mut self, key: &str, block: u64, window: bool) -> Option<GiveBack> {
+    /// Retires window or slot block `block` of `key` (its timer went off): it admits no
+    /// more. Returns what to give back if nothing of it is in flight.
+    pub fn retire(&mut self, key: &str, block: u64, kind: BlockKind) -> Option<GiveBack> {
+        let window = match kind {
+            BlockKind::Window => true,
+            BlockKind::Slots => false,
+            BlockKind::Money => return None,
+        };
         let back = if window {
             let e = self.windows.get_mut(key)?;
             let i = e.blocks.iter().position(|b| b.id == block)?;
@@ -787,6 +977,189 @@ impl Blocks {
         };
         self.forget(key, window);
         back
+    }
+
+    /// Billing for `req` at `now` from a block of `key` ([`money_key`]), or what to ask.
+    /// An attempt admitted here already is admitted again without counting twice.
+    pub fn decide_money(&mut self, key: &str, req: &BillingRequest, now: Millis) -> MoneyLocal {
+        let attempt = req.attempt_ref();
+        if self.attempts.contains_key(&attempt) {
+            return MoneyLocal::Admitted;
+        }
+        let Some(ask) = self.sizing.money(req) else {
+            return MoneyLocal::Shared;
+        };
+        let money = req.money.max(0);
+        let e = self.money.entry(key.to_owned()).or_default();
+        if let Some(b) = e.blocks.iter_mut().find(|b| b.fits(money, now)) {
+            b.take(money);
+            let block = b.id;
+            self.attempts.insert(
+                attempt,
+                LocalAttempt {
+                    key: key.to_owned(),
+                    block,
+                    req: req.clone(),
+                },
+            );
+            return MoneyLocal::Admitted;
+        }
+        if e.borrowing {
+            return MoneyLocal::Shared;
+        }
+        e.borrowing = true;
+        MoneyLocal::Borrow(ask)
+    }
+
+    /// The shared store reserved `ask` for `req` as the block attempt `block`, asked at
+    /// `asked_at`: the block is installed with `req` admitted from it. Returns its
+    /// retirement, for the caller's timer.
+    pub fn install_money(
+        &mut self,
+        key: &str,
+        req: &BillingRequest,
+        block: AttemptRef,
+        ask: MoneyAsk,
+        asked_at: Millis,
+    ) -> Retire {
+        let id = self.next_id;
+        self.next_id += 1;
+        let money = req.money.max(0);
+        let b = MoneyBlock {
+            id,
+            attempt: block,
+            money: ask.money,
+            requests: ask.requests,
+            until: asked_at.saturating_add(self.sizing.max_age_ms),
+            admitted: 1,
+            reserved: money,
+            cost: 0,
+            in_flight: 1,
+            retired: ask.requests <= 1,
+            to_tenant: req.tenant.is_some() && req.bill_balance,
+            bills: req.bill_balance,
+            req: req.clone(),
+        };
+        let retire = Retire {
+            key: key.to_owned(),
+            block: id,
+            kind: BlockKind::Money,
+            at: b.until,
+        };
+        let e = self.money.entry(key.to_owned()).or_default();
+        e.borrowing = false;
+        e.blocks.push(b);
+        self.attempts.insert(
+            req.attempt_ref(),
+            LocalAttempt {
+                key: key.to_owned(),
+                block: id,
+                req: req.clone(),
+            },
+        );
+        retire
+    }
+
+    /// The borrowing call for `key` failed or was refused.
+    pub fn abandon_money(&mut self, key: &str) {
+        if let Some(e) = self.money.get_mut(key) {
+            e.borrowing = false;
+            if e.blocks.is_empty() {
+                self.money.remove(key);
+            }
+        }
+    }
+
+    /// True when `attempt` was admitted from a block here and is not settled yet.
+    pub fn holds_attempt(&self, attempt: &AttemptRef) -> bool {
+        self.attempts.contains_key(attempt)
+    }
+
+    /// Settles an attempt admitted from a block; `None` if it is not one of them (never
+    /// admitted here, or settled already: settle it in the shared store, which answers
+    /// for it).
+    pub fn settle_money(
+        &mut self,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> Option<MoneySettled> {
+        let local = self.attempts.remove(attempt)?;
+        let e = self.money.get_mut(&local.key)?;
+        let i = e.blocks.iter().position(|b| b.id == local.block)?;
+        let b = &mut e.blocks[i];
+        let money = local.req.money.max(0);
+        b.in_flight = b.in_flight.saturating_sub(1);
+        b.reserved = b.reserved.saturating_sub(money);
+        let state = match outcome {
+            BillingOutcome::Settled(cost) => {
+                let cost = cost.max(0);
+                b.cost = b.cost.saturating_add(cost);
+                Some(AttemptState::Settled(cost))
+            }
+            BillingOutcome::Refund => {
+                b.admitted = b.admitted.saturating_sub(1);
+                Some(AttemptState::Refunded)
+            }
+            BillingOutcome::Pending => None,
+        };
+        let back = b.spent().then(|| e.blocks.swap_remove(i).give_back());
+        if e.blocks.is_empty() && !e.borrowing {
+            self.money.remove(&local.key);
+        }
+        Some(match outcome {
+            BillingOutcome::Pending => MoneySettled::ToPending(local.req, back),
+            _ => MoneySettled::Done(state, back),
+        })
+    }
+
+    /// Retires billing block `block` of `key` (its timer went off).
+    pub fn retire_money(&mut self, key: &str, block: u64) -> Option<MoneyBack> {
+        let e = self.money.get_mut(key)?;
+        let i = e.blocks.iter().position(|b| b.id == block)?;
+        e.blocks[i].retired = true;
+        let back = e.blocks[i]
+            .spent()
+            .then(|| e.blocks.swap_remove(i).give_back());
+        if e.blocks.is_empty() && !e.borrowing {
+            self.money.remove(key);
+        }
+        back
+    }
+
+    /// Corrects a shared account view of `tenant` and `key` for this instance's billing
+    /// blocks: costs settled here are not charged there until the block settles, and
+    /// the shared budgets hold a block's whole money, not only what its requests in
+    /// flight hold.
+    pub fn correct_account(
+        &self,
+        tenant: Option<&str>,
+        key: &crate::subject::SubjectKey,
+        view: &mut crate::billing::AccountView,
+    ) {
+        let books = crate::billing::Books::of(tenant, key);
+        for b in self.money.values().flat_map(|e| &e.blocks) {
+            if b.req.books() != books {
+                continue;
+            }
+            if b.to_tenant {
+                if let Some(balance) = view.balance.as_mut() {
+                    *balance = balance.saturating_sub(b.cost);
+                }
+            }
+            if b.bills && &b.req.key == key {
+                view.key_spent = view.key_spent.saturating_add(b.cost);
+            }
+            for v in &mut view.budgets {
+                if b.req.budgets.iter().any(|x| x.id == v.id) {
+                    v.spent = v.spent.saturating_add(b.cost);
+                    v.reserved = v
+                        .reserved
+                        .saturating_sub(b.money)
+                        .saturating_add(b.reserved)
+                        .max(0);
+                }
+            }
+        }
     }
 
     /// Requests and tokens of `key`'s windows borrowed here and not (yet) used: what a
@@ -818,6 +1191,7 @@ impl Blocks {
     pub fn len(&self) -> usize {
         self.windows.values().map(|e| e.blocks.len()).sum::<usize>()
             + self.slots.values().map(|e| e.blocks.len()).sum::<usize>()
+            + self.money.values().map(|e| e.blocks.len()).sum::<usize>()
     }
 
     /// True when no block is held.
@@ -858,10 +1232,21 @@ pub struct Retire {
     pub key: String,
     /// The block.
     pub block: u64,
-    /// A window block (else a slot block).
-    pub window: bool,
+    /// What it holds.
+    pub kind: BlockKind,
     /// Local time it stops admitting.
     pub at: Millis,
+}
+
+/// What a block holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockKind {
+    /// Requests and tokens of a subject's windows.
+    Window,
+    /// Leases of a subject's slots or a channel's capacity.
+    Slots,
+    /// Money of a books' budgets.
+    Money,
 }
 
 fn retire_old_slots(e: &mut SlotEntry, now: Millis) {
@@ -1069,7 +1454,7 @@ mod tests {
         assert_eq!(b.unused_window("w", 1), (254, 2_560 - 20));
         // The timer retires it with one request in flight: given back when it ends.
         let id = t3.borrowed;
-        assert_eq!(b.retire("w", id, true), None);
+        assert_eq!(b.retire("w", id, BlockKind::Window), None);
         let back = b.settle(
             "w",
             &t3,
@@ -1186,7 +1571,7 @@ mod tests {
         };
         assert_eq!(g.lease, Some(leases[3]));
         let id = borrowed_lease(first).unwrap().0;
-        assert_eq!(b.retire("s", id, false), None);
+        assert_eq!(b.retire("s", id, BlockKind::Slots), None);
         for l in &leases[..14] {
             assert_eq!(b.release("s", *l), None);
         }
@@ -1267,5 +1652,152 @@ mod tests {
             },
         );
         assert!(matches!(b.decide(Some(slot(0)), &parts, 1), Local::Ask(a) if a.slots == 256));
+    }
+
+    fn bill(attempt: &str, money: Money, budget: Money) -> BillingRequest {
+        BillingRequest {
+            attempt: attempt.into(),
+            tenant: Some("acme".into()),
+            key: "k".into(),
+            spend_cap: None,
+            budgets: Arc::from(vec![crate::billing::Budget::new("month", budget, None)]),
+            money,
+            bill_balance: true,
+            lifetime_ms: 60_000,
+            tenant_expected: true,
+        }
+    }
+
+    fn money_blocks() -> Blocks {
+        Blocks::new(BlockSizing::default().with_money(true))
+    }
+
+    #[test]
+    fn b3_billing_blocks_are_off_unless_asked_and_a_bounded_share_of_each_budget() {
+        let r = bill("a", 100, 1 << 40);
+        assert_eq!(BlockSizing::default().money(&r), None);
+        let s = BlockSizing::default().with_money(true);
+        assert_eq!(
+            s.money(&r),
+            Some(MoneyAsk {
+                requests: 256,
+                money: 25_600,
+                headroom: 25_600 * 64
+            })
+        );
+        // At most 1/64 of the budget; none when that is less than one request's bound.
+        assert_eq!(s.money(&bill("a", 100, 64_000)).unwrap().money, 1_000);
+        assert_eq!(s.money(&bill("a", 100, 6_399)), None);
+        // Never beyond what a store keeps exactly.
+        assert_eq!(s.money(&bill("a", 1 << 40, i64::MAX)), None);
+    }
+
+    #[test]
+    fn b4_requests_from_a_billing_block_settle_once_and_the_block_at_their_costs() {
+        let mut b = money_blocks();
+        let first = bill("a0", 100, 1 << 40);
+        let key = money_key(&first);
+        let MoneyLocal::Borrow(ask) = b.decide_money(&key, &first, 0) else {
+            panic!("a block is asked")
+        };
+        let block = AttemptRef {
+            attempt: "blk-1".into(),
+            books: first.books(),
+        };
+        let retire = b.install_money(&key, &first, block.clone(), ask, 0);
+        assert_eq!((retire.kind, retire.at), (BlockKind::Money, 1_000));
+        // Admitted again under the same attempt: nothing counted twice.
+        assert_eq!(b.decide_money(&key, &first, 1), MoneyLocal::Admitted);
+        let reqs: Vec<_> = (1..4)
+            .map(|i| bill(&format!("a{i}"), 100, 1 << 40))
+            .collect();
+        for r in &reqs {
+            assert_eq!(b.decide_money(&key, r, 1), MoneyLocal::Admitted);
+        }
+        let mut view = crate::billing::AccountView {
+            balance: Some(10_000),
+            budgets: vec![crate::billing::BudgetView {
+                id: "month".into(),
+                limit: 1 << 40,
+                spent: 0,
+                reserved: 25_600,
+                resets_at: None,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            b.settle_money(&first.attempt_ref(), BillingOutcome::Settled(70)),
+            Some(MoneySettled::Done(Some(AttemptState::Settled(70)), None))
+        );
+        assert_eq!(
+            b.settle_money(&first.attempt_ref(), BillingOutcome::Settled(70)),
+            None
+        );
+        assert_eq!(
+            b.settle_money(&reqs[0].attempt_ref(), BillingOutcome::Refund),
+            Some(MoneySettled::Done(Some(AttemptState::Refunded), None))
+        );
+        b.correct_account(Some("acme"), &"k".into(), &mut view);
+        // 70 charged here, not yet in the shared books; two requests of 100 in flight.
+        assert_eq!(view.balance, Some(10_000 - 70));
+        assert_eq!(view.key_spent, 70);
+        assert_eq!((view.budgets[0].spent, view.budgets[0].reserved), (70, 200));
+        // An unknown result goes to the shared store as its own pending attempt.
+        let Some(MoneySettled::ToPending(r, None)) =
+            b.settle_money(&reqs[1].attempt_ref(), BillingOutcome::Pending)
+        else {
+            panic!()
+        };
+        assert_eq!(r.attempt, reqs[1].attempt);
+        // Retired by its timer with one request in flight: settled when that one ends.
+        assert_eq!(b.retire_money(&key, 1), None);
+        assert_eq!(
+            b.settle_money(&reqs[2].attempt_ref(), BillingOutcome::Settled(30)),
+            Some(MoneySettled::Done(
+                Some(AttemptState::Settled(30)),
+                Some(MoneyBack {
+                    attempt: block,
+                    cost: 100
+                })
+            ))
+        );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn b3_a_billing_block_admits_up_to_its_money_then_borrows_again() {
+        let mut b = money_blocks();
+        // 1/64 of 64,000: 1,000 of money, ten requests of 100.
+        let first = bill("a0", 100, 64_000);
+        let key = money_key(&first);
+        let MoneyLocal::Borrow(ask) = b.decide_money(&key, &first, 0) else {
+            panic!()
+        };
+        let block = AttemptRef {
+            attempt: "blk".into(),
+            books: first.books(),
+        };
+        b.install_money(&key, &first, block, ask, 0);
+        for i in 1..10 {
+            assert_eq!(
+                b.decide_money(&key, &bill(&format!("a{i}"), 100, 64_000), 1),
+                MoneyLocal::Admitted
+            );
+        }
+        assert!(matches!(
+            b.decide_money(&key, &bill("a10", 100, 64_000), 1),
+            MoneyLocal::Borrow(_)
+        ));
+        // One borrow at a time: the next one reserves alone.
+        assert_eq!(
+            b.decide_money(&key, &bill("a11", 100, 64_000), 1),
+            MoneyLocal::Shared
+        );
+        // A request of other books, key or budgets is another block.
+        let other = BillingRequest {
+            key: "k2".into(),
+            ..bill("b0", 100, 64_000)
+        };
+        assert_ne!(money_key(&other), key);
     }
 }

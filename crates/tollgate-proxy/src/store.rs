@@ -156,9 +156,13 @@ async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenErro
     use tollgate::core::store::fallback::LocalFallback;
     use tollgate_redis::{CooldownSync, RedisStore, RedisStoreOptions};
 
+    let blocks = sc
+        .blocks
+        .then(|| tollgate::core::blocks::BlockSizing::default().with_money(sc.money_blocks));
     let opts = RedisStoreOptions::default()
         .prefix(sc.prefix.clone())
-        .deadline(sc.deadline.0);
+        .deadline(sc.deadline.0)
+        .blocks(blocks);
     let (limits, cluster) = match RedisStore::connect(url, opts.clone()).await {
         Ok(store) => {
             let cluster = store.is_cluster();

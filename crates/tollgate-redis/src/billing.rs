@@ -382,26 +382,31 @@ fn reply_err(what: &str, r: &[i64]) -> StoreError {
     protocol(format!("{what}: unexpected reply {r:?}"))
 }
 
-impl BillingStore for RedisStore {
-    type Future<T: Send + 'static> = RedisStoreFuture<T>;
-
-    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
-        let money = match exact(req.money.max(0), "money upper bound") {
-            Ok(m) => m,
-            Err(e) => return failed(e),
-        };
+impl RedisStore {
+    /// Keys and arguments of `billing_reserve.lua` for `req`, reserving `money` under
+    /// attempt `attempt` for `lifetime_ms`; `mode` as the script's last argument ('' =
+    /// a plain reservation).
+    pub(crate) fn reserve_args(
+        &self,
+        req: &BillingRequest,
+        attempt: &AttemptId,
+        money: Money,
+        lifetime_ms: Millis,
+        mode: &str,
+    ) -> StoreResult<(Vec<String>, Vec<String>)> {
+        let money = exact(money.max(0), "money upper bound")?;
         let books = req.books();
         let base = self.books_base(&books);
-        let attempt = format!("{base}attempt:{}", req.attempt);
+        let record = format!("{base}attempt:{attempt}");
         let spend = format!("{base}key:{}", req.key.as_str());
         let tenant = req.tenant.is_some().then(|| format!("{base}tenant"));
         let mut keys = Vec::with_capacity(5 + req.budgets.len());
-        keys.push(attempt.clone());
-        keys.push(tenant.unwrap_or(attempt));
+        keys.push(record.clone());
+        keys.push(tenant.unwrap_or(record));
         keys.push(spend);
         keys.push(format!("{base}open"));
         keys.push(format!("{base}pending"));
-        let mut args = Vec::with_capacity(10 + 2 * req.budgets.len());
+        let mut args = Vec::with_capacity(11 + 2 * req.budgets.len());
         args.extend([
             self.time(),
             flag(req.bill_balance),
@@ -409,71 +414,73 @@ impl BillingStore for RedisStore {
             req.spend_cap.map_or_else(String::new, |c| c.to_string()),
             money,
             self.budget_ttl(),
-            req.lifetime_ms.max(1).to_string(),
+            lifetime_ms.max(1).to_string(),
             flag(req.tenant_expected),
         ]);
         for b in req.budgets.iter() {
             keys.push(format!("{base}budget:{}", b.id));
         }
         args.push(base);
-        args.push(req.attempt.to_string());
+        args.push(attempt.to_string());
         for b in req.budgets.iter() {
             args.push(b.limit.to_string());
-            match period(b) {
-                Ok(p) => args.push(p),
-                Err(e) => return failed(e),
-            }
+            args.push(period(b)?);
         }
         // Kept with the attempt: an operator's reconciliation names the key in its record.
         args.push(req.key.as_str().to_owned());
-        let budgets = req.budgets.clone();
-        let store = self.clone();
-        // In the batch, sent at once: the settlements and releases queued before it ride
-        // in the same call instead of one of their own.
-        let args = args.into_iter().map(String::into_bytes).collect();
-        self.batched_now(
-            "br",
-            keys,
-            args,
-            move |r: Vec<i64>| {
-                let (swept, d) = r
-                    .split_first()
-                    .ok_or_else(|| reply_err("check_and_reserve", &r))?;
-                if *swept > 0 {
-                    // Open attempts of a dead instance went pending: list them (B7). Off
-                    // the decision; rare.
-                    tracing::warn!(
-                        swept,
-                        "billing: open attempts past their lifetime swept into pending reconciliation"
-                    );
-                    let reg = store.register_pending(&books);
-                    tokio::spawn(async move {
-                        if let Err(e) = reg.await {
-                            tracing::error!(error = %e, "billing: registering swept pending attempts failed");
-                        }
-                    });
-                }
-                match d {
-                    [1] => Ok(BillingDecision::Admitted),
-                    [0, 1] => Ok(BillingDecision::Refused(Refusal::InsufficientBalance)),
-                    [0, 2] => Ok(BillingDecision::Refused(Refusal::SpendCap)),
-                    [0, 4] => Ok(BillingDecision::Refused(Refusal::RecordMissing)),
-                    [0, 3, i] => usize::try_from(*i - 1)
-                        .ok()
-                        .and_then(|i| budgets.get(i))
-                        .map(|b| BillingDecision::Refused(Refusal::Budget(b.id.clone())))
-                        .ok_or_else(|| reply_err("check_and_reserve", &r)),
-                    _ => Err(reply_err("check_and_reserve", &r)),
-                }
-            },
-        )
+        if !mode.is_empty() {
+            args.push(mode.to_owned());
+        }
+        Ok((keys, args))
     }
 
-    fn settle_attempt(
+    /// Reads `billing_reserve.lua`'s reply for `req`.
+    pub(crate) fn reserve_decoder(
+        &self,
+        req: &BillingRequest,
+    ) -> impl FnOnce(Vec<i64>) -> StoreResult<BillingDecision> + Send + 'static {
+        let budgets = req.budgets.clone();
+        let books = req.books();
+        let store = self.clone();
+        move |r: Vec<i64>| {
+            let (swept, d) = r
+                .split_first()
+                .ok_or_else(|| reply_err("check_and_reserve", &r))?;
+            if *swept > 0 {
+                // Open attempts of a dead instance went pending: list them (B7). Off
+                // the decision; rare.
+                tracing::warn!(
+                    swept,
+                    "billing: open attempts past their lifetime swept into pending reconciliation"
+                );
+                let reg = store.register_pending(&books);
+                tokio::spawn(async move {
+                    if let Err(e) = reg.await {
+                        tracing::error!(error = %e, "billing: registering swept pending attempts failed");
+                    }
+                });
+            }
+            match d {
+                [1] => Ok(BillingDecision::Admitted),
+                [0, 1] => Ok(BillingDecision::Refused(Refusal::InsufficientBalance)),
+                [0, 2] => Ok(BillingDecision::Refused(Refusal::SpendCap)),
+                [0, 4] => Ok(BillingDecision::Refused(Refusal::RecordMissing)),
+                [0, 3, i] => usize::try_from(*i - 1)
+                    .ok()
+                    .and_then(|i| budgets.get(i))
+                    .map(|b| BillingDecision::Refused(Refusal::Budget(b.id.clone())))
+                    .ok_or_else(|| reply_err("check_and_reserve", &r)),
+                _ => Err(reply_err("check_and_reserve", &r)),
+            }
+        }
+    }
+
+    /// Settles `attempt` in Redis (the store's own path, not a block's).
+    pub(crate) fn settle_shared(
         &self,
         attempt: &AttemptRef,
         outcome: BillingOutcome,
-    ) -> Self::Future<Option<AttemptState>> {
+    ) -> RedisStoreFuture<Option<AttemptState>> {
         let (code, cost) = match outcome {
             BillingOutcome::Settled(c) => ("s", c.max(0)),
             BillingOutcome::Pending => ("p", 0),
@@ -514,6 +521,37 @@ impl BillingStore for RedisStore {
                 .await
         })
     }
+}
+
+impl BillingStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
+        if let Some(answer) = self.reserve_from_block(req) {
+            return answer;
+        }
+        let (keys, args) =
+            match self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "") {
+                Ok(call) => call,
+                Err(e) => return failed(e),
+            };
+        let decode = self.reserve_decoder(req);
+        // In the batch, sent at once: the settlements and releases queued before it ride
+        // in the same call instead of one of their own.
+        let args = args.into_iter().map(String::into_bytes).collect();
+        self.batched_now("br", keys, args, decode)
+    }
+
+    fn settle_attempt(
+        &self,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        if let Some(answer) = self.settle_from_block(attempt, outcome) {
+            return answer;
+        }
+        self.settle_shared(attempt, outcome)
+    }
 
     fn account(
         &self,
@@ -537,11 +575,12 @@ impl BillingStore for RedisStore {
         }
         let has_tenant = tenant.is_some();
         let budgets: Vec<Budget> = budgets.to_vec();
+        let (store, owner, subject) = (self.clone(), tenant.map(str::to_owned), key.clone());
         self.eval(&SCRIPTS.account, keys, args, None, move |r: Vec<i64>| {
             if r.len() != 4 + 3 * budgets.len() {
                 return Err(reply_err("account", &r));
             }
-            Ok(AccountView {
+            let mut view = AccountView {
                 balance: has_tenant.then_some(r[0]),
                 tenant_pending: r[1],
                 key_spent: r[2],
@@ -557,7 +596,12 @@ impl BillingStore for RedisStore {
                         resets_at: Millis::try_from(v[2]).ok(),
                     })
                     .collect(),
-            })
+            };
+            // Costs settled in this instance's billing blocks are not in Redis yet.
+            if let Some(b) = store.blocks() {
+                b.correct_account(owner.as_deref(), &subject, &mut view);
+            }
+            Ok(view)
         })
     }
 

@@ -53,6 +53,7 @@
 
 mod batch;
 mod billing;
+mod billing_blocks;
 mod codec;
 mod conn;
 mod cooldowns;

@@ -332,3 +332,150 @@ async fn d2_small_limits_are_decided_request_by_request() {
     // A decision and a batch of settlements per request.
     assert!(evalsha_calls(&server) >= 40);
 }
+
+mod money {
+    use super::*;
+    use tollgate_core::{
+        AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget,
+        Refusal,
+    };
+
+    async fn money_store(server: &RedisServer, on: bool) -> RedisStore {
+        let sizing = on.then(|| BlockSizing::default().with_money(true));
+        RedisStore::connect(&server.url(), RedisStoreOptions::default().blocks(sizing))
+            .await
+            .expect("connect")
+    }
+
+    fn req(attempt: String, money: i64) -> BillingRequest {
+        BillingRequest {
+            attempt: attempt.into(),
+            tenant: Some("acme".into()),
+            key: "k1".into(),
+            spend_cap: Some(1 << 50),
+            budgets: Arc::from(vec![Budget::new("month", 1 << 50, None)]),
+            money,
+            bill_balance: true,
+            lifetime_ms: 60_000,
+            tenant_expected: true,
+        }
+    }
+
+    const START: i64 = 1 << 45;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn b3_billing_blocks_reserve_once_per_block_and_settle_exact_totals() {
+        let server = RedisServer::start();
+        let s = money_store(&server, true).await;
+        let plain = money_store(&server, false).await;
+        assert!(s.seed_balance("acme", START).await.unwrap());
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let n = 500i64;
+        for i in 0..n {
+            let r = req(format!("a{i}"), 100);
+            assert_eq!(
+                s.check_and_reserve(&r).await.unwrap(),
+                BillingDecision::Admitted
+            );
+            assert_eq!(
+                s.settle_attempt(&r.attempt_ref(), BillingOutcome::Settled(37))
+                    .await
+                    .unwrap(),
+                Some(AttemptState::Settled(37))
+            );
+        }
+        let calls = evalsha_calls(&server);
+        // Settling again changes nothing (B4).
+        let again = req("a7".into(), 100);
+        assert_eq!(
+            s.settle_attempt(&again.attempt_ref(), BillingOutcome::Settled(37))
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(calls <= 10, "{calls} script calls for {n} billed requests");
+        let budgets = [Budget::new("month", 1 << 50, None)];
+        let key = SubjectKey::from("k1");
+        // This instance's view counts what its blocks settled.
+        let v = s.account(Some("acme"), &key, &budgets).await.unwrap();
+        assert_eq!(v.balance, Some(START - 37 * n));
+        assert_eq!(v.key_spent, 37 * n);
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (37 * n, 0));
+        // Within a block's life every instance sees it, and no attempt is left behind.
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let v = plain.account(Some("acme"), &key, &budgets).await.unwrap();
+        assert_eq!(v.balance, Some(START - 37 * n));
+        assert_eq!(v.key_spent, 37 * n);
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (37 * n, 0));
+        assert_eq!(server.cli(&["KEYS", "*attempt*"]).trim(), "");
+        assert!(plain.pending().await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn b4_an_unknown_result_from_a_billing_block_is_pending_in_redis() {
+        let server = RedisServer::start();
+        let s = money_store(&server, true).await;
+        let plain = money_store(&server, false).await;
+        s.seed_balance("acme", START).await.unwrap();
+        let known = req("known".into(), 100);
+        let unknown = req("unknown".into(), 250);
+        for r in [&known, &unknown] {
+            assert_eq!(
+                s.check_and_reserve(r).await.unwrap(),
+                BillingDecision::Admitted
+            );
+        }
+        s.settle_attempt(&known.attempt_ref(), BillingOutcome::Settled(40))
+            .await
+            .unwrap();
+        assert_eq!(
+            s.settle_attempt(&unknown.attempt_ref(), BillingOutcome::Pending)
+                .await
+                .unwrap(),
+            Some(AttemptState::Pending(250))
+        );
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        assert_eq!(
+            plain.pending().await.unwrap(),
+            [(unknown.attempt_ref(), 250)],
+            "listed for reconciliation with its own id and upper bound"
+        );
+        let v = plain
+            .account(
+                Some("acme"),
+                &"k1".into(),
+                &[Budget::new("month", 1 << 50, None)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(v.balance, Some(START - 40));
+        assert_eq!((v.tenant_pending, v.key_pending), (250, 250));
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (40, 250));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn b1_a_balance_near_zero_is_decided_request_by_request() {
+        let server = RedisServer::start();
+        let s = money_store(&server, true).await;
+        // 250 left and 100 a request: far less than a block's headroom, so each request
+        // is decided in Redis, exactly as without blocks (B1, B2).
+        s.seed_balance("acme", 250).await.unwrap();
+        let mut admitted = 0;
+        for i in 0..5 {
+            let r = req(format!("a{i}"), 100);
+            match s.check_and_reserve(&r).await.unwrap() {
+                BillingDecision::Admitted => {
+                    admitted += 1;
+                    s.settle_attempt(&r.attempt_ref(), BillingOutcome::Settled(100))
+                        .await
+                        .unwrap();
+                }
+                BillingDecision::Refused(Refusal::InsufficientBalance) => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(admitted, 3, "250 → 150 → 50 → -50, then refused");
+        let v = s.account(Some("acme"), &"k1".into(), &[]).await.unwrap();
+        assert_eq!(v.balance, Some(-50));
+    }
+}

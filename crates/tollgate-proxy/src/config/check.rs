@@ -47,7 +47,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     let too_long = DAY;
     let f = &raw.failover;
-    let checks: [(&str, bool, &str); 9] = [
+    let checks: [(&str, bool, &str); 10] = [
         (
             "failover.max_attempts",
             f.max_attempts == 0 || f.max_attempts > 10,
@@ -92,6 +92,11 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             "store.deadline",
             raw.store.deadline.0.is_zero() || raw.store.deadline.0 > Duration::from_secs(60),
             "store.deadline must be between 1ms and 60s",
+        ),
+        (
+            "store.money_blocks",
+            raw.store.money_blocks && !raw.store.blocks,
+            "store.money_blocks needs store.blocks = true",
         ),
     ];
     for (path, is_bad, reason) in checks {
@@ -339,5 +344,21 @@ mod tests {
         // `closed`, written or by default, is accepted.
         Config::parse(&format!("[store]\nbilling_failure = \"closed\"\n{GOOD}")).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn d2_billing_blocks_need_quota_blocks() {
+        let e = Config::parse(&format!(
+            "[store]\nblocks = false\nmoney_blocks = true\n{GOOD}"
+        ))
+        .unwrap_err();
+        assert!(e.reason.contains("money_blocks"), "{e}");
+        let c = Config::parse(&format!("[store]\nmoney_blocks = true\n{GOOD}")).unwrap();
+        assert!(c.raw.store.blocks && c.raw.store.money_blocks);
+        let c = Config::parse(GOOD).unwrap();
+        assert!(
+            c.raw.store.blocks && !c.raw.store.money_blocks,
+            "blocks on, billing blocks off by default"
+        );
     }
 }

@@ -314,6 +314,11 @@ pub struct StoreConfig {
     pub billing_failure: FailureModeConfig,
     /// Gateway instances sharing the store: `local` mode divides limits by it.
     pub instances: u32,
+    /// Redis: quota blocks for slots, windows, provider windows and capacity (default
+    /// on; `tollgate_core::blocks`).
+    pub blocks: bool,
+    /// Redis: billing quota blocks too (default off).
+    pub money_blocks: bool,
 }
 
 impl Default for StoreConfig {
@@ -327,6 +332,8 @@ impl Default for StoreConfig {
             windows_failure: FailureModeConfig::Open,
             billing_failure: FailureModeConfig::Closed,
             instances: 1,
+            blocks: true,
+            money_blocks: false,
         }
     }
 }

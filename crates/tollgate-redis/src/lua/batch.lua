@@ -15,6 +15,18 @@ local ops = {
   ws = window_settle,
   bs = billing_settle,
   br = billing_reserve,
+  -- A billing quota block, else the request alone: A[1], A[2] the block's key and
+  -- argument counts, then the block's keys and arguments, then the request's.
+  -- Reply {1, block reply} or {0, the request's reply}.
+  bb = function(K, A)
+    local nk, na = tonumber(A[1]), tonumber(A[2])
+    local kb, ab, ks, as = {}, {}, {}, {}
+    for j = 1, #K do if j <= nk then kb[j] = K[j] else ks[j - nk] = K[j] end end
+    for j = 3, #A do if j - 2 <= na then ab[j - 2] = A[j] else as[j - 2 - na] = A[j] end end
+    local r = billing_reserve(kb, ab)
+    if type(r) == 'table' and r[2] == 1 then return {1, r} end
+    return {0, billing_reserve(ks, as)}
+  end,
   zr = function(K, A) return redis.call('ZREM', K[1], A[1]) end,
   zm = function(K, A)
     local m = {}

@@ -6,7 +6,11 @@
 --          [4] spend cap ('' = none), [5] money upper bound (>= 0), [6] budget ttl ms
 --          (0 = none), [7] attempt lifetime ms, [8] tenant record expected (0/1), [9] the
 --          books' key base, [10] attempt id, then per budget from [11]: limit, period ms
---          (-1 = none), then the subject key (kept with the attempt for reconciliation)
+--          (-1 = none), then the subject key (kept with the attempt for reconciliation),
+--          then optionally a mode: 'f' reserve without checks (an attempt admitted from a
+--          quota block, whose block already holds its money, going pending), or
+--          'h<money>' a quota block (tollgate_core::blocks): admitted only with that much
+--          room left beyond it on the balance (less pending) and under the spend cap
 -- Reply    {swept, 1} admitted (or the attempt is open or pending: nothing is reserved
 --          twice)   {swept, 0, 1} balance <= 0   {swept, 0, 2} spend cap reached
 --          {swept, 0, 3, i} budget i is short   {swept, 0, 4} tenant record missing
@@ -17,24 +21,28 @@ local swept = sweep(ARGV[9], KEYS[4], KEYS[5], now, ARGV[6])
 if type(swept) ~= 'number' then return swept end
 if redis.call('EXISTS', att) == 1 then return {swept, 1} end
 local bill, has_tenant = ARGV[2] == '1', ARGV[3] == '1'
-if bill then
+local nb = #KEYS - 5
+local mode = ARGV[12 + 2 * nb] or ''
+local force, head = mode == 'f', 0
+if mode:sub(1, 1) == 'h' then head = tonumber(mode:sub(2)) end
+if bill and not force then
   if has_tenant then
     if ARGV[8] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then return {swept, 0, 4} end
-    if (get(KEYS[2], 'bal') or 0) - (get(KEYS[2], 'pend') or 0) <= 0 then
+    if (get(KEYS[2], 'bal') or 0) - (get(KEYS[2], 'pend') or 0) <= head then
       return {swept, 0, 1}
     end
   end
-  if ARGV[4] ~= '' and
-      (get(KEYS[3], 'spent') or 0) + (get(KEYS[3], 'pend') or 0) >= tonumber(ARGV[4]) then
+  if ARGV[4] ~= '' and (get(KEYS[3], 'spent') or 0) + (get(KEYS[3], 'pend') or 0) + head
+      >= tonumber(ARGV[4]) then
     return {swept, 0, 2}
   end
 end
 local money = tonumber(ARGV[5])
-local nb = #KEYS - 5
 for i = 1, nb do
   local bk = KEYS[5 + i]
   roll(bk, tonumber(ARGV[10 + 2 * i]), now)
-  if (get(bk, 'spent') or 0) + (get(bk, 'res') or 0) + money > tonumber(ARGV[9 + 2 * i]) then
+  if not force and (get(bk, 'spent') or 0) + (get(bk, 'res') or 0) + money
+      > tonumber(ARGV[9 + 2 * i]) then
     -- A refusal changes nothing (the rolls above stay in the buffer).
     return {swept, 0, 3, i}
   end

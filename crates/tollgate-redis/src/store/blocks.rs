@@ -9,27 +9,32 @@
 use super::*;
 use crate::codec;
 use std::sync::MutexGuard;
-use tollgate_core::blocks::{Blocks, GiveBack, RenewLocal, Retire};
+use tollgate_core::blocks::{BlockKind, Blocks, GiveBack, RenewLocal, Retire};
 use tollgate_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowTicket};
 
 impl RedisStore {
     /// The block table, when blocks are on.
-    pub(super) fn blocks(&self) -> Option<MutexGuard<'_, Blocks>> {
+    pub(crate) fn blocks(&self) -> Option<MutexGuard<'_, Blocks>> {
         self.inner
             .blocks
             .as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// A fresh id for a billing block's attempt.
+    pub(crate) fn next_block_attempt(&self) -> u64 {
+        self.inner.next_lease.next()
+    }
+
     /// This process's block clock, in ms (see [`TimeSource::local_ms`]).
-    pub(super) fn local_now(&self) -> Millis {
+    pub(crate) fn local_now(&self) -> Millis {
         self.inner.time.local_ms(self.inner.origin)
     }
 
     /// Sends what a spent block gives back, in the batch with the settlements ending
     /// now. A failed give-back is logged: a window block's unused units then stay
     /// counted until their window ends, a slot block's leases until their TTL.
-    pub(super) fn give_back(&self, back: GiveBack) {
+    pub(crate) fn give_back(&self, back: GiveBack) {
         let sent = match back {
             GiveBack::Window {
                 key,
@@ -73,7 +78,7 @@ impl RedisStore {
     }
 
     /// Starts the timers that retire new blocks when they stop admitting.
-    pub(super) fn schedule_retire(&self, retire: Vec<Retire>) {
+    pub(crate) fn schedule_retire(&self, retire: Vec<Retire>) {
         if retire.is_empty() {
             return;
         }
@@ -86,9 +91,18 @@ impl RedisStore {
             let wait = Duration::from_millis(r.at.saturating_sub(now));
             rt.spawn(async move {
                 tokio::time::sleep(wait).await;
+                if r.kind == BlockKind::Money {
+                    let back = store
+                        .blocks()
+                        .and_then(|mut b| b.retire_money(&r.key, r.block));
+                    if let Some(back) = back {
+                        store.money_back(back);
+                    }
+                    return;
+                }
                 let back = store
                     .blocks()
-                    .and_then(|mut b| b.retire(&r.key, r.block, r.window));
+                    .and_then(|mut b| b.retire(&r.key, r.block, r.kind));
                 if let Some(back) = back {
                     store.give_back(back);
                 }
@@ -98,7 +112,7 @@ impl RedisStore {
 
     /// Settles a ticket handed out from a block: in memory, giving the block back if
     /// that was its last request.
-    pub(super) fn settle_borrowed(
+    pub(crate) fn settle_borrowed(
         &self,
         key: &SubjectKey,
         scope: Scope,
@@ -116,7 +130,7 @@ impl RedisStore {
     }
 
     /// Releases a lease handed out from a block of `slots`.
-    pub(super) fn release_borrowed(&self, slots: &str, lease: LeaseId) -> RedisStoreFuture<()> {
+    pub(crate) fn release_borrowed(&self, slots: &str, lease: LeaseId) -> RedisStoreFuture<()> {
         let back = self.blocks().and_then(|mut b| b.release(slots, lease));
         if let Some(back) = back {
             self.give_back(back);
@@ -126,7 +140,7 @@ impl RedisStore {
 
     /// Renews a lease handed out from a block of `slots`: in memory while the block's
     /// shared leases live long enough, else all of them in one call.
-    pub(super) fn renew_borrowed(
+    pub(crate) fn renew_borrowed(
         &self,
         slots: String,
         lease: LeaseId,
@@ -171,7 +185,7 @@ impl RedisStore {
 
     /// After a borrowing call that failed (it may still run in Redis): removes the
     /// `size` leases of `slots` it may have taken under lease id `id`, at once.
-    pub(super) fn remove_late_block(&self, slots: &str, id: LeaseId, size: u32) {
+    pub(crate) fn remove_late_block(&self, slots: &str, id: LeaseId, size: u32) {
         if size > 1 {
             self.give_back(GiveBack::Slots {
                 key: slots.to_owned(),
@@ -185,7 +199,7 @@ impl RedisStore {
     /// hands its answer to the caller; `install` turns the reply into the caller's
     /// answer (installing blocks), `undo` gives back what the answer holds when the
     /// caller has gone.
-    pub(super) fn borrowing<R, T>(
+    pub(crate) fn borrowing<R, T>(
         &self,
         call: RedisStoreFuture<R>,
         install: impl FnOnce(&RedisStore, StoreResult<R>) -> StoreResult<T> + Send + 'static,

@@ -1,0 +1,190 @@
+//! Billing quota blocks (see [`tollgate_core::blocks`]): a books' reservations taken
+//! from money an instance reserved in one attempt, and settled as one.
+//!
+//! A block is an attempt of its own in Redis (`blk-<instance>-<n>`) whose upper bound —
+//! up to 256 requests' worth, at most 1/64 of each budget — is reserved in the request's
+//! budgets, granted only while the balance (less pending) and the key's spend cap have
+//! 64 times the block's money to spare. Requests then reserve from it in memory and
+//! settle here; the block settles once, at the sum of their costs, when its last
+//! request has ended (retried until it lands: settlement is idempotent per attempt). A
+//! request whose result is unknown is moved to an attempt of its own in Redis and left
+//! pending there for reconciliation, as without blocks. An instance that dies holding a
+//! block leaves its attempt open: the sweep takes it into pending reconciliation after
+//! its lifetime, as any attempt of a dead instance.
+
+use crate::store::{RedisStore, RedisStoreFuture};
+use std::time::Duration;
+use tollgate_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
+use tollgate_core::{
+    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, StoreError,
+    StoreErrorKind, StoreResult,
+};
+
+/// Spacing of the retries of a block's settlement: doubling from the first to the
+/// last, for about an hour in all; after that the sweep takes the block into pending.
+const BACK_FIRST: Duration = Duration::from_millis(50);
+const BACK_LAST: Duration = Duration::from_secs(30);
+const BACK_RETRIES: u32 = 130;
+
+impl RedisStore {
+    /// `req` decided from a billing block, or by borrowing one; `None`: the request
+    /// reserves on its own.
+    pub(crate) fn reserve_from_block(
+        &self,
+        req: &BillingRequest,
+    ) -> Option<RedisStoreFuture<BillingDecision>> {
+        let key = money_key(req);
+        let asked_at = self.local_now();
+        let ask = match self.blocks()?.decide_money(&key, req, asked_at) {
+            MoneyLocal::Admitted => {
+                return Some(RedisStoreFuture::ready(Ok(BillingDecision::Admitted)));
+            }
+            MoneyLocal::Shared => return None,
+            MoneyLocal::Borrow(ask) => ask,
+        };
+        let block = tollgate_core::id::with_counter(
+            &format!("blk-{}-", self.instance_id()),
+            self.next_block_attempt(),
+        );
+        let lifetime = req
+            .lifetime_ms
+            .saturating_add(self.blocks()?.sizing().max_age_ms);
+        let calls = self
+            .reserve_args(
+                req,
+                &block,
+                ask.money,
+                lifetime,
+                &format!("h{}", ask.headroom),
+            )
+            .and_then(|b| {
+                let s = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "")?;
+                Ok((b, s))
+            });
+        let ((kb, ab), (ks, as_)) = match calls {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(mut b) = self.blocks() {
+                    b.abandon_money(&key);
+                }
+                return Some(RedisStoreFuture::ready(Err(e)));
+            }
+        };
+        let mut args: Vec<Vec<u8>> = vec![
+            kb.len().to_string().into_bytes(),
+            ab.len().to_string().into_bytes(),
+        ];
+        args.extend(ab.into_iter().chain(as_).map(String::into_bytes));
+        let keys = kb.into_iter().chain(ks).collect();
+        let decode = self.reserve_decoder(req);
+        let call = self.batched_now("bb", keys, args, move |r: redis::Value| {
+            let bad = || {
+                StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("check_and_reserve (block): unexpected reply {r:?}"),
+                )
+            };
+            let redis::Value::Array(parts) = &r else {
+                return Err(bad());
+            };
+            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
+                return Err(bad());
+            };
+            let inner: Vec<i64> =
+                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+            Ok((*took == 1, decode(inner)?))
+        });
+        let (req, books) = (req.clone(), req.books());
+        Some(self.borrowing(
+            call,
+            move |store, r: StoreResult<(bool, BillingDecision)>| {
+                let Some(mut blocks) = store.blocks() else {
+                    return r.map(|(_, d)| d);
+                };
+                match r {
+                    Ok((true, BillingDecision::Admitted)) => {
+                        let attempt = AttemptRef {
+                            attempt: block,
+                            books,
+                        };
+                        let retire = blocks.install_money(&key, &req, attempt, ask, asked_at);
+                        drop(blocks);
+                        store.schedule_retire(vec![retire]);
+                        Ok(BillingDecision::Admitted)
+                    }
+                    other => {
+                        blocks.abandon_money(&key);
+                        other.map(|(_, d)| d)
+                    }
+                }
+            },
+            |_, _| {},
+        ))
+    }
+
+    /// Settles an attempt admitted from a billing block; `None` if it is not one.
+    pub(crate) fn settle_from_block(
+        &self,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> Option<RedisStoreFuture<Option<AttemptState>>> {
+        let settled = self.blocks()?.settle_money(attempt, outcome)?;
+        match settled {
+            MoneySettled::Done(state, back) => {
+                if let Some(back) = back {
+                    self.money_back(back);
+                }
+                Some(RedisStoreFuture::ready(Ok(state)))
+            }
+            MoneySettled::ToPending(req, back) => {
+                // Its own attempt in Redis (its block already holds its money, so no
+                // check), pending; only then does the block settle, so the budgets hold
+                // its money throughout.
+                let store = self.clone();
+                let moved = RedisStoreFuture::new(async move {
+                    let (keys, args) =
+                        store.reserve_args(&req, &req.attempt, req.money, req.lifetime_ms, "f")?;
+                    let args = args.into_iter().map(String::into_bytes).collect();
+                    store
+                        .batched_now("br", keys, args, store.reserve_decoder(&req))
+                        .await?;
+                    let r = store
+                        .settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
+                        .await;
+                    if let Some(back) = back {
+                        store.money_back(back);
+                    }
+                    r
+                });
+                Some(self.borrowing(moved, |_, r| r, |_, _| {}))
+            }
+        }
+    }
+
+    /// Settles a spent billing block at its requests' costs, retrying until it lands.
+    pub(crate) fn money_back(&self, back: MoneyBack) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        rt.spawn(async move {
+            let mut wait = BACK_FIRST;
+            for _ in 0..BACK_RETRIES {
+                match store
+                    .settle_shared(&back.attempt, BillingOutcome::Settled(back.cost))
+                    .await
+                {
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, attempt = %back.attempt.attempt,
+                            "billing: settling a quota block failed; retrying");
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(BACK_LAST);
+            }
+            tracing::error!(attempt = %back.attempt.attempt,
+                "billing: a quota block never settled; the sweep takes it into pending reconciliation");
+        });
+    }
+}
