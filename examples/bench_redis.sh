@@ -3,9 +3,13 @@
 # (examples/bench.toml: slot, two request and two token tiers, provider RPM + TPM,
 # capacity, failover, balance and budget) in front of the bundled fake upstream, in one
 # run on
-#   memory   the in-memory store (the baseline),
-#   redis    one redis-server,
-#   cluster  a 3-master Redis Cluster (redis-server --cluster-enabled yes),
+#   memory        the in-memory store (the baseline),
+#   redis:none    one redis-server, every decision a round trip ([store] blocks = false),
+#   redis:blocks  one redis-server, quota blocks for slots, windows and capacity (the
+#                 default), billing per request,
+#   redis:all     one redis-server, billing blocks too (money_blocks = true, as
+#                 examples/bench.toml sets),
+#   cluster:all   a 3-master Redis Cluster (redis-server --cluster-enabled yes), all blocks,
 # at 16 and 64 connections. For each: requests/s, p50/p99, the statuses (every non-2xx
 # is a defect: a busy Redis must delay, not fail), the store failures the gateway
 # counted (fail-open decisions and fail-closed 503s), and the Redis script calls
@@ -39,6 +43,15 @@ $BIN/fake_upstream --port "$FAKE" > /dev/null 2>&1 & pids+=($!)
 wait_port "$FAKE"
 CONFIG=$(mktemp --suffix .toml); dirs+=("$CONFIG")
 sed "s#http://127.0.0.1:9100#http://127.0.0.1:$FAKE#" examples/bench.toml > "$CONFIG"
+config_of() { # blocks variant → a config file with its [store] blocks settings
+  local f="$CONFIG.$1.toml"; dirs+=("$f")
+  case $1 in
+    none) sed 's/^money_blocks = true$/blocks = false\nmoney_blocks = false/' "$CONFIG" > "$f" ;;
+    blocks) sed 's/^money_blocks = true$/money_blocks = false/' "$CONFIG" > "$f" ;;
+    *) cp "$CONFIG" "$f" ;;
+  esac
+  echo "$f"
+}
 
 redis_node() { # port extra-args... → starts one redis-server in its own directory
   local port=$1; shift
@@ -97,13 +110,14 @@ url_of() {
   esac
 }
 
-printf '%-14s %8s %8s %8s  %-28s %9s %8s %8s\n' target rps p50_ms p99_ms statuses failures evalsha/r cmds/r
+printf '%-16s %8s %8s %8s  %-28s %9s %8s %8s\n' target rps p50_ms p99_ms statuses failures evalsha/r cmds/r
 for c in 16 64; do
-  for store in memory redis cluster; do
+  for target in memory redis:none redis:blocks redis:all cluster:all; do
+    store=${target%%:*}; variant=${target#*:}
     [ "$store" != memory ] && { flush "$store"; }
     port=$(free_port)
-    RUST_LOG=error $BIN/proxy --config "$CONFIG" --listen 127.0.0.1:"$port" --store "$(url_of $store)" \
-      > /dev/null 2>&1 &
+    RUST_LOG=error $BIN/proxy --config "$(config_of "$variant")" --listen 127.0.0.1:"$port" \
+      --store "$(url_of $store)" > /dev/null 2>&1 &
     gw=$!; pids+=($gw)
     wait_port "$port"
     # Warm-up (connections, script cache), then counted.
@@ -126,7 +140,7 @@ for c in 16 64; do
       per_eval=$(awk -v a="$evals" -v n="$N" 'BEGIN { printf "%.2f", a / n }')
       per_cmd=$(awk -v a="$cmds" -v n="$N" 'BEGIN { printf "%.2f", a / n }')
     fi
-    printf '%-14s %8s %8s %8s  %-28s %9s %8s %8s\n' "$store@$c" "$rps" "$p50" "$p99" "$statuses" \
+    printf '%-16s %8s %8s %8s  %-28s %9s %8s %8s\n' "$target@$c" "$rps" "$p50" "$p99" "$statuses" \
       "$failures" "$per_eval" "$per_cmd"
     kill "$gw"; wait "$gw" 2>/dev/null || true
   done
