@@ -155,10 +155,7 @@ impl Drop for Instance {
 /// Its own `RedisStore` — own connection, instance id `id` — with the configuration's
 /// prefix and deadline (as the `proxy` example builds it).
 fn redis_store(config: &Config, url: &str, id: &str) -> RedisStore {
-    let opts = RedisStoreOptions::default()
-        .prefix(config.raw.store.prefix.clone())
-        .deadline(config.raw.store.deadline.0)
-        .instance_id(id);
+    let opts = tollgate_proxy::store::redis_options(&config.raw.store).instance_id(id);
     // Lazy, as the example: an instance starts while Redis is down (D4).
     RedisStore::connect_lazy(url, opts).expect("a redis:// URL")
 }
@@ -2330,5 +2327,67 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
             "{:.2} script calls per request (T3: at most 4)",
             per(evalsha)
         );
+    });
+}
+
+/// T3 with quota blocks (`tollgate_core::blocks`): the full stack of
+/// [`full_stack_config`] with limits far from exhausted — as `examples/bench.toml` —
+/// and billing blocks on decides hot requests from blocks borrowed in Redis: the server
+/// counts a small fraction of a script call per request, and the usage view and the
+/// instance's in-flight count stay exact.
+#[test]
+fn t3_quota_blocks_decide_hot_keys_in_a_fraction_of_a_call_per_request() {
+    serial(async {
+        const REQUESTS: u64 = 600;
+        let redis = RedisServer::start();
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake upstream");
+        let text = full_stack_config()
+            .replace("[store]\n", "[store]\nmoney_blocks = true\n")
+            .replace("concurrency = 100\n", "concurrency = 100000\n")
+            .replace("capacity = 16\n", "capacity = 100000\n");
+        assert!(text.contains("concurrency = 100000") && text.contains("capacity = 100000"));
+        let gw = instance(&text, &redis.url(), "gw-blocks", &fake).await;
+        let client = http_client();
+        redis
+            .command(&["CONFIG", "RESETSTAT"])
+            .expect("CONFIG RESETSTAT");
+        chat_ok(&client, gw.addr, REQUESTS, false).await;
+        let evalsha = script_calls(&redis);
+        eprintln!(
+            "T3 with quota blocks: {:.3} script calls per request",
+            evalsha as f64 / REQUESTS as f64
+        );
+        // Without blocks: 4 a request (t3_full_stack_redis_calls_per_request_are_counted_
+        // and_bounded). With them: one borrow per block of 256 (or per second) for the
+        // slot with its windows, the channel and the billing, and their give-backs.
+        assert!(
+            evalsha <= REQUESTS / 10,
+            "{evalsha} script calls for {REQUESTS} requests"
+        );
+        let v = usage(&client, gw.addr, 0).await;
+        assert_eq!(v["in_flight"], json!(0), "{v}");
+        let requests: Vec<u64> = v["policies"][0]["limits"]
+            .as_array()
+            .expect("limits")
+            .iter()
+            .filter(|l| l["dimension"] == "requests")
+            .map(|l| l["used"].as_u64().expect("used"))
+            .collect();
+        assert_eq!(requests, [REQUESTS, REQUESTS], "{v}");
+        // Money from billing blocks: charged, spent and released exactly.
+        let money = &v["money"];
+        let spent = money["key_spent"].as_i64().expect("key_spent");
+        assert!(spent >= REQUESTS as i64, "{v}");
+        assert_eq!(
+            money["balance"].as_i64().expect("balance") + spent,
+            1_000_000_000_000_000,
+            "{v}"
+        );
+        assert_eq!(money["budgets"][0]["spent"].as_i64(), Some(spent), "{v}");
+        assert_eq!(money["budgets"][0]["reserved"].as_i64(), Some(0), "{v}");
     });
 }

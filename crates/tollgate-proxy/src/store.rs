@@ -150,19 +150,26 @@ fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
     )))
 }
 
+/// The Redis store's options a `[store]` section sets: key prefix, deadline, quota
+/// blocks (and billing blocks).
+#[cfg(feature = "redis")]
+pub fn redis_options(sc: &StoreConfig) -> tollgate_redis::RedisStoreOptions {
+    let blocks = sc
+        .blocks
+        .then(|| tollgate::core::blocks::BlockSizing::default().with_money(sc.money_blocks));
+    tollgate_redis::RedisStoreOptions::default()
+        .prefix(sc.prefix.clone())
+        .deadline(sc.deadline.0)
+        .blocks(blocks)
+}
+
 #[cfg(feature = "redis")]
 async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenError> {
     use crate::config::FailureModeConfig;
     use tollgate::core::store::fallback::LocalFallback;
-    use tollgate_redis::{CooldownSync, RedisStore, RedisStoreOptions};
+    use tollgate_redis::{CooldownSync, RedisStore};
 
-    let blocks = sc
-        .blocks
-        .then(|| tollgate::core::blocks::BlockSizing::default().with_money(sc.money_blocks));
-    let opts = RedisStoreOptions::default()
-        .prefix(sc.prefix.clone())
-        .deadline(sc.deadline.0)
-        .blocks(blocks);
+    let opts = redis_options(sc);
     let (limits, cluster) = match RedisStore::connect(url, opts.clone()).await {
         Ok(store) => {
             let cluster = store.is_cluster();

@@ -35,7 +35,8 @@ impl RedisStore {
     ) -> Option<RedisStoreFuture<BillingDecision>> {
         let key = money_key(req);
         let asked_at = self.local_now();
-        let ask = match self.blocks()?.decide_money(&key, req, asked_at) {
+        let d = self.blocks()?.decide_money(&key, req, asked_at);
+        let ask = match d {
             MoneyLocal::Admitted => {
                 return Some(RedisStoreFuture::ready(Ok(BillingDecision::Admitted)));
             }
