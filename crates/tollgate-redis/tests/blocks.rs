@@ -3,8 +3,11 @@
 //! requests in memory; instances together never admit more than a limit, what is not
 //! used goes back, and a crashed instance's borrowed leases heal with their TTL.
 
+#[path = "../../../tests/support/cluster.rs"]
+mod cluster;
 mod common;
 
+use cluster::RedisCluster;
 use common::{RedisServer, command_calls};
 use std::sync::Arc;
 use std::time::Duration;
@@ -478,4 +481,65 @@ mod money {
         let v = s.account(Some("acme"), &"k1".into(), &[]).await.unwrap();
         assert_eq!(v.balance, Some(-50));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d6_on_a_cluster_blocks_decide_channels_whose_keys_sit_on_several_slots() {
+    let cluster = RedisCluster::start(3, 0);
+    let connect = |sizing: Option<BlockSizing>| {
+        let url = cluster.seed_url();
+        async move {
+            RedisStore::connect(&url, RedisStoreOptions::default().blocks(sizing))
+                .await
+                .expect("connect to the test cluster")
+        }
+    };
+    let s = connect(Some(BlockSizing::default())).await;
+    let plain = connect(None).await;
+    let rpm = Arc::new(
+        Policy::default()
+            .with_requests(Tier::per_minute(10_000_000))
+            .with_tokens(Tier::per_minute(10_000_000_000)),
+    );
+    // A credential's and a vendor's window, and the channel's capacity: three hash tags.
+    let items: Vec<JointItem> = ["cred-a", "vendor-openai"]
+        .into_iter()
+        .map(|k| JointItem {
+            key: SubjectKey::from(k),
+            scope: Scope::Key,
+            policy: rpm.clone(),
+            demand: Demand::tokens(10),
+        })
+        .collect();
+    let slots: std::collections::HashSet<u16> = items
+        .iter()
+        .map(|it| cluster::key_slot(s.window_key(&it.key, it.scope).as_bytes()))
+        .collect();
+    assert_eq!(slots.len(), 2, "the two windows sit on two slots");
+    cluster.reset_stats();
+    let n = 600u64;
+    for _ in 0..n {
+        let (JointAdmission::Admitted(tickets), CapacityTake::Taken(lease)) = s
+            .admit_all_and_acquire(&items, "chan", 100_000, 60_000)
+            .await
+            .unwrap()
+        else {
+            panic!("refused under limits far from exhausted");
+        };
+        for (it, t) in items.iter().zip(tickets) {
+            WindowStore::settle(&s, &it.key, it.scope, t, Outcome::Completed(None))
+                .await
+                .unwrap();
+        }
+        CapacityStore::release(&s, "chan", lease).await.unwrap();
+    }
+    let calls = cluster.calls_of("evalsha");
+    assert!(calls <= 30, "{calls} script calls for {n} requests");
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    for it in &items {
+        let view = plain.view(&it.key, it.scope, &rpm).await.unwrap();
+        assert_eq!(used(&view, Dimension::Requests), [n]);
+        assert_eq!(used(&view, Dimension::Tokens), [10 * n]);
+    }
+    assert_eq!(CapacityStore::in_flight(&plain, "chan").await.unwrap(), 0);
 }

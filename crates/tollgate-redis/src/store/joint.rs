@@ -7,22 +7,14 @@ use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
 use redis::FromRedisValue;
 use std::sync::Arc;
-use tollgate_core::blocks::{Local, SlotPart, WindowPart};
+use tollgate_core::blocks::{BlockAsk, Local, SlotPart, WindowPart};
 use tollgate_core::{
     CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, Millis,
     Outcome, Policy, Scope, SlotAsk, SlotStore, StoreResult, SubjectKey, WindowAsk, WindowStore,
 };
 
-/// Reads `window_admit_all.lua`'s reply: `{1, {item reply}...}` or `{0, i, reply}`.
-pub(super) fn joint_reply(
-    r: redis::Value,
-    items: &[JointItem],
-    first: usize,
-) -> StoreResult<JointAdmission> {
-    joint_reply_granted(r, items, first).map(|(a, _)| a)
-}
-
-/// [`joint_reply`] with the requests each item counted (its quota block's, or 1).
+/// Reads `window_admit_all.lua`'s reply: `{1, {item reply}...}` or `{0, i, reply}`, with
+/// the requests each item counted (its quota block's, or 1).
 pub(super) fn joint_reply_granted(
     r: redis::Value,
     items: &[JointItem],
@@ -285,42 +277,12 @@ impl tollgate_core::ChannelStore for RedisStore {
         ttl: Millis,
     ) -> RedisStoreFuture<(JointAdmission, CapacityTake)> {
         let leases = self.slots_key(&channel_subject(channel));
-        let mut keys: Vec<String> = items
-            .iter()
-            .flat_map(|it| self.window_keys(&it.key, it.scope))
-            .collect();
-        keys.push(leases.clone());
-        let one_slot = !self.is_cluster() || {
-            let first = hash_slot(keys[0].as_bytes());
-            keys.iter().all(|k| hash_slot(k.as_bytes()) == first)
-        };
-        if !one_slot {
-            // On different Cluster slots: the windows, then the lease — two calls.
-            let admitted = WindowStore::admit_all(self, items);
-            let (store, channel) = (self.clone(), channel.to_owned());
-            return RedisStoreFuture::new(async move {
-                let a = admitted.await?;
-                if !matches!(a, JointAdmission::Admitted(_)) {
-                    return Ok((a, CapacityTake::NotAsked));
-                }
-                let take = match tollgate_core::CapacityStore::try_acquire(
-                    &store, &channel, capacity, ttl,
-                )
-                .await
-                {
-                    Ok(Some(lease)) => CapacityTake::Taken(lease),
-                    Ok(None) => CapacityTake::Full,
-                    Err(_) => CapacityTake::NotAsked,
-                };
-                Ok((a, take))
-            });
-        }
         let asked_at = self.local_now();
-        let mut borrow = None;
         let states: Vec<String> = items
             .iter()
             .map(|it| self.window_key(&it.key, it.scope))
             .collect();
+        let mut borrow = None;
         if let Some(mut blocks) = self.blocks() {
             let parts = window_parts(items, &states);
             let part = SlotPart {
@@ -341,33 +303,20 @@ impl tollgate_core::ChannelStore for RedisStore {
             }
         }
         let id = self.inner.next_lease.next();
-        let args = vec![
-            self.time(),
-            capacity.to_string(),
-            ttl.to_string(),
-            self.member(id),
-            borrow.as_ref().map_or(1, |b| b.slots).to_string(),
-        ];
-        let blobs = items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| {
-                let block = borrow.as_ref().and_then(|b| b.windows[i]);
-                codec::admit_block_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, block)
-            })
+        let asks: Vec<Option<BlockAsk>> = (0..items.len())
+            .map(|i| borrow.as_ref().and_then(|b| b.windows[i]))
             .collect();
-        let owned = items.to_vec();
-        let decided = self.eval_blobs(
-            &scripts().channel,
-            keys,
-            args,
-            blobs,
-            move |r: redis::Value| channel_reply(r, id, &owned),
-        );
+        let slots = borrow.as_ref().map_or(1, |b| b.slots);
+        let (decided, one_call) =
+            self.channel_call(items, &leases, &asks, capacity, ttl, id, slots);
         let Some(borrow) = borrow else {
             let decided =
                 RedisStoreFuture::new(async move { decided.await.map(|(a, t, ..)| (a, t)) });
-            return self.removing_late_lease(leases, self.member(id), decided);
+            return if one_call {
+                self.removing_late_lease(leases, self.member(id), decided)
+            } else {
+                decided
+            };
         };
         let (owned, channel) = (items.to_vec(), channel.to_owned());
         let refunds: Vec<(SubjectKey, Scope)> =
@@ -402,7 +351,7 @@ impl tollgate_core::ChannelStore for RedisStore {
                         let slot = match take {
                             CapacityTake::Taken(lease) => Some((part, took, lease)),
                             _ => {
-                                // The channel was full: no lease, no slot block.
+                                // No lease: no slot block.
                                 blocks.abandon(Some(&leases), &[], &borrow);
                                 None
                             }
@@ -449,6 +398,94 @@ impl tollgate_core::ChannelStore for RedisStore {
         )
     }
 }
+
+impl RedisStore {
+    /// The channel's decision as Redis makes it: its provider windows (item `i` asking
+    /// for block `asks[i]`) and, when they admit, `slots` capacity leases (1 = one lease,
+    /// more = a block) under lease id `id`. One script when every key is on one slot
+    /// (always on a single node; the second value is then true), else the windows (one
+    /// script per slot) and then the leases.
+    #[allow(clippy::too_many_arguments)]
+    fn channel_call(
+        &self,
+        items: &[JointItem],
+        leases: &str,
+        asks: &[Option<BlockAsk>],
+        capacity: u32,
+        ttl: Millis,
+        id: LeaseId,
+        slots: u32,
+    ) -> (ChannelAnswer, bool) {
+        let mut keys: Vec<String> = items
+            .iter()
+            .flat_map(|it| self.window_keys(&it.key, it.scope))
+            .collect();
+        keys.push(leases.to_owned());
+        let one_slot = !self.is_cluster() || {
+            let first = hash_slot(keys[0].as_bytes());
+            keys.iter().all(|k| hash_slot(k.as_bytes()) == first)
+        };
+        let args = vec![
+            self.time(),
+            capacity.to_string(),
+            ttl.to_string(),
+            self.member(id),
+            slots.to_string(),
+        ];
+        if one_slot {
+            let blobs = items
+                .iter()
+                .zip(asks)
+                .map(|(it, ask)| {
+                    codec::admit_block_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask)
+                })
+                .collect();
+            let owned = items.to_vec();
+            let decided = self.eval_blobs(
+                &scripts().channel,
+                keys,
+                args,
+                blobs,
+                move |r: redis::Value| channel_reply(r, id, &owned),
+            );
+            return (decided, true);
+        }
+        // On different Cluster slots: the windows, then the leases — as the slot-only
+        // joint script takes them (a block where it fits).
+        let admitted = self.admit_all_counted(items, asks);
+        let leases = leases.to_owned();
+        let store = self.clone();
+        let decided = RedisStoreFuture::new(async move {
+            let (a, counted) = admitted.await?;
+            if !matches!(a, JointAdmission::Admitted(_)) {
+                return Ok((a, CapacityTake::NotAsked, 0, counted));
+            }
+            let call = store.eval_blobs(
+                &scripts().joint,
+                vec![leases.clone()],
+                args,
+                Vec::new(),
+                move |r| joint_decision(r, id, None),
+            );
+            let call = store.removing_late_lease(leases.clone(), store.member(id), call);
+            let (take, took) = match call.await {
+                Ok((JointDecision::Admitted { .. }, took, _)) => (CapacityTake::Taken(id), took),
+                Ok(_) => (CapacityTake::Full, 0),
+                Err(_) => {
+                    // The windows stand; the capacity layer asks on its own.
+                    store.remove_late_block(&leases, id, slots);
+                    (CapacityTake::NotAsked, 0)
+                }
+            };
+            Ok((a, take, took, counted))
+        });
+        (decided, false)
+    }
+}
+
+/// What a channel's decision answers: the windows, the lease, the leases taken and the
+/// requests each item counted.
+type ChannelAnswer = RedisStoreFuture<(JointAdmission, CapacityTake, u32, Vec<u64>)>;
 
 /// The window parts of `items`, whose state keys are `states`.
 fn window_parts<'a>(items: &'a [JointItem], states: &'a [String]) -> Vec<WindowPart<'a>> {

@@ -1,10 +1,11 @@
 //! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
 
-use super::joint::joint_reply;
+use super::joint::joint_reply_granted;
 use super::*;
 use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
 use std::sync::Arc;
+use tollgate_core::blocks::{BlockAsk, GiveBack};
 use tollgate_core::{
     Admission, Demand, Dimension, JointAdmission, JointItem, JointSettle, LimitView, Outcome,
     Policy, Scope, SubjectKey, WindowStore, WindowTicket,
@@ -90,42 +91,8 @@ impl WindowStore for RedisStore {
     }
 
     fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
-        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
-        if groups.len() <= 1 {
-            return self.admit_group(items.to_vec(), 0);
-        }
-        // On a Cluster, items on different slots (a vendor-wide window beside a
-        // credential's) are one script per slot, in order; a refusal gives back what
-        // the groups before it counted.
-        let store = self.clone();
-        let items = items.to_vec();
-        RedisStoreFuture::new(async move {
-            let mut tickets = Vec::with_capacity(items.len());
-            for range in groups {
-                let start = range.start;
-                let answer = store.admit_group(items[range].to_vec(), start).await;
-                match answer {
-                    Ok(JointAdmission::Admitted(t)) => tickets.extend(t),
-                    other => {
-                        let back = items
-                            .iter()
-                            .zip(tickets)
-                            .map(|(it, ticket)| JointSettle {
-                                key: it.key.clone(),
-                                scope: it.scope,
-                                ticket,
-                                outcome: Outcome::Refund,
-                            })
-                            .collect::<Vec<_>>();
-                        if !back.is_empty() {
-                            tokio::spawn(store.settle_all(back));
-                        }
-                        return other;
-                    }
-                }
-            }
-            Ok(JointAdmission::Admitted(tickets))
-        })
+        let decided = self.admit_all_counted(items, &vec![None; items.len()]);
+        RedisStoreFuture::new(async move { decided.await.map(|(a, _)| a) })
     }
 
     fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()> {
@@ -165,21 +132,89 @@ impl RedisStore {
         groups
     }
 
-    /// One script admitting `items` (all on one slot) all or nothing; a refusal's index
-    /// is offset by `first`, the position of `items[0]` in the whole request.
+    /// [`WindowStore::admit_all`] asking item `i` for the quota block `asks[i]` too;
+    /// answers the requests each item counted (its block's, or 1). On a Cluster, items
+    /// on different slots (a vendor-wide window beside a credential's) are one script
+    /// per slot, in order; a refusal gives back what the groups before it counted.
+    pub(super) fn admit_all_counted(
+        &self,
+        items: &[JointItem],
+        asks: &[Option<BlockAsk>],
+    ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
+        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
+        if groups.len() <= 1 {
+            return self.admit_group(items.to_vec(), asks.to_vec(), 0);
+        }
+        let store = self.clone();
+        let (items, asks) = (items.to_vec(), asks.to_vec());
+        RedisStoreFuture::new(async move {
+            let mut tickets = Vec::with_capacity(items.len());
+            let mut counted = Vec::with_capacity(items.len());
+            for range in groups {
+                let start = range.start;
+                let answer = store
+                    .admit_group(items[range.clone()].to_vec(), asks[range].to_vec(), start)
+                    .await;
+                match answer {
+                    Ok((JointAdmission::Admitted(t), c)) => {
+                        tickets.extend(t);
+                        counted.extend(c);
+                    }
+                    other => {
+                        for ((it, mut ticket), (n, ask)) in
+                            items.iter().zip(tickets).zip(counted.iter().zip(&asks))
+                        {
+                            let state = store.window_key(&it.key, it.scope);
+                            match ask.filter(|_| *n > 1) {
+                                // A block counted whole: given back whole.
+                                Some(a) => {
+                                    ticket.demand.tokens = a.tokens;
+                                    store.give_back(GiveBack::Window {
+                                        key: state,
+                                        ticket,
+                                        requests: *n,
+                                        used: 0,
+                                        outcome: Outcome::Refund,
+                                    });
+                                }
+                                None => {
+                                    let r = WindowStore::settle(
+                                        &store,
+                                        &it.key,
+                                        it.scope,
+                                        ticket,
+                                        Outcome::Refund,
+                                    );
+                                    tokio::spawn(r);
+                                }
+                            }
+                        }
+                        return other;
+                    }
+                }
+            }
+            Ok((JointAdmission::Admitted(tickets), counted))
+        })
+    }
+
+    /// One script admitting `items` (all on one slot) all or nothing, item `i` asking
+    /// for the block `asks[i]` too; a refusal's index is offset by `first`, the position
+    /// of `items[0]` in the whole request.
     pub(super) fn admit_group(
         &self,
         items: Vec<JointItem>,
+        asks: Vec<Option<BlockAsk>>,
         first: usize,
-    ) -> RedisStoreFuture<JointAdmission> {
+    ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
         let mut keys = Vec::with_capacity(2 * items.len());
         let mut blobs = Vec::with_capacity(items.len());
-        for it in &items {
+        for (it, ask) in items.iter().zip(&asks) {
             keys.extend(self.window_keys(&it.key, it.scope));
-            blobs.push(codec::admit_args(
+            blobs.push(codec::admit_block_args(
                 self.inner.amount_ttl_ms,
                 &it.policy,
                 &it.demand,
+                *ask,
             ));
         }
         self.eval_blobs(
@@ -187,7 +222,7 @@ impl RedisStore {
             keys,
             vec![self.time()],
             blobs,
-            move |r: redis::Value| joint_reply(r, &items, first),
+            move |r: redis::Value| joint_reply_granted(r, &items, first),
         )
     }
 }
