@@ -153,7 +153,9 @@ impl BlockSizing {
             .tokens
             .saturating_mul(requests)
             .min(share(&policy.tokens));
-        (tokens >= demand.tokens).then_some(BlockAsk { requests, tokens })
+        // Room for at least `min_units` requests of this size in the tokens too.
+        let enough = tokens >= demand.tokens.saturating_mul(u64::from(self.min_units));
+        enough.then_some(BlockAsk { requests, tokens })
     }
 }
 
@@ -214,6 +216,9 @@ pub struct WindowBlock {
     tokens: u64,
     in_flight: u32,
     retired: bool,
+    /// Given back with requests still in flight: those are counted in Redis as
+    /// requests of their own now, and settle there.
+    handed: bool,
 }
 
 impl WindowBlock {
@@ -254,6 +259,7 @@ impl WindowBlock {
             tokens: first.tokens,
             in_flight: 1,
             retired: life == 0,
+            handed: false,
         }
     }
 
@@ -272,6 +278,7 @@ impl WindowBlock {
 
     fn fits(&self, demand: &Demand, now: Millis) -> bool {
         !self.retired
+            && !self.handed
             && now < self.until
             && self.admitted < self.requests
             && self.tokens.saturating_add(demand.tokens) <= self.shared.demand.tokens
@@ -339,13 +346,18 @@ pub struct SlotBlock {
     expires: Millis,
     renewing: bool,
     retired: bool,
+    /// Its unheld leases were given back while some were still held: each of those is
+    /// a lease of its own in Redis now, released and renewed there.
+    handed: bool,
+    /// The limit it was borrowed under: a block serves no other.
+    limit: u32,
 }
 
 impl SlotBlock {
     fn new(
         id: u64,
         shared: LeaseId,
-        size: u32,
+        (size, limit): (u32, u32),
         ttl: Millis,
         asked_at: Millis,
         sizing: &BlockSizing,
@@ -363,6 +375,8 @@ impl SlotBlock {
             expires: asked_at.saturating_add(ttl),
             renewing: false,
             retired: false,
+            handed: false,
+            limit,
         }
     }
 
@@ -374,8 +388,13 @@ impl SlotBlock {
         index < self.size && self.held[(index / 64) as usize] & (1 << (index % 64)) != 0
     }
 
-    fn fits(&self, ttl: Millis, now: Millis) -> bool {
-        !self.retired && now < self.until && ttl == self.ttl && self.count < self.size
+    fn fits(&self, limit: u32, ttl: Millis, now: Millis) -> bool {
+        !self.retired
+            && !self.handed
+            && now < self.until
+            && ttl == self.ttl
+            && limit == self.limit
+            && self.count < self.size
     }
 
     fn take(&mut self) -> Option<LeaseId> {
@@ -403,6 +422,16 @@ impl SlotBlock {
             key: key.to_owned(),
             shared: self.shared,
             size: self.size,
+        }
+    }
+
+    /// The leases nobody holds, given back while some are held.
+    fn hand_over(&mut self, key: &str) -> GiveBack {
+        self.handed = true;
+        GiveBack::SlotMembers {
+            key: key.to_owned(),
+            shared: self.shared,
+            indices: (0..self.size).filter(|&i| !self.holds(i)).collect(),
         }
     }
 }
@@ -520,6 +549,15 @@ pub enum GiveBack {
         /// The tokens used (`Completed` with them as input tokens).
         outcome: Outcome,
     },
+    /// Release the shared leases `indices` of a block (those nobody holds).
+    SlotMembers {
+        /// The lease set's key.
+        key: String,
+        /// The shared lease id they are named after.
+        shared: LeaseId,
+        /// Their indices.
+        indices: Vec<u32>,
+    },
     /// Release the block's `size` shared leases.
     Slots {
         /// The lease set's key.
@@ -605,9 +643,43 @@ struct SlotEntry {
     borrowing: bool,
 }
 
+/// Answer of [`Blocks::settle`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SettleLocal {
+    /// Settled here; the block to give back if that ended it.
+    Done(Option<GiveBack>),
+    /// Settle it in the shared store as an ordinary ticket: its block was given back
+    /// while it was in flight (or is not held here).
+    Shared,
+}
+
+/// Answer of [`Blocks::release`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReleaseLocal {
+    /// Released here (or not held: nothing to do); the block to give back if that ended
+    /// it.
+    Done(Option<GiveBack>),
+    /// Release shared lease `index` of the block named after `shared`: the block was
+    /// given back while this lease was held.
+    Member {
+        /// The shared lease id the block's leases are named after.
+        shared: LeaseId,
+        /// This lease's index.
+        index: u32,
+    },
+}
+
 /// Answer of [`Blocks::renew`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RenewLocal {
+    /// Renew shared lease `index` of the block named after `shared` on its own (its
+    /// block was given back while it was held).
+    Member {
+        /// The shared lease id the block's leases are named after.
+        shared: LeaseId,
+        /// This lease's index.
+        index: u32,
+    },
     /// Not a lease of a live block: it is gone.
     Gone,
     /// Held, and its block's shared leases live long enough.
@@ -718,20 +790,23 @@ impl Blocks {
         let slot_ok = slot.map(|s| {
             let e = self.slots.entry(s.key.to_owned()).or_default();
             retire_old_slots(e, now);
-            e.blocks.iter().position(|b| b.fits(s.ttl, now))
+            e.blocks.iter().position(|b| b.fits(s.limit, s.ttl, now))
         });
         let mut window_ok = Vec::with_capacity(windows.len());
         for w in windows {
             let e = self.windows.entry(w.key.to_owned()).or_default();
-            if e.policy
-                .as_ref()
-                .is_some_and(|p| !Arc::ptr_eq(p, w.policy) && **p != **w.policy)
-            {
+            if e.policy.as_ref().is_some_and(|p| !same_policy(p, w.policy)) {
                 // The policy changed: its blocks admit no more.
                 e.blocks.iter_mut().for_each(|b| b.retired = true);
             }
             e.policy = Some(w.policy.clone());
-            window_ok.push(e.blocks.iter().position(|b| b.fits(w.demand, now)));
+            let fit = e.blocks.iter().position(|b| b.fits(w.demand, now));
+            if fit.is_none() {
+                // A block this request does not fit (its tokens ran short) admits no
+                // more: one live block per subject, and its rest goes back at its timer.
+                e.blocks.iter_mut().for_each(|b| b.retired = true);
+            }
+            window_ok.push(fit);
         }
         let all = slot_ok.is_none_or(|i| i.is_some()) && window_ok.iter().all(Option::is_some);
         if all {
@@ -791,17 +866,26 @@ impl Blocks {
     ) -> (Option<LeaseId>, Vec<WindowTicket>, Vec<Retire>) {
         let sizing = self.sizing;
         let mut retire = Vec::new();
+        let mut singles: Vec<(&str, bool)> = Vec::new();
         let lease = slot.map(|(part, granted, shared)| {
             let e = self.slots.entry(part.key.to_owned()).or_default();
             if borrow.slots > 1 {
                 e.borrowing = false;
             }
             if granted <= 1 {
+                singles.push((part.key, false));
                 return shared;
             }
             let id = self.next_id;
             self.next_id += 1;
-            let b = SlotBlock::new(id, shared, granted, part.ttl, asked_at, &sizing);
+            let b = SlotBlock::new(
+                id,
+                shared,
+                (granted, part.limit),
+                part.ttl,
+                asked_at,
+                &sizing,
+            );
             let lease = b.lease(0);
             retire.push(Retire {
                 key: part.key.to_owned(),
@@ -820,6 +904,7 @@ impl Blocks {
             }
             if *granted <= 1 {
                 tickets.push(*ticket);
+                singles.push((part.key, true));
                 continue;
             }
             let id = self.next_id;
@@ -833,6 +918,15 @@ impl Blocks {
                 asked_at,
                 &sizing,
             );
+            let mut b = b;
+            // Counted under the policy the request was asked with: if the policy changed
+            // while the borrow was under way, the block serves no other request.
+            if e.policy
+                .as_ref()
+                .is_some_and(|p| !same_policy(p, part.policy))
+            {
+                b.retired = true;
+            }
             tickets.push(b.ticket(part.demand));
             retire.push(Retire {
                 key: part.key.to_owned(),
@@ -841,6 +935,9 @@ impl Blocks {
                 at: b.until,
             });
             e.blocks.push(b);
+        }
+        for (key, window) in singles {
+            self.forget(key, window);
         }
         (lease, tickets, retire)
     }
@@ -851,49 +948,70 @@ impl Blocks {
             if let Some(e) = self.slots.get_mut(k) {
                 e.borrowing = false;
             }
+            self.forget(k, false);
         }
         for (k, b) in windows.iter().zip(&borrow.windows) {
             if b.is_some() {
                 if let Some(e) = self.windows.get_mut(*k) {
                     e.borrowing = false;
                 }
+                self.forget(k, true);
             }
         }
-        self.forget_empty();
     }
 
-    /// Settles a ticket handed out from a block of `key`; returns what to give back if
-    /// that ended the block. A ticket of no block held here changes nothing.
-    pub fn settle(
-        &mut self,
-        key: &str,
-        ticket: &WindowTicket,
-        outcome: Outcome,
-    ) -> Option<GiveBack> {
-        let e = self.windows.get_mut(key)?;
-        let i = e.blocks.iter().position(|b| b.id == ticket.borrowed)?;
-        e.blocks[i].settle(&ticket.demand, outcome);
-        let back = e.blocks[i]
-            .spent()
-            .then(|| e.blocks.swap_remove(i).give_back(key));
+    /// Settles a ticket handed out from a block of `key`: here, giving back the block if
+    /// that was its last request; or, for a block already given back with the ticket
+    /// in flight (or a block unknown here), in the shared store as an ordinary ticket.
+    pub fn settle(&mut self, key: &str, ticket: &WindowTicket, outcome: Outcome) -> SettleLocal {
+        let Some(e) = self.windows.get_mut(key) else {
+            return SettleLocal::Shared;
+        };
+        let Some(i) = e.blocks.iter().position(|b| b.id == ticket.borrowed) else {
+            return SettleLocal::Shared;
+        };
+        let b = &mut e.blocks[i];
+        if b.handed {
+            b.in_flight = b.in_flight.saturating_sub(1);
+            if b.in_flight == 0 {
+                e.blocks.swap_remove(i);
+            }
+            self.forget(key, true);
+            return SettleLocal::Shared;
+        }
+        b.settle(&ticket.demand, outcome);
+        let back = b.spent().then(|| e.blocks.swap_remove(i).give_back(key));
         self.forget(key, true);
-        back
+        SettleLocal::Done(back)
     }
 
     /// Releases a lease handed out from a slot block of `key`; releasing twice is
-    /// harmless. Returns what to give back if that ended the block.
-    pub fn release(&mut self, key: &str, lease: LeaseId) -> Option<GiveBack> {
-        let (block, index) = borrowed_lease(lease)?;
-        let e = self.slots.get_mut(key)?;
-        let i = e.blocks.iter().position(|b| b.id == block)?;
-        if !e.blocks[i].release(index) {
-            return None;
+    /// harmless.
+    pub fn release(&mut self, key: &str, lease: LeaseId) -> ReleaseLocal {
+        let Some((block, index)) = borrowed_lease(lease) else {
+            return ReleaseLocal::Done(None);
+        };
+        let Some(e) = self.slots.get_mut(key) else {
+            return ReleaseLocal::Done(None);
+        };
+        let Some(i) = e.blocks.iter().position(|b| b.id == block) else {
+            return ReleaseLocal::Done(None);
+        };
+        let b = &mut e.blocks[i];
+        if !b.release(index) {
+            return ReleaseLocal::Done(None);
         }
-        let back = e.blocks[i]
-            .spent()
-            .then(|| e.blocks.swap_remove(i).give_back(key));
+        let answer = if b.handed {
+            let shared = b.shared;
+            if b.count == 0 {
+                e.blocks.swap_remove(i);
+            }
+            ReleaseLocal::Member { shared, index }
+        } else {
+            ReleaseLocal::Done(b.spent().then(|| e.blocks.swap_remove(i).give_back(key)))
+        };
         self.forget(key, false);
-        back
+        answer
     }
 
     /// Renewal of a borrowed lease to `ttl` at `now`.
@@ -908,10 +1026,22 @@ impl Blocks {
         else {
             return RenewLocal::Gone;
         };
-        if !b.holds(index) || b.expires <= now {
+        if !b.holds(index) {
             return RenewLocal::Gone;
         }
-        if b.renewing || b.expires.saturating_sub(now) >= ttl.max(b.ttl) / 2 {
+        if b.handed {
+            return RenewLocal::Member {
+                shared: b.shared,
+                index,
+            };
+        }
+        if b.expires <= now {
+            return RenewLocal::Gone;
+        }
+        // Renewed as a whole whenever a tenth of a TTL has passed since it last was:
+        // whatever the holders' renewal period, no lease of it lapses between two.
+        let ttl = ttl.max(b.ttl);
+        if b.renewing || b.expires.saturating_sub(now) >= ttl - ttl / 10 {
             return RenewLocal::Alive;
         }
         b.renewing = true;
@@ -953,29 +1083,44 @@ impl Blocks {
     }
 
     /// Retires window or slot block `block` of `key` (its timer went off): it admits no
-    /// more. Returns what to give back if nothing of it is in flight.
+    /// more, and what it did not use goes back now — all of it when nothing of it is in
+    /// flight; else a window block settles with its requests in flight counted as used
+    /// (they settle in the shared store as ordinary requests from then on), a slot
+    /// block releases the leases nobody holds (the held ones are released one by one).
     pub fn retire(&mut self, key: &str, block: u64, kind: BlockKind) -> Option<GiveBack> {
-        let window = match kind {
-            BlockKind::Window => true,
-            BlockKind::Slots => false,
+        let back = match kind {
             BlockKind::Money => return None,
+            BlockKind::Window => {
+                let e = self.windows.get_mut(key)?;
+                let i = e.blocks.iter().position(|b| b.id == block)?;
+                let b = &mut e.blocks[i];
+                if b.handed {
+                    return None;
+                }
+                b.retired = true;
+                if b.spent() {
+                    Some(e.blocks.swap_remove(i).give_back(key))
+                } else {
+                    b.handed = true;
+                    Some(b.give_back(key))
+                }
+            }
+            BlockKind::Slots => {
+                let e = self.slots.get_mut(key)?;
+                let i = e.blocks.iter().position(|b| b.id == block)?;
+                let b = &mut e.blocks[i];
+                if b.handed {
+                    return None;
+                }
+                b.retired = true;
+                if b.spent() {
+                    Some(e.blocks.swap_remove(i).give_back(key))
+                } else {
+                    Some(b.hand_over(key))
+                }
+            }
         };
-        let back = if window {
-            let e = self.windows.get_mut(key)?;
-            let i = e.blocks.iter().position(|b| b.id == block)?;
-            e.blocks[i].retired = true;
-            e.blocks[i]
-                .spent()
-                .then(|| e.blocks.swap_remove(i).give_back(key))
-        } else {
-            let e = self.slots.get_mut(key)?;
-            let i = e.blocks.iter().position(|b| b.id == block)?;
-            e.blocks[i].retired = true;
-            e.blocks[i]
-                .spent()
-                .then(|| e.blocks.swap_remove(i).give_back(key))
-        };
-        self.forget(key, window);
+        self.forget(key, kind == BlockKind::Window);
         back
     }
 
@@ -1170,7 +1315,7 @@ impl Blocks {
         self.windows.get(key).map_or((0, 0), |e| {
             e.blocks
                 .iter()
-                .filter(|b| !b.retired && now < b.until)
+                .filter(|b| !b.retired && !b.handed && now < b.until)
                 .fold((0, 0), |(r, t), b| {
                     (
                         r + b.requests.saturating_sub(b.admitted),
@@ -1182,9 +1327,13 @@ impl Blocks {
 
     /// Leases of `key` borrowed here and not handed out.
     pub fn unused_slots(&self, key: &str) -> u32 {
-        self.slots
-            .get(key)
-            .map_or(0, |e| e.blocks.iter().map(|b| b.size - b.count).sum())
+        self.slots.get(key).map_or(0, |e| {
+            e.blocks
+                .iter()
+                .filter(|b| !b.handed)
+                .map(|b| b.size - b.count)
+                .sum()
+        })
     }
 
     /// Blocks held (live or retired with requests in flight).
@@ -1216,13 +1365,10 @@ impl Blocks {
             self.slots.remove(key);
         }
     }
+}
 
-    fn forget_empty(&mut self) {
-        self.windows
-            .retain(|_, e| !e.blocks.is_empty() || e.borrowing);
-        self.slots
-            .retain(|_, e| !e.blocks.is_empty() || e.borrowing);
-    }
+fn same_policy(a: &Arc<Policy>, b: &Arc<Policy>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
 }
 
 /// A new block's retirement, for the caller's timer.
@@ -1349,8 +1495,12 @@ mod tests {
             256
         );
         // Tokens: at most 1/64 of the smallest token tier, never less than the request.
-        assert_eq!(s.window(&policy(1 << 30, 6_400), &d).unwrap().tokens, 100);
-        assert_eq!(s.window(&policy(1 << 30, 6_399), &d), None);
+        assert_eq!(
+            s.window(&policy(1 << 30, 64 * 800), &d).unwrap().tokens,
+            800,
+            "room for min_units requests of this size"
+        );
+        assert_eq!(s.window(&policy(1 << 30, 64 * 800 - 1), &d), None);
         assert_eq!(s.slots(511, 60_000), None);
         assert_eq!(s.slots(512, 60_000), Some(8));
         assert_eq!(s.slots(0, 60_000), Some(256));
@@ -1415,7 +1565,9 @@ mod tests {
                 output_tokens: 3,
                 ..Usage::default()
             };
-            let r = b.settle("w", t, Outcome::Completed(Some(used)));
+            let SettleLocal::Done(r) = b.settle("w", t, Outcome::Completed(Some(used))) else {
+                panic!("settled in the block")
+            };
             if i < 255 {
                 assert_eq!(r, None);
             } else {
@@ -1449,28 +1601,37 @@ mod tests {
         };
         let t3 = g.tickets[0];
         assert_eq!(b.unused_window("w", 1), (253, 2_560 - 30));
-        assert_eq!(b.settle("w", &t1, Outcome::Refund), None);
-        assert_eq!(b.settle("w", &t2, Outcome::Completed(None)), None);
-        assert_eq!(b.unused_window("w", 1), (254, 2_560 - 20));
-        // The timer retires it with one request in flight: given back when it ends.
-        let id = t3.borrowed;
-        assert_eq!(b.retire("w", id, BlockKind::Window), None);
-        let back = b.settle(
-            "w",
-            &t3,
-            Outcome::Completed(Some(Usage {
-                input_tokens: 50,
-                ..Usage::default()
-            })),
+        assert_eq!(b.settle("w", &t1, Outcome::Refund), SettleLocal::Done(None));
+        assert_eq!(
+            b.settle("w", &t2, Outcome::Completed(None)),
+            SettleLocal::Done(None)
         );
-        let Some(GiveBack::Window { used, outcome, .. }) = back else {
+        assert_eq!(b.unused_window("w", 1), (254, 2_560 - 20));
+        // The timer retires it with one request in flight: what it did not use goes
+        // back at once, the request in flight counted as used with its estimate.
+        let id = t3.borrowed;
+        let back = b.retire("w", id, BlockKind::Window);
+        let Some(GiveBack::Window {
+            requests,
+            used,
+            outcome,
+            ..
+        }) = back
+        else {
             panic!("{back:?}")
         };
-        assert_eq!(used, 2);
+        assert_eq!((requests, used), (256, 2));
         let Outcome::Completed(Some(u)) = outcome else {
             panic!("{outcome:?}")
         };
-        assert_eq!(u.total_tokens(), 60);
+        assert_eq!(u.total_tokens(), 20, "t2's estimate and t3's");
+        assert_eq!(b.unused_window("w", 1), (0, 0));
+        // The request in flight then settles in the shared store as an ordinary one.
+        let done = Outcome::Completed(Some(Usage {
+            input_tokens: 50,
+            ..Usage::default()
+        }));
+        assert_eq!(b.settle("w", &t3, done), SettleLocal::Shared);
         assert!(b.is_empty());
     }
 
@@ -1558,10 +1719,10 @@ mod tests {
             b.decide(Some(slot(1_000)), &[], 10),
             Local::Ask(_)
         ));
-        assert_eq!(b.release("s", leases[3]), None);
+        assert_eq!(b.release("s", leases[3]), ReleaseLocal::Done(None));
         assert_eq!(
             b.release("s", leases[3]),
-            None,
+            ReleaseLocal::Done(None),
             "a second release frees nothing"
         );
         assert_eq!(b.unused_slots("s"), 1);
@@ -1570,19 +1731,67 @@ mod tests {
             panic!()
         };
         assert_eq!(g.lease, Some(leases[3]));
-        let id = borrowed_lease(first).unwrap().0;
-        assert_eq!(b.retire("s", id, BlockKind::Slots), None);
+        // Every lease released but one: the block goes back whole when the last one
+        // ends before its timer...
         for l in &leases[..14] {
-            assert_eq!(b.release("s", *l), None);
+            assert_eq!(b.release("s", *l), ReleaseLocal::Done(None));
         }
         assert_eq!(
             b.release("s", leases[14]),
+            ReleaseLocal::Done(None),
+            "still live: it hands out leases until its timer"
+        );
+        let id = borrowed_lease(first).unwrap().0;
+        assert_eq!(
+            b.retire("s", id, BlockKind::Slots),
             Some(GiveBack::Slots {
                 key: "s".into(),
                 shared: 77,
                 size: 15
             })
         );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn c1_a_retired_slot_block_gives_back_its_free_leases_at_once() {
+        let mut b = Blocks::new(BlockSizing::default());
+        let Local::Ask(borrow) = b.decide(Some(slot(1_000)), &[], 0) else {
+            panic!()
+        };
+        let (lease, _, _) = b.install(Some((slot(1_000), 15, 77)), &[], &borrow, 0);
+        let Local::Granted(g) = b.decide(Some(slot(1_000)), &[], 1) else {
+            panic!()
+        };
+        let (first, second) = (lease.unwrap(), g.lease.unwrap());
+        assert_eq!(b.release("s", first), ReleaseLocal::Done(None));
+        // Retired with one lease held: the 14 others go back now, not when it ends.
+        let id = borrowed_lease(first).unwrap().0;
+        assert_eq!(
+            b.retire("s", id, BlockKind::Slots),
+            Some(GiveBack::SlotMembers {
+                key: "s".into(),
+                shared: 77,
+                indices: (0..15).filter(|&i| i != 1).collect()
+            })
+        );
+        assert_eq!(b.unused_slots("s"), 0);
+        // The held one is a lease of its own in the shared store now.
+        assert_eq!(
+            b.renew("s", second, 60_000, 2),
+            RenewLocal::Member {
+                shared: 77,
+                index: 1
+            }
+        );
+        assert_eq!(
+            b.release("s", second),
+            ReleaseLocal::Member {
+                shared: 77,
+                index: 1
+            }
+        );
+        assert_eq!(b.release("s", second), ReleaseLocal::Done(None));
         assert!(b.is_empty());
     }
 
@@ -1594,26 +1803,27 @@ mod tests {
         };
         let (lease, _, _) = b.install(Some((slot(0), 256, 5)), &[], &borrow, 0);
         let lease = lease.unwrap();
-        assert_eq!(b.renew("s", lease, 60_000, 20_000), RenewLocal::Alive);
+        // Renewed as a whole once a tenth of the TTL has passed since it last was.
+        assert_eq!(b.renew("s", lease, 60_000, 5_000), RenewLocal::Alive);
         let RenewLocal::Renew {
             block,
             shared,
             size,
-        } = b.renew("s", lease, 60_000, 31_000)
+        } = b.renew("s", lease, 60_000, 7_000)
         else {
             panic!()
         };
         assert_eq!((shared, size), (5, 256));
         // One renewal in flight: the others need none.
-        assert_eq!(b.renew("s", lease, 60_000, 31_001), RenewLocal::Alive);
-        b.renewed("s", block, 31_000, 60_000, Some(true));
-        assert_eq!(b.renew("s", lease, 60_000, 60_000), RenewLocal::Alive);
+        assert_eq!(b.renew("s", lease, 60_000, 7_001), RenewLocal::Alive);
+        b.renewed("s", block, 7_000, 60_000, Some(true));
+        assert_eq!(b.renew("s", lease, 60_000, 10_000), RenewLocal::Alive);
         // The shared leases expired meanwhile (a stall): every lease of it is gone.
-        let RenewLocal::Renew { block, .. } = b.renew("s", lease, 60_000, 70_000) else {
+        let RenewLocal::Renew { block, .. } = b.renew("s", lease, 60_000, 20_000) else {
             panic!()
         };
-        b.renewed("s", block, 70_000, 60_000, Some(false));
-        assert_eq!(b.renew("s", lease, 60_000, 70_001), RenewLocal::Gone);
+        b.renewed("s", block, 20_000, 60_000, Some(false));
+        assert_eq!(b.renew("s", lease, 60_000, 20_001), RenewLocal::Gone);
         assert_eq!(b.renew("s", 12345, 60_000, 1), RenewLocal::Gone);
     }
 

@@ -16,8 +16,8 @@ use crate::store::{RedisStore, RedisStoreFuture};
 use std::time::Duration;
 use tollgate_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
 use tollgate_core::{
-    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, StoreError,
-    StoreErrorKind, StoreResult,
+    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore,
+    StoreError, StoreErrorKind, StoreResult,
 };
 
 /// Spacing of the retries of a block's settlement: doubling from the first to the
@@ -95,7 +95,7 @@ impl RedisStore {
                 redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
             Ok((*took == 1, decode(inner)?))
         });
-        let (req, books) = (req.clone(), req.books());
+        let (req, books, mine) = (req.clone(), req.books(), req.attempt_ref());
         Some(self.borrowing(
             call,
             move |store, r: StoreResult<(bool, BillingDecision)>| {
@@ -119,7 +119,17 @@ impl RedisStore {
                     }
                 }
             },
-            |_, _| {},
+            // The request went away before its answer: whatever admitted it (the new
+            // block, or Redis) gives it back.
+            move |store, d| {
+                if d == BillingDecision::Admitted {
+                    crate::store::spawn_quietly(BillingStore::settle_attempt(
+                        store,
+                        &mine,
+                        BillingOutcome::Refund,
+                    ));
+                }
+            },
         ))
     }
 
@@ -139,27 +149,51 @@ impl RedisStore {
             }
             MoneySettled::ToPending(req, back) => {
                 // Its own attempt in Redis (its block already holds its money, so no
-                // check), pending; only then does the block settle, so the budgets hold
-                // its money throughout.
+                // check), pending — retried until it lands; only then does the block
+                // settle, so the budgets hold its money throughout. If it never lands the
+                // block is not settled either: the sweep takes the block's whole money
+                // into pending reconciliation, and nothing is charged as zero (B4).
                 let store = self.clone();
                 let moved = RedisStoreFuture::new(async move {
-                    let (keys, args) =
-                        store.reserve_args(&req, &req.attempt, req.money, req.lifetime_ms, "f")?;
-                    let args = args.into_iter().map(String::into_bytes).collect();
-                    store
-                        .batched_now("br", keys, args, store.reserve_decoder(&req))
-                        .await?;
-                    let r = store
-                        .settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
-                        .await;
-                    if let Some(back) = back {
-                        store.money_back(back);
+                    let mut wait = BACK_FIRST;
+                    let mut last = None;
+                    for _ in 0..BACK_RETRIES {
+                        match store.move_to_pending(&req).await {
+                            Ok(state) => {
+                                if let Some(back) = back {
+                                    store.money_back(back);
+                                }
+                                return Ok(state);
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, attempt = %req.attempt,
+                                    "billing: moving an attempt of a quota block to pending failed; retrying");
+                                last = Some(e);
+                            }
+                        }
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(BACK_LAST);
                     }
-                    r
+                    tracing::error!(attempt = %req.attempt,
+                        "billing: an attempt of a quota block never reached pending; its block is left to the sweep");
+                    Err(last.unwrap_or_else(|| {
+                        StoreError::new(StoreErrorKind::Unavailable, "never moved to pending")
+                    }))
                 });
                 Some(self.borrowing(moved, |_, r| r, |_, _| {}))
             }
         }
+    }
+
+    /// An attempt of a block whose result is unknown, as its own attempt in Redis,
+    /// pending (both steps are idempotent per attempt, so a retry is safe).
+    async fn move_to_pending(&self, req: &BillingRequest) -> StoreResult<Option<AttemptState>> {
+        let (keys, args) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "f")?;
+        let args = args.into_iter().map(String::into_bytes).collect();
+        self.batched_now("br", keys, args, self.reserve_decoder(req))
+            .await?;
+        self.settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
+            .await
     }
 
     /// Settles a spent billing block at its requests' costs, retrying until it lands.

@@ -543,3 +543,76 @@ async fn d6_on_a_cluster_blocks_decide_channels_whose_keys_sit_on_several_slots(
     }
     assert_eq!(CapacityStore::in_flight(&plain, "chan").await.unwrap(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d2_a_retired_block_gives_back_what_it_did_not_use_while_a_request_is_in_flight() {
+    let server = RedisServer::start();
+    let s = store(&server, true).await;
+    let plain = store(&server, false).await;
+    let key = SubjectKey::from("long");
+    let policy = big_policy();
+    let demand = Demand::tokens(100);
+    let ask = |s: &RedisStore| {
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: policy.concurrency,
+            ttl: 60_000,
+        };
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy: &policy,
+            demand: &demand,
+        };
+        let s = s.clone();
+        async move {
+            match s.acquire_and_admit(&slot, Some(window)).await.unwrap() {
+                JointDecision::Admitted { lease, ticket } => (lease, ticket.unwrap()),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // A long request, and two short ones, from one block.
+    let (long_lease, long_ticket) = ask(&s).await;
+    assert_ne!(long_ticket.borrowed, 0);
+    for _ in 0..2 {
+        let (lease, ticket) = ask(&s).await;
+        WindowStore::settle(&s, &key, Scope::Key, ticket, Outcome::Completed(None))
+            .await
+            .unwrap();
+        SlotStore::release(&s, &key, lease).await.unwrap();
+    }
+    // The block retires (1 s at most) with the long request in flight: every other
+    // instance then sees only what is used, not the block.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(SlotStore::in_flight(&plain, &key).await.unwrap(), 1);
+    let view = plain.view(&key, Scope::Key, &policy).await.unwrap();
+    assert_eq!(used(&view, Dimension::Requests), [3, 3]);
+    assert_eq!(used(&view, Dimension::Tokens), [300]);
+    // The long request's lease is a lease of its own now: renewed and released there.
+    assert!(
+        SlotStore::renew(&s, &key, long_lease, 60_000)
+            .await
+            .unwrap()
+    );
+    let done = Usage {
+        input_tokens: 30,
+        output_tokens: 12,
+        ..Usage::default()
+    };
+    WindowStore::settle(
+        &s,
+        &key,
+        Scope::Key,
+        long_ticket,
+        Outcome::Completed(Some(done)),
+    )
+    .await
+    .unwrap();
+    SlotStore::release(&s, &key, long_lease).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(SlotStore::in_flight(&plain, &key).await.unwrap(), 0);
+    let view = plain.view(&key, Scope::Key, &policy).await.unwrap();
+    assert_eq!(used(&view, Dimension::Requests), [3, 3]);
+    assert_eq!(used(&view, Dimension::Tokens), [242]);
+    assert_eq!(server.cli(&["ZCARD", &plain.slots_key(&key)]).trim(), "0");
+}

@@ -7,7 +7,8 @@
 --          window_settle.lua, bs: BillingStore::settle_attempt as billing_settle.lua,
 --          br: BillingStore::check_and_reserve as billing_reserve.lua, sent with the
 --          settlements queued before it; zr: a lease release, ZREM key member; zm: a quota block's leases released,
---          ZREM key member:0 .. member:<n - 1>), its key count, its argument count,
+--          ZREM key member:0 .. member:<n - 1>; zl: some of a quota block's leases,
+--          ZREM key member:i for the indices given), its key count, its argument count,
 --          its arguments
 -- Reply    one reply per op, in order: what that op's own script would answer, or an
 --          error reply
@@ -25,9 +26,20 @@ local ops = {
     for j = 3, #A do if j - 2 <= na then ab[j - 2] = A[j] else as[j - 2 - na] = A[j] end end
     local r = billing_reserve(kb, ab)
     if type(r) == 'table' and r[2] == 1 then return {1, r} end
-    return {0, billing_reserve(ks, as)}
+    local r2 = billing_reserve(ks, as)
+    -- What the first call swept is counted with the second's (the registry is told).
+    if type(r) == 'table' and type(r[1]) == 'number' and type(r2) == 'table'
+        and type(r2[1]) == 'number' then
+      r2[1] = r2[1] + r[1]
+    end
+    return {0, r2}
   end,
   zr = function(K, A) return redis.call('ZREM', K[1], A[1]) end,
+  zl = function(K, A)
+    local m = {}
+    for i = 2, #A do m[i - 1] = A[1] .. ':' .. A[i] end
+    return redis.call('ZREM', K[1], unpack(m))
+  end,
   zm = function(K, A)
     local m = {}
     for i = 0, tonumber(A[2]) - 1 do m[i + 1] = A[1] .. ':' .. i end

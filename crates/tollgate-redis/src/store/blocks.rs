@@ -9,8 +9,10 @@
 use super::*;
 use crate::codec;
 use std::sync::MutexGuard;
-use tollgate_core::blocks::{BlockKind, Blocks, GiveBack, RenewLocal, Retire};
-use tollgate_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowTicket};
+use tollgate_core::blocks::{
+    BlockKind, Blocks, GiveBack, ReleaseLocal, RenewLocal, Retire, SettleLocal,
+};
+use tollgate_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowStore, WindowTicket};
 
 impl RedisStore {
     /// The block table, when blocks are on.
@@ -57,6 +59,18 @@ impl RedisStore {
                     vec![self.time().into_bytes(), blob.bytes().to_vec()],
                     |_: i64| Ok(()),
                 )
+            }
+            GiveBack::SlotMembers {
+                key,
+                shared,
+                indices,
+            } => {
+                let mut args = vec![self.member(shared).into_bytes()];
+                args.extend(indices.iter().map(|i| i.to_string().into_bytes()));
+                if indices.is_empty() {
+                    return;
+                }
+                self.batched("zl", vec![key], args, |_: i64| Ok(()))
             }
             GiveBack::Slots { key, shared, size } => self.batched(
                 "zm",
@@ -111,7 +125,8 @@ impl RedisStore {
     }
 
     /// Settles a ticket handed out from a block: in memory, giving the block back if
-    /// that was its last request.
+    /// that was its last request — or, its block given back while it was in flight, in
+    /// Redis as an ordinary ticket.
     pub(crate) fn settle_borrowed(
         &self,
         key: &SubjectKey,
@@ -120,26 +135,50 @@ impl RedisStore {
         outcome: Outcome,
     ) -> RedisStoreFuture<()> {
         let state = self.window_key(key, scope);
-        let back = self
-            .blocks()
-            .and_then(|mut b| b.settle(&state, ticket, outcome));
-        if let Some(back) = back {
-            self.give_back(back);
+        let Some(answer) = self.blocks().map(|mut b| b.settle(&state, ticket, outcome)) else {
+            return RedisStoreFuture::ready(Ok(()));
+        };
+        match answer {
+            SettleLocal::Done(back) => {
+                if let Some(back) = back {
+                    self.give_back(back);
+                }
+                RedisStoreFuture::ready(Ok(()))
+            }
+            SettleLocal::Shared => {
+                let ordinary = WindowTicket {
+                    borrowed: 0,
+                    ..*ticket
+                };
+                WindowStore::settle(self, key, scope, ordinary, outcome)
+            }
         }
-        RedisStoreFuture::ready(Ok(()))
     }
 
     /// Releases a lease handed out from a block of `slots`.
     pub(crate) fn release_borrowed(&self, slots: &str, lease: LeaseId) -> RedisStoreFuture<()> {
-        let back = self.blocks().and_then(|mut b| b.release(slots, lease));
-        if let Some(back) = back {
-            self.give_back(back);
+        let Some(answer) = self.blocks().map(|mut b| b.release(slots, lease)) else {
+            return RedisStoreFuture::ready(Ok(()));
+        };
+        match answer {
+            ReleaseLocal::Done(back) => {
+                if let Some(back) = back {
+                    self.give_back(back);
+                }
+                RedisStoreFuture::ready(Ok(()))
+            }
+            ReleaseLocal::Member { shared, index } => self.batched(
+                "zr",
+                vec![slots.to_owned()],
+                vec![format!("{}:{index}", self.member(shared)).into_bytes()],
+                |_: i64| Ok(()),
+            ),
         }
-        RedisStoreFuture::ready(Ok(()))
     }
 
     /// Renews a lease handed out from a block of `slots`: in memory while the block's
-    /// shared leases live long enough, else all of them in one call.
+    /// shared leases live long enough, else all of them in one call (or, its block given
+    /// back while it was held, that one lease).
     pub(crate) fn renew_borrowed(
         &self,
         slots: String,
@@ -153,6 +192,16 @@ impl RedisStore {
         match answer {
             RenewLocal::Gone => RedisStoreFuture::ready(Ok(false)),
             RenewLocal::Alive => RedisStoreFuture::ready(Ok(true)),
+            RenewLocal::Member { shared, index } => {
+                let args = vec![
+                    self.time(),
+                    ttl.to_string(),
+                    format!("{}:{index}", self.member(shared)),
+                ];
+                self.eval(&scripts().renew, vec![slots], args, None, |r: i64| {
+                    Ok(r == 1)
+                })
+            }
             RenewLocal::Renew {
                 block,
                 shared,
@@ -186,6 +235,14 @@ impl RedisStore {
     /// After a borrowing call that failed (it may still run in Redis): removes the
     /// `size` leases of `slots` it may have taken under lease id `id`, at once.
     pub(crate) fn remove_late_block(&self, slots: &str, id: LeaseId, size: u32) {
+        // The plain lease the script grants near a limit, then the block's.
+        let one = self.batched(
+            "zr",
+            vec![slots.to_owned()],
+            vec![self.member(id).into_bytes()],
+            |_: i64| Ok(()),
+        );
+        drop(one);
         if size > 1 {
             self.give_back(GiveBack::Slots {
                 key: slots.to_owned(),
@@ -209,29 +266,57 @@ impl RedisStore {
         R: Send + 'static,
         T: Send + 'static,
     {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let store = self.clone();
-        let task = async move {
-            let r = install(&store, call.await);
-            if let Err(Ok(held)) = tx.send(r) {
-                undo(&store, held);
-            }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            let e = StoreError::new(
+                StoreErrorKind::Unavailable,
+                "no tokio runtime to borrow a quota block on",
+            );
+            // Clears the borrowing marks; the call never ran.
+            return RedisStoreFuture::ready(install(self, Err(e)));
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(task);
-            }
-            Err(_) => {
-                return RedisStoreFuture::ready(Err(StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    "no tokio runtime to borrow a quota block on",
-                )));
-            }
-        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<StoreResult<Handover<T>>>();
+        let store = self.clone();
+        rt.spawn(async move {
+            let r = install(&store, call.await).map(|value| Handover {
+                value: Some(value),
+                undo: Some(Box::new(move |v| undo(&store, v))),
+            });
+            // Not received (the caller went away, before or after the answer came):
+            // dropping the handover undoes what it holds.
+            drop(tx.send(r));
+        });
         RedisStoreFuture::new(async move {
-            rx.await.map_err(|_| {
+            let mut held = rx.await.map_err(|_| {
                 StoreError::new(StoreErrorKind::Unavailable, "quota block call dropped")
-            })?
+            })??;
+            Ok(held.value.take().expect("a handover is taken once"))
         })
+    }
+}
+
+/// The answer of a borrowing call on its way to the caller: undone when dropped untaken
+/// (the caller went away), so what it admitted is given back.
+struct Handover<T> {
+    value: Option<T>,
+    undo: Option<Box<dyn FnOnce(T) + Send>>,
+}
+
+impl<T> Drop for Handover<T> {
+    fn drop(&mut self) {
+        if let (Some(v), Some(undo)) = (self.value.take(), self.undo.take()) {
+            undo(v);
+        }
+    }
+}
+
+/// Runs `fut` on the current runtime, if there is one (an undo may run in a drop, which
+/// can happen outside one, at shutdown).
+pub(crate) fn spawn_quietly<F>(fut: F)
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(fut);
     }
 }

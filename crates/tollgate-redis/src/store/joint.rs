@@ -2,6 +2,7 @@
 //! ([`JointStore`](tollgate_core::JointStore)), a channel's provider windows with its
 //! capacity lease ([`ChannelStore`](tollgate_core::ChannelStore)).
 
+use super::blocks::spawn_quietly;
 use super::*;
 use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
@@ -196,9 +197,9 @@ impl tollgate_core::JointStore for RedisStore {
             },
             move |store, held| {
                 if let JointDecision::Admitted { lease, ticket } = held {
-                    tokio::spawn(SlotStore::release(store, &key, lease));
+                    spawn_quietly(SlotStore::release(store, &key, lease));
                     if let (Some(t), Some(scope)) = (ticket, scope) {
-                        tokio::spawn(WindowStore::settle(store, &key, scope, t, Outcome::Refund));
+                        spawn_quietly(WindowStore::settle(store, &key, scope, t, Outcome::Refund));
                     }
                 }
             },
@@ -377,7 +378,7 @@ impl tollgate_core::ChannelStore for RedisStore {
             },
             move |store, (admission, take)| {
                 if let CapacityTake::Taken(lease) = take {
-                    tokio::spawn(tollgate_core::CapacityStore::release(
+                    spawn_quietly(tollgate_core::CapacityStore::release(
                         store, &channel, lease,
                     ));
                 }
@@ -392,7 +393,7 @@ impl tollgate_core::ChannelStore for RedisStore {
                             outcome: Outcome::Refund,
                         })
                         .collect();
-                    tokio::spawn(WindowStore::settle_all(store, back));
+                    spawn_quietly(WindowStore::settle_all(store, back));
                 }
             },
         )

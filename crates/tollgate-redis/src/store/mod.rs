@@ -2,6 +2,7 @@
 
 mod batching;
 mod blocks;
+pub(crate) use blocks::spawn_quietly;
 mod capacity;
 mod joint;
 mod slots;
@@ -413,9 +414,10 @@ impl RedisStore {
                 billing,
                 prefix: options.prefix,
                 instance,
-                // A random start in [1, 2^62): two stores never hand out the same id, so
-                // a lease released through the wrong store frees nothing.
-                next_lease: id::Sequence::random(),
+                // A random start in [1, 2^61): two stores never hand out the same id, so
+                // a lease released through the wrong store frees nothing; and no count
+                // reaches bit 62, which marks a lease of a quota block.
+                next_lease: id::Sequence::starting_at((id::random_u64() >> 3).max(1)),
                 deadline: options.deadline,
                 busy_limit: options.busy_limit,
                 connect_timeout: options.connect_timeout,
