@@ -529,7 +529,7 @@ pub enum MoneySettled {
 /// The block id and index a borrowed lease names.
 pub fn borrowed_lease(lease: LeaseId) -> Option<(u64, u32)> {
     (lease & BORROWED_LEASE != 0 && lease & (1 << 63) == 0)
-        .then(|| ((lease & !BORROWED_LEASE) >> 8, (lease & 0xff) as u32))
+        .then_some(((lease & !BORROWED_LEASE) >> 8, (lease & 0xff) as u32))
 }
 
 /// What the shared store must be told once a block is spent.
@@ -644,6 +644,9 @@ struct SlotEntry {
 }
 
 /// Answer of [`Blocks::settle`].
+// Returned once per settlement and matched at once: moving it costs less than boxing
+// the give-back would.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SettleLocal {
     /// Settled here; the block to give back if that ended it.
@@ -654,6 +657,8 @@ pub enum SettleLocal {
 }
 
 /// Answer of [`Blocks::release`].
+// As `SettleLocal`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReleaseLocal {
     /// Released here (or not held: nothing to do); the block to give back if that ended
@@ -1090,35 +1095,8 @@ impl Blocks {
     pub fn retire(&mut self, key: &str, block: u64, kind: BlockKind) -> Option<GiveBack> {
         let back = match kind {
             BlockKind::Money => return None,
-            BlockKind::Window => {
-                let e = self.windows.get_mut(key)?;
-                let i = e.blocks.iter().position(|b| b.id == block)?;
-                let b = &mut e.blocks[i];
-                if b.handed {
-                    return None;
-                }
-                b.retired = true;
-                if b.spent() {
-                    Some(e.blocks.swap_remove(i).give_back(key))
-                } else {
-                    b.handed = true;
-                    Some(b.give_back(key))
-                }
-            }
-            BlockKind::Slots => {
-                let e = self.slots.get_mut(key)?;
-                let i = e.blocks.iter().position(|b| b.id == block)?;
-                let b = &mut e.blocks[i];
-                if b.handed {
-                    return None;
-                }
-                b.retired = true;
-                if b.spent() {
-                    Some(e.blocks.swap_remove(i).give_back(key))
-                } else {
-                    Some(b.hand_over(key))
-                }
-            }
+            BlockKind::Window => retire_in(&mut self.windows.get_mut(key)?.blocks, block, key),
+            BlockKind::Slots => retire_in(&mut self.slots.get_mut(key)?.blocks, block, key),
         };
         self.forget(key, kind == BlockKind::Window);
         back
@@ -1365,6 +1343,77 @@ impl Blocks {
             self.slots.remove(key);
         }
     }
+}
+
+/// What [`Blocks::retire`] needs of a window or slot block.
+trait Retiring {
+    fn id(&self) -> u64;
+    fn handed(&self) -> bool;
+    fn retire(&mut self);
+    fn spent(&self) -> bool;
+    fn give_back(&self, key: &str) -> GiveBack;
+    /// Gives back what is unused while some is still in flight.
+    fn hand_over(&mut self, key: &str) -> GiveBack;
+}
+
+impl Retiring for WindowBlock {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn handed(&self) -> bool {
+        self.handed
+    }
+    fn retire(&mut self) {
+        self.retired = true;
+    }
+    fn spent(&self) -> bool {
+        WindowBlock::spent(self)
+    }
+    fn give_back(&self, key: &str) -> GiveBack {
+        WindowBlock::give_back(self, key)
+    }
+    fn hand_over(&mut self, key: &str) -> GiveBack {
+        // The requests in flight count as used, with their estimates.
+        self.handed = true;
+        WindowBlock::give_back(self, key)
+    }
+}
+
+impl Retiring for SlotBlock {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn handed(&self) -> bool {
+        self.handed
+    }
+    fn retire(&mut self) {
+        self.retired = true;
+    }
+    fn spent(&self) -> bool {
+        SlotBlock::spent(self)
+    }
+    fn give_back(&self, key: &str) -> GiveBack {
+        SlotBlock::give_back(self, key)
+    }
+    fn hand_over(&mut self, key: &str) -> GiveBack {
+        SlotBlock::hand_over(self, key)
+    }
+}
+
+/// Retires block `id` of `blocks` (of `key`): all of it back if nothing is in flight,
+/// else what is unused.
+fn retire_in<B: Retiring>(blocks: &mut Vec<B>, id: u64, key: &str) -> Option<GiveBack> {
+    let i = blocks.iter().position(|b| b.id() == id)?;
+    let b = &mut blocks[i];
+    if b.handed() {
+        return None;
+    }
+    b.retire();
+    Some(if b.spent() {
+        blocks.swap_remove(i).give_back(key)
+    } else {
+        b.hand_over(key)
+    })
 }
 
 fn same_policy(a: &Arc<Policy>, b: &Arc<Policy>) -> bool {

@@ -44,6 +44,38 @@ fn big_policy() -> Arc<Policy> {
     )
 }
 
+/// `n` requests through channel `chan` (capacity 100,000) with provider windows
+/// `items`, one after the other, each settled and released.
+async fn serve_channel(s: &RedisStore, items: &[JointItem], n: u64) {
+    for _ in 0..n {
+        let (JointAdmission::Admitted(tickets), CapacityTake::Taken(lease)) = s
+            .admit_all_and_acquire(items, "chan", 100_000, 60_000)
+            .await
+            .unwrap()
+        else {
+            panic!("refused under limits far from exhausted");
+        };
+        for (it, t) in items.iter().zip(tickets) {
+            WindowStore::settle(s, &it.key, it.scope, t, Outcome::Completed(None))
+                .await
+                .unwrap();
+        }
+        CapacityStore::release(s, "chan", lease).await.unwrap();
+    }
+}
+
+/// Once the blocks are retired (1 s at most), a store without blocks sees exactly the
+/// `n` requests of [`serve_channel`] (and their tokens) and no capacity lease left.
+async fn channel_counts_exact(plain: &RedisStore, items: &[JointItem], rpm: &Arc<Policy>, n: u64) {
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    for it in items {
+        let view = plain.view(&it.key, it.scope, rpm).await.unwrap();
+        assert_eq!(used(&view, Dimension::Requests), [n]);
+        assert_eq!(used(&view, Dimension::Tokens), [it.demand.tokens * n]);
+    }
+    assert_eq!(CapacityStore::in_flight(plain, "chan").await.unwrap(), 0);
+}
+
 fn used(lines: &[tollgate_core::LimitView], d: Dimension) -> Vec<u64> {
     lines
         .iter()
@@ -266,30 +298,10 @@ async fn d2_a_channel_decides_its_provider_windows_and_capacity_from_blocks() {
         .collect();
     server.cli(&["CONFIG", "RESETSTAT"]);
     let n = 600u64;
-    for _ in 0..n {
-        let (JointAdmission::Admitted(tickets), CapacityTake::Taken(lease)) = s
-            .admit_all_and_acquire(&items, "chan", 100_000, 60_000)
-            .await
-            .unwrap()
-        else {
-            panic!("refused under limits far from exhausted");
-        };
-        for (it, t) in items.iter().zip(tickets) {
-            WindowStore::settle(&s, &it.key, it.scope, t, Outcome::Completed(None))
-                .await
-                .unwrap();
-        }
-        CapacityStore::release(&s, "chan", lease).await.unwrap();
-    }
+    serve_channel(&s, &items, n).await;
     let calls = evalsha_calls(&server);
     assert!(calls <= 15, "{calls} script calls for {n} requests");
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    for it in &items {
-        let view = plain.view(&it.key, it.scope, &rpm).await.unwrap();
-        assert_eq!(used(&view, Dimension::Requests), [n]);
-        assert_eq!(used(&view, Dimension::Tokens), [50 * n]);
-    }
-    assert_eq!(CapacityStore::in_flight(&plain, "chan").await.unwrap(), 0);
+    channel_counts_exact(&plain, &items, &rpm, n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,30 +530,10 @@ async fn d6_on_a_cluster_blocks_decide_channels_whose_keys_sit_on_several_slots(
     assert_eq!(slots.len(), 2, "the two windows sit on two slots");
     cluster.reset_stats();
     let n = 600u64;
-    for _ in 0..n {
-        let (JointAdmission::Admitted(tickets), CapacityTake::Taken(lease)) = s
-            .admit_all_and_acquire(&items, "chan", 100_000, 60_000)
-            .await
-            .unwrap()
-        else {
-            panic!("refused under limits far from exhausted");
-        };
-        for (it, t) in items.iter().zip(tickets) {
-            WindowStore::settle(&s, &it.key, it.scope, t, Outcome::Completed(None))
-                .await
-                .unwrap();
-        }
-        CapacityStore::release(&s, "chan", lease).await.unwrap();
-    }
+    serve_channel(&s, &items, n).await;
     let calls = cluster.calls_of("evalsha");
     assert!(calls <= 30, "{calls} script calls for {n} requests");
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    for it in &items {
-        let view = plain.view(&it.key, it.scope, &rpm).await.unwrap();
-        assert_eq!(used(&view, Dimension::Requests), [n]);
-        assert_eq!(used(&view, Dimension::Tokens), [10 * n]);
-    }
-    assert_eq!(CapacityStore::in_flight(&plain, "chan").await.unwrap(), 0);
+    channel_counts_exact(&plain, &items, &rpm, n).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,13 +11,17 @@ end
 -- Adds lease `member` to `key`, which held `n` live leases, expiring at now + ttl. The key
 -- outlives its longest lease by 1 s, so a crashed holder leaves nothing behind; a key with
 -- leases already has an expiry: only ever extend it.
-local function add_lease(key, now, ttl, member, n)
-  redis.call('ZADD', key, now + ttl, member)
+local function keep(key, ttl, n)
   if n == 0 then
     redis.call('PEXPIRE', key, ttl + 1000)
   else
     redis.call('PEXPIRE', key, ttl + 1000, 'GT')
   end
+end
+
+local function add_lease(key, now, ttl, member, n)
+  redis.call('ZADD', key, now + ttl, member)
+  keep(key, ttl, n)
 end
 
 -- How many leases a quota block (tollgate_core::blocks) of `want` may take of `key`'s
@@ -39,9 +43,5 @@ local function add_leases(key, now, ttl, member, n, count)
     args[2 * i + 2] = member .. ':' .. i
   end
   redis.call('ZADD', key, unpack(args))
-  if n == 0 then
-    redis.call('PEXPIRE', key, ttl + 1000)
-  else
-    redis.call('PEXPIRE', key, ttl + 1000, 'GT')
-  end
+  keep(key, ttl, n)
 end
