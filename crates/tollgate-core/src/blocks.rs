@@ -513,6 +513,8 @@ pub enum MoneyLocal {
     Borrow(MoneyAsk),
     /// Ask the shared store for the request alone.
     Shared,
+    /// A block for it is being borrowed: wait for it (or ask alone).
+    Wait,
 }
 
 /// Outcome of [`Blocks::settle_money`] for an attempt admitted from a block.
@@ -1128,7 +1130,7 @@ impl Blocks {
             return MoneyLocal::Admitted;
         }
         if e.borrowing {
-            return MoneyLocal::Shared;
+            return MoneyLocal::Wait;
         }
         e.borrowing = true;
         MoneyLocal::Borrow(ask)
@@ -2047,10 +2049,10 @@ mod tests {
             b.decide_money(&key, &bill("a10", 100, 64_000), 1),
             MoneyLocal::Borrow(_)
         ));
-        // One borrow at a time: the next one reserves alone.
+        // One borrow at a time: the next one waits for it (or reserves alone).
         assert_eq!(
             b.decide_money(&key, &bill("a11", 100, 64_000), 1),
-            MoneyLocal::Shared
+            MoneyLocal::Wait
         );
         // A request of other books, key or budgets is another block.
         let other = BillingRequest {

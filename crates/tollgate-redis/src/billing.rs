@@ -434,6 +434,20 @@ impl RedisStore {
         Ok((keys, args))
     }
 
+    /// `req` reserved on its own in Redis, in the batch.
+    pub(crate) fn reserve_shared(&self, req: &BillingRequest) -> RedisStoreFuture<BillingDecision> {
+        let (keys, args) =
+            match self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "") {
+                Ok(call) => call,
+                Err(e) => return failed(e),
+            };
+        let decode = self.reserve_decoder(req);
+        // In the batch, sent at once: the settlements and releases queued before it ride
+        // in the same call instead of one of their own.
+        let args = args.into_iter().map(String::into_bytes).collect();
+        self.batched_now("br", keys, args, decode)
+    }
+
     /// Reads `billing_reserve.lua`'s reply for `req`.
     pub(crate) fn reserve_decoder(
         &self,
@@ -527,19 +541,10 @@ impl BillingStore for RedisStore {
     type Future<T: Send + 'static> = RedisStoreFuture<T>;
 
     fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
-        if let Some(answer) = self.reserve_from_block(req) {
+        if let Some(answer) = self.reserve_from_block(req, true) {
             return answer;
         }
-        let (keys, args) =
-            match self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "") {
-                Ok(call) => call,
-                Err(e) => return failed(e),
-            };
-        let decode = self.reserve_decoder(req);
-        // In the batch, sent at once: the settlements and releases queued before it ride
-        // in the same call instead of one of their own.
-        let args = args.into_iter().map(String::into_bytes).collect();
-        self.batched_now("br", keys, args, decode)
+        self.reserve_shared(req)
     }
 
     fn settle_attempt(

@@ -29,27 +29,42 @@ const BACK_RETRIES: u32 = 130;
 impl RedisStore {
     /// `req` decided from a billing block, or by borrowing one; `None`: the request
     /// reserves on its own.
+    /// `may_wait`: while a block for it is being borrowed, wait for that once (single
+    /// node) instead of reserving alone.
     pub(crate) fn reserve_from_block(
         &self,
         req: &BillingRequest,
+        may_wait: bool,
     ) -> Option<RedisStoreFuture<BillingDecision>> {
         let key = money_key(req);
         let asked_at = self.local_now();
-        let d = self.blocks()?.decide_money(&key, req, asked_at);
-        let ask = match d {
+        let mut blocks = self.blocks()?;
+        let ask = match blocks.decide_money(&key, req, asked_at) {
             MoneyLocal::Admitted => {
                 return Some(RedisStoreFuture::ready(Ok(BillingDecision::Admitted)));
             }
-            MoneyLocal::Shared => return None,
+            MoneyLocal::Wait if may_wait && !self.is_cluster() => {
+                let seen = self.borrows_ended();
+                drop(blocks);
+                let (store, req) = (self.clone(), req.clone());
+                return Some(RedisStoreFuture::new(async move {
+                    store.wait_for_borrow(seen).await?;
+                    match store.reserve_from_block(&req, false) {
+                        Some(answer) => answer.await,
+                        None => store.reserve_shared(&req).await,
+                    }
+                }));
+            }
+            MoneyLocal::Shared | MoneyLocal::Wait => return None,
             MoneyLocal::Borrow(ask) => ask,
         };
+        let max_age = blocks.sizing().max_age_ms;
+        drop(blocks);
         let block = tollgate_core::id::with_counter(
             &format!("blk-{}-", self.instance_id()),
             self.next_block_attempt(),
         );
-        let lifetime = req
-            .lifetime_ms
-            .saturating_add(self.blocks()?.sizing().max_age_ms);
+        let lifetime = req.lifetime_ms.saturating_add(max_age);
         let calls = self
             .reserve_args(
                 req,

@@ -9,6 +9,7 @@
 use super::*;
 use crate::codec;
 use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
 use tollgate_core::blocks::{
     BlockKind, Blocks, GiveBack, ReleaseLocal, RenewLocal, Retire, SettleLocal,
 };
@@ -232,6 +233,42 @@ impl RedisStore {
         }
     }
 
+    /// Borrowing calls ended so far: read while deciding, for
+    /// [`wait_for_borrow`](Self::wait_for_borrow).
+    pub(crate) fn borrows_ended(&self) -> u64 {
+        self.inner.borrow_gen.load(Ordering::Acquire)
+    }
+
+    /// Waits for the borrow under way for a part this request needs (it would serve the
+    /// request), once: until a borrowing call ends after `seen` ([`borrows_ended`] when
+    /// the request was decided), which is as long as that call takes. Fails as that
+    /// borrow did (any borrow that failed meanwhile: on a single node they share one
+    /// Redis), so a request never waits a deadline for a failed borrow and then another
+    /// for its own call (T5). Many requests then share one round trip instead of each
+    /// making its own while a block is on its way.
+    ///
+    /// [`borrows_ended`]: Self::borrows_ended
+    pub(crate) async fn wait_for_borrow(&self, seen: u64) -> StoreResult<()> {
+        let woken = self.inner.borrows.clone().notified_owned();
+        // The borrowing call ends by itself — answered, or failed as the store judges a
+        // silent Redis (busy is not dead, D8) — and wakes its waiters; this bound is
+        // only a safety net, past the longest such call.
+        let limit = self.inner.busy_limit.max(self.inner.deadline) + self.inner.deadline;
+        if self.borrows_ended() == seen && tokio::time::timeout(limit, woken).await.is_err() {
+            return Err(StoreError::new(
+                StoreErrorKind::Timeout,
+                format!("no quota block arrived within {} ms", limit.as_millis()),
+            ));
+        }
+        if self.inner.borrow_failed.load(Ordering::Acquire) > seen {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "the quota block this request waited for could not be borrowed",
+            ));
+        }
+        Ok(())
+    }
+
     /// After a borrowing call that failed (it may still run in Redis): removes the
     /// `size` leases of `slots` it may have taken under lease id `id`, at once.
     pub(crate) fn remove_late_block(&self, slots: &str, id: LeaseId, size: u32) {
@@ -277,7 +314,14 @@ impl RedisStore {
         let (tx, rx) = tokio::sync::oneshot::channel::<StoreResult<Handover<T>>>();
         let store = self.clone();
         rt.spawn(async move {
-            let r = install(&store, call.await).map(|value| Handover {
+            let r = install(&store, call.await);
+            // Requests waiting for this borrow decide again (or fail with it).
+            let ended = store.inner.borrow_gen.fetch_add(1, Ordering::AcqRel) + 1;
+            if r.is_err() {
+                store.inner.borrow_failed.fetch_max(ended, Ordering::AcqRel);
+            }
+            store.inner.borrows.notify_waiters();
+            let r = r.map(|value| Handover {
                 value: Some(value),
                 undo: Some(Box::new(move |v| undo(&store, v))),
             });

@@ -76,6 +76,20 @@ impl tollgate_core::JointStore for RedisStore {
         slot: &SlotAsk,
         window: Option<WindowAsk<'_>>,
     ) -> RedisStoreFuture<JointDecision> {
+        self.joint_decision(slot, window, true)
+    }
+}
+
+impl RedisStore {
+    /// [`acquire_and_admit`](tollgate_core::JointStore::acquire_and_admit); `may_wait`:
+    /// while a block this request needs is being borrowed, wait for it once (single
+    /// node) instead of deciding alone.
+    fn joint_decision(
+        &self,
+        slot: &SlotAsk,
+        window: Option<WindowAsk<'_>>,
+        may_wait: bool,
+    ) -> RedisStoreFuture<JointDecision> {
         let slots = self.slots_key(&slot.key);
         let state = window.map(|w| self.window_key(&slot.key, w.scope));
         let asked_at = self.local_now();
@@ -103,6 +117,21 @@ impl tollgate_core::JointStore for RedisStore {
                     }));
                 }
                 Local::Ask(b) if !b.is_single() => borrow = Some(b),
+                Local::Ask(_) if may_wait && !self.is_cluster() => {
+                    let seen = self.borrows_ended();
+                    drop(blocks);
+                    let (store, slot) = (self.clone(), slot.clone());
+                    let owned = window.map(|w| (w.scope, w.policy.clone(), *w.demand));
+                    return RedisStoreFuture::new(async move {
+                        store.wait_for_borrow(seen).await?;
+                        let window = owned.as_ref().map(|(scope, policy, demand)| WindowAsk {
+                            scope: *scope,
+                            policy,
+                            demand,
+                        });
+                        store.joint_decision(&slot, window, false).await
+                    });
+                }
                 Local::Ask(_) | Local::Shared => {}
             }
         }
@@ -277,6 +306,21 @@ impl tollgate_core::ChannelStore for RedisStore {
         capacity: u32,
         ttl: Millis,
     ) -> RedisStoreFuture<(JointAdmission, CapacityTake)> {
+        self.channel_decision(items, channel, capacity, ttl, true)
+    }
+}
+
+impl RedisStore {
+    /// [`admit_all_and_acquire`](tollgate_core::ChannelStore::admit_all_and_acquire);
+    /// `may_wait` as for [`joint_decision`](Self::joint_decision).
+    fn channel_decision(
+        &self,
+        items: &[JointItem],
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+        may_wait: bool,
+    ) -> RedisStoreFuture<(JointAdmission, CapacityTake)> {
         let leases = self.slots_key(&channel_subject(channel));
         let asked_at = self.local_now();
         let states: Vec<String> = items
@@ -300,6 +344,18 @@ impl tollgate_core::ChannelStore for RedisStore {
                     )));
                 }
                 Local::Ask(b) if !b.is_single() => borrow = Some(b),
+                Local::Ask(_) if may_wait && !self.is_cluster() => {
+                    let seen = self.borrows_ended();
+                    drop(blocks);
+                    let (store, items, channel) =
+                        (self.clone(), items.to_vec(), channel.to_owned());
+                    return RedisStoreFuture::new(async move {
+                        store.wait_for_borrow(seen).await?;
+                        store
+                            .channel_decision(&items, &channel, capacity, ttl, false)
+                            .await
+                    });
+                }
                 Local::Ask(_) | Local::Shared => {}
             }
         }

@@ -92,6 +92,11 @@ struct Inner {
     blocks: Option<std::sync::Mutex<tollgate_core::blocks::Blocks>>,
     /// Origin of this process's block clock.
     origin: std::time::Instant,
+    /// Woken when a borrowing call ends (see `blocks::wait_for_borrow`).
+    borrows: Arc<tokio::sync::Notify>,
+    /// Borrowing calls ended so far, and the count at the last one that failed.
+    borrow_gen: std::sync::atomic::AtomicU64,
+    borrow_failed: std::sync::atomic::AtomicU64,
 }
 
 impl Inner {
@@ -431,6 +436,9 @@ impl RedisStore {
                     .blocks
                     .map(|s| std::sync::Mutex::new(tollgate_core::blocks::Blocks::new(s))),
                 origin: std::time::Instant::now(),
+                borrows: Arc::new(tokio::sync::Notify::new()),
+                borrow_gen: std::sync::atomic::AtomicU64::new(0),
+                borrow_failed: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
