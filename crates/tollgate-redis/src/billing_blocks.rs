@@ -65,20 +65,8 @@ impl RedisStore {
             self.next_block_attempt(),
         );
         let lifetime = req.lifetime_ms.saturating_add(max_age);
-        let calls = self
-            .reserve_args(
-                req,
-                &block,
-                ask.money,
-                lifetime,
-                &format!("h{}", ask.headroom),
-            )
-            .and_then(|b| {
-                let s = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "")?;
-                Ok((b, s))
-            });
-        let ((kb, ab), (ks, as_)) = match calls {
-            Ok(c) => c,
+        let call = match self.block_reserve_call(req, &block, ask, lifetime) {
+            Ok(call) => call,
             Err(e) => {
                 if let Some(mut b) = self.blocks() {
                     b.abandon_money(&key);
@@ -86,30 +74,6 @@ impl RedisStore {
                 return Some(RedisStoreFuture::ready(Err(e)));
             }
         };
-        let mut args: Vec<Vec<u8>> = vec![
-            kb.len().to_string().into_bytes(),
-            ab.len().to_string().into_bytes(),
-        ];
-        args.extend(ab.into_iter().chain(as_).map(String::into_bytes));
-        let keys = kb.into_iter().chain(ks).collect();
-        let decode = self.reserve_decoder(req);
-        let call = self.batched_now("bb", keys, args, move |r: redis::Value| {
-            let bad = || {
-                StoreError::new(
-                    StoreErrorKind::Protocol,
-                    format!("check_and_reserve (block): unexpected reply {r:?}"),
-                )
-            };
-            let redis::Value::Array(parts) = &r else {
-                return Err(bad());
-            };
-            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
-                return Err(bad());
-            };
-            let inner: Vec<i64> =
-                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
-            Ok((*took == 1, decode(inner)?))
-        });
         let (req, books, mine) = (req.clone(), req.books(), req.attempt_ref());
         Some(self.borrowing(
             call,
@@ -146,6 +110,45 @@ impl RedisStore {
                 }
             },
         ))
+    }
+
+    /// The batch op (`bb`) that reserves `ask` for `req` as block attempt `block` (for
+    /// `lifetime` ms) — or, when the block does not fit, `req` alone — and answers
+    /// whether the block was reserved, and the decision.
+    fn block_reserve_call(
+        &self,
+        req: &BillingRequest,
+        block: &tollgate_core::AttemptId,
+        ask: tollgate_core::blocks::MoneyAsk,
+        lifetime: tollgate_core::Millis,
+    ) -> StoreResult<RedisStoreFuture<(bool, BillingDecision)>> {
+        let head = format!("h{}", ask.headroom);
+        let (kb, ab) = self.reserve_args(req, block, ask.money, lifetime, &head)?;
+        let (ks, as_) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "")?;
+        let mut args: Vec<Vec<u8>> = vec![
+            kb.len().to_string().into_bytes(),
+            ab.len().to_string().into_bytes(),
+        ];
+        args.extend(ab.into_iter().chain(as_).map(String::into_bytes));
+        let keys = kb.into_iter().chain(ks).collect();
+        let decode = self.reserve_decoder(req);
+        Ok(self.batched_now("bb", keys, args, move |r: redis::Value| {
+            let bad = || {
+                StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("check_and_reserve (block): unexpected reply {r:?}"),
+                )
+            };
+            let redis::Value::Array(parts) = &r else {
+                return Err(bad());
+            };
+            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
+                return Err(bad());
+            };
+            let inner: Vec<i64> =
+                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+            Ok((*took == 1, decode(inner)?))
+        }))
     }
 
     /// Settles an attempt admitted from a billing block; `None` if it is not one.

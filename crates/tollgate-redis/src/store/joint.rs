@@ -8,7 +8,7 @@ use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
 use redis::FromRedisValue;
 use std::sync::Arc;
-use tollgate_core::blocks::{BlockAsk, Local, SlotPart, WindowPart};
+use tollgate_core::blocks::{BlockAsk, Borrow, Local, SlotPart, WindowPart};
 use tollgate_core::{
     CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, Millis,
     Outcome, Policy, Scope, SlotAsk, SlotStore, StoreResult, SubjectKey, WindowAsk, WindowStore,
@@ -171,58 +171,17 @@ impl RedisStore {
         self.borrowing(
             decided,
             move |store, r| {
-                let Some(mut blocks) = store.blocks() else {
-                    return r.map(|(d, ..)| d);
-                };
-                let part = SlotPart {
-                    key: &slots,
+                let borrowed = JointBorrow {
+                    slots,
                     limit,
                     ttl,
+                    state,
+                    asked,
+                    borrow,
+                    asked_at,
+                    id,
                 };
-                let state_keys: Vec<&str> = state.iter().map(String::as_str).collect();
-                match r {
-                    Ok((JointDecision::Admitted { lease, ticket }, took, counted)) => {
-                        let windows: Vec<_> = asked
-                            .iter()
-                            .zip(&state)
-                            .zip(ticket)
-                            .map(|(((policy, demand, _), key), mut t)| {
-                                if let (true, Some(a)) = (counted > 1, borrow.windows[0]) {
-                                    t.demand.tokens = a.tokens;
-                                }
-                                (
-                                    WindowPart {
-                                        key,
-                                        policy,
-                                        demand,
-                                    },
-                                    t,
-                                    counted,
-                                )
-                            })
-                            .collect();
-                        let (lease, tickets, retire) =
-                            blocks.install(Some((part, took, lease)), &windows, &borrow, asked_at);
-                        drop(blocks);
-                        store.schedule_retire(retire);
-                        Ok(JointDecision::Admitted {
-                            lease: lease.expect("a slot was asked"),
-                            ticket: tickets.first().copied(),
-                        })
-                    }
-                    Ok((other, ..)) => {
-                        blocks.abandon(Some(&slots), &state_keys, &borrow);
-                        Ok(other)
-                    }
-                    Err(e) => {
-                        blocks.abandon(Some(&slots), &state_keys, &borrow);
-                        drop(blocks);
-                        // The script may still run: its leases go at once (its
-                        // window block, if counted, lapses with its windows).
-                        store.remove_late_block(&slots, id, borrow.slots);
-                        Err(e)
-                    }
-                }
+                store.install_joint(borrowed, r)
             },
             move |store, held| {
                 if let JointDecision::Admitted { lease, ticket } = held {
@@ -233,6 +192,79 @@ impl RedisStore {
                 }
             },
         )
+    }
+}
+
+/// What a slot-with-windows borrowing call asked for, to install what it got.
+struct JointBorrow {
+    slots: String,
+    limit: u32,
+    ttl: Millis,
+    state: Option<String>,
+    asked: Option<(Arc<Policy>, Demand, Scope)>,
+    borrow: Borrow,
+    asked_at: Millis,
+    id: LeaseId,
+}
+
+impl RedisStore {
+    /// Installs the blocks a slot-with-windows borrowing call got (or clears its
+    /// borrowing marks) and answers the request's decision.
+    fn install_joint(
+        &self,
+        b: JointBorrow,
+        r: StoreResult<(JointDecision, u32, u64)>,
+    ) -> StoreResult<JointDecision> {
+        let Some(mut blocks) = self.blocks() else {
+            return r.map(|(d, ..)| d);
+        };
+        let part = SlotPart {
+            key: &b.slots,
+            limit: b.limit,
+            ttl: b.ttl,
+        };
+        let state_keys: Vec<&str> = b.state.iter().map(String::as_str).collect();
+        match r {
+            Ok((JointDecision::Admitted { lease, ticket }, took, counted)) => {
+                let windows: Vec<_> = b
+                    .asked
+                    .iter()
+                    .zip(&b.state)
+                    .zip(ticket)
+                    .map(|(((policy, demand, _), key), mut t)| {
+                        if let (true, Some(a)) = (counted > 1, b.borrow.windows[0]) {
+                            t.demand.tokens = a.tokens;
+                        }
+                        let part = WindowPart {
+                            key,
+                            policy,
+                            demand,
+                        };
+                        (part, t, counted)
+                    })
+                    .collect();
+                let (lease, tickets, retire) =
+                    blocks.install(Some((part, took, lease)), &windows, &b.borrow, b.asked_at);
+                drop(blocks);
+                self.schedule_retire(retire);
+                Ok(JointDecision::Admitted {
+                    lease: lease.expect("a slot was asked"),
+                    ticket: tickets.first().copied(),
+                })
+            }
+            Ok((other, ..)) => {
+                blocks.abandon(Some(&b.slots), &state_keys, &b.borrow);
+                Ok(other)
+            }
+            Err(e) => {
+                blocks.abandon(Some(&b.slots), &state_keys, &b.borrow);
+                drop(blocks);
+                // The script may still run: its leases go at once (its window block, if
+                // counted, lapses with its windows).
+                self.remove_late_block(&b.slots, b.id, b.borrow.slots);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -381,56 +413,17 @@ impl RedisStore {
         self.borrowing(
             decided,
             move |store, r| {
-                let Some(mut blocks) = store.blocks() else {
-                    return r.map(|(a, t, ..)| (a, t));
-                };
-                let part = SlotPart {
-                    key: &leases,
-                    limit: capacity,
+                let borrowed = ChannelBorrow {
+                    leases,
+                    capacity,
                     ttl,
+                    states,
+                    items: owned,
+                    borrow,
+                    asked_at,
+                    id,
                 };
-                let keys: Vec<&str> = states.iter().map(String::as_str).collect();
-                match r {
-                    Ok((JointAdmission::Admitted(tickets), take, took, counted)) => {
-                        let parts = window_parts(&owned, &states);
-                        let windows: Vec<_> = parts
-                            .into_iter()
-                            .zip(tickets)
-                            .zip(counted)
-                            .enumerate()
-                            .map(|(i, ((p, mut t), n))| {
-                                if let (true, Some(a)) = (n > 1, borrow.windows[i]) {
-                                    t.demand.tokens = a.tokens;
-                                }
-                                (p, t, n)
-                            })
-                            .collect();
-                        let slot = match take {
-                            CapacityTake::Taken(lease) => Some((part, took, lease)),
-                            _ => {
-                                // No lease: no slot block.
-                                blocks.abandon(Some(&leases), &[], &borrow);
-                                None
-                            }
-                        };
-                        let (lease, tickets, retire) =
-                            blocks.install(slot, &windows, &borrow, asked_at);
-                        drop(blocks);
-                        store.schedule_retire(retire);
-                        let take = lease.map_or(take, CapacityTake::Taken);
-                        Ok((JointAdmission::Admitted(tickets), take))
-                    }
-                    Ok((other, take, ..)) => {
-                        blocks.abandon(Some(&leases), &keys, &borrow);
-                        Ok((other, take))
-                    }
-                    Err(e) => {
-                        blocks.abandon(Some(&leases), &keys, &borrow);
-                        drop(blocks);
-                        store.remove_late_block(&leases, id, borrow.slots);
-                        Err(e)
-                    }
-                }
+                store.install_channel(borrowed, r)
             },
             move |store, (admission, take)| {
                 if let CapacityTake::Taken(lease) = take {
@@ -543,6 +536,78 @@ impl RedisStore {
 /// What a channel's decision answers: the windows, the lease, the leases taken and the
 /// requests each item counted.
 type ChannelAnswer = RedisStoreFuture<(JointAdmission, CapacityTake, u32, Vec<u64>)>;
+
+/// What a channel's borrowing call asked for, to install what it got.
+struct ChannelBorrow {
+    leases: String,
+    capacity: u32,
+    ttl: Millis,
+    states: Vec<String>,
+    items: Vec<JointItem>,
+    borrow: Borrow,
+    asked_at: Millis,
+    id: LeaseId,
+}
+
+impl RedisStore {
+    /// Installs the blocks a channel's borrowing call got (or clears its borrowing
+    /// marks) and answers the request's decision.
+    fn install_channel(
+        &self,
+        b: ChannelBorrow,
+        r: StoreResult<(JointAdmission, CapacityTake, u32, Vec<u64>)>,
+    ) -> StoreResult<(JointAdmission, CapacityTake)> {
+        let Some(mut blocks) = self.blocks() else {
+            return r.map(|(a, t, ..)| (a, t));
+        };
+        let part = SlotPart {
+            key: &b.leases,
+            limit: b.capacity,
+            ttl: b.ttl,
+        };
+        let keys: Vec<&str> = b.states.iter().map(String::as_str).collect();
+        match r {
+            Ok((JointAdmission::Admitted(tickets), take, took, counted)) => {
+                let windows: Vec<_> = window_parts(&b.items, &b.states)
+                    .into_iter()
+                    .zip(tickets)
+                    .zip(counted)
+                    .enumerate()
+                    .map(|(i, ((p, mut t), n))| {
+                        if let (true, Some(a)) = (n > 1, b.borrow.windows[i]) {
+                            t.demand.tokens = a.tokens;
+                        }
+                        (p, t, n)
+                    })
+                    .collect();
+                let slot = match take {
+                    CapacityTake::Taken(lease) => Some((part, took, lease)),
+                    _ => {
+                        // No lease: no slot block.
+                        blocks.abandon(Some(&b.leases), &[], &b.borrow);
+                        None
+                    }
+                };
+                let (lease, tickets, retire) =
+                    blocks.install(slot, &windows, &b.borrow, b.asked_at);
+                drop(blocks);
+                self.schedule_retire(retire);
+                let take = lease.map_or(take, CapacityTake::Taken);
+                Ok((JointAdmission::Admitted(tickets), take))
+            }
+            Ok((other, take, ..)) => {
+                blocks.abandon(Some(&b.leases), &keys, &b.borrow);
+                Ok((other, take))
+            }
+            Err(e) => {
+                blocks.abandon(Some(&b.leases), &keys, &b.borrow);
+                drop(blocks);
+                self.remove_late_block(&b.leases, b.id, b.borrow.slots);
+                Err(e)
+            }
+        }
+    }
+}
 
 /// The window parts of `items`, whose state keys are `states`.
 fn window_parts<'a>(items: &'a [JointItem], states: &'a [String]) -> Vec<WindowPart<'a>> {
