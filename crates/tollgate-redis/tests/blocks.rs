@@ -469,6 +469,60 @@ mod money {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn b1_billing_blocks_hold_their_money_against_later_blocks_headroom() {
+        let server = RedisServer::start();
+        let s = money_store(&server, true).await;
+        // A block of 256 requests of 100 is 25,600; it needs 64 times that to spare.
+        let block = 25_600;
+        s.seed_balance("acme", 64 * block + block / 2)
+            .await
+            .unwrap();
+        let tenant = s.tenant_key("acme");
+        let on = |key: &str, i: usize| BillingRequest {
+            key: key.into(),
+            ..req(format!("{key}-{i}"), 100)
+        };
+        // Key 1 borrows a block: the tenant now holds its money against later blocks.
+        let first = on("k1", 0);
+        assert_eq!(
+            s.check_and_reserve(&first).await.unwrap(),
+            BillingDecision::Admitted
+        );
+        assert_eq!(
+            server.cli(&["HGET", &tenant, "blk"]).trim(),
+            block.to_string()
+        );
+        // Key 2 would have room for a block of its own were the first not counted: it
+        // reserves alone instead (its own attempt in Redis, no second block).
+        let second = on("k2", 0);
+        assert_eq!(
+            s.check_and_reserve(&second).await.unwrap(),
+            BillingDecision::Admitted
+        );
+        assert_eq!(
+            server.cli(&["HGET", &tenant, "blk"]).trim(),
+            block.to_string()
+        );
+        let base = s.books_base(&second.books());
+        assert_eq!(
+            server
+                .cli(&["EXISTS", &format!("{base}attempt:{}", second.attempt)])
+                .trim(),
+            "1"
+        );
+        for r in [&first, &second] {
+            s.settle_attempt(&r.attempt_ref(), BillingOutcome::Settled(10))
+                .await
+                .unwrap();
+        }
+        // Once the block settles, it holds nothing.
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        assert_eq!(server.cli(&["HGET", &tenant, "blk"]).trim(), "0");
+        let v = s.account(Some("acme"), &"k1".into(), &[]).await.unwrap();
+        assert_eq!(v.balance, Some(64 * block + block / 2 - 20));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn b1_a_balance_near_zero_is_decided_request_by_request() {
         let server = RedisServer::start();
         let s = money_store(&server, true).await;

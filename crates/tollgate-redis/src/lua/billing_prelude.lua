@@ -36,7 +36,7 @@
 
 local floor = math.floor
 local EXACT = 9007199254740991 -- 2^53 - 1
-local FIELDS = {'bal', 'pend', 'spent', 'res', 'start'}
+local FIELDS = {'bal', 'pend', 'spent', 'res', 'start', 'blk'}
 local cache, dirty, order = {}, {}, {}
 
 local function cached(key)
@@ -156,11 +156,16 @@ local function sweep(base, openk, pendk, now, budget_ttl)
   local swept, touched = {}, {}
   for _, id in ipairs(ids) do
     local ak = base .. 'attempt:' .. id
-    local A = redis.call('HMGET', ak, 's', 'm', 'tk', 'kk', 'b')
+    local A = redis.call('HMGET', ak, 's', 'm', 'tk', 'kk', 'b', 'h')
     if A[1] == 'o' then
       local money = tonumber(A[2])
       if A[3] then add(A[3], 'pend', money) end
       if A[4] then add(A[4], 'pend', money) end
+      if A[6] == '1' then
+        -- A quota block's money: pending now, no longer held against later blocks.
+        if A[3] then add(A[3], 'blk', -money) end
+        if A[4] then add(A[4], 'blk', -money) end
+      end
       if A[5] then
         local B = cjson.decode(A[5])
         for i = 1, #B, 2 do

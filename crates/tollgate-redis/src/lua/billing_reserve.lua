@@ -10,7 +10,9 @@
 --          then optionally a mode: 'f' reserve without checks (an attempt admitted from a
 --          quota block, whose block already holds its money, going pending), or
 --          'h<money>' a quota block (tollgate_core::blocks): admitted only with that much
---          room left beyond it on the balance (less pending) and under the spend cap
+--          room left beyond it on the balance (less pending) and under the spend cap, both
+--          also less what other blocks still hold (field `blk` of the tenant and of the
+--          key's spend, raised here, lowered when the block's attempt leaves `open`)
 -- Reply    {swept, 1} admitted (or the attempt is open or pending: nothing is reserved
 --          twice)   {swept, 0, 1} balance <= 0   {swept, 0, 2} spend cap reached
 --          {swept, 0, 3, i} budget i is short   {swept, 0, 4} tenant record missing
@@ -25,16 +27,23 @@ local nb = #KEYS - 5
 local mode = ARGV[12 + 2 * nb] or ''
 local force, head = mode == 'f', 0
 if mode:sub(1, 1) == 'h' then head = tonumber(mode:sub(2)) end
+local block = mode:sub(1, 1) == 'h'
 if bill and not force then
   if has_tenant then
     if ARGV[8] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then return {swept, 0, 4} end
-    if (get(KEYS[2], 'bal') or 0) - (get(KEYS[2], 'pend') or 0) <= head then
+    local held = 0
+    if block then held = get(KEYS[2], 'blk') or 0 end
+    if (get(KEYS[2], 'bal') or 0) - (get(KEYS[2], 'pend') or 0) - held <= head then
       return {swept, 0, 1}
     end
   end
-  if ARGV[4] ~= '' and (get(KEYS[3], 'spent') or 0) + (get(KEYS[3], 'pend') or 0) + head
-      >= tonumber(ARGV[4]) then
-    return {swept, 0, 2}
+  if ARGV[4] ~= '' then
+    local held = 0
+    if block then held = get(KEYS[3], 'blk') or 0 end
+    if (get(KEYS[3], 'spent') or 0) + (get(KEYS[3], 'pend') or 0) + held + head
+        >= tonumber(ARGV[4]) then
+      return {swept, 0, 2}
+    end
   end
 end
 local money = tonumber(ARGV[5])
@@ -46,6 +55,11 @@ for i = 1, nb do
     -- A refusal changes nothing (the rolls above stay in the buffer).
     return {swept, 0, 3, i}
   end
+end
+-- A block's money counts against the checks of later blocks until it leaves `open`.
+if block and bill then
+  if has_tenant then add(KEYS[2], 'blk', money) end
+  add(KEYS[3], 'blk', money)
 end
 local budgets = {}
 for i = 1, nb do
@@ -75,6 +89,10 @@ if bill then
   end
   rec[#rec + 1] = 'kk'
   rec[#rec + 1] = KEYS[3]
+end
+if block and bill then
+  rec[#rec + 1] = 'h'
+  rec[#rec + 1] = '1'
 end
 if nb > 0 then
   rec[#rec + 1] = 'b'

@@ -12,7 +12,7 @@
 -- hash tag as KEYS[1], hence the same slot.
 local now = now_ms(ARGV[1])
 local att = KEYS[1]
-local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel')
+local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel', 'h')
 local st = A[1]
 if not st then return {0} end
 local outcome = ARGV[2]
@@ -22,6 +22,11 @@ if ARGV[6] == '1' and not was_pending then return {4} end
 local money, tk, kk, released = tonumber(A[2]), A[3], A[4], A[6] == '1'
 local B = {}
 if A[5] then B = cjson.decode(A[5]) end
+-- A quota block leaving `open` no longer holds its money against later blocks.
+if st == 'o' and A[7] == '1' then
+  if tk then add(tk, 'blk', -money) end
+  if kk then add(kk, 'blk', -money) end
+end
 -- Undo what "pending" counted.
 if was_pending then
   if tk then add(tk, 'pend', -money) end

@@ -216,8 +216,8 @@ impl Inner {
 ///
 /// | key | type | holds | expires |
 /// |---|---|---|---|
-/// | `<prefix>:{tenant:<t>}:billing:tenant` | HASH | `bal` balance, `pend` pending reconciliation | never |
-/// | `<books>key:<subject>` | HASH | `spent` key spend, `pend` pending | never |
+/// | `<prefix>:{tenant:<t>}:billing:tenant` | HASH | `bal` balance, `pend` pending reconciliation, `blk` money of open billing blocks | never |
+/// | `<books>key:<subject>` | HASH | `spent` key spend, `pend` pending, `blk` money of open billing blocks | never |
 /// | `<books>budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
 /// | `<books>attempt:<id>` | HASH | state, money upper bound, deadline, the keys it charges, its subject key (`k`), when it went pending (`ps`) | open: two lifetimes after its reservation; pending: never; settled or refunded: deleted |
 /// | `<books>open` | ZSET | open attempt id → deadline | with its newest attempt |
