@@ -399,13 +399,13 @@ impl Blocks {
         }
         // Which parts a block can serve now.
         let slot_ok = slot.map(|s| {
-            let e = self.slots.entry(s.key.to_owned()).or_default();
+            let e = entry(&mut self.slots, s.key);
             retire_old_slots(e, now);
             e.blocks.iter().position(|b| b.fits(s.limit, s.ttl, now))
         });
         let mut window_ok = Vec::with_capacity(windows.len());
         for w in windows {
-            let e = self.windows.entry(w.key.to_owned()).or_default();
+            let e = entry(&mut self.windows, w.key);
             if e.policy.as_ref().is_some_and(|p| !same_policy(p, w.policy)) {
                 // The policy changed: its blocks admit no more.
                 e.blocks.iter_mut().for_each(|b| b.retired = true);
@@ -479,7 +479,7 @@ impl Blocks {
         let mut retire = Vec::new();
         let mut singles: Vec<(&str, bool)> = Vec::new();
         let lease = slot.map(|(part, granted, shared)| {
-            let e = self.slots.entry(part.key.to_owned()).or_default();
+            let e = entry(&mut self.slots, part.key);
             if borrow.slots > 1 {
                 e.borrowing = false;
             }
@@ -509,7 +509,7 @@ impl Blocks {
         });
         let mut tickets = Vec::with_capacity(windows.len());
         for (i, (part, ticket, granted)) in windows.iter().enumerate() {
-            let e = self.windows.entry(part.key.to_owned()).or_default();
+            let e = entry(&mut self.windows, part.key);
             if borrow.windows.get(i).is_some_and(Option::is_some) {
                 e.borrowing = false;
             }
@@ -766,6 +766,15 @@ impl Blocks {
             self.slots.remove(key);
         }
     }
+}
+
+/// The entry of `key`, made if missing: a lookup by `&str`, so the key is copied only
+/// when an entry is made, not at every decision.
+fn entry<'m, V: Default>(map: &'m mut HashMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("just made")
 }
 
 fn same_policy(a: &Arc<Policy>, b: &Arc<Policy>) -> bool {

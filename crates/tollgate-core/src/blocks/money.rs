@@ -182,7 +182,7 @@ impl Blocks {
             return MoneyLocal::Shared;
         };
         let money = req.money.max(0);
-        let e = self.money.entry(key.to_owned()).or_default();
+        let e = entry(&mut self.money, key);
         if let Some(b) = e.blocks.iter_mut().find(|b| b.fits(money, now)) {
             b.take(money);
             let block = b.id;
@@ -238,7 +238,7 @@ impl Blocks {
             kind: BlockKind::Money,
             at: b.until,
         };
-        let e = self.money.entry(key.to_owned()).or_default();
+        let e = entry(&mut self.money, key);
         e.borrowing = false;
         e.blocks.push(b);
         self.attempts.insert(
@@ -260,11 +260,6 @@ impl Blocks {
                 self.money.remove(key);
             }
         }
-    }
-
-    /// True when `attempt` was admitted from a block here and is not settled yet.
-    pub fn holds_attempt(&self, attempt: &AttemptRef) -> bool {
-        self.attempts.contains_key(attempt)
     }
 
     /// Settles an attempt admitted from a block; `None` if it is not one of them (never
