@@ -67,6 +67,10 @@ mod bound {
 /// once, after installing the recorder and before serving; handles bound before a
 /// recorder is installed record nothing. Without it every use looks the handle up
 /// (always correct, slower).
+///
+/// The layers record histograms on every request. A recorder that buffers samples
+/// until it is scraped (`metrics-exporter-prometheus` made with `build_recorder`)
+/// must have its upkeep run periodically, or memory grows with every request served.
 #[cfg(feature = "metrics")]
 pub fn bind_metrics() {
     bound::bind();
