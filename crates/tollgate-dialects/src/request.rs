@@ -29,21 +29,75 @@ use std::fmt;
 use std::marker::PhantomData;
 use tollgate_core::{Demand, Dialect, Price};
 
+/// What a request asks the provider to do, from its path: it decides what the request
+/// is counted and billed for (SPEC P6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Generate content: OpenAI chat completions and Responses, Anthropic messages,
+    /// Gemini `generateContent` / `streamGenerateContent`. Input and output tokens,
+    /// media, money.
+    #[default]
+    Generate,
+    /// Embeddings: OpenAI `/v1/embeddings`, Gemini `embedContent` /
+    /// `batchEmbedContents`. Input tokens only: no output is reserved, the money bound
+    /// is the input's price.
+    Embed,
+    /// Token counting: Anthropic `/v1/messages/count_tokens`, Gemini `countTokens`.
+    /// Free: no tokens reserved against any tier or provider limit, no money; counted
+    /// as a request only.
+    CountTokens,
+}
+
+impl Operation {
+    /// The operation a request of `dialect` sent to `path` asks for (the query is
+    /// ignored). Gemini's method is the part after the model's `:`.
+    ///
+    /// ```
+    /// use tollgate_dialects::{Dialect, request::Operation};
+    /// assert_eq!(Operation::of(Dialect::OpenAi, "/v1/embeddings"), Operation::Embed);
+    /// assert_eq!(Operation::of(Dialect::Anthropic, "/v1/messages/count_tokens"), Operation::CountTokens);
+    /// assert_eq!(Operation::of(Dialect::Gemini, "/v1/models/m:batchEmbedContents"), Operation::Embed);
+    /// assert_eq!(Operation::of(Dialect::Gemini, "/v1beta/models/m:countTokens?x=1"), Operation::CountTokens);
+    /// assert_eq!(Operation::of(Dialect::OpenAi, "/v1/chat/completions"), Operation::Generate);
+    /// ```
+    pub fn of(dialect: Dialect, path: &str) -> Self {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        match dialect {
+            Dialect::Gemini => match path.rsplit_once(':').map(|(_, m)| m) {
+                Some("embedContent" | "batchEmbedContents") => Operation::Embed,
+                Some("countTokens") => Operation::CountTokens,
+                _ => Operation::Generate,
+            },
+            Dialect::Anthropic if path.ends_with("/messages/count_tokens") => {
+                Operation::CountTokens
+            }
+            Dialect::OpenAi | Dialect::Native if path.ends_with("/embeddings") => Operation::Embed,
+            _ => Operation::Generate,
+        }
+    }
+}
+
 /// What the gateway must know about a request before sending it (from the body and
 /// path).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestFacts {
+    /// What the request asks for ([`Operation::of`] its path).
+    pub operation: Operation,
     /// The model asked for (Gemini: from the path).
     pub model: String,
     /// Whether the client asked for a streamed answer (Gemini: `:streamGenerateContent`).
     pub stream: bool,
-    /// Estimate of the rendered input: messages/contents, system, tools, media (see
-    /// the [`estimate`] module). Errs high for typical English and code.
+    /// Estimate of the rendered input: messages/contents, system, tools, media, an
+    /// embedding's `input` / `content` / `requests` (see the [`estimate`] module). Errs
+    /// high for typical English and code. 0 for [`Operation::CountTokens`], which is
+    /// never counted against token tiers or provider token limits.
     pub input_tokens: u64,
     /// Maximum output tokens of one choice: `max_completion_tokens` / `max_tokens` /
     /// `max_output_tokens` (OpenAI), `max_tokens` (Anthropic),
     /// `generationConfig.maxOutputTokens` (Gemini); else the caller's per-model default;
     /// else [`FALLBACK_MAX_OUTPUT_TOKENS`](crate::estimate::FALLBACK_MAX_OUTPUT_TOKENS).
+    /// 0 for embeddings and token counting, which produce no output tokens.
     pub max_output_tokens: u64,
     /// Choices generated in parallel, each up to `max_output_tokens`: OpenAI `n`, Gemini
     /// `candidateCount` (default 1, clamped to 1..=[`MAX_CHOICES`](crate::estimate::MAX_CHOICES)).
@@ -271,6 +325,37 @@ pub fn inspect_request(
         });
     }
 
+    let operation = Operation::of(dialect, path);
+    if operation != Operation::Generate {
+        return Ok(RequestFacts {
+            operation,
+            model,
+            stream: false,
+            input_tokens: match operation {
+                Operation::CountTokens => 0,
+                _ => ctx.tally.input_tokens(),
+            },
+            max_output_tokens: 0,
+            choices: 1,
+            // Media in a request to count tokens are counted, not generated or
+            // embedded: nothing against the image and video tiers.
+            images: if operation == Operation::CountTokens {
+                0
+            } else {
+                ctx.tally.images
+            },
+            videos: if operation == Operation::CountTokens {
+                0
+            } else {
+                ctx.tally.videos
+            },
+            has_tools: ctx.tally.has_tools,
+            structured_output: false,
+            // OpenAI's embeddings answer with `usage`; Gemini's embeddings and both
+            // token-counting answers report none.
+            usage_reported: operation == Operation::Embed && dialect != Dialect::Gemini,
+        });
+    }
     let rules = vendor::request_rules(dialect, &ctx, path, stream)?;
     let max_output_tokens = rules
         .max_output
@@ -278,6 +363,7 @@ pub fn inspect_request(
         .unwrap_or(estimate::FALLBACK_MAX_OUTPUT_TOKENS);
 
     Ok(RequestFacts {
+        operation,
         model,
         stream,
         input_tokens: ctx.tally.input_tokens(),
@@ -510,7 +596,8 @@ keys!(TopKey {
     Format = ["response_format", "output_format"],
     OutputConfig = ["output_config"],
     GenerationConfig = ["generationConfig", "generation_config"],
-    Text = ["prompt", "input", "instructions"],
+    // `content` and `requests`: Gemini's `embedContent` and `batchEmbedContents`.
+    Text = ["prompt", "input", "instructions", "content", "requests"],
 });
 
 keys!(BlockKey {

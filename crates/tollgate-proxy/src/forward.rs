@@ -22,7 +22,7 @@ use tollgate_core::{
     Dialect, GatewayCode, LayerKind, Price, Rejection, UpstreamError, UpstreamFailure, Usage,
     UsageRecorder,
 };
-use tollgate_dialects::UsageWatcher;
+use tollgate_dialects::{Operation, UsageWatcher};
 use tower::Service;
 
 /// The pooled upstream client: HTTP/1 and HTTP/2, plain or TLS (rustls, webpki
@@ -140,9 +140,16 @@ const FAKE_PREFIX: &str = "x-fake-";
 /// The providers' rate-limit headers: the operator's account, not the client's.
 use tollgate_dialects::vendor::RATE_LIMIT_HEADER_PREFIXES as RATE_LIMIT_PREFIXES;
 
-/// The Gemini methods the gateway prices and limits; any other (`countTokens`,
-/// `batchGenerateContent`, `predictLongRunning`, `embedContent`, …) is never forwarded.
-pub const GEMINI_METHODS: [&str; 2] = ["generateContent", "streamGenerateContent"];
+/// The Gemini methods the gateway prices and limits (SPEC P2, P6); any other
+/// (`batchGenerateContent`, `predictLongRunning`, `generateAnswer`, …) is never
+/// forwarded.
+pub const GEMINI_METHODS: [&str; 5] = [
+    "generateContent",
+    "streamGenerateContent",
+    "embedContent",
+    "batchEmbedContents",
+    "countTokens",
+];
 
 /// Whether a Gemini path names a served method: the last segment is
 /// `{model}:{method}` with a method of [`GEMINI_METHODS`] (read as the dialect crate
@@ -296,8 +303,12 @@ impl Service<Request<Full<Bytes>>> for Forward {
             // other Gemini methods first).
             if route.dialect == Dialect::Gemini && !gemini_method_served(parts.uri.path()) {
                 return Err(Box::new(
-                    Rejection::new(GatewayCode::NotFound, LayerKind::Request)
-                        .with_message("Only generateContent and streamGenerateContent are served."),
+                    Rejection::new(GatewayCode::NotFound, LayerKind::Request).with_message(
+                        format!(
+                            "Only these methods are served: {}.",
+                            GEMINI_METHODS.join(", ")
+                        ),
+                    ),
                 ) as BoxError);
             }
             let mut up = upstream_request(catalog, &route, &mut parts, body)?;
@@ -347,6 +358,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     Box::new(Watch {
                         // A provider error answer is not billed and uses no tokens.
                         watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
+                        unreported: Unreported::of(&facts.0),
                         recorder,
                         price,
                         done: false,
@@ -424,9 +436,35 @@ fn answer_headers(h: &mut HeaderMap) {
     }
 }
 
+/// What an answer the provider reported no usage in is recorded at.
+#[derive(Clone, Copy, Debug)]
+enum Unreported {
+    /// Unknown: pending reconciliation (B4).
+    Unknown,
+    /// Free whatever happened (token counting): nothing to reconcile.
+    Free,
+    /// The gateway's own estimate at the end of a successful answer: embeddings, whose
+    /// only tokens are the input (Gemini's embeddings report no usage).
+    Estimate(Usage),
+}
+
+impl Unreported {
+    fn of(facts: &tollgate_dialects::RequestFacts) -> Self {
+        match facts.operation {
+            Operation::CountTokens => Unreported::Free,
+            Operation::Embed => Unreported::Estimate(Usage {
+                input_tokens: facts.input_tokens,
+                ..Usage::default()
+            }),
+            _ => Unreported::Unknown,
+        }
+    }
+}
+
 struct Watch {
     /// `None` for a provider error answer.
     watcher: Option<UsageWatcher>,
+    unreported: Unreported,
     recorder: UsageRecorder,
     price: Price,
     done: bool,
@@ -442,6 +480,13 @@ impl Watch {
             return;
         }
         self.done = true;
+        if let Unreported::Free = self.unreported {
+            self.recorder.record(Usage {
+                cost: Some(0),
+                ..Usage::default()
+            });
+            return;
+        }
         let Some(w) = self.watcher.as_mut() else {
             if at_end {
                 self.recorder.record(Usage {
@@ -462,11 +507,18 @@ impl Watch {
                 self.recorder.record(priced(u));
                 Some(u)
             }
-            // Ended, but the provider reported no usage: the cost is unknown.
-            (true, None) => {
-                self.recorder.mark_unknown();
-                None
-            }
+            // Ended, but the provider reported no usage: the gateway's estimate where
+            // the operation has one, else the cost is unknown.
+            (true, None) => match self.unreported {
+                Unreported::Estimate(u) => {
+                    self.recorder.record(priced(u));
+                    Some(u)
+                }
+                _ => {
+                    self.recorder.mark_unknown();
+                    None
+                }
+            },
             (false, _) => match w.usage_so_far() {
                 Some(u) => {
                     self.recorder.record_partial(priced(u));
@@ -690,17 +742,20 @@ mod tests {
     }
 
     #[test]
-    fn i14_1_only_generate_content_methods_are_served() {
+    fn p2_only_priced_gemini_methods_are_served() {
         for ok in [
             "/v1beta/models/gemini-2.5-flash:generateContent",
             "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
             "/v1/models/m:generateContent",
+            "/v1/models/m:embedContent",
+            "/v1beta/models/m:batchEmbedContents",
+            "/v1beta/models/m:countTokens",
         ] {
             assert!(gemini_method_served(ok), "{ok}");
         }
         for no in [
-            "/v1beta/models/m:countTokens",
             "/v1beta/models/m:batchGenerateContent",
+            "/v1beta/models/m:generateAnswer",
             "/v1beta/models/m:predictLongRunning",
             "/v1beta/models/m:generateContent:embedContent",
             "/v1beta/models/:generateContent",

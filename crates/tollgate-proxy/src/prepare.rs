@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use tollgate::BoxError;
 use tollgate::failover::{FallbackRequest, ModelFallback};
 use tollgate_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
-use tollgate_dialects::{RequestFacts, inspect_request};
+use tollgate_dialects::{Operation, RequestFacts, inspect_request};
 use tower::{Layer, Service};
 
 /// What the proxy learned about a request, for the layers and the forwarder.
@@ -140,7 +140,8 @@ where
                     ));
                 }
             }
-            if facts.max_output_tokens == 0 {
+            let generate = facts.operation == Operation::Generate;
+            if generate && facts.max_output_tokens == 0 {
                 facts.max_output_tokens = FALLBACK_MAX_OUTPUT;
             }
             // Per choice: the fallback contract (context window, output limit) applies to
@@ -161,17 +162,27 @@ where
                 None => bytes,
             };
             parts.extensions.insert(dialect);
+            if facts.operation == Operation::CountTokens {
+                parts.extensions.insert(tollgate::NotBilled);
+            }
             let key = parts.extensions.get::<Arc<KeyEntry>>().cloned();
             let facts = Arc::new(facts);
-            if let Some(fb) = fallback(
-                &catalog,
-                key.as_deref(),
-                dialect,
-                &parts.uri,
-                &bytes,
-                &facts,
-                max_output,
-            ) {
+            // A fallback model answers generation only: an embedding's vectors are
+            // specific to the model that made them, a token count to its tokenizer.
+            let offer = generate
+                .then(|| {
+                    fallback(
+                        &catalog,
+                        key.as_deref(),
+                        dialect,
+                        &parts.uri,
+                        &bytes,
+                        &facts,
+                        max_output,
+                    )
+                })
+                .flatten();
+            if let Some(fb) = offer {
                 parts.extensions.insert(fb);
             }
             model_extensions(&mut parts.extensions, &catalog, dialect, facts, demand);

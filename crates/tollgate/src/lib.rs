@@ -131,7 +131,9 @@ pub use gauge::bind_metrics;
 pub use tollgate_core as core;
 
 #[cfg(feature = "billing")]
-pub use billing::{BillingGate, BillingGateLayer, BillingProfile, UsageRecord, UsageSink};
+pub use billing::{
+    BillingGate, BillingGateLayer, BillingProfile, NotBilled, UsageRecord, UsageSink,
+};
 #[cfg(feature = "capacity")]
 pub use capacity::{CapacityQueue, CapacityQueueLayer};
 #[cfg(feature = "errors")]

@@ -653,3 +653,34 @@ async fn b7_missing_tenant_record_is_503_not_402() {
     assert_eq!(balance(&st), 97);
     assert_eq!(records.lock().unwrap().len(), 1);
 }
+
+/// P6: a request marked `NotBilled` (token counting) passes an empty balance with
+/// nothing reserved, settled or recorded; without the mark the same request is 402.
+#[tokio::test(start_paused = true)]
+async fn p6_not_billed_request_passes_with_nothing_reserved_or_recorded() {
+    let st = store(0);
+    let records = Records::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let svc = ServiceBuilder::new()
+        .layer(layer(&st, &records))
+        .service(tower::service_fn(move |_: Request<()>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { ok_response() }
+        }));
+    let mut free = req(&tenant_subject(), money(0));
+    free.extensions_mut().insert(tollgate::NotBilled);
+    let res = svc.clone().oneshot(free).await.unwrap();
+    drop(res);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the free request was sent");
+    assert_eq!(balance(&st), 0, "nothing charged");
+    assert!(records.lock().unwrap().is_empty(), "no usage record");
+    let e = svc
+        .oneshot(req(&tenant_subject(), money(0)))
+        .await
+        .unwrap_err();
+    assert_eq!(rejection(&e).code(), GatewayCode::InsufficientBalance);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let pending = st.with_ledger(|l, now| l.account(Some("acme"), &"key-1".into(), &[], now));
+    assert_eq!(pending.balance, Some(0));
+}

@@ -599,3 +599,170 @@ fn w6_demand_carries_the_money_upper_bound() {
     assert_eq!((d.images, d.videos), (0, 0));
     assert_eq!(d.money, price.upper_bound(f.input_tokens, 1000, 0, 0));
 }
+
+// --- Embeddings and token counting (P6) -------------------------------------------
+
+fn price() -> Price {
+    Price {
+        input_per_mtok: 1_000_000,
+        output_per_mtok: 4_000_000,
+        per_image: 50_000,
+        ..Price::default()
+    }
+}
+
+#[test]
+fn p6_operation_is_read_from_the_path() {
+    use tollgate_dialects::Operation;
+    for (d, path, want) in [
+        (Dialect::OpenAi, "/v1/embeddings", Operation::Embed),
+        (Dialect::OpenAi, "/v1/chat/completions", Operation::Generate),
+        (
+            Dialect::Anthropic,
+            "/v1/messages/count_tokens",
+            Operation::CountTokens,
+        ),
+        (Dialect::Anthropic, "/v1/messages", Operation::Generate),
+        (
+            Dialect::Gemini,
+            "/v1/models/m:embedContent",
+            Operation::Embed,
+        ),
+        (
+            Dialect::Gemini,
+            "/v1beta/models/m:batchEmbedContents",
+            Operation::Embed,
+        ),
+        (
+            Dialect::Gemini,
+            "/v1beta/models/m:countTokens",
+            Operation::CountTokens,
+        ),
+        (
+            Dialect::Gemini,
+            "/v1beta/models/m:streamGenerateContent?alt=sse",
+            Operation::Generate,
+        ),
+    ] {
+        assert_eq!(Operation::of(d, path), want, "{d:?} {path}");
+        let body = match d {
+            Dialect::Gemini => r#"{"contents":[{"parts":[{"text":"hi"}]}]}"#,
+            _ => r#"{"model":"m","max_tokens":5,"input":"hi","messages":[]}"#,
+        };
+        assert_eq!(
+            inspect(d, path, body.as_bytes()).unwrap().operation,
+            want,
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn p6_openai_embeddings_demand_is_the_input_only() {
+    let text = "a".repeat(300); // 100 tokens of text at 3 bytes a token
+    let one = inspect(
+        Dialect::OpenAi,
+        "/v1/embeddings",
+        format!(r#"{{"model":"e","input":"{text}","dimensions":256,"encoding_format":"float"}}"#)
+            .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(one.max_output_tokens, 0);
+    assert_eq!(one.output_upper_bound(), 0);
+    assert!(one.input_tokens >= 100, "{}", one.input_tokens);
+    assert!(one.usage_reported && !one.stream);
+    let d = one.demand(&price());
+    assert_eq!(d.tokens, one.input_tokens);
+    assert_eq!(d.money, price().upper_bound(one.input_tokens, 0, 0, 0));
+    // A list of strings counts every element; token arrays count one token per id.
+    let many = inspect(
+        Dialect::OpenAi,
+        "/v1/embeddings",
+        format!(r#"{{"model":"e","input":["{text}","{text}","{text}"]}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert!(many.input_tokens >= 300, "{}", many.input_tokens);
+    let ids = inspect(
+        Dialect::OpenAi,
+        "/v1/embeddings",
+        br#"{"model":"e","input":[[1,2,3,4,5,6,7,8,9,10],[11,12]]}"#,
+    )
+    .unwrap();
+    assert!(ids.input_tokens >= 12, "{}", ids.input_tokens);
+    assert_eq!(rate_estimate(Dialect::OpenAi, &one).tpm, one.input_tokens);
+}
+
+#[test]
+fn p6_gemini_embeddings_count_content_and_every_batched_request() {
+    let text = "b".repeat(300);
+    let single = inspect(
+        Dialect::Gemini,
+        "/v1/models/text-embedding-004:embedContent",
+        format!(r#"{{"content":{{"parts":[{{"text":"{text}"}}]}}}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(single.model, "text-embedding-004");
+    assert!(single.input_tokens >= 100, "{}", single.input_tokens);
+    assert_eq!(single.max_output_tokens, 0);
+    // Gemini's embeddings report no usage: the gateway settles at its estimate.
+    assert!(!single.usage_reported);
+    let batch = inspect(
+        Dialect::Gemini,
+        "/v1beta/models/text-embedding-004:batchEmbedContents",
+        format!(
+            r#"{{"requests":[{{"model":"models/text-embedding-004","content":{{"parts":[{{"text":"{text}"}}]}}}},
+                {{"model":"models/text-embedding-004","content":{{"parts":[{{"text":"{text}"}}]}}}}]}}"#
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert!(
+        batch.input_tokens >= 2 * 100 && batch.input_tokens > single.input_tokens,
+        "{} vs {}",
+        batch.input_tokens,
+        single.input_tokens
+    );
+}
+
+#[test]
+fn p6_count_tokens_is_free_and_needs_no_max_tokens() {
+    let a = inspect(
+        Dialect::Anthropic,
+        "/v1/messages/count_tokens",
+        br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[
+            {"type":"text","text":"How many tokens is this?"},
+            {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}]}"#,
+    )
+    .unwrap();
+    let g = inspect(
+        Dialect::Gemini,
+        "/v1beta/models/gemini-2.5-flash:countTokens",
+        br#"{"contents":[{"parts":[{"text":"How many tokens is this?"}]}]}"#,
+    )
+    .unwrap();
+    for (f, d) in [(a, Dialect::Anthropic), (g, Dialect::Gemini)] {
+        assert_eq!(
+            (f.input_tokens, f.max_output_tokens, f.images),
+            (0, 0, 0),
+            "{f:?}"
+        );
+        assert_eq!(
+            f.demand(&price()),
+            tollgate_core::Demand::default(),
+            "{f:?}"
+        );
+        assert_eq!(rate_estimate(d, &f).tpm, 0);
+        assert!(!f.usage_reported);
+    }
+    // The same body to /v1/messages still needs max_tokens.
+    assert!(matches!(
+        inspect(
+            Dialect::Anthropic,
+            "/v1/messages",
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#
+        ),
+        Err(RequestError::MissingField {
+            field: "max_tokens"
+        })
+    ));
+}

@@ -11,9 +11,19 @@ use std::sync::Arc;
 use tollgate::core::Dialect;
 
 /// The model routes on one service stack: only the methods the gateway prices and
-/// limits (SPEC P2). Gemini's other methods (`countTokens`, `batchGenerateContent`,
-/// `predictLongRunning`, `embedContent`, …) are 404 in Gemini's format, before any
-/// key is read and never forwarded.
+/// limits (SPEC P2, P6):
+///
+/// | route | operation |
+/// |---|---|
+/// | `POST /v1/chat/completions` | generation (OpenAI) |
+/// | `POST /v1/messages` | generation (Anthropic) |
+/// | `POST /v1/embeddings` | embeddings (OpenAI) |
+/// | `POST /v1/messages/count_tokens` | token counting (Anthropic), free |
+/// | `POST /v1beta/models/{model}:{method}`, `POST /v1/models/{model}:{method}` | Gemini: `generateContent`, `streamGenerateContent`, `embedContent`, `batchEmbedContents`, `countTokens` (free) |
+///
+/// Gemini's other methods (`batchGenerateContent`, `predictLongRunning`, …) are 404 in
+/// Gemini's format, before any key is read and never forwarded. Every route is also
+/// served under `/native`.
 pub(crate) fn routes<S, St>(stack: S) -> Router<Arc<Ops<St>>>
 where
     S: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
@@ -24,24 +34,33 @@ where
     let gemini =
         || post_service(stack.clone()).route_layer(axum::middleware::from_fn(served_gemini_method));
     let native = axum::middleware::from_fn(native_errors);
-    Router::new()
-        .route("/v1/chat/completions", post_service(stack.clone()))
-        .route("/v1/messages", post_service(stack.clone()))
-        .route("/v1beta/models/{model_action}", gemini())
-        // The same requests, every rejection in the native body and 429xx codes (E1).
-        .route(
-            "/native/v1/chat/completions",
+    let mut router = Router::new();
+    for path in VENDOR_ROUTES {
+        router = router.route(path, post_service(stack.clone())).route(
+            &format!("/native{path}"),
+            // The same requests, every rejection in the native body and 429xx codes (E1).
             post_service(stack.clone()).route_layer(native.clone()),
-        )
-        .route(
-            "/native/v1/messages",
-            post_service(stack.clone()).route_layer(native.clone()),
-        )
-        .route(
-            "/native/v1beta/models/{model_action}",
-            gemini().route_layer(native),
-        )
+        );
+    }
+    for path in GEMINI_ROUTES {
+        router = router.route(path, gemini()).route(
+            &format!("/native{path}"),
+            gemini().route_layer(native.clone()),
+        );
+    }
+    router
 }
+
+/// The OpenAI and Anthropic routes.
+const VENDOR_ROUTES: [&str; 4] = [
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/embeddings",
+    "/v1/messages/count_tokens",
+];
+
+/// Gemini's model methods, under both API versions (the official SDK may call either).
+const GEMINI_ROUTES: [&str; 2] = ["/v1beta/models/{model_action}", "/v1/models/{model_action}"];
 
 /// Marks a request whose rejections are answered in the native dialect while its body
 /// speaks a vendor's: set with `Dialect::Native` for the error mapping, which reads it

@@ -145,6 +145,13 @@ pub struct ClientRequestId(pub Arc<str>);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt(pub AttemptId);
 
+/// Request extension: the request is free (token counting, SPEC P6). The gate lets it
+/// through with nothing reserved, settled or recorded, whatever the balance or spend
+/// cap — its key still needs a [`Subject`](tollgate_core::Subject) (401 without one),
+/// and the other layers still count it as a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotBilled;
+
 /// One settled or pending attempt (B6). Made by the billing layer; new fields may be
 /// added, so match it with `..`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -140,6 +140,9 @@ where
                 LayerKind::BillingGate,
             ));
         };
+        if req.extensions().get::<super::NotBilled>().is_some() {
+            return ResponseFuture::called(self.inner.call(req), None);
+        }
         let now = shared.clock.now();
         // W8: a request the active subscription admitted is not charged to the
         // balance; one that fell through to pay-as-you-go is.
