@@ -15,7 +15,8 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    /// The dialect a request path implies: `/v1/chat/completions` → OpenAI,
+    /// The dialect a request path implies: `/v1/chat/completions` (and OpenAI's
+    /// other model APIs: embeddings, Responses, images, videos) → OpenAI,
     /// `/v1/messages` → Anthropic, `/v1beta/models/...` → Gemini, else native.
     ///
     /// ```
@@ -29,6 +30,8 @@ impl Dialect {
             || path.starts_with("/v1/completions")
             || path.starts_with("/v1/embeddings")
             || path.starts_with("/v1/responses")
+            || path.starts_with("/v1/images/")
+            || path.starts_with("/v1/videos")
         {
             Dialect::OpenAi
         } else if path.starts_with("/v1/messages") {

@@ -137,4 +137,36 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn f4_responses_stream_preamble_output_and_errors() {
+        let ev = |t: &str, data: &str| format!("event: {t}\ndata: {data}\n\n").into_bytes();
+        for (t, want) in [
+            ("response.created", ChunkKind::Preamble),
+            ("response.in_progress", ChunkKind::Preamble),
+            ("response.output_item.added", ChunkKind::Preamble),
+            ("response.content_part.added", ChunkKind::Preamble),
+            ("response.output_text.delta", ChunkKind::Content),
+            ("response.function_call_arguments.delta", ChunkKind::Content),
+            ("response.output_item.done", ChunkKind::Content),
+            ("response.completed", ChunkKind::Content),
+            ("response.incomplete", ChunkKind::Content),
+            ("response.failed", ChunkKind::Error),
+        ] {
+            let data =
+                format!(r#"{{"type":"{t}","sequence_number":1,"response":{{"id":"resp_1"}}}}"#);
+            assert_eq!(chunk_kind(Dialect::OpenAi, &ev(t, &data)), want, "{t}");
+        }
+        let error = ev(
+            "error",
+            r#"{"type":"error","code":"server_error","message":"boom"}"#,
+        );
+        assert_eq!(chunk_kind(Dialect::OpenAi, &error), ChunkKind::Error);
+        // Text that quotes an error event inside a delta is content, not an error.
+        let quoted = ev(
+            "response.output_text.delta",
+            r#"{"type":"response.output_text.delta","delta":"event: error \"type\":\"response.failed\""}"#,
+        );
+        assert_eq!(chunk_kind(Dialect::OpenAi, &quoted), ChunkKind::Content);
+    }
 }

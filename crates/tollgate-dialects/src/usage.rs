@@ -174,6 +174,24 @@ impl UsageWatcher {
         self.ex.content
     }
 
+    /// The id of what the answer created, as OpenAI names it: the top-level `id` of a
+    /// JSON answer (a Responses API response, a video job), or `response.id` in a
+    /// Responses stream's events. The first one seen; `None` if none was, or if it was
+    /// longer than 128 bytes.
+    ///
+    /// ```
+    /// use tollgate_dialects::{UsageWatcher, Dialect};
+    /// let mut w = UsageWatcher::new(Dialect::OpenAi, true);
+    /// w.observe(b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_67c\",\"status\":\"in_progress\"}}\n\n");
+    /// assert_eq!(w.object_id(), Some("resp_67c"));
+    /// ```
+    pub fn object_id(&self) -> Option<&str> {
+        let id = self.ex.object_id.get();
+        (!id.is_empty())
+            .then(|| std::str::from_utf8(id).ok())
+            .flatten()
+    }
+
     /// The first in-stream error seen, as `type: message` (Anthropic `event: error`,
     /// OpenAI `{"error":…}` data, Gemini `{"error":…}`; also an error body read as
     /// JSON). At most 512 bytes of the message are kept.
@@ -274,11 +292,17 @@ struct Doc {
     images: u64,
     videos: u64,
     finish: bool,
+    /// The id the document names (OpenAI's top-level `id`, or `response.id`).
+    id: Tiny<{ OBJECT_ID_CAP }>,
 }
+
+/// Longest object id kept ([`UsageWatcher::object_id`]); a longer one is not kept.
+const OBJECT_ID_CAP: usize = 128;
 
 impl Doc {
     fn new() -> Self {
         Doc {
+            id: Tiny::new(),
             kind: Tiny::new(),
             raw: Raw::default(),
             content: false,
@@ -296,6 +320,7 @@ impl Doc {
 
     /// Clears the document, keeping its buffers' capacity.
     fn reset(&mut self) {
+        self.id.len = 0;
         self.kind.len = 0;
         self.raw = Raw::default();
         self.content = false;
@@ -345,11 +370,13 @@ struct Extractor {
     content: bool,
     error: Option<String>,
     end_marker: bool,
+    object_id: Tiny<{ OBJECT_ID_CAP }>,
 }
 
 impl Extractor {
     fn new(dialect: Dialect) -> Self {
         Extractor {
+            object_id: Tiny::new(),
             dialect,
             doc: Doc::new(),
             event: Tiny::new(),
@@ -461,6 +488,11 @@ impl Extractor {
                     d.root_code.set(s);
                 } else if at(path, &["data", "*", "b64_json"]) || at(path, &["data", "*", "url"]) {
                     d.images = d.images.saturating_add(1);
+                } else if (at(path, &["id"]) || at(path, &["response", "id"]))
+                    && (1..=OBJECT_ID_CAP as u64).contains(&len)
+                    && s.len() as u64 == len
+                {
+                    d.id.set(s);
                 }
             }
             Scalar::Num(Some(n)) if at(path, &["error", "code"]) => {
@@ -602,6 +634,9 @@ impl Sink for Extractor {
         }
         let error_event = self.event.get() == b"error";
         let d = &self.doc;
+        if self.object_id.len == 0 && d.id.len > 0 {
+            self.object_id.set(d.id.get());
+        }
         self.raw.merge(&d.raw);
         self.images = self.images.saturating_add(d.images);
         self.videos = self.videos.saturating_add(d.videos);

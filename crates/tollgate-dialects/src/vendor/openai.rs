@@ -34,8 +34,17 @@ pub(crate) fn rules(read: &Read, path: &str, stream: bool) -> Rules {
             .or(read.max_output_tokens),
         choices,
         requested_images,
-        usage_reported: !stream || read.include_usage == Some(true),
+        // The Responses API reports usage in every answer, streams included (in
+        // `response.completed`), and takes no `stream_options.include_usage`.
+        usage_reported: !stream || read.include_usage == Some(true) || responses(path),
     }
+}
+
+/// Whether `path` is the Responses API's create route.
+fn responses(path: &str) -> bool {
+    path.split(['?', '#'])
+        .next()
+        .is_some_and(|p| p.ends_with("/responses"))
 }
 
 /// The body with `stream_options.include_usage = true`; `None` if it is not a JSON
@@ -146,12 +155,49 @@ static DONE: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"[DONE]"));
 static REFUSAL: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"\"refusal\":\""));
 static CONTENT: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"\"content\":\""));
 
-/// A `data:` event holding an error object is a failure; a chunk with content is
-/// content; the first chunk of a stream carries only the role (`"content":""`):
-/// preamble.
+/// Responses API events (`event: response.…` / `data: {"type":"response.…`).
+static RESPONSES_EVENT: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"\"type\":\"response."));
+/// The Responses API's error event, and its failed response.
+static EVENT_ERROR: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"event: error"));
+static RESPONSE_FAILED: LazyLock<Finder> =
+    LazyLock::new(|| Finder::new(b"\"type\":\"response.failed\""));
+static TYPE_ERROR: LazyLock<Finder> = LazyLock::new(|| Finder::new(b"data: {\"type\":\"error\""));
+/// Responses API events that carry output: any `….delta`, a finished output item
+/// (a function call arrives whole), and the end of the response.
+static DELTA_EVENT: LazyLock<Finder> = LazyLock::new(|| Finder::new(b".delta\""));
+static ITEM_DONE: LazyLock<Finder> =
+    LazyLock::new(|| Finder::new(b"\"type\":\"response.output_item.done\""));
+static RESPONSE_END: LazyLock<Finder> =
+    LazyLock::new(|| Finder::new(b"\"type\":\"response.completed\""));
+static RESPONSE_INCOMPLETE: LazyLock<Finder> =
+    LazyLock::new(|| Finder::new(b"\"type\":\"response.incomplete\""));
+
+/// Chat completions: a `data:` event holding an error object is a failure; a chunk
+/// with content is content; the first chunk of a stream carries only the role
+/// (`"content":""`): preamble.
+///
+/// Responses API streams: an `error` event or `response.failed` is a failure; output
+/// (`response.*.delta`, `response.output_item.done`, `response.completed` /
+/// `response.incomplete`) is content; `response.created`, `response.in_progress` and
+/// the announcements of items and parts are preamble.
 pub(crate) fn chunk_kind(frame: &[u8]) -> ChunkKind {
-    if line_starts_with(frame, &DATA_ERROR) || frame.starts_with(b"{\"error\"") {
+    if line_starts_with(frame, &DATA_ERROR)
+        || frame.starts_with(b"{\"error\"")
+        || line_starts_with(frame, &EVENT_ERROR)
+        || line_starts_with(frame, &TYPE_ERROR)
+        || has(frame, &RESPONSE_FAILED)
+    {
         ChunkKind::Error
+    } else if has(frame, &RESPONSES_EVENT) {
+        let output = has(frame, &DELTA_EVENT)
+            || has(frame, &ITEM_DONE)
+            || has(frame, &RESPONSE_END)
+            || has(frame, &RESPONSE_INCOMPLETE);
+        if output {
+            ChunkKind::Content
+        } else {
+            ChunkKind::Preamble
+        }
     } else if content(frame) {
         ChunkKind::Content
     } else {

@@ -16,6 +16,8 @@ use tollgate::core::Dialect;
 /// | route | operation |
 /// |---|---|
 /// | `POST /v1/chat/completions` | generation (OpenAI) |
+/// | `POST /v1/responses` | generation (OpenAI Responses API; usage from `response.completed`) |
+/// | `POST /v1/images/generations` | image generation: `n` images against the image tiers and `per_image` price |
 /// | `POST /v1/messages` | generation (Anthropic) |
 /// | `POST /v1/embeddings` | embeddings (OpenAI) |
 /// | `POST /v1/messages/count_tokens` | token counting (Anthropic), free |
@@ -52,10 +54,12 @@ where
 }
 
 /// The OpenAI and Anthropic routes.
-const VENDOR_ROUTES: [&str; 4] = [
+const VENDOR_ROUTES: [&str; 6] = [
     "/v1/chat/completions",
-    "/v1/messages",
+    "/v1/responses",
     "/v1/embeddings",
+    "/v1/images/generations",
+    "/v1/messages",
     "/v1/messages/count_tokens",
 ];
 
