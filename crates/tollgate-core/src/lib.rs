@@ -44,6 +44,7 @@ pub mod clock;
 pub mod demand;
 pub mod dialect;
 pub mod failover;
+pub mod homes;
 pub mod id;
 pub mod money;
 pub mod policy;

@@ -4,6 +4,7 @@ mod batching;
 mod blocks;
 pub(crate) use blocks::spawn_quietly;
 mod capacity;
+mod homes;
 mod joint;
 mod slots;
 mod windows;
