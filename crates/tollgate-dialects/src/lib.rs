@@ -50,7 +50,7 @@ pub mod vendor;
 pub use chunk::{ChunkKind, chunk_kind};
 pub use errors::{ErrorReader, error_facts};
 pub use rate::{RateCount, rate_count, rate_estimate, rate_estimate_tokens};
-pub use request::{Operation, RequestError, RequestFacts, inspect_request};
+pub use request::{Operation, RequestError, RequestFacts, inspect_request, object_path};
 pub use signal::{MAX_SIGNAL_MS, RateReader, RateSignal};
 pub use tollgate_core::{Dialect, Usage};
 pub use usage::{UsageWatcher, usage_from_json};

@@ -47,6 +47,15 @@ pub enum Operation {
     /// Free: no tokens reserved against any tier or provider limit, no money; counted
     /// as a request only.
     CountTokens,
+    /// A video generation job: OpenAI `POST /v1/videos`. One video against the video
+    /// tiers and the `per_video` price; no tokens.
+    Video,
+    /// A request about an object the provider holds: OpenAI `/v1/responses/{id}` (read,
+    /// delete, `cancel`, `input_items`) and `/v1/videos/{id}` (poll, `content`,
+    /// delete). Counted as a request, never billed, sent to the object's creator. Not
+    /// read by [`inspect_request`] (there may be no body to read): the caller knows
+    /// the object's model from its home.
+    Object,
 }
 
 impl Operation {
@@ -73,9 +82,38 @@ impl Operation {
                 Operation::CountTokens
             }
             Dialect::OpenAi | Dialect::Native if path.ends_with("/embeddings") => Operation::Embed,
+            Dialect::OpenAi | Dialect::Native if path.ends_with("/videos") => Operation::Video,
+            Dialect::OpenAi | Dialect::Native if object_path(path).is_some() => Operation::Object,
             _ => Operation::Generate,
         }
     }
+}
+
+/// The id of the provider-side object an OpenAI path names: `/v1/responses/{id}`
+/// (and its `/cancel`, `/input_items`), `/v1/videos/{id}` (and its `/content`); `None`
+/// for any other path.
+///
+/// ```
+/// use tollgate_dialects::request::object_path;
+/// assert_eq!(object_path("/v1/responses/resp_1/input_items"), Some("resp_1"));
+/// assert_eq!(object_path("/v1/videos/video_9/content?variant=video"), Some("video_9"));
+/// assert_eq!(object_path("/v1/videos/video_9"), Some("video_9"));
+/// assert_eq!(object_path("/v1/responses"), None);
+/// assert_eq!(object_path("/v1/responses/resp_1/other"), None);
+/// ```
+pub fn object_path(path: &str) -> Option<&str> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let (rest, tails): (&str, &[&str]) = if let Some(r) = path.strip_prefix("/v1/responses/") {
+        (r, &["cancel", "input_items"])
+    } else {
+        (path.strip_prefix("/v1/videos/")?, &["content"])
+    };
+    let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let id_ok = (1..=MAX_OBJECT_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    (id_ok && (tail.is_empty() || tails.contains(&tail))).then_some(id)
 }
 
 /// What the gateway must know about a request before sending it (from the body and
@@ -86,6 +124,10 @@ pub struct RequestFacts {
     pub operation: Operation,
     /// The model asked for (Gemini: from the path).
     pub model: String,
+    /// The provider-side object the request continues: the Responses API's
+    /// `previous_response_id` (at most [`MAX_OBJECT_ID_LEN`] bytes). Such a request must
+    /// go to the credential that holds the object.
+    pub continues: Option<String>,
     /// Whether the client asked for a streamed answer (Gemini: `:streamGenerateContent`).
     pub stream: bool,
     /// Estimate of the rendered input: messages/contents, system, tools, media, an
@@ -330,24 +372,25 @@ pub fn inspect_request(
         return Ok(RequestFacts {
             operation,
             model,
+            continues: ctx.continues.take(),
             stream: false,
             input_tokens: match operation {
-                Operation::CountTokens => 0,
-                _ => ctx.tally.input_tokens(),
+                Operation::Embed => ctx.tally.input_tokens(),
+                _ => 0,
             },
             max_output_tokens: 0,
             choices: 1,
             // Media in a request to count tokens are counted, not generated or
-            // embedded: nothing against the image and video tiers.
-            images: if operation == Operation::CountTokens {
-                0
-            } else {
-                ctx.tally.images
+            // embedded: nothing against the image and video tiers. A video job makes
+            // one video.
+            images: match operation {
+                Operation::Embed => ctx.tally.images,
+                _ => 0,
             },
-            videos: if operation == Operation::CountTokens {
-                0
-            } else {
-                ctx.tally.videos
+            videos: match operation {
+                Operation::Embed => ctx.tally.videos,
+                Operation::Video => 1,
+                _ => 0,
             },
             has_tools: ctx.tally.has_tools,
             structured_output: false,
@@ -365,6 +408,7 @@ pub fn inspect_request(
     Ok(RequestFacts {
         operation,
         model,
+        continues: ctx.continues.take(),
         stream,
         input_tokens: ctx.tally.input_tokens(),
         max_output_tokens,
@@ -378,6 +422,9 @@ pub fn inspect_request(
 }
 
 pub(crate) const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
+
+/// Longest provider object id kept ([`RequestFacts::continues`]).
+pub const MAX_OBJECT_ID_LEN: usize = 128;
 
 // ---------------------------------------------------------------------------------
 // The walk.
@@ -407,6 +454,7 @@ pub(crate) struct Ctx {
     tally: Tally,
     model: Option<String>,
     pub(crate) model_too_long: bool,
+    continues: Option<String>,
     stream: Option<bool>,
     pub(crate) include_usage: Option<bool>,
     pub(crate) max_tokens: Option<u64>,
@@ -583,6 +631,7 @@ macro_rules! keys {
 
 keys!(TopKey {
     Model = ["model"],
+    PreviousResponse = ["previous_response_id"],
     Stream = ["stream"],
     StreamOptions = ["stream_options"],
     Messages = ["messages", "contents"],
@@ -838,6 +887,18 @@ impl<'de> Visitor<'de> for Top<'_> {
                         ctx.model_too_long = m.len() > estimate::MAX_MODEL_LEN;
                         ctx.model = (!ctx.model_too_long).then_some(m);
                     }
+                }
+                TopKey::PreviousResponse => {
+                    let id: Option<String> = field!(
+                        ctx,
+                        map.next_value_seed,
+                        Seg::Key(name),
+                        "a string",
+                        PhantomData
+                    );
+                    // An id no provider makes (empty, or too long to be one) is not kept:
+                    // the request then goes where any request of its model goes.
+                    ctx.continues = id.filter(|i| (1..=MAX_OBJECT_ID_LEN).contains(&i.len()));
                 }
                 TopKey::Stream => {
                     ctx.stream = field!(

@@ -43,6 +43,10 @@ pub const H_CLIENT_LEAVES: &str = "x-fake-client-leaves";
 pub const H_INPUT_TOKENS: &str = "x-fake-input-tokens";
 /// Control header: output tokens (default 16), capped by the request's max tokens.
 pub const H_OUTPUT_TOKENS: &str = "x-fake-output-tokens";
+/// Control header: the part of the output tokens spent on reasoning (OpenAI
+/// `reasoning_tokens` in chat completions and the Responses API; capped by the output
+/// tokens; default 0).
+pub const H_REASONING_TOKENS: &str = "x-fake-reasoning-tokens";
 /// Control header: prompt tokens served from the provider's cache (cache reads).
 pub const H_CACHED_TOKENS: &str = "x-fake-cached-tokens";
 /// Control header: prompt tokens written to the cache (Anthropic cache creation).
@@ -287,7 +291,8 @@ impl RateLimitInfo {
 /// How the fake answers one call. Every field is optional; unset fields fall back to
 /// the layer below.
 ///
-/// Resolution for each generation call (chat completions, messages, generateContent):
+/// Resolution for each model call (generation, embeddings, token counting, images,
+/// video job creation: [`Route::is_model_call`](crate::Route::is_model_call)):
 /// the instance default ([`FakeUpstream::set_default`](crate::FakeUpstream::set_default)),
 /// overlaid by the default for the call's credential
 /// ([`set_default_for`](crate::FakeUpstream::set_default_for)), overlaid by the next
@@ -296,6 +301,9 @@ impl RateLimitInfo {
 /// means: a field set in the upper layer wins; `status` and `error` form one outcome,
 /// so a layer that sets either replaces both (a scripted `error(RateLimit)` is not
 /// masked by a default `ok()`, and `x-fake-status: 200` clears a scripted error).
+/// The routes about a stored response or video job
+/// ([`Route::is_resource`](crate::Route::is_resource)) use the same layers without the
+/// scripted one; the list-models routes use none.
 ///
 /// Outcome rules: a 2xx `status` is a success whatever `error` says; otherwise a set
 /// `status` or `error` renders that error (`error` names the body, `status` the HTTP
@@ -331,6 +339,9 @@ pub struct Behavior {
     pub input_tokens: Option<u64>,
     /// Output tokens before the max-tokens cap (default [`DEFAULT_OUTPUT_TOKENS`]).
     pub output_tokens: Option<u64>,
+    /// The part of the output tokens spent on reasoning (OpenAI `reasoning_tokens`;
+    /// capped by the output tokens; default 0).
+    pub reasoning_tokens: Option<u64>,
     /// Prompt tokens read from the cache.
     pub cached_tokens: Option<u64>,
     /// Prompt tokens written to the cache (Anthropic).
@@ -402,6 +413,8 @@ impl Behavior {
         with_input_tokens => input_tokens: u64,
         /// Sets [`Behavior::output_tokens`].
         with_output_tokens => output_tokens: u64,
+        /// Sets [`Behavior::reasoning_tokens`].
+        with_reasoning_tokens => reasoning_tokens: u64,
         /// Sets [`Behavior::cached_tokens`].
         with_cached_tokens => cached_tokens: u64,
         /// Sets [`Behavior::cache_creation_tokens`].
@@ -444,6 +457,7 @@ impl Behavior {
             chunks: top.chunks.or(self.chunks),
             input_tokens: top.input_tokens.or(self.input_tokens),
             output_tokens: top.output_tokens.or(self.output_tokens),
+            reasoning_tokens: top.reasoning_tokens.or(self.reasoning_tokens),
             cached_tokens: top.cached_tokens.or(self.cached_tokens),
             cache_creation_tokens: top.cache_creation_tokens.or(self.cache_creation_tokens),
             rate_limit: self.rate_limit.overlay(&top.rate_limit),
@@ -495,6 +509,7 @@ impl Behavior {
                 "chunks" => b.chunks = Some(small()?),
                 "input-tokens" => b.input_tokens = Some(num()?),
                 "output-tokens" => b.output_tokens = Some(num()?),
+                "reasoning-tokens" => b.reasoning_tokens = Some(num()?),
                 "cached-tokens" => b.cached_tokens = Some(num()?),
                 "cache-creation-tokens" => b.cache_creation_tokens = Some(num()?),
                 "ratelimit-limit-requests" => b.rate_limit.limit_requests = Some(num()?),
@@ -556,6 +571,9 @@ impl Behavior {
         }
         if let Some(v) = self.output_tokens {
             push(H_OUTPUT_TOKENS, v.to_string());
+        }
+        if let Some(v) = self.reasoning_tokens {
+            push(H_REASONING_TOKENS, v.to_string());
         }
         if let Some(v) = self.cached_tokens {
             push(H_CACHED_TOKENS, v.to_string());
@@ -648,6 +666,7 @@ mod tests {
             .with_fail_after_chunks(2)
             .with_cut(true)
             .with_cached_tokens(7)
+            .with_reasoning_tokens(3)
             .with_rate_limit(
                 RateLimitInfo::new()
                     .requests(10, 0)

@@ -18,6 +18,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) request_id: &'a str,
     pub(crate) behavior: &'a Behavior,
     pub(crate) now: SystemTime,
+    /// The fake instance's number (in the ids it mints).
+    pub(crate) instance: u64,
 }
 
 /// A rendered error answer.
@@ -168,6 +170,30 @@ pub(crate) fn error_json(ctx: &Ctx<'_>, kind: &ErrorKind, status: u16) -> String
         Dialect::Gemini => gemini(ctx, kind, status),
     };
     v.to_string()
+}
+
+/// The in-stream `error` event payload of the Responses API:
+/// `{"type":"error","code":…,"message":…,"param":null,"sequence_number":…}` (the code
+/// is the OpenAI error's `code`, else its `type`).
+pub(crate) fn responses_stream_error(
+    ctx: &Ctx<'_>,
+    kind: &ErrorKind,
+    sequence_number: u64,
+) -> String {
+    let v = openai(ctx, kind);
+    let e = &v["error"];
+    let code = match &e["code"] {
+        Value::Null => e["type"].clone(),
+        c => c.clone(),
+    };
+    json!({
+        "type": "error",
+        "code": code,
+        "message": e["message"],
+        "param": null,
+        "sequence_number": sequence_number,
+    })
+    .to_string()
 }
 
 fn oai(message: String, ty: &str, code: Option<&str>) -> Value {

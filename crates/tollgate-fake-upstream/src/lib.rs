@@ -11,6 +11,16 @@
 //! | `POST /v1beta/models/{model}:generateContent` | Gemini |
 //! | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` (without `alt=sse`: a streamed JSON array) | Gemini |
 //! | `GET /v1beta/models` | Gemini |
+//! | `POST /v1/responses` (`"stream": true` → `response.created` … `response.completed` SSE with `event:` lines) | OpenAI Responses |
+//! | `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items` | OpenAI Responses |
+//! | `POST /v1/embeddings` (`dimensions`, default [`DEFAULT_EMBEDDING_DIMENSIONS`]; `encoding_format` `float` or `base64`) | OpenAI |
+//! | `POST /v1beta/models/{model}:embedContent`, `…:batchEmbedContents` (no usage, as Gemini) | Gemini |
+//! | `POST /v1/messages/count_tokens` → `{"input_tokens":P}` | Anthropic |
+//! | `POST /v1beta/models/{model}:countTokens` → `{"totalTokens":P,…}` | Gemini |
+//! | `POST /v1/images/generations`, `POST /v1/images/edits` (multipart) → `n` tiny PNGs | OpenAI |
+//! | `POST /v1/videos`, `GET /v1/videos/{id}`, `GET /v1/videos/{id}/content`, `DELETE /v1/videos/{id}` | OpenAI |
+//!
+//! Every Gemini method is also served under `/v1/models/…`.
 //!
 //! # Usage numbers (deterministic)
 //!
@@ -22,7 +32,14 @@
 //! - output tokens `O` = `x-fake-output-tokens` (default 16), capped by the request's
 //!   `max_completion_tokens`/`max_tokens`/`generationConfig.maxOutputTokens` (the finish
 //!   reason is then `length`/`max_tokens`/`MAX_TOKENS`);
-//! - the answer is `x-fake-chunks` (default 4) chunks of [`chunk_text`].
+//! - the answer is `x-fake-chunks` (default 4) chunks of [`chunk_text`];
+//! - reasoning tokens `R` = `x-fake-reasoning-tokens` (default 0), part of `O` (capped
+//!   by it), reported by OpenAI chat (`completion_tokens_details.reasoning_tokens`)
+//!   and the Responses API.
+//!
+//! The text bytes of `P` are those of the chat messages, of the Responses API's `input`
+//! and `instructions`, of the embedding inputs (token-id arrays count one token per id),
+//! of the Gemini contents, or of the image or video `prompt` ([`prompt_text_bytes`]).
 //!
 //! Reported as: OpenAI `prompt_tokens = P`, `prompt_tokens_details.cached_tokens = C`,
 //! `completion_tokens = O`; Anthropic `input_tokens = P − C − W`,
@@ -31,6 +48,29 @@
 //! final `output_tokens`); Gemini `promptTokenCount = P`, `cachedContentTokenCount = C`
 //! (omitted when 0, as Gemini does), `candidatesTokenCount = O`, `totalTokenCount = P + O`
 //! (intermediate stream chunks carry only the prompt side).
+//!
+//! The other routes report: Responses API `input_tokens = P`,
+//! `input_tokens_details.cached_tokens = C`, `output_tokens = O` (capped by
+//! `max_output_tokens`; the response is then `incomplete` with
+//! `incomplete_details.reason = "max_output_tokens"` and its stream ends with
+//! `response.incomplete` instead of `response.completed`),
+//! `output_tokens_details.reasoning_tokens = R`, `total_tokens = P + O`; OpenAI
+//! embeddings `prompt_tokens = total_tokens = P`; Anthropic count_tokens
+//! `input_tokens = P`; Gemini countTokens `totalTokens = P`; images (gpt-image style,
+//! none for `dall-e*` models) `input_tokens = input_tokens_details.text_tokens = P`,
+//! `image_tokens = 0`, `output_tokens = n × O`; a retrieved response `P` = 1 (or
+//! `x-fake-input-tokens`). Gemini embeddings and video jobs report no usage.
+//!
+//! Embedding vectors are unit length and deterministic: the same input text (or token
+//! ids) always gets the same vector.
+//!
+//! # Ids
+//!
+//! Response, output message and video ids are minted as `resp_fake_i{n}_{seq:08}`,
+//! `msg_fake_i{n}_{seq:08}` and `video_fake_i{n}_{seq:08}`, where `n` is the fake's
+//! [`FakeControl::instance_id`] and `seq` its call counter, so a test can tell which
+//! fake made an id ([`FakeControl::made_id`]). Retrieving, cancelling or deleting a
+//! response or video answers for any id (nothing is stored).
 //!
 //! # Headers
 //!
@@ -75,6 +115,7 @@
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+mod apis;
 pub mod behavior;
 mod body;
 mod errors;
@@ -94,7 +135,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use behavior::{BadControlHeader, Behavior, ErrorKind, RateLimitInfo};
-pub use request::{chunk_text, estimate_input_tokens, expected_text, prompt_text_bytes};
+pub use request::{
+    DEFAULT_EMBEDDING_DIMENSIONS, chunk_text, estimate_input_tokens, expected_text,
+    prompt_text_bytes,
+};
 pub use stats::{RecordedRequest, Route, Stats};
 
 use server::Shared;
@@ -102,11 +146,12 @@ use server::Shared;
 /// The API format of a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dialect {
-    /// OpenAI chat completions.
+    /// OpenAI chat completions (and the other OpenAI routes: Responses, embeddings,
+    /// images, videos).
     OpenAi,
-    /// Anthropic messages.
+    /// Anthropic messages (and count_tokens).
     Anthropic,
-    /// Gemini generateContent.
+    /// Gemini generateContent (and the other Gemini methods).
     Gemini,
 }
 
@@ -220,6 +265,18 @@ impl FakeControl {
         self.shared.counters.snapshot()
     }
 
+    /// This fake's number in the process (from 1; every started fake gets the next),
+    /// part of the ids it mints (see [the crate docs](crate#ids)).
+    pub fn instance_id(&self) -> u64 {
+        self.shared.instance
+    }
+
+    /// True when `id` (a response, output message or video id) was minted by this fake:
+    /// it contains `_fake_i{instance_id}_`.
+    pub fn made_id(&self, id: &str) -> bool {
+        id.contains(&apis::instance_mark(self.shared.instance))
+    }
+
     /// Zeroes the counters, the credentials seen and the recorded requests. Requests
     /// still in flight stay in flight; maxima restart from the current counts.
     /// Behaviours and scripts are kept.
@@ -238,7 +295,8 @@ impl FakeControl {
         self.shared.set_default_for(credential, b)
     }
 
-    /// Queues a behaviour for the next generation call (one entry per call, in order).
+    /// Queues a behaviour for the next model call (one entry per call, in order; see
+    /// [`Route::is_model_call`]).
     pub fn push_script(&self, b: Behavior) {
         self.shared.push_script(b)
     }
@@ -250,8 +308,8 @@ impl FakeControl {
         }
     }
 
-    /// Queues a behaviour for the next generation call made with `credential`; such
-    /// entries are used before the global queue.
+    /// Queues a behaviour for the next model call made with `credential`; such entries
+    /// are used before the global queue.
     pub fn push_script_for(&self, credential: &str, b: Behavior) {
         self.shared.push_script_for(credential, b)
     }
@@ -347,6 +405,16 @@ impl FakeUpstream {
     /// See [`FakeControl::stats`].
     pub fn stats(&self) -> Stats {
         self.control.stats()
+    }
+
+    /// See [`FakeControl::instance_id`].
+    pub fn instance_id(&self) -> u64 {
+        self.control.instance_id()
+    }
+
+    /// See [`FakeControl::made_id`].
+    pub fn made_id(&self, id: &str) -> bool {
+        self.control.made_id(id)
     }
 
     /// See [`FakeControl::reset_stats`].

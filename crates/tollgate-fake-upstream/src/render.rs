@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::Dialect;
+use crate::apis::ResponsesFrames;
 use crate::behavior::ErrorKind;
 use crate::body::End;
 use crate::errors::{Ctx, error_json};
@@ -28,17 +29,18 @@ pub(crate) fn anthropic_id(seq: u64) -> String {
     format!("msg_fake{seq:08}")
 }
 
-fn full_text(n: u32) -> String {
+pub(crate) fn full_text(n: u32) -> String {
     (0..n as usize).map(chunk_text).collect()
 }
 
 fn openai_usage(u: &Usage) -> String {
     format!(
-        r#"{{"prompt_tokens":{p},"completion_tokens":{o},"total_tokens":{t},"prompt_tokens_details":{{"cached_tokens":{c},"audio_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}}"#,
+        r#"{{"prompt_tokens":{p},"completion_tokens":{o},"total_tokens":{t},"prompt_tokens_details":{{"cached_tokens":{c},"audio_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":{r},"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}}"#,
         p = u.prompt,
         o = u.output,
         t = u.prompt + u.output,
-        c = u.cached
+        c = u.cached,
+        r = u.reasoning,
     )
 }
 
@@ -126,6 +128,22 @@ pub(crate) struct StreamPlan {
     pub(crate) include_usage: bool,
     /// Gemini without `alt=sse`: a streamed JSON array instead of SSE.
     pub(crate) gemini_json_array: bool,
+    /// The OpenAI Responses API's events instead of chat completion chunks.
+    pub(crate) responses: bool,
+    /// The request's max output tokens (echoed by the Responses API).
+    pub(crate) max_tokens: Option<u64>,
+}
+
+/// The frames of one streamed answer in one API's framing.
+pub(crate) trait Framer {
+    /// Sent with the head, before the first content chunk.
+    fn preamble(&mut self) -> Option<String>;
+    /// Content chunk `i`.
+    fn content(&mut self, i: usize) -> String;
+    /// An in-stream error event (the stream's last frame).
+    fn error(&mut self, kind: &ErrorKind, status: u16) -> String;
+    /// The finish, the usage and the end marker of a stream that completes.
+    fn trailer(&mut self) -> String;
 }
 
 /// The frames of one streamed answer, in its dialect's framing: OpenAI and Anthropic
@@ -195,9 +213,10 @@ impl<'a> Frames<'a> {
         let close = if last { "]" } else { "" };
         format!("{open}{json}{close}")
     }
+}
 
-    /// Sent with the head, before the first content chunk.
-    fn preamble(&self) -> Option<String> {
+impl Framer for Frames<'_> {
+    fn preamble(&mut self) -> Option<String> {
         match self.ctx.dialect {
             Dialect::OpenAi => Some(self.openai_chunk(
                 r#"{"role":"assistant","content":"","refusal":null}"#,
@@ -215,7 +234,6 @@ impl<'a> Frames<'a> {
         }
     }
 
-    /// Content chunk `i`.
     fn content(&mut self, i: usize) -> String {
         let text = chunk_text(i);
         match self.ctx.dialect {
@@ -231,7 +249,6 @@ impl<'a> Frames<'a> {
         }
     }
 
-    /// An in-stream error event (the stream's last frame).
     fn error(&mut self, kind: &ErrorKind, status: u16) -> String {
         let err = error_json(self.ctx, kind, status);
         match self.ctx.dialect {
@@ -241,7 +258,6 @@ impl<'a> Frames<'a> {
         }
     }
 
-    /// The finish, the usage and the end marker of a stream that completes.
     fn trailer(&mut self) -> String {
         let u = self.u;
         match self.ctx.dialect {
@@ -280,7 +296,22 @@ pub(crate) fn stream(
     u: &Usage,
     plan: &StreamPlan,
 ) -> (VecDeque<(Duration, Bytes)>, End) {
-    let mut frames = Frames::new(ctx, seq, u, plan);
+    if plan.responses {
+        run(
+            &mut ResponsesFrames::new(ctx, seq, u, plan.max_tokens),
+            u,
+            plan,
+        )
+    } else {
+        run(&mut Frames::new(ctx, seq, u, plan), u, plan)
+    }
+}
+
+fn run(
+    frames: &mut dyn Framer,
+    u: &Usage,
+    plan: &StreamPlan,
+) -> (VecDeque<(Duration, Bytes)>, End) {
     let mut steps: VecDeque<(Duration, Bytes)> = VecDeque::with_capacity(u.chunks as usize + 3);
     if let Some(preamble) = frames.preamble() {
         steps.push_back((Duration::ZERO, preamble.into()));

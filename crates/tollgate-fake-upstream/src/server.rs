@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -16,13 +17,13 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use crate::Dialect;
 use crate::behavior::{Behavior, ErrorKind};
 use crate::body::{End, FakeBody};
 use crate::errors::{self, Ctx, Headers, push};
 use crate::render::{self, StreamPlan, js};
 use crate::request::{self, Usage};
 use crate::stats::{Counters, Credentials, InFlightGuard, Route};
+use crate::{Dialect, apis};
 
 #[derive(Default)]
 struct Control {
@@ -36,7 +37,12 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     control: Mutex<Control>,
     models: Vec<String>,
+    /// This fake's number in the process (from 1), in the ids it mints.
+    pub(crate) instance: u64,
 }
+
+/// The number of the next fake started in this process.
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -51,6 +57,7 @@ impl Shared {
                 ..Control::default()
             }),
             models,
+            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -95,14 +102,17 @@ impl Shared {
                 .sum::<usize>()
     }
 
-    /// Default, then the credential's default, then one scripted entry (the
-    /// credential's queue first, else the global queue).
-    fn behavior_for(&self, credential: Option<&str>) -> Behavior {
+    /// Default, then the credential's default, then (when `consume`) one scripted entry
+    /// (the credential's queue first, else the global queue).
+    fn behavior_for(&self, credential: Option<&str>, consume: bool) -> Behavior {
         let mut c = lock(&self.control);
         let mut b = c.default.clone();
         if let Some(cred) = credential {
             if let Some(d) = c.per_credential_default.get(cred) {
                 b = b.overlay(d);
+            }
+            if !consume {
+                return b;
             }
             if let Some(s) = c
                 .per_credential_script
@@ -111,6 +121,9 @@ impl Shared {
             {
                 return b.overlay(&s);
             }
+        }
+        if !consume {
+            return b;
         }
         if let Some(s) = c.script.pop_front() {
             b = b.overlay(&s);
@@ -152,43 +165,85 @@ pub(crate) async fn serve(
     conns.shutdown().await;
 }
 
+/// `/{prefix}{id}` or `/{prefix}{id}/{tail}`: the id and the tail.
+fn resource<'a>(path: &'a str, prefix: &str) -> Option<(&'a str, Option<&'a str>)> {
+    let rest = path.strip_prefix(prefix)?;
+    let (id, tail) = match rest.split_once('/') {
+        Some((id, tail)) => (id, Some(tail)),
+        None => (rest, None),
+    };
+    (!id.is_empty()).then_some((id, tail))
+}
+
+/// The route, the dialect of its errors, and the path parameter (the model of a Gemini
+/// method, the id of a response or a video).
 fn classify(
     method: &Method,
     path: &str,
     headers: &http::HeaderMap,
 ) -> (Route, Dialect, Option<String>) {
+    let openai = |r: Route| (r, Dialect::OpenAi, None);
     match (method, path) {
-        (&Method::POST, "/v1/chat/completions") => (Route::ChatCompletions, Dialect::OpenAi, None),
-        (&Method::POST, "/v1/messages") => (Route::Messages, Dialect::Anthropic, None),
+        (&Method::POST, "/v1/chat/completions") => return openai(Route::ChatCompletions),
+        (&Method::POST, "/v1/messages") => return (Route::Messages, Dialect::Anthropic, None),
+        (&Method::POST, "/v1/messages/count_tokens") => {
+            return (Route::MessagesCountTokens, Dialect::Anthropic, None);
+        }
+        (&Method::POST, "/v1/responses") => return openai(Route::Responses),
+        (&Method::POST, "/v1/embeddings") => return openai(Route::Embeddings),
+        (&Method::POST, "/v1/images/generations") => return openai(Route::ImageGenerations),
+        (&Method::POST, "/v1/images/edits") => return openai(Route::ImageEdits),
+        (&Method::POST, "/v1/videos") => return openai(Route::VideoCreate),
         (&Method::GET, "/v1/models") => {
             let d = if headers.contains_key("anthropic-version") {
                 Dialect::Anthropic
             } else {
                 Dialect::OpenAi
             };
-            (Route::ListModels, d, None)
+            return (Route::ListModels, d, None);
         }
-        (&Method::GET, "/v1beta/models") => (Route::ListModels, Dialect::Gemini, None),
-        (&Method::POST, p) => {
-            let rest = p
-                .strip_prefix("/v1beta/models/")
-                .or_else(|| p.strip_prefix("/v1/models/"));
-            match rest.and_then(|r| r.split_once(':')) {
-                Some((model, "generateContent")) if !model.is_empty() => (
-                    Route::GenerateContent,
-                    Dialect::Gemini,
-                    Some(model.to_owned()),
-                ),
-                Some((model, "streamGenerateContent")) if !model.is_empty() => (
-                    Route::StreamGenerateContent,
-                    Dialect::Gemini,
-                    Some(model.to_owned()),
-                ),
-                _ => (Route::Other, Dialect::OpenAi, None),
+        (&Method::GET, "/v1beta/models") => return (Route::ListModels, Dialect::Gemini, None),
+        _ => {}
+    }
+    if let Some((id, tail)) = resource(path, "/v1/responses/") {
+        let route = match (method, tail) {
+            (&Method::GET, None) => Route::ResponseRetrieve,
+            (&Method::DELETE, None) => Route::ResponseDelete,
+            (&Method::POST, Some("cancel")) => Route::ResponseCancel,
+            (&Method::GET, Some("input_items")) => Route::ResponseInputItems,
+            _ => Route::Other,
+        };
+        return (route, Dialect::OpenAi, Some(id.to_owned()));
+    }
+    if let Some((id, tail)) = resource(path, "/v1/videos/") {
+        let route = match (method, tail) {
+            (&Method::GET, None) => Route::VideoRetrieve,
+            (&Method::DELETE, None) => Route::VideoDelete,
+            (&Method::GET, Some("content")) => Route::VideoContent,
+            _ => Route::Other,
+        };
+        return (route, Dialect::OpenAi, Some(id.to_owned()));
+    }
+    if method == Method::POST {
+        // Every Gemini method under both API versions.
+        let rest = path
+            .strip_prefix("/v1beta/models/")
+            .or_else(|| path.strip_prefix("/v1/models/"));
+        if let Some((model, verb)) = rest.and_then(|r| r.split_once(':')) {
+            let route = match verb {
+                "generateContent" => Route::GenerateContent,
+                "streamGenerateContent" => Route::StreamGenerateContent,
+                "embedContent" => Route::EmbedContent,
+                "batchEmbedContents" => Route::BatchEmbedContents,
+                "countTokens" => Route::CountTokens,
+                _ => Route::Other,
+            };
+            if route != Route::Other && !model.is_empty() && !model.contains('/') {
+                return (route, Dialect::Gemini, Some(model.to_owned()));
             }
         }
-        _ => (Route::Other, Dialect::OpenAi, None),
     }
+    openai(Route::Other)
 }
 
 fn respond(
@@ -254,7 +309,7 @@ async fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
 ) -> Result<Response<FakeBody>, Infallible> {
-    let (route, dialect, path_model) = classify(req.method(), req.uri().path(), req.headers());
+    let (route, dialect, param) = classify(req.method(), req.uri().path(), req.headers());
     let query = req.uri().query();
     let gemini_sse = query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
     let creds = Credentials::of(req.headers(), query);
@@ -278,7 +333,12 @@ async fn handle(
     }
 
     let from_headers = Behavior::from_headers(req.headers());
-    let base = shared.behavior_for(primary.as_deref());
+    let base = shared.behavior_for(primary.as_deref(), route.is_model_call());
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = match req.into_body().collect().await {
         Ok(c) => c.to_bytes(),
         // The client went away mid-body; nobody reads this answer.
@@ -297,10 +357,11 @@ async fn handle(
         Err(e) => return Ok(bad_request(guard, dialect, &rid, &e.to_string())),
     };
     let parsed = match request::parse(
+        route,
         dialect,
         &body,
-        path_model.as_deref(),
-        route == Route::StreamGenerateContent,
+        content_type.as_deref(),
+        param.as_deref(),
     ) {
         Ok(p) => p,
         Err(msg) => return Ok(bad_request(guard, dialect, &rid, &msg)),
@@ -316,6 +377,7 @@ async fn handle(
         request_id: &rid,
         behavior: &b,
         now: SystemTime::now(),
+        instance: shared.instance,
     };
     let mut h = Headers::new();
     request_id_header(dialect, &rid, &mut h);
@@ -335,7 +397,17 @@ async fn handle(
     let cut = b.cut == Some(true);
 
     if !parsed.stream {
-        return Ok(buffered(&shared, &ctx, seq, &usage, h, cut, guard));
+        let (content_type, body) = match route {
+            Route::ChatCompletions
+            | Route::Messages
+            | Route::GenerateContent
+            | Route::StreamGenerateContent => (
+                "application/json",
+                Bytes::from(render::non_stream(&ctx, seq, &usage)),
+            ),
+            _ => apis::answer(route, &ctx, seq, &usage, &parsed),
+        };
+        return Ok(buffered(&shared, content_type, body, h, cut, guard));
     }
     let plan = StreamPlan {
         ttfb: b.ttfb.unwrap_or_default(),
@@ -348,6 +420,8 @@ async fn handle(
         }),
         include_usage: parsed.include_usage,
         gemini_json_array: dialect == Dialect::Gemini && !gemini_sse,
+        responses: route == Route::Responses,
+        max_tokens: parsed.max_tokens,
     };
     Ok(streamed(&shared, &ctx, seq, &usage, &plan, h, guard))
 }
@@ -383,23 +457,21 @@ fn no_route(guard: InFlightGuard, method: &http::Method, path: &str) -> Response
 /// A whole (non-streamed) answer; `cut`: only its first half, then the connection drops.
 fn buffered(
     shared: &Shared,
-    ctx: &Ctx<'_>,
-    seq: u64,
-    usage: &Usage,
+    content_type: &'static str,
+    body: Bytes,
     h: Headers,
     cut: bool,
     guard: InFlightGuard,
 ) -> Response<FakeBody> {
-    let text = render::non_stream(ctx, seq, usage);
-    if !cut {
-        return full(guard, 200, "application/json", h, text);
-    }
-    let total = text.len() as u64;
-    let half = Bytes::from(text).slice(..(total as usize / 2));
-    let steps = VecDeque::from([(Duration::ZERO, half)]);
     shared.counters.count_status(200);
+    if !cut {
+        return respond(200, content_type, h, FakeBody::full(body, guard));
+    }
+    let total = body.len() as u64;
+    let half = body.slice(..(total as usize / 2));
+    let steps = VecDeque::from([(Duration::ZERO, half)]);
     let body = FakeBody::new(steps, End::Cut, Some(total), guard);
-    respond(200, "application/json", h, body)
+    respond(200, content_type, h, body)
 }
 
 /// A streamed answer as `plan` says: SSE, or Gemini's JSON array.

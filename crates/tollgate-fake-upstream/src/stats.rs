@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use http::{HeaderMap, Method};
 
 /// The route a call hit.
+///
+/// Gemini methods are served under both `/v1beta/models/{model}:…` and
+/// `/v1/models/{model}:…`; both count under the same route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Route {
@@ -21,25 +24,77 @@ pub enum Route {
     /// `GET /v1/models` (OpenAI, or Anthropic when `anthropic-version` is sent) and
     /// `GET /v1beta/models` (Gemini).
     ListModels,
+    /// OpenAI Responses API `POST /v1/responses` (streamed with `"stream": true`).
+    Responses,
+    /// OpenAI `GET /v1/responses/{id}`.
+    ResponseRetrieve,
+    /// OpenAI `DELETE /v1/responses/{id}`.
+    ResponseDelete,
+    /// OpenAI `POST /v1/responses/{id}/cancel`.
+    ResponseCancel,
+    /// OpenAI `GET /v1/responses/{id}/input_items`.
+    ResponseInputItems,
+    /// OpenAI `POST /v1/embeddings`.
+    Embeddings,
+    /// Gemini `POST /v1beta/models/{model}:embedContent`.
+    EmbedContent,
+    /// Gemini `POST /v1beta/models/{model}:batchEmbedContents`.
+    BatchEmbedContents,
+    /// Anthropic `POST /v1/messages/count_tokens`.
+    MessagesCountTokens,
+    /// Gemini `POST /v1beta/models/{model}:countTokens`.
+    CountTokens,
+    /// OpenAI `POST /v1/images/generations`.
+    ImageGenerations,
+    /// OpenAI `POST /v1/images/edits` (multipart/form-data).
+    ImageEdits,
+    /// OpenAI `POST /v1/videos` (creates a video job).
+    VideoCreate,
+    /// OpenAI `GET /v1/videos/{id}`.
+    VideoRetrieve,
+    /// OpenAI `GET /v1/videos/{id}/content`.
+    VideoContent,
+    /// OpenAI `DELETE /v1/videos/{id}`.
+    VideoDelete,
     /// Anything else (answered 404).
     Other,
 }
 
 impl Route {
-    const ALL: [Route; 6] = [
+    /// Every route, in declaration order (`ALL[r as usize] == r`).
+    const ALL: [Route; 22] = [
         Route::ChatCompletions,
         Route::Messages,
         Route::GenerateContent,
         Route::StreamGenerateContent,
         Route::ListModels,
+        Route::Responses,
+        Route::ResponseRetrieve,
+        Route::ResponseDelete,
+        Route::ResponseCancel,
+        Route::ResponseInputItems,
+        Route::Embeddings,
+        Route::EmbedContent,
+        Route::BatchEmbedContents,
+        Route::MessagesCountTokens,
+        Route::CountTokens,
+        Route::ImageGenerations,
+        Route::ImageEdits,
+        Route::VideoCreate,
+        Route::VideoRetrieve,
+        Route::VideoContent,
+        Route::VideoDelete,
         Route::Other,
     ];
+
+    const COUNT: usize = Route::ALL.len();
 
     fn index(self) -> usize {
         self as usize
     }
 
-    /// True for the routes that generate (and consume scripted behaviours).
+    /// True for the routes that generate text: chat completions, messages,
+    /// generateContent, streamGenerateContent and Responses create.
     pub fn is_generation(self) -> bool {
         matches!(
             self,
@@ -47,6 +102,43 @@ impl Route {
                 | Route::Messages
                 | Route::GenerateContent
                 | Route::StreamGenerateContent
+                | Route::Responses
+        )
+    }
+
+    /// True for the routes that do model work: the generation routes, embeddings
+    /// (OpenAI and Gemini), token counting (Anthropic and Gemini), image generations and
+    /// edits, and video job creation. Every behaviour layer applies to them, and each
+    /// call consumes one scripted behaviour.
+    pub fn is_model_call(self) -> bool {
+        self.is_generation()
+            || matches!(
+                self,
+                Route::Embeddings
+                    | Route::EmbedContent
+                    | Route::BatchEmbedContents
+                    | Route::MessagesCountTokens
+                    | Route::CountTokens
+                    | Route::ImageGenerations
+                    | Route::ImageEdits
+                    | Route::VideoCreate
+            )
+    }
+
+    /// True for the routes about a stored response or video job (retrieve, delete,
+    /// cancel, input items, video content). The instance and credential defaults and the
+    /// request's `x-fake-*` headers apply to them, but they consume no scripted
+    /// behaviour.
+    pub fn is_resource(self) -> bool {
+        matches!(
+            self,
+            Route::ResponseRetrieve
+                | Route::ResponseDelete
+                | Route::ResponseCancel
+                | Route::ResponseInputItems
+                | Route::VideoRetrieve
+                | Route::VideoContent
+                | Route::VideoDelete
         )
     }
 }
@@ -179,7 +271,7 @@ struct CredState {
 pub(crate) struct Counters {
     seq: AtomicU64,
     total: AtomicU64,
-    per_route: [AtomicU64; 6],
+    per_route: [AtomicU64; Route::COUNT],
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     completed: AtomicU64,
@@ -441,5 +533,18 @@ impl Drop for InFlightGuard {
             self.counters
                 .end(self.credential.as_ref(), self.stays, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_indexes_follow_declaration_order() {
+        for (i, r) in Route::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+        assert_eq!(Route::ALL[Route::COUNT - 1], Route::Other);
     }
 }

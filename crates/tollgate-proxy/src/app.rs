@@ -43,6 +43,8 @@ pub struct Gateway<St> {
     on_scrape: Option<ScrapeHook>,
     /// Rejections by code over the last minutes (kept across reloads).
     rejections: crate::pages::RejectionLog,
+    /// Where provider-side objects live (kept across reloads, P6).
+    homes: Arc<crate::homes::Homes>,
 }
 
 /// Called with every channel registry the gateway builds (at start and on each
@@ -64,7 +66,17 @@ where
             on_registry: None,
             on_scrape: None,
             rejections: crate::pages::RejectionLog::default(),
+            homes: Arc::default(),
         }
+    }
+
+    /// Shares the homes of provider-side objects (Responses API responses, video jobs)
+    /// through `book` — the Redis store, so every instance sends a request about an
+    /// object to the channel that created it (P6). Without it they are kept in this
+    /// instance only.
+    pub fn homes(mut self, book: Arc<dyn tollgate::core::homes::HomeBook>) -> Self {
+        self.homes = Arc::new(crate::homes::Homes::new(Some(book)));
+        self
     }
 
     /// Calls `hook` with every channel registry built (at start and on each reload):
@@ -280,7 +292,7 @@ where
         // capacity queue (picks the channel among those left; queued
         // requests hold no money, Q5/B3) → billing (needs to know whether the
         // subscription covered the request, W8) → forward.
-        let forward = Forward::new(self.client.clone(), catalog.clone());
+        let forward = Forward::new(self.client.clone(), catalog.clone(), self.homes.clone());
         let response_headers = crate::forward::ResponseHeadersLayer::new(catalog.clone());
         let live_catalog = catalog.clone();
         let registry = Arc::new(crate::catalog::upstream_registry(&self.config));
@@ -289,7 +301,7 @@ where
         }
         let failover = self.failover_layer(registry.clone());
         let upstream = self.upstream_layer(registry);
-        let prepare = PrepareLayer::new(catalog.clone());
+        let prepare = PrepareLayer::new(catalog.clone(), self.homes.clone());
         let slots = self.slot_layer();
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         // Outermost: a response the client stops reading is cut on a timer (L3).

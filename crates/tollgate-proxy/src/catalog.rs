@@ -137,6 +137,23 @@ impl Catalog {
         self.choose(model, dialect).map(|p| p.list.clone())
     }
 
+    /// The one candidate `channel`, if it serves `model` to a `dialect` client: where a
+    /// request about a provider-side object must go (P6).
+    pub fn home_candidates(
+        &self,
+        model: &str,
+        channel: &str,
+        dialect: Dialect,
+    ) -> Option<Candidates> {
+        let r = self.route(model, channel)?;
+        (r.dialect == dialect).then(|| {
+            Candidates::new([ChannelRef {
+                name: r.name.clone(),
+                capacity: r.capacity,
+            }])
+        })
+    }
+
     /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
     pub fn pick(&self, model: &str, dialect: Dialect) -> Option<Arc<Route>> {
         self.choose(model, dialect).map(|p| p.first.clone())

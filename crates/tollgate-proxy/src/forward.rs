@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate::BoxError;
+use tollgate::core::homes::Home;
 use tollgate_core::{
     Dialect, GatewayCode, LayerKind, Price, Rejection, UpstreamError, UpstreamFailure, Usage,
     UsageRecorder,
@@ -56,13 +57,27 @@ pub struct Forward(Arc<Shared>);
 struct Shared {
     client: HttpClient,
     catalog: Arc<Catalog>,
+    homes: Arc<crate::homes::Homes>,
 }
 
 impl Forward {
-    /// A forwarder on `client` and `catalog`.
-    pub fn new(client: HttpClient, catalog: Arc<Catalog>) -> Self {
-        Self(Arc::new(Shared { client, catalog }))
+    /// A forwarder on `client` and `catalog`, remembering in `homes` the channel of
+    /// every provider-side object an answer creates (P6).
+    pub fn new(client: HttpClient, catalog: Arc<Catalog>, homes: Arc<crate::homes::Homes>) -> Self {
+        Self(Arc::new(Shared {
+            client,
+            catalog,
+            homes,
+        }))
     }
+}
+
+/// Whether a successful answer to `req` creates an object the provider keeps for later
+/// requests: a Responses API response, a video job (P6).
+fn creates_object(method: &http::Method, operation: Operation, path: &str) -> bool {
+    method == http::Method::POST
+        && (operation == Operation::Video
+            || operation == Operation::Generate && path.ends_with("/responses"))
 }
 
 /// The forwarder's failure, typed: the failover layer reads its kind (and makes the
@@ -311,6 +326,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     ),
                 ) as BoxError);
             }
+            let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
             let mut up = upstream_request(catalog, &route, &mut parts, body)?;
             if let Some(t) = &trace {
                 let uri = up.uri().clone();
@@ -359,6 +375,17 @@ impl Service<Request<Full<Bytes>>> for Forward {
                         // A provider error answer is not billed and uses no tokens.
                         watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
                         unreported: Unreported::of(&facts.0),
+                        home: (success && creates_object(&method, facts.0.operation, &path)).then(
+                            || {
+                                (
+                                    shared.homes.clone(),
+                                    Home {
+                                        channel: route.name.clone(),
+                                        model: Arc::from(model.as_str()),
+                                    },
+                                )
+                            },
+                        ),
                         recorder,
                         price,
                         done: false,
@@ -451,7 +478,14 @@ enum Unreported {
 impl Unreported {
     fn of(facts: &tollgate_dialects::RequestFacts) -> Self {
         match facts.operation {
-            Operation::CountTokens => Unreported::Free,
+            // A request about an object is free, whatever usage its answer shows (a
+            // retrieved response repeats the usage it was billed for).
+            Operation::CountTokens | Operation::Object => Unreported::Free,
+            // A video job is billed its one video at creation (`per_video`).
+            Operation::Video => Unreported::Estimate(Usage {
+                videos: 1,
+                ..Usage::default()
+            }),
             Operation::Embed => Unreported::Estimate(Usage {
                 input_tokens: facts.input_tokens,
                 ..Usage::default()
@@ -465,6 +499,8 @@ struct Watch {
     /// `None` for a provider error answer.
     watcher: Option<UsageWatcher>,
     unreported: Unreported,
+    /// Where to remember the object the answer creates, and its home (P6).
+    home: Option<(Arc<crate::homes::Homes>, Home)>,
     recorder: UsageRecorder,
     price: Price,
     done: bool,
@@ -480,6 +516,12 @@ impl Watch {
             return;
         }
         self.done = true;
+        if let (Some((homes, home)), Some(id)) = (
+            self.home.take(),
+            self.watcher.as_ref().and_then(UsageWatcher::object_id),
+        ) {
+            homes.remember(id, home);
+        }
         if let Unreported::Free = self.unreported {
             self.recorder.record(Usage {
                 cost: Some(0),

@@ -20,6 +20,7 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod forward;
+pub mod homes;
 pub mod metrics;
 pub mod pages;
 pub mod prepare;

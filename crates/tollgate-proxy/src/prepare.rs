@@ -3,6 +3,7 @@
 
 use crate::catalog::{Catalog, FALLBACK_MAX_OUTPUT};
 use crate::config::{KeyEntry, ModelConfig};
+use crate::homes::Homes;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full, Limited};
@@ -11,9 +12,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate::BoxError;
+use tollgate::core::homes::Home;
 use tollgate::failover::{FallbackRequest, ModelFallback};
 use tollgate_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
-use tollgate_dialects::{Operation, RequestFacts, inspect_request};
+use tollgate_dialects::{Operation, RequestFacts, inspect_request, object_path};
 use tower::{Layer, Service};
 
 /// What the proxy learned about a request, for the layers and the forwarder.
@@ -24,12 +26,14 @@ pub struct Facts(pub Arc<RequestFacts>);
 #[derive(Clone)]
 pub struct PrepareLayer {
     catalog: Arc<Catalog>,
+    homes: Arc<Homes>,
 }
 
 impl PrepareLayer {
-    /// A layer on `catalog`.
-    pub fn new(catalog: Arc<Catalog>) -> Self {
-        Self { catalog }
+    /// A layer on `catalog`, sending requests about provider-side objects to the homes
+    /// `homes` knows (P6).
+    pub fn new(catalog: Arc<Catalog>, homes: Arc<Homes>) -> Self {
+        Self { catalog, homes }
     }
 }
 
@@ -39,6 +43,7 @@ impl<S> Layer<S> for PrepareLayer {
         Prepare {
             inner,
             catalog: self.catalog.clone(),
+            homes: self.homes.clone(),
         }
     }
 }
@@ -52,6 +57,7 @@ impl<S> Layer<S> for PrepareLayer {
 pub struct Prepare<S> {
     inner: S,
     catalog: Arc<Catalog>,
+    homes: Arc<Homes>,
 }
 
 fn reject(code: GatewayCode, message: impl Into<String>) -> BoxError {
@@ -78,6 +84,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let catalog = self.catalog.clone();
+        let homes = self.homes.clone();
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
             let dialect = parts
@@ -123,9 +130,27 @@ where
                     ));
                 }
             };
-            let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
-            let mut facts = inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
-                .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
+            let object = matches!(dialect, Dialect::OpenAi | Dialect::Native)
+                .then(|| object_path(parts.uri.path()))
+                .flatten();
+            // A request about a provider-side object: no body to read, the model and
+            // the only channel it may go to are the object's home (P6).
+            let (mut facts, home) = match object {
+                Some(id) => {
+                    let home = home_of(&homes, &catalog, id).await?;
+                    (object_facts(&home), Some(home))
+                }
+                None => {
+                    let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
+                    let facts = inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
+                        .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
+                    let home = match &facts.continues {
+                        Some(id) => homes.find(id).await.map_err(home_unreadable)?,
+                        None => None,
+                    };
+                    (facts, home)
+                }
+            };
             let Some(model) = catalog.model(&facts.model) else {
                 return Err(reject(
                     GatewayCode::NotFound,
@@ -162,14 +187,15 @@ where
                 None => bytes,
             };
             parts.extensions.insert(dialect);
-            if facts.operation == Operation::CountTokens {
+            if matches!(facts.operation, Operation::CountTokens | Operation::Object) {
                 parts.extensions.insert(tollgate::NotBilled);
             }
             let key = parts.extensions.get::<Arc<KeyEntry>>().cloned();
             let facts = Arc::new(facts);
             // A fallback model answers generation only: an embedding's vectors are
             // specific to the model that made them, a token count to its tokenizer.
-            let offer = generate
+            // A request bound to its object's home takes no other model either.
+            let offer = (generate && home.is_none())
                 .then(|| {
                     fallback(
                         &catalog,
@@ -186,11 +212,68 @@ where
                 parts.extensions.insert(fb);
             }
             model_extensions(&mut parts.extensions, &catalog, dialect, facts, demand);
+            if let Some(home) = &home {
+                // The home channel only: never another credential, where the object
+                // does not exist (no failover across channels, no fallback model).
+                match catalog.home_candidates(&home.model, &home.channel, dialect) {
+                    Some(c) => parts.extensions.insert(c),
+                    None => {
+                        return Err(reject(
+                            GatewayCode::NoUpstream,
+                            format!(
+                                "The channel that holds this object (`{}`) no longer serves `{}`.",
+                                home.channel, home.model
+                            ),
+                        ));
+                    }
+                };
+            }
             inner
                 .call(Request::from_parts(parts, Full::new(bytes)))
                 .await
                 .map_err(Into::into)
         })
+    }
+}
+
+/// The home of object `id`, or the client's 404: an object this gateway did not see
+/// created is not sent anywhere (any channel but its creator's could only 404 it).
+async fn home_of(homes: &Homes, catalog: &Catalog, id: &str) -> Result<Home, BoxError> {
+    let home = homes.find(id).await.map_err(home_unreadable)?;
+    match home {
+        Some(h) if catalog.model(&h.model).is_some() => Ok(h),
+        _ => Err(reject(
+            GatewayCode::NotFound,
+            format!("No object with id `{id}` was created through this gateway."),
+        )),
+    }
+}
+
+/// A store failure while reading a home: 503, retryable.
+fn home_unreadable(e: tollgate::core::StoreError) -> BoxError {
+    tracing::warn!(error = %e, "object home lookup failed");
+    reject(
+        GatewayCode::StoreUnavailable,
+        "The gateway cannot find where this object lives right now. Retry shortly.",
+    )
+}
+
+/// What a request about an object at `home` asks for: a request under the object's
+/// model, nothing else.
+fn object_facts(home: &Home) -> RequestFacts {
+    RequestFacts {
+        operation: Operation::Object,
+        model: home.model.to_string(),
+        continues: None,
+        stream: false,
+        input_tokens: 0,
+        max_output_tokens: 0,
+        choices: 1,
+        images: 0,
+        videos: 0,
+        has_tools: false,
+        structured_output: false,
+        usage_reported: false,
     }
 }
 

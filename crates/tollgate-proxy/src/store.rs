@@ -271,7 +271,11 @@ impl OpenedStore {
             }
             #[cfg(feature = "redis")]
             Self::Redis(r) => {
+                // Object homes in Redis: every instance finds the channel that created
+                // a Responses API response or a video job (P6).
+                let homes = Arc::new(r.store.billing.clone());
                 with(crate::Gateway::new(config, r.store), options)
+                    .homes(homes)
                     .on_registry(r.on_registry)
                     .on_scrape(r.on_scrape)
                     .build()

@@ -42,8 +42,14 @@ pub async fn open(
     let mut req = Request::builder()
         .method(method)
         .uri(path)
-        .header("host", fake.addr().to_string())
-        .header("content-type", "application/json");
+        .header("host", fake.addr().to_string());
+    // JSON unless the caller sets another content type (multipart forms).
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        req = req.header("content-type", "application/json");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }

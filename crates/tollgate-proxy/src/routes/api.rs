@@ -6,7 +6,7 @@ use crate::auth::KeyTable;
 use axum::Router;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post_service;
+use axum::routing::{MethodFilter, on_service, post_service};
 use std::sync::Arc;
 use tollgate::core::Dialect;
 
@@ -17,7 +17,10 @@ use tollgate::core::Dialect;
 /// |---|---|
 /// | `POST /v1/chat/completions` | generation (OpenAI) |
 /// | `POST /v1/responses` | generation (OpenAI Responses API; usage from `response.completed`) |
+/// | `GET`, `DELETE /v1/responses/{id}`, `POST …/cancel`, `GET …/input_items` | a stored response: sent to the channel that created it, counted as a request, not billed |
 /// | `POST /v1/images/generations` | image generation: `n` images against the image tiers and `per_image` price |
+/// | `POST /v1/videos` | a video job: one video against the video tiers and `per_video` price |
+/// | `GET`, `DELETE /v1/videos/{id}`, `GET …/content` | a video job: sent to the channel that created it, counted as a request, not billed |
 /// | `POST /v1/messages` | generation (Anthropic) |
 /// | `POST /v1/embeddings` | embeddings (OpenAI) |
 /// | `POST /v1/messages/count_tokens` | token counting (Anthropic), free |
@@ -37,12 +40,14 @@ where
         || post_service(stack.clone()).route_layer(axum::middleware::from_fn(served_gemini_method));
     let native = axum::middleware::from_fn(native_errors);
     let mut router = Router::new();
-    for path in VENDOR_ROUTES {
-        router = router.route(path, post_service(stack.clone())).route(
-            &format!("/native{path}"),
-            // The same requests, every rejection in the native body and 429xx codes (E1).
-            post_service(stack.clone()).route_layer(native.clone()),
-        );
+    for (path, methods) in VENDOR_ROUTES {
+        router = router
+            .route(path, on_service(methods, stack.clone()))
+            .route(
+                &format!("/native{path}"),
+                // The same requests, every rejection in the native body and 429xx codes (E1).
+                on_service(methods, stack.clone()).route_layer(native.clone()),
+            );
     }
     for path in GEMINI_ROUTES {
         router = router.route(path, gemini()).route(
@@ -53,14 +58,26 @@ where
     router
 }
 
-/// The OpenAI and Anthropic routes.
-const VENDOR_ROUTES: [&str; 6] = [
-    "/v1/chat/completions",
-    "/v1/responses",
-    "/v1/embeddings",
-    "/v1/images/generations",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
+/// The OpenAI and Anthropic routes and their methods.
+const VENDOR_ROUTES: [(&str, MethodFilter); 12] = [
+    ("/v1/chat/completions", MethodFilter::POST),
+    ("/v1/responses", MethodFilter::POST),
+    (
+        "/v1/responses/{id}",
+        MethodFilter::GET.or(MethodFilter::DELETE),
+    ),
+    ("/v1/responses/{id}/cancel", MethodFilter::POST),
+    ("/v1/responses/{id}/input_items", MethodFilter::GET),
+    ("/v1/embeddings", MethodFilter::POST),
+    ("/v1/images/generations", MethodFilter::POST),
+    ("/v1/videos", MethodFilter::POST),
+    (
+        "/v1/videos/{id}",
+        MethodFilter::GET.or(MethodFilter::DELETE),
+    ),
+    ("/v1/videos/{id}/content", MethodFilter::GET),
+    ("/v1/messages", MethodFilter::POST),
+    ("/v1/messages/count_tokens", MethodFilter::POST),
 ];
 
 /// Gemini's model methods, under both API versions (the official SDK may call either).
