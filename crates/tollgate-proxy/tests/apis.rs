@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::time::Duration;
-use tollgate_fake_upstream::Route;
+use tollgate_fake_upstream::{Behavior, ErrorKind, Route};
 
 const KEY: &str = "sk-apis";
 const GEMINI_KEY: &str = "g-apis";
@@ -262,4 +262,302 @@ async fn p6_gemini_v1_path_is_served_and_unpriced_methods_stay_404_unsent() {
         calls,
         "an unpriced method was sent"
     );
+}
+
+// ------------------------------------------------------------------ Responses, images, videos
+
+const OBJ_KEY: &str = "sk-objects";
+
+/// Two OpenAI channels of one model (two credentials), an image model and a video
+/// model; one key with request, token, image and video tiers and a tenant balance.
+fn objects_config() -> String {
+    format!(
+        r#"
+[policies.p]
+concurrency = 8
+requests = [{{ window = "1h", limit = 1000 }}]
+tokens = [{{ window = "1h", limit = 10000000 }}]
+images = [{{ window = "1h", limit = 2 }}]
+videos = [{{ window = "1h", limit = 5 }}]
+
+[tenants.acme]
+balance = 1_000_000_000
+
+[keys.k]
+key = "{OBJ_KEY}"
+tenant = "acme"
+policy = "p"
+
+[failover]
+backoff_base = "1ms"
+backoff_cap = "2ms"
+
+[channels.one]
+vendor = "openai"
+base_url = "fake://"
+credential = "cred-one"
+models = ["gpt-4o-mini", "gpt-image-1", "sora-2"]
+
+[channels.two]
+vendor = "openai"
+base_url = "fake://"
+credential = "cred-two"
+models = ["gpt-4o-mini", "gpt-image-1", "sora-2"]
+
+[models.gpt-4o-mini]
+price = {{ input_per_mtok = 1_000_000, output_per_mtok = 1_000_000 }}
+max_output_tokens = 64
+
+[models.gpt-image-1]
+price = {{ per_image = 40_000 }}
+
+[models.sora-2]
+price = {{ per_video = 500_000 }}
+"#
+    )
+}
+
+fn responses(body: &str) -> Req {
+    Req::post("/v1/responses", body.to_owned()).key(KeyAt::Bearer, OBJ_KEY)
+}
+
+fn get(path: &str) -> Req {
+    Req::get(path).key(KeyAt::Bearer, OBJ_KEY)
+}
+
+fn delete(path: &str) -> Req {
+    let mut r = get(path);
+    r.method = hyper::Method::DELETE;
+    r
+}
+
+/// The `data:` JSON documents of an SSE body.
+fn events(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).expect("event JSON"))
+        .collect()
+}
+
+/// P6: the Responses API answered whole and streamed; each is counted in the token
+/// tier at the usage the provider reported (the stream's in `response.completed`) and
+/// billed from it, nothing left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p6_responses_are_answered_streamed_and_billed_from_reported_usage() {
+    let p = Proxy::start(&objects_config()).await;
+    let before = balance(&usage(p.addr, OBJ_KEY).await);
+    let r = send(
+        p.addr,
+        &responses(r#"{"model":"gpt-4o-mini","input":"Say hi","max_output_tokens":32}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "response", "{v}");
+    let whole = v["usage"]["total_tokens"].as_u64().expect("usage");
+    let r = send(
+        p.addr,
+        &responses(
+            r#"{"model":"gpt-4o-mini","stream":true,"input":[{"role":"user","content":[{"type":"input_text","text":"Say hi"}]}]}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let evs = events(&r.text());
+    assert!(
+        evs.iter()
+            .any(|e| e["type"] == "response.output_text.delta")
+    );
+    let done = evs.last().expect("events");
+    assert_eq!(done["type"], "response.completed", "{done}");
+    let streamed = done["response"]["usage"]["total_tokens"]
+        .as_u64()
+        .expect("usage");
+    let view = after_requests(&p, OBJ_KEY, 2).await;
+    assert_eq!(
+        used(&view, "key", "tokens", 3600),
+        whole + streamed,
+        "{view}"
+    );
+    assert_eq!(before - balance(&view), (whole + streamed) as i64, "{view}");
+    assert_eq!(view["money"]["key_pending_reconciliation"], 0, "{view}");
+}
+
+/// P6 / F4: a Responses stream that fails before its first delta is retried on the
+/// other channel and the client never sees the failure; one that fails after it is
+/// not replayed — the client gets what was sent and the error event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p6_responses_stream_cut_before_its_first_delta_fails_over_after_it_never() {
+    let p = Proxy::start(&objects_config()).await;
+    let stream = r#"{"model":"gpt-4o-mini","stream":true,"input":"Tell a story"}"#;
+    p.fake
+        .push_script(Behavior::error(ErrorKind::ServerError).with_fail_after_chunks(0));
+    let r = send(p.addr, &responses(stream)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    assert!(
+        !text.contains("event: error"),
+        "the client never sees it: {text}"
+    );
+    assert_eq!(events(&text).last().unwrap()["type"], "response.completed");
+    assert_eq!(p.fake.stats().total_calls, 2, "failed over once");
+
+    p.fake
+        .push_script(Behavior::error(ErrorKind::ServerError).with_fail_after_chunks(2));
+    let r = send(p.addr, &responses(stream)).await;
+    assert_eq!(r.status, 200);
+    let evs = events(&r.text());
+    let deltas = evs
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .count();
+    assert_eq!(deltas, 2, "{evs:?}");
+    assert_eq!(evs.last().unwrap()["type"], "error", "{evs:?}");
+    assert_eq!(
+        p.fake.stats().total_calls,
+        3,
+        "no replay after the first delta"
+    );
+}
+
+/// P6: a response is continued (`previous_response_id`), read, listed, cancelled and
+/// deleted only on the channel whose credential created it — even while that channel
+/// fails and the other is healthy — and a response the gateway never saw is a 404,
+/// never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p6_previous_response_id_goes_to_the_creating_channel_never_elsewhere() {
+    let p = Proxy::start(&objects_config()).await;
+    let r = send(
+        p.addr,
+        &responses(r#"{"model":"gpt-4o-mini","input":"Remember the number 7."}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    let (creator, other) = if p.fake.stats().calls_for("cred-one") == 1 {
+        ("cred-one", "cred-two")
+    } else {
+        ("cred-two", "cred-one")
+    };
+    let other_calls = p.fake.stats().calls_for(other);
+    // The creator fails; the other channel is healthy. The continuation is not moved.
+    p.fake
+        .set_default_for(creator, Behavior::error(ErrorKind::ServerError));
+    let next = format!(
+        r#"{{"model":"gpt-4o-mini","previous_response_id":"{id}","input":"Which number?"}}"#
+    );
+    let r = send(p.addr, &responses(&next)).await;
+    assert!(r.status.is_server_error(), "{} {}", r.status, r.text());
+    assert_eq!(
+        p.fake.stats().calls_for(other),
+        other_calls,
+        "sent elsewhere"
+    );
+    p.fake.set_default_for(creator, Behavior::ok());
+    let r = send(p.addr, &responses(&next)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let created = p.fake.stats().calls_for(creator);
+    for req in [
+        get(&format!("/v1/responses/{id}")),
+        get(&format!("/v1/responses/{id}/input_items")),
+        Req::post(format!("/v1/responses/{id}/cancel"), Vec::new()).key(KeyAt::Bearer, OBJ_KEY),
+        delete(&format!("/v1/responses/{id}")),
+    ] {
+        let r = send(p.addr, &req).await;
+        assert_eq!(r.status, 200, "{} {}: {}", req.method, req.path, r.text());
+    }
+    assert_eq!(p.fake.stats().calls_for(creator), created + 4);
+    assert_eq!(
+        p.fake.stats().calls_for(other),
+        other_calls,
+        "sent elsewhere"
+    );
+    let calls = p.fake.stats().total_calls;
+    let r = send(p.addr, &get("/v1/responses/resp_never_seen")).await;
+    rejection(&r, Dialect::OpenAi, 40401);
+    assert_eq!(
+        p.fake.stats().total_calls,
+        calls,
+        "an unknown object was sent"
+    );
+}
+
+/// P6: image generation counts `n` images against the image tiers and bills the
+/// `per_image` price per image returned; a request for more images than a tier allows
+/// is refused before it is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p6_images_count_n_against_the_image_tier_and_too_many_are_refused_unsent() {
+    let p = Proxy::start(&objects_config()).await;
+    let before = balance(&usage(p.addr, OBJ_KEY).await);
+    let calls = p.fake.stats().total_calls;
+    let r = send(
+        p.addr,
+        &Req::post(
+            "/v1/images/generations",
+            r#"{"model":"gpt-image-1","prompt":"a lighthouse","n":3}"#,
+        )
+        .key(KeyAt::Bearer, OBJ_KEY),
+    )
+    .await;
+    let msg = rejection(&r, Dialect::OpenAi, 42902);
+    assert!(msg.contains("image"), "{msg} {:?} {}", r.headers, r.text());
+    assert_eq!(
+        p.fake.stats().total_calls,
+        calls,
+        "refused before it was sent"
+    );
+    let r = send(
+        p.addr,
+        &Req::post(
+            "/v1/images/generations",
+            r#"{"model":"gpt-image-1","prompt":"a lighthouse","n":2}"#,
+        )
+        .key(KeyAt::Bearer, OBJ_KEY),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"].as_array().map(Vec::len), Some(2));
+    let view = after_requests(&p, OBJ_KEY, 1).await;
+    assert_eq!(used(&view, "key", "images", 3600), 2, "{view}");
+    assert_eq!(before - balance(&view), 2 * 40_000, "{view}");
+}
+
+/// P6: a video job counts one video and bills `per_video` at creation; polling it,
+/// downloading it and deleting it go to the creating channel and count as requests
+/// only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p6_video_jobs_bill_one_video_at_creation_and_polls_go_home_uncounted() {
+    let p = Proxy::start(&objects_config()).await;
+    let before = balance(&usage(p.addr, OBJ_KEY).await);
+    let r = send(
+        p.addr,
+        &Req::post(
+            "/v1/videos",
+            r#"{"model":"sora-2","prompt":"waves at dusk","seconds":"4"}"#,
+        )
+        .key(KeyAt::Bearer, OBJ_KEY),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    let creator = if p.fake.stats().calls_for("cred-one") == 1 {
+        "cred-one"
+    } else {
+        "cred-two"
+    };
+    for req in [
+        get(&format!("/v1/videos/{id}")),
+        get(&format!("/v1/videos/{id}/content")),
+        delete(&format!("/v1/videos/{id}")),
+    ] {
+        let r = send(p.addr, &req).await;
+        assert_eq!(r.status, 200, "{}: {}", req.path, r.text());
+    }
+    assert_eq!(p.fake.stats().calls_for(creator), 4, "every poll went home");
+    let view = after_requests(&p, OBJ_KEY, 4).await;
+    assert_eq!(used(&view, "key", "videos", 3600), 1, "{view}");
+    assert_eq!(used(&view, "key", "tokens", 3600), 0, "{view}");
+    assert_eq!(before - balance(&view), 500_000, "{view}");
+    let r = send(p.addr, &get("/v1/videos/video_unknown/content")).await;
+    rejection(&r, Dialect::OpenAi, 40401);
 }
