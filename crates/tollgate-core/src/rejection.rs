@@ -316,20 +316,6 @@ pub(crate) fn window_words(window_ms: Millis) -> String {
     format!("{secs} 秒")
 }
 
-/// "N day(s) / N h / N min / N s" with the largest unit that divides evenly.
-fn window_english(window_ms: Millis) -> String {
-    let secs = window_ms / 1000;
-    if window_ms % 1000 != 0 || secs == 0 {
-        return format!("{window_ms} ms");
-    }
-    for (size, unit) in [(86_400, "d"), (3600, "h"), (60, "min")] {
-        if secs % size == 0 {
-            return format!("{} {unit}", secs / size);
-        }
-    }
-    format!("{secs} s")
-}
-
 /// Builds the window layer's rejection from what was exceeded (W7, W8, W9, E2).
 ///
 /// `subscription` is true when the exceeded policy is the subject's subscription and
@@ -347,18 +333,7 @@ pub fn window_rejection(ex: &Exceeded, subscription: bool, rates: RateLimitInfo)
         } else {
             GatewayCode::RpmLimit
         };
-        let r = Rejection::new(code, LayerKind::AnchoredWindow);
-        // Images and videos share the request code (42902): the message names the
-        // tier, so a client can tell "too many images" from "too many requests".
-        match b.dimension {
-            Dimension::Images | Dimension::Videos => r.with_message(format!(
-                "{} limit exceeded: at most {} per {}.",
-                b.dimension.as_str(),
-                b.tier.limit,
-                window_english(b.tier.window_ms)
-            )),
-            _ => r,
-        }
+        Rejection::new(code, LayerKind::AnchoredWindow)
     };
     r.with_retry_after(retry)
         .with_limit(b.dimension, b.tier)
@@ -368,51 +343,6 @@ pub fn window_rejection(ex: &Exceeded, subscription: bool, rates: RateLimitInfo)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn w7_image_and_video_refusals_name_their_tier() {
-        use crate::window::{Exceeded, ExceededLimit};
-        let ex = |dimension, tier| Exceeded {
-            limits: vec![ExceededLimit {
-                dimension,
-                tier,
-                used: 2,
-                retry_after_ms: None,
-            }],
-        };
-        let images = window_rejection(
-            &ex(Dimension::Images, Tier::per_hour(2)),
-            false,
-            RateLimitInfo::default(),
-        );
-        assert_eq!(images.code(), GatewayCode::RpmLimit);
-        assert_eq!(
-            images.message(),
-            "images limit exceeded: at most 2 per 1 h."
-        );
-        let videos = window_rejection(
-            &ex(Dimension::Videos, Tier::new(Duration::from_secs(90), 5)),
-            false,
-            RateLimitInfo::default(),
-        );
-        assert_eq!(
-            videos.message(),
-            "videos limit exceeded: at most 5 per 90 s."
-        );
-        let day = window_rejection(
-            &ex(Dimension::Images, Tier::per_day(3)),
-            false,
-            RateLimitInfo::default(),
-        );
-        assert_eq!(day.message(), "images limit exceeded: at most 3 per 1 d.");
-        // Requests keep the code's own message.
-        let requests = window_rejection(
-            &ex(Dimension::Requests, Tier::per_hour(2)),
-            false,
-            RateLimitInfo::default(),
-        );
-        assert_eq!(requests.message(), GatewayCode::RpmLimit.default_message());
-    }
 
     #[test]
     fn e1_codes_start_with_their_http_status_and_are_unique() {

@@ -240,7 +240,9 @@ where
         config.failure_mode = self.config.raw.store.windows_failure.into();
         let upstream = UpstreamLimitLayer::new(self.store.clone(), registry).config(config);
         if <St as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS {
-            upstream.join_capacity(tollgate::capacity::DEFAULT_LEASE_TTL)
+            // Channel capacity leases live as long as slot leases (`[limits] lease_ttl`):
+            // both heal within the same time after a crash.
+            upstream.join_capacity(self.config.raw.limits.lease_ttl.0)
         } else {
             upstream
         }
@@ -332,6 +334,7 @@ where
                     .layer(upstream.clone())
                     .layer(
                         CapacityQueueLayer::new(self.store.clone())
+                            .lease_ttl(limits.lease_ttl.0)
                             .max_wait(queue.max_wait.0)
                             .default_deadline(queue.default_deadline.map(|d| d.0))
                             .abort_grace(queue.abort_grace.0)

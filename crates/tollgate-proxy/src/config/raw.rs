@@ -533,7 +533,7 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            lease_ttl: Span(Duration::from_secs(600)),
+            lease_ttl: Span(tollgate::slot::DEFAULT_LEASE_TTL),
             slot_max_wait: Span(Duration::ZERO),
             rolling_max_wait: Span(Duration::ZERO),
         }

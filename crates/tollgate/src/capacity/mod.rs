@@ -99,7 +99,7 @@ pub const QUEUED_MS_HEADER: &str = "x-tollgate-queued-ms";
 /// Default longest wait in the queue (Q3).
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 /// Default capacity lease TTL (D5); renewed every third of it while held.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// Default [`CapacityConfig::abort_grace`].
 pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_millis(250);

@@ -41,8 +41,10 @@ use std::task::Context;
 use std::time::Duration;
 use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
 
-/// Default lease TTL (C4): 600 s, as in the source.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(600);
+/// Default lease TTL (C4): 60 s. A lease in use is renewed every third of it, so a
+/// crashed instance's slots come back within a minute (the source's 600 s, with no
+/// renewal, stays a valid setting).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// Slot settings, set by the layer's builder methods.
 #[derive(Clone, Copy, Debug)]
