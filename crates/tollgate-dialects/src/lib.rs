@@ -40,6 +40,7 @@ pub mod chunk;
 pub mod errors;
 pub mod estimate;
 mod json;
+pub mod multipart;
 pub mod rate;
 pub mod request;
 pub mod signal;

@@ -231,6 +231,11 @@ pub enum RequestError {
         /// The field.
         field: &'static str,
     },
+    /// A multipart body (image edits) cannot be read.
+    Multipart {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A Gemini path does not name a model and method.
     BadPath {
         /// What is wrong with it.
@@ -274,6 +279,10 @@ impl fmt::Display for RequestError {
                 "`{field}` must be {expected} (line {line}, column {column})"
             ),
             RequestError::MissingField { field } => write!(f, "`{field}` is required"),
+            RequestError::Multipart { reason } => write!(
+                f,
+                "the request body is not valid multipart/form-data: {reason}"
+            ),
             RequestError::BadPath { reason } => write!(
                 f,
                 "the request path {reason}; expected /v1beta/models/{{model}}:generateContent \

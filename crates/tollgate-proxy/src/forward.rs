@@ -174,7 +174,7 @@ pub fn gemini_method_served(path: &str) -> bool {
     path.rfind("/models/")
         .and_then(|at| path[at + "/models/".len()..].rsplit_once(':'))
         .is_some_and(|(model, method)| {
-            !model.is_empty() && !model.contains('/') && GEMINI_METHODS.contains(&method)
+            !model.is_empty() && !model.contains(['/', ':']) && GEMINI_METHODS.contains(&method)
         })
 }
 

@@ -15,6 +15,7 @@ use tollgate::BoxError;
 use tollgate::core::homes::Home;
 use tollgate::failover::{FallbackRequest, ModelFallback};
 use tollgate_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
+use tollgate_dialects::multipart::inspect_image_edit;
 use tollgate_dialects::{Operation, RequestFacts, inspect_request, object_path};
 use tower::{Layer, Service};
 
@@ -142,8 +143,18 @@ where
                 }
                 None => {
                     let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
-                    let facts = inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
-                        .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
+                    let facts = if parts.uri.path().ends_with("/images/edits") {
+                        // The one multipart route: images to edit are files (P6).
+                        let content_type = parts
+                            .headers
+                            .get(http::header::CONTENT_TYPE)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default();
+                        inspect_image_edit(content_type, &bytes, &default_max)
+                    } else {
+                        inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
+                    }
+                    .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
                     let home = match &facts.continues {
                         Some(id) => homes.find(id).await.map_err(home_unreadable)?,
                         None => None,

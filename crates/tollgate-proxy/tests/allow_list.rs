@@ -37,17 +37,19 @@ fn set(v: &[&str]) -> BTreeSet<String> {
 /// Gemini methods the gateway does not price: each answered 404 in Gemini's shape
 /// (with or without a key), none reaching the fake; the priced ones still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_1_forbidden_gemini_method_never_reaches_upstream() {
+async fn p2_unpriced_gemini_method_never_reaches_upstream() {
     let p = Proxy::start(OPEN).await;
     let model = Dialect::Gemini.model();
     let body = gen_for(Dialect::Gemini, model, false, None).body;
     let forbidden = [
         format!("/v1beta/models/{model}:batchGenerateContent"),
         format!("/v1beta/models/{model}:predictLongRunning"),
-        format!("/v1beta/models/{model}:embedContent"),
-        format!("/v1beta/models/{model}:batchEmbedContents"),
-        format!("/v1beta/models/{model}:countTokens"),
         format!("/v1beta/models/{model}:predict"),
+        format!("/v1beta/models/{model}:generateAnswer"),
+        format!("/v1/models/{model}:batchGenerateContent"),
+        format!("/v1/models/{model}:predictLongRunning"),
+        // Embeddings and token counting are served (P6), but not after another method.
+        format!("/v1beta/models/{model}:generateContent:embedContent"),
         // The method is what follows the last colon.
         format!("/v1beta/models/{model}:generateContent:batchGenerateContent"),
         // Case matters: Google's methods are camelCase.
@@ -75,7 +77,7 @@ async fn i14_1_forbidden_gemini_method_never_reaches_upstream() {
         s.recent_requests
     );
 
-    // The two priced methods pass, on the same model and key.
+    // The generation methods pass, on the same model and key.
     for stream in [false, true] {
         let r = send(p.addr, &ask(Dialect::Gemini, CLIENT, stream)).await;
         assert_eq!(r.status, 200, "{}", r.text());

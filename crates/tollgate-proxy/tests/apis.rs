@@ -636,3 +636,50 @@ async fn p6_object_homes_are_shared_by_every_instance_on_redis() {
         s.abort();
     }
 }
+
+/// P6: an image edit (multipart: the images are files) counts `n` images against the
+/// image tier and bills `per_image` per image returned, like a generation; a body that
+/// is not multipart is a 400, unsent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p6_image_edits_are_read_from_multipart_and_count_n_images() {
+    let p = Proxy::start(&objects_config()).await;
+    let before = balance(&usage(p.addr, OBJ_KEY).await);
+    let mut body = Vec::new();
+    let field = |name: &str, value: &str| {
+        format!("--XbOuNdX\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+    };
+    body.extend_from_slice(field("model", "gpt-image-1").as_bytes());
+    body.extend_from_slice(field("prompt", "add a red boat").as_bytes());
+    body.extend_from_slice(field("n", "2").as_bytes());
+    body.extend_from_slice(
+        b"--XbOuNdX\r\nContent-Disposition: form-data; name=\"image[]\"; filename=\"in.png\"\r\nContent-Type: image/png\r\n\r\n\x89PNG\r\n\x1a\n\0\0\0\rIHDR\r\n--XbOuNdX--\r\n",
+    );
+    let mut edit = Req::post("/v1/images/edits", body).key(KeyAt::Bearer, OBJ_KEY);
+    edit.headers.retain(|(k, _)| k != "content-type");
+    let edit = edit.header("content-type", "multipart/form-data; boundary=XbOuNdX");
+    let r = send(p.addr, &edit).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["data"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        r.text()
+    );
+    assert_eq!(p.fake.stats().calls(Route::ImageEdits), 1);
+    let view = after_requests(&p, OBJ_KEY, 1).await;
+    assert_eq!(used(&view, "key", "images", 3600), 2, "{view}");
+    assert_eq!(before - balance(&view), 2 * 40_000, "{view}");
+    let calls = p.fake.stats().total_calls;
+    let r = send(
+        p.addr,
+        &Req::post(
+            "/v1/images/edits",
+            r#"{"model":"gpt-image-1","prompt":"x"}"#,
+        )
+        .key(KeyAt::Bearer, OBJ_KEY),
+    )
+    .await;
+    let msg = rejection(&r, Dialect::OpenAi, 40001);
+    assert!(msg.contains("multipart"), "{msg}");
+    assert_eq!(p.fake.stats().total_calls, calls);
+}

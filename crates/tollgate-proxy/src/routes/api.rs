@@ -18,7 +18,7 @@ use tollgate::core::Dialect;
 /// | `POST /v1/chat/completions` | generation (OpenAI) |
 /// | `POST /v1/responses` | generation (OpenAI Responses API; usage from `response.completed`) |
 /// | `GET`, `DELETE /v1/responses/{id}`, `POST …/cancel`, `GET …/input_items` | a stored response: sent to the channel that created it, counted as a request, not billed |
-/// | `POST /v1/images/generations` | image generation: `n` images against the image tiers and `per_image` price |
+/// | `POST /v1/images/generations`, `/v1/images/edits` (multipart) | image generation: `n` images against the image tiers and `per_image` price |
 /// | `POST /v1/videos` | a video job: one video against the video tiers and `per_video` price |
 /// | `GET`, `DELETE /v1/videos/{id}`, `GET …/content` | a video job: sent to the channel that created it, counted as a request, not billed |
 /// | `POST /v1/messages` | generation (Anthropic) |
@@ -59,7 +59,7 @@ where
 }
 
 /// The OpenAI and Anthropic routes and their methods.
-const VENDOR_ROUTES: [(&str, MethodFilter); 12] = [
+const VENDOR_ROUTES: [(&str, MethodFilter); 13] = [
     ("/v1/chat/completions", MethodFilter::POST),
     ("/v1/responses", MethodFilter::POST),
     (
@@ -70,6 +70,7 @@ const VENDOR_ROUTES: [(&str, MethodFilter); 12] = [
     ("/v1/responses/{id}/input_items", MethodFilter::GET),
     ("/v1/embeddings", MethodFilter::POST),
     ("/v1/images/generations", MethodFilter::POST),
+    ("/v1/images/edits", MethodFilter::POST),
     ("/v1/videos", MethodFilter::POST),
     (
         "/v1/videos/{id}",
