@@ -173,11 +173,7 @@ async fn start(store_url: &str) -> (SocketAddr, FakeUpstream, tokio::task::JoinH
 }
 
 /// The tests of this file one at a time: [`LIVE`] counts the whole process.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the warm-up, then `at_rest` once the process is at rest, then the measured
 /// requests, then `at_rest` again; returns the bytes held at each rest.
@@ -211,7 +207,7 @@ fn assert_flat(what: &str, before: isize, after: isize) {
 /// not grow with the requests it served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d7_memory_store_stack_holds_no_per_request_state() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let (addr, _fake, server) = start("memory").await;
     let (before, after) = held_before_and_after(addr, || {}).await;
     server.abort();
@@ -222,7 +218,7 @@ async fn d7_memory_store_stack_holds_no_per_request_state() {
 /// neither the gateway process nor Redis's key count grows with requests served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d7_redis_store_stack_holds_no_per_request_state() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let redis = redis_server::RedisServer::start();
     let (addr, _fake, server) = start(&redis.url()).await;
     let mut keys = Vec::new();
