@@ -202,6 +202,9 @@ where
                 parts.extensions.insert(tollgate::NotBilled);
             }
             let key = parts.extensions.get::<Arc<KeyEntry>>().cloned();
+            // A continuation may name another model than the one its object was made
+            // with: the home channel must serve the model asked for.
+            let asked = home.is_some().then(|| facts.model.clone());
             let facts = Arc::new(facts);
             // A fallback model answers generation only: an embedding's vectors are
             // specific to the model that made them, a token count to its tokenizer.
@@ -223,17 +226,17 @@ where
                 parts.extensions.insert(fb);
             }
             model_extensions(&mut parts.extensions, &catalog, dialect, facts, demand);
-            if let Some(home) = &home {
+            if let (Some(home), Some(asked)) = (&home, &asked) {
                 // The home channel only: never another credential, where the object
                 // does not exist (no failover across channels, no fallback model).
-                match catalog.home_candidates(&home.model, &home.channel, dialect) {
+                match catalog.home_candidates(asked, &home.channel, dialect) {
                     Some(c) => parts.extensions.insert(c),
                     None => {
                         return Err(reject(
                             GatewayCode::NoUpstream,
                             format!(
-                                "The channel that holds this object (`{}`) no longer serves `{}`.",
-                                home.channel, home.model
+                                "The channel that holds this object (`{}`) does not serve `{asked}`.",
+                                home.channel
                             ),
                         ));
                     }
