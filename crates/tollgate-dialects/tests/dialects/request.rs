@@ -766,3 +766,44 @@ fn p6_count_tokens_is_free_and_needs_no_max_tokens() {
         })
     ));
 }
+
+#[test]
+fn p6_responses_input_items_count_text_images_and_files_like_chat() {
+    let items = inspect(
+        Dialect::OpenAi,
+        "/v1/responses",
+        br#"{"model":"gpt-4o","instructions":"Be brief.","max_output_tokens":300,
+            "previous_response_id":"resp_abc123","stream":true,
+            "input":[{"type":"message","role":"user","content":[
+              {"type":"input_text","text":"What is in this picture?"},
+              {"type":"input_image","image_url":"data:image/png;base64,AAAA"},
+              {"type":"input_file","file_id":"file-1"}]}]}"#,
+    )
+    .unwrap();
+    assert_eq!(items.images, 1, "{items:?}");
+    assert_eq!(items.max_output_tokens, 300);
+    assert_eq!(items.continues.as_deref(), Some("resp_abc123"));
+    assert!(
+        items.stream && items.usage_reported,
+        "Responses streams report usage"
+    );
+    assert!(
+        items.input_tokens >= IMAGE_TOKENS + DOCUMENT_TOKENS,
+        "{}",
+        items.input_tokens
+    );
+    let plain = inspect(
+        Dialect::OpenAi,
+        "/v1/responses",
+        br#"{"model":"gpt-4o","input":"What is in this picture?"}"#,
+    )
+    .unwrap();
+    assert_eq!((plain.images, plain.continues.as_deref()), (0, None));
+    // An id no provider makes is not kept.
+    let long = format!(
+        r#"{{"model":"gpt-4o","input":"x","previous_response_id":"{}"}}"#,
+        "r".repeat(200)
+    );
+    let f = inspect(Dialect::OpenAi, "/v1/responses", long.as_bytes()).unwrap();
+    assert_eq!(f.continues, None);
+}
