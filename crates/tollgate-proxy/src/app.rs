@@ -150,7 +150,13 @@ where
                 .layer(
                     TraceLayer::new_for_http()
                         .make_span_with(request_span)
-                        .on_response(crate::telemetry::RecordStatus::default()),
+                        .on_response(crate::telemetry::RecordStatus::default())
+                        // A 5xx the gateway answers (a store outage's 503s, a provider's
+                        // errors) is counted in the metrics; at error level here it
+                        // would be one line per request through an outage (D11).
+                        .on_failure(
+                            tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
+                        ),
                 )
                 .layer(CatchPanicLayer::custom(panic_response)),
         ))

@@ -19,6 +19,80 @@ pub enum FailureMode {
 pub struct FailureCounters {
     open: AtomicU64,
     closed: AtomicU64,
+    outage: Outage,
+}
+
+/// How often an outage that goes on is reported again.
+pub const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(30);
+
+/// One layer's store outage as the log tells it (D11): a line when the failures begin,
+/// one every [`OUTAGE_REPORT_EVERY`] while they go on, one when an answer ends them —
+/// with counts — never a line per request (the per-request facts are the
+/// `tollgate_store_failures_total` counter's). Plain atomics and a caller's clock, so
+/// a decision costs one relaxed load when the store is healthy.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    /// Failures in the outage under way; 0 = none.
+    failures: AtomicU64,
+    /// When it began, in ms of the caller's clock.
+    began_ms: AtomicU64,
+    /// When it was last reported.
+    reported_ms: AtomicU64,
+}
+
+/// What the log says of an outage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OutageReport {
+    /// The first failure after answers.
+    Began,
+    /// Still failing: failures so far, over how long.
+    Continues { failures: u64, for_ms: u64 },
+    /// An answer after failures: how many, over how long.
+    Ended { failures: u64, for_ms: u64 },
+}
+
+impl Outage {
+    /// A failure at `now_ms`: what to report, if anything.
+    pub(crate) fn failed(&self, now_ms: u64) -> Option<OutageReport> {
+        let before = self.failures.fetch_add(1, Ordering::AcqRel);
+        if before == 0 {
+            self.began_ms.store(now_ms, Ordering::Relaxed);
+            self.reported_ms.store(now_ms, Ordering::Relaxed);
+            return Some(OutageReport::Began);
+        }
+        let last = self.reported_ms.load(Ordering::Relaxed);
+        let due = now_ms.saturating_sub(last) >= OUTAGE_REPORT_EVERY.as_millis() as u64;
+        // One reporter per period: the one whose exchange succeeds.
+        (due && self
+            .reported_ms
+            .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok())
+        .then(|| OutageReport::Continues {
+            failures: before + 1,
+            for_ms: now_ms.saturating_sub(self.began_ms.load(Ordering::Relaxed)),
+        })
+    }
+
+    /// An answer at `now_ms`: the end of the outage under way, if there is one.
+    pub(crate) fn answered(&self, now_ms: u64) -> Option<OutageReport> {
+        if self.failures.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let failures = self.failures.swap(0, Ordering::AcqRel);
+        (failures > 0).then(|| OutageReport::Ended {
+            failures,
+            for_ms: now_ms.saturating_sub(self.began_ms.load(Ordering::Relaxed)),
+        })
+    }
+}
+
+/// Milliseconds on a process-wide monotonic clock (for outage reports only).
+pub(crate) fn mono_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// A snapshot of [`FailureCounters`].
@@ -31,20 +105,56 @@ pub struct FailureStats {
 }
 
 impl FailureCounters {
+    /// Notes a store answer: one after failures ends the outage, logged once with its
+    /// counts. Call it with every answer a decision got from the store.
+    pub(crate) fn answered<T>(&self, layer: LayerKind, r: &tollgate_core::StoreResult<T>) {
+        if r.is_err() {
+            return;
+        }
+        if let Some(OutageReport::Ended { failures, for_ms }) = self.outage.answered(mono_ms()) {
+            tracing::info!(
+                layer = layer.as_str(),
+                failures,
+                for_ms,
+                "limit store answers again: {failures} decisions could not be taken with it over {for_ms} ms"
+            );
+        }
+    }
+
     /// Applies `mode` to a store failure: `None` = admit unchecked, `Some` = refuse.
+    /// Logged when the failures begin and every [`OUTAGE_REPORT_EVERY`] while they go
+    /// on, never per request.
     pub(crate) fn on_error(
         &self,
         mode: FailureMode,
         layer: LayerKind,
         err: &StoreError,
     ) -> Option<Rejection> {
+        let how = match mode {
+            FailureMode::Open => "admitting (fail-open)",
+            FailureMode::Closed => "refusing (fail-closed)",
+        };
+        match self.outage.failed(mono_ms()) {
+            Some(OutageReport::Began) => tracing::warn!(
+                layer = layer.as_str(),
+                error = %err,
+                "limit store failing; {how} until it answers (counted in tollgate_store_failures_total)"
+            ),
+            Some(OutageReport::Continues { failures, for_ms }) => tracing::warn!(
+                layer = layer.as_str(),
+                error = %err,
+                failures,
+                for_ms,
+                "limit store still failing; {how}: {failures} decisions over {for_ms} ms"
+            ),
+            _ => {}
+        }
         match mode {
             FailureMode::Open => {
                 self.open.fetch_add(1, Ordering::Relaxed);
                 #[cfg(feature = "metrics")]
                 metrics::counter!("tollgate_store_failures_total", "layer" => layer.as_str(), "mode" => "open")
                     .increment(1);
-                tracing::warn!(layer = layer.as_str(), error = %err, "limit store failed; admitting (fail-open)");
                 None
             }
             FailureMode::Closed => {
@@ -52,7 +162,6 @@ impl FailureCounters {
                 #[cfg(feature = "metrics")]
                 metrics::counter!("tollgate_store_failures_total", "layer" => layer.as_str(), "mode" => "closed")
                     .increment(1);
-                tracing::warn!(layer = layer.as_str(), error = %err, "limit store failed; refusing (fail-closed)");
                 Some(
                     Rejection::new(GatewayCode::StoreUnavailable, layer)
                         .with_retry_after(Some(Duration::from_secs(1))),
@@ -67,5 +176,76 @@ impl FailureCounters {
             failed_open: self.open.load(Ordering::Relaxed),
             failed_closed: self.closed.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn d11_an_outage_is_reported_when_it_begins_every_period_and_when_it_ends() {
+        let o = Outage::default();
+        assert_eq!(o.answered(0), None, "no outage, nothing to say");
+        assert_eq!(o.failed(1_000), Some(OutageReport::Began));
+        let period = OUTAGE_REPORT_EVERY.as_millis() as u64;
+        // A thousand failures within the period: silent.
+        for i in 0..1_000 {
+            assert_eq!(o.failed(1_000 + i % period), None, "failure {i}");
+        }
+        assert_eq!(
+            o.failed(1_000 + period),
+            Some(OutageReport::Continues {
+                failures: 1_002,
+                for_ms: period
+            })
+        );
+        assert_eq!(
+            o.failed(1_000 + period + 1),
+            None,
+            "reported once per period"
+        );
+        assert_eq!(
+            o.answered(5_000 + period),
+            Some(OutageReport::Ended {
+                failures: 1_003,
+                for_ms: 4_000 + period
+            })
+        );
+        assert_eq!(o.answered(6_000 + period), None, "ended once");
+        assert_eq!(
+            o.failed(7_000 + period),
+            Some(OutageReport::Began),
+            "a new outage"
+        );
+    }
+
+    #[test]
+    fn d11_counters_count_every_failure_whatever_is_logged() {
+        let c = FailureCounters::default();
+        let e = StoreError::new(tollgate_core::store::StoreErrorKind::Timeout, "slow");
+        for _ in 0..100 {
+            assert!(
+                c.on_error(FailureMode::Open, LayerKind::AnchoredWindow, &e)
+                    .is_none()
+            );
+        }
+        assert!(
+            c.on_error(FailureMode::Closed, LayerKind::BillingGate, &e)
+                .is_some()
+        );
+        assert_eq!(
+            c.snapshot(),
+            FailureStats {
+                failed_open: 100,
+                failed_closed: 1
+            }
+        );
+        c.answered(LayerKind::AnchoredWindow, &Ok(()));
+        assert_eq!(
+            c.outage.failures.load(Ordering::Relaxed),
+            0,
+            "the outage ended"
+        );
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct SlotSide {
     /// The slot layer's failure mode applied to a store error: `None` = admit without
     /// a slot (open), `Some` = refuse.
     pub(crate) on_error: Arc<OnError>,
+    /// Notes that the store answered the joint decision (ends the slot layer's outage).
+    pub(crate) answered: Arc<dyn Fn() + Send + Sync>,
     /// Gives back a lease nobody took over.
     pub(crate) release: Arc<Release>,
     /// The rejection when every slot is taken (42901).
@@ -134,6 +136,11 @@ impl SlotClaim {
     /// The slot layer's failure mode on `e`.
     pub(crate) fn on_error(&self, e: &StoreError) -> Option<Rejection> {
         (self.0.side.on_error)(e)
+    }
+
+    /// Tells the slot layer its store answered.
+    pub(crate) fn answered(&self) {
+        (self.0.side.answered)()
     }
 
     /// The slot layer's "every slot taken" rejection.
@@ -260,6 +267,7 @@ mod tests {
                 })))
             }),
             on_error: Arc::new(|_| None),
+            answered: Arc::new(|| {}),
             release: Arc::new(move |_, _| {
                 released.fetch_add(1, Ordering::SeqCst);
             }),

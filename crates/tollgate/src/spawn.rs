@@ -27,19 +27,61 @@ pub(crate) fn detach_then<F, T>(
     T: Send + 'static,
 {
     match poll_now(&mut fut) {
-        Some(Ok(v)) => then(v),
-        Some(Err(e)) => tracing::warn!(error = %e, "{what} failed"),
+        Some(Ok(v)) => {
+            detached_answered();
+            then(v)
+        }
+        Some(Err(e)) => detached_failed(what, &e),
         None => match tokio::runtime::Handle::try_current() {
             Ok(h) => {
                 h.spawn(async move {
                     match fut.await {
-                        Ok(v) => then(v),
-                        Err(e) => tracing::warn!(error = %e, "{what} failed"),
+                        Ok(v) => {
+                            detached_answered();
+                            then(v)
+                        }
+                        Err(e) => detached_failed(what, &e),
                     }
                 });
             }
             Err(_) => tracing::warn!("{what} dropped: no tokio runtime to finish it on"),
         },
+    }
+}
+
+/// The outage of the calls sent off the response path (releases, settlements), all
+/// layers together: logged when their failures begin, every 30 s while they go on and
+/// when an answer ends them — not once per request (D11).
+fn detached_outage() -> &'static crate::failure::Outage {
+    static OUTAGE: std::sync::OnceLock<crate::failure::Outage> = std::sync::OnceLock::new();
+    OUTAGE.get_or_init(Default::default)
+}
+
+fn detached_failed(what: &'static str, e: &tollgate_core::StoreError) {
+    use crate::failure::OutageReport;
+    match detached_outage().failed(crate::failure::mono_ms()) {
+        Some(OutageReport::Began) => {
+            tracing::warn!(error = %e, "{what} failed; store calls off the response path are failing")
+        }
+        Some(OutageReport::Continues { failures, for_ms }) => tracing::warn!(
+            error = %e,
+            failures,
+            for_ms,
+            "store calls off the response path still failing: {failures} over {for_ms} ms (latest: {what})"
+        ),
+        _ => tracing::debug!(error = %e, "{what} failed"),
+    }
+}
+
+fn detached_answered() {
+    if let Some(crate::failure::OutageReport::Ended { failures, for_ms }) =
+        detached_outage().answered(crate::failure::mono_ms())
+    {
+        tracing::info!(
+            failures,
+            for_ms,
+            "store calls off the response path answer again: {failures} failed over {for_ms} ms"
+        );
     }
 }
 

@@ -102,6 +102,7 @@ pub(crate) fn decide<St: BillingStore, C>(
             settlement.refund("refund of an attempt whose reservation answer was lost");
         }
     }
+    shared.failures.answered(LayerKind::BillingGate, &answer);
     match answer {
         Ok(BillingDecision::Admitted) => Ok(true),
         Ok(BillingDecision::Refused(r)) => Err(refusal(&r, settlement)),

@@ -94,6 +94,7 @@ fn on_answer<St: CapacityStore>(
     index: usize,
     answer: StoreResult<Option<LeaseId>>,
 ) -> Option<Probe<St>> {
+    shared.failures.answered(LayerKind::CapacityQueue, &answer);
     match answer {
         Ok(Some(lease)) => Some(Probe::Admit {
             index,

@@ -141,10 +141,14 @@ impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St,
                 self.config.failure_mode,
                 self.store.clone(),
             );
+            let answered = failures.clone();
             Arc::new(SlotSide {
                 join: join.clone(),
                 on_error: Arc::new(move |e| {
                     failures.on_error(mode, tollgate_core::LayerKind::ConcurrencySlot, e)
+                }),
+                answered: Arc::new(move || {
+                    answered.answered(tollgate_core::LayerKind::ConcurrencySlot, &Ok(()))
                 }),
                 release: Arc::new(move |key, lease| {
                     detach(store.release(key, lease), "slot release");

@@ -153,6 +153,7 @@ impl<St: SlotStore, X, C> layer::Shared<St, X, C> {
         key: SubjectKey,
         answer: tollgate_core::StoreResult<tollgate_core::SlotDecision>,
     ) -> Answer<St> {
+        self.failures.answered(LayerKind::ConcurrencySlot, &answer);
         match answer {
             Ok(tollgate_core::SlotDecision::Acquired(lease)) => Answer::Go(Some(SlotGuard::new(
                 self.store.clone(),

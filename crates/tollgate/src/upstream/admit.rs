@@ -203,6 +203,7 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
             return self.next();
         };
         let shared = &*self.shared;
+        shared.failures.answered(LayerKind::UpstreamLimit, &answer);
         match answer {
             Ok((JointAdmission::Admitted(tickets), take)) => {
                 if asked.joined {

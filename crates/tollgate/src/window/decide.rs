@@ -128,6 +128,9 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
         answer: StoreResult<JointDecision>,
         windows: bool,
     ) -> Step<St> {
+        if let (Ok(_), Some(c)) = (&answer, &self.claim) {
+            c.answered();
+        }
         match answer {
             Ok(JointDecision::Admitted { lease, ticket }) => {
                 if let Some(c) = self.claim.take() {
@@ -162,6 +165,9 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
 
     /// The step after a store answer.
     pub(crate) fn on_answer(&mut self, answer: StoreResult<Admission>) -> Step<St> {
+        self.shared
+            .failures
+            .answered(LayerKind::AnchoredWindow, &answer);
         let ex = match answer {
             Ok(Admission::Admitted(ticket)) => {
                 return Step::Admitted(WindowGuard {
