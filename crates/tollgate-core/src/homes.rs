@@ -146,7 +146,9 @@ mod tests {
     fn p6_a_home_is_found_until_it_expires() {
         let clock = ManualClock::new(1_000);
         let book = MemoryHomes::with_clock(clock.clone(), 16);
+        assert!(book.is_empty());
         book.put("resp_1", home("a"), 500);
+        assert!(!book.is_empty());
         assert_eq!(book.get("resp_1"), Some(home("a")));
         assert_eq!(book.get("resp_2"), None);
         clock.advance(std::time::Duration::from_millis(499));
@@ -177,6 +179,36 @@ mod tests {
         // The newest are kept: the soonest to expire go first.
         assert_eq!(book.get("resp_9999"), Some(home("a")));
         assert_eq!(book.get("resp_0"), None);
+    }
+
+    #[test]
+    fn d7_a_full_book_evicts_exactly_the_eighth_that_expires_soonest() {
+        let clock = ManualClock::new(0);
+        let book = MemoryHomes::with_clock(clock.clone(), 64);
+        // Distinct expiries: resp_0 expires first, resp_63 last.
+        for i in 0..64u64 {
+            book.put(&format!("resp_{i}"), home("a"), 1_000 + i);
+        }
+        // Replacing a known id in a full book evicts nothing.
+        book.put("resp_63", home("b"), 2_000);
+        assert_eq!(book.len(), 64);
+        assert_eq!(book.get("resp_0"), Some(home("a")));
+        // A new id: the 8 soonest to expire go, nothing else.
+        book.put("new", home("a"), 5_000);
+        assert_eq!(book.len(), 64 - 8 + 1);
+        for i in 0..8 {
+            assert_eq!(book.get(&format!("resp_{i}")), None, "resp_{i}");
+        }
+        for i in 8..64 {
+            assert!(book.get(&format!("resp_{i}")).is_some(), "resp_{i}");
+        }
+        // Equal expiries: still exactly an eighth.
+        let tied = MemoryHomes::with_clock(clock, 64);
+        for i in 0..64u64 {
+            tied.put(&format!("t_{i}"), home("a"), 1_000);
+        }
+        tied.put("new", home("a"), 1_000);
+        assert_eq!(tied.len(), 64 - 8 + 1);
     }
 
     #[test]

@@ -55,10 +55,14 @@ pub fn inspect_image_edit(
             } else {
                 return Err(malformed("a boundary line does not end with CRLF"));
             };
-        let head_len = memmem::find(&body[start..], b"\r\n\r\n")
-            .ok_or_else(|| malformed("a part's headers do not end"))?;
-        let head = &body[start..start + head_len];
-        let content_at = start + head_len + 4;
+        // A part may have no headers at all: its content follows one more CRLF.
+        let (head, content_at) = if body[start..].starts_with(b"\r\n") {
+            (&body[start..start], start + 2)
+        } else {
+            let head_len = memmem::find(&body[start..], b"\r\n\r\n")
+                .ok_or_else(|| malformed("a part's headers do not end"))?;
+            (&body[start..start + head_len], start + head_len + 4)
+        };
         let next = finder
             .find(&body[content_at..])
             .map(|i| content_at + i)
@@ -238,6 +242,14 @@ mod tests {
     }
 
     #[test]
+    fn p6_a_part_without_headers_is_skipped() {
+        let mut b = b"--b0und\r\n\r\nno headers here\r\n".to_vec();
+        b.extend_from_slice(&body(&[part("model", None, b"m"), part("n", None, b"4")]));
+        let f = inspect_image_edit(CT, &b, &|_| None).unwrap();
+        assert_eq!((f.model.as_str(), f.images), ("m", 4));
+    }
+
+    #[test]
     fn p6_image_edit_defaults_to_one_image_and_needs_a_model() {
         let b = body(&[
             part("image", Some("a.png"), b"png"),
@@ -283,5 +295,58 @@ mod tests {
             let _ = inspect_image_edit(CT, &good[..i], &|_| None);
         }
         assert_eq!(inspect_image_edit(CT, &good, &|_| None).unwrap().images, 2);
+    }
+
+    #[test]
+    fn e4_field_model_and_boundary_bounds_are_exact() {
+        let with = |model: &str, n: &str| {
+            body(&[
+                part("model", None, model.as_bytes()),
+                part("n", None, n.as_bytes()),
+            ])
+        };
+        // A model name of 256 bytes is read; 257 is refused.
+        let m = "m".repeat(estimate::MAX_MODEL_LEN);
+        assert_eq!(
+            inspect_image_edit(CT, &with(&m, "1"), &|_| None)
+                .unwrap()
+                .model,
+            m
+        );
+        let long = "m".repeat(estimate::MAX_MODEL_LEN + 1);
+        assert!(matches!(
+            inspect_image_edit(CT, &with(&long, "1"), &|_| None),
+            Err(RequestError::InvalidModel { .. })
+        ));
+        // A text field of FIELD_CAP bytes is read; one byte more is refused.
+        let n = format!("{}2", "0".repeat(FIELD_CAP - 1));
+        assert_eq!(
+            inspect_image_edit(CT, &with("m", &n), &|_| None)
+                .unwrap()
+                .images,
+            2
+        );
+        let n = format!("{}2", "0".repeat(FIELD_CAP));
+        assert!(inspect_image_edit(CT, &with("m", &n), &|_| None).is_err());
+        // A boundary of 70 characters is taken (RFC 2046's most), 71 or none is not.
+        let b70 = "b".repeat(70);
+        let good = format!(
+            "--{b70}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--{b70}--\r\n"
+        );
+        let ct = format!("multipart/form-data; boundary={b70}");
+        assert_eq!(
+            inspect_image_edit(&ct, good.as_bytes(), &|_| None)
+                .unwrap()
+                .model,
+            "m"
+        );
+        let b71 = "b".repeat(71);
+        let bad = good.replace(&b70, &b71);
+        let ct71 = format!("multipart/form-data; boundary={b71}");
+        assert!(inspect_image_edit(&ct71, bad.as_bytes(), &|_| None).is_err());
+        assert!(
+            inspect_image_edit("multipart/form-data; boundary=", good.as_bytes(), &|_| None)
+                .is_err()
+        );
     }
 }
