@@ -341,6 +341,7 @@ where
                     .layer(
                         CapacityQueueLayer::new(self.store.clone())
                             .lease_ttl(limits.lease_ttl.0)
+                            .failure_mode(modes.capacity_failure.into())
                             .max_wait(queue.max_wait.0)
                             .default_deadline(queue.default_deadline.map(|d| d.0))
                             .abort_grace(queue.abort_grace.0)

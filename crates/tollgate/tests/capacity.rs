@@ -978,3 +978,65 @@ async fn scenario_3_global_cap_never_exceeded_low_weight_completes() {
         (0, 0)
     );
 }
+
+/// A store that never answers a capacity call: every one fails.
+#[derive(Clone)]
+struct DownStore;
+
+fn down<T>() -> std::future::Ready<StoreResult<T>> {
+    std::future::ready(Err(tollgate::core::StoreError::new(
+        tollgate::core::store::StoreErrorKind::Unavailable,
+        "down",
+    )))
+}
+
+impl CapacityStore for DownStore {
+    type Future<T: Send + 'static> = std::future::Ready<StoreResult<T>>;
+    fn try_acquire(&self, _: &str, _: u32, _: Millis) -> Self::Future<Option<LeaseId>> {
+        down()
+    }
+    fn renew(&self, _: &str, _: LeaseId, _: Millis) -> Self::Future<bool> {
+        down()
+    }
+    fn release(&self, _: &str, _: LeaseId) -> Self::Future<()> {
+        down()
+    }
+    fn in_flight(&self, _: &str) -> Self::Future<u32> {
+        down()
+    }
+}
+
+/// D11: the capacity layer's failure mode is a setting: `open` (the default) admits a
+/// request whose store cannot answer, without a lease; `closed` refuses it with 503
+/// (50301) and Retry-After, and the forwarder is never called. Both are counted.
+#[tokio::test(start_paused = true)]
+async fn d11_capacity_failure_mode_open_admits_closed_refuses() {
+    let cands = channels(&[("a", 2)]);
+    let t = Arc::new(Tracker::default());
+    let open = CapacityQueueLayer::new(DownStore);
+    let res = open
+        .layer(forwarder(t.clone()))
+        .oneshot(request(&cands, "x", after(1)))
+        .await
+        .expect("admitted without a lease");
+    res.into_body().collect().await.unwrap();
+    assert_eq!(t.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(open.failure_stats().failed_open, 1);
+
+    let closed = CapacityQueueLayer::new(DownStore).failure_mode(tollgate::FailureMode::Closed);
+    let e = closed
+        .layer(forwarder(t.clone()))
+        .oneshot(request(&cands, "x", after(1)))
+        .await
+        .unwrap_err();
+    let r = rejection(&e);
+    assert_eq!(r.code(), GatewayCode::StoreUnavailable);
+    assert_eq!(r.layer(), LayerKind::CapacityQueue);
+    assert!(r.retry_after().is_some());
+    assert_eq!(
+        t.calls.load(Ordering::SeqCst),
+        1,
+        "refused before the forwarder"
+    );
+    assert_eq!(closed.failure_stats().failed_closed, 1);
+}

@@ -114,6 +114,13 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             "queue.default_deadline must be at most 24h",
         ));
     }
+    if raw.store.capacity_failure == FailureModeConfig::Local {
+        return Err(setting(
+            "store.capacity_failure",
+            "store.capacity_failure cannot be `local`: channel capacity leases have no \
+             in-process fallback; write `open` (admit without a lease) or `closed` (503)",
+        ));
+    }
     // Billing is fail-closed only (B5): `open` would forward calls that are never
     // settled and leave no usage record; `local` would decide money per instance.
     match raw.store.billing_failure {
@@ -320,6 +327,24 @@ mod tests {
         let e =
             Config::parse(&format!("[store]\nbilling_failure = \"local\"\n{GOOD}")).unwrap_err();
         assert!(e.reason.contains("billing_failure"), "{e}");
+    }
+
+    #[test]
+    fn d11_capacity_failure_is_open_or_closed_never_local() {
+        let c = Config::parse(&format!("[store]\ncapacity_failure = \"closed\"\n{GOOD}")).unwrap();
+        assert_eq!(
+            c.raw.store.capacity_failure,
+            super::FailureModeConfig::Closed
+        );
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(
+            c.raw.store.capacity_failure,
+            super::FailureModeConfig::Open,
+            "the default"
+        );
+        let e =
+            Config::parse(&format!("[store]\ncapacity_failure = \"local\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("capacity_failure"), "{e}");
     }
 
     /// Item 7 of issue 14: billing is fail-closed only; `billing_failure = "open"` is

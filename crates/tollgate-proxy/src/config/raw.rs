@@ -312,6 +312,10 @@ pub struct StoreConfig {
     /// Billing when the store fails: `closed` only (the default, B5); `open` and
     /// `local` are configuration errors.
     pub billing_failure: FailureModeConfig,
+    /// Channel capacity when the store fails (D11): `open` (default: admit without a
+    /// capacity lease) or `closed` (503 + Retry-After); `local` is a configuration
+    /// error (capacity leases have no in-process fallback).
+    pub capacity_failure: FailureModeConfig,
     /// Gateway instances sharing the store: `local` mode divides limits by it.
     pub instances: u32,
     /// Redis: quota blocks for slots, windows, provider windows and capacity (default
@@ -331,6 +335,7 @@ impl Default for StoreConfig {
             slots_failure: FailureModeConfig::Open,
             windows_failure: FailureModeConfig::Open,
             billing_failure: FailureModeConfig::Closed,
+            capacity_failure: FailureModeConfig::Open,
             instances: 1,
             blocks: true,
             money_blocks: false,
