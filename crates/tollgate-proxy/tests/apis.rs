@@ -573,7 +573,6 @@ async fn p6_video_jobs_bill_one_video_at_creation_and_polls_go_home_uncounted() 
 /// in Redis, not only in the instance that saw the answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p6_object_homes_are_shared_by_every_instance_on_redis() {
-    use tollgate_proxy::store::{BuildOptions, open};
     let redis = redis_server::RedisServer::start();
     let fake = tollgate_fake_upstream::FakeUpstream::start().await;
     let mut addrs = Vec::new();
@@ -581,23 +580,9 @@ async fn p6_object_homes_are_shared_by_every_instance_on_redis() {
     for _ in 0..2 {
         let mut config = tollgate_proxy::Config::parse(&objects_config()).expect("config");
         config.raw.store.url = redis.url();
-        let app = open(&config.raw.store)
-            .await
-            .expect("store")
-            .build(
-                config,
-                BuildOptions {
-                    limits: true,
-                    fake_upstream: Some(fake.base_url()),
-                },
-            )
-            .await
-            .expect("gateway");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        addrs.push(listener.local_addr().unwrap());
-        servers.push(tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        }));
+        let (addr, server) = serve_opened(config, fake.base_url()).await;
+        addrs.push(addr);
+        servers.push(server);
     }
     let r = send(
         addrs[0],

@@ -12,6 +12,7 @@
 //! (leases, attempts, blocks) are gone or expiring by then, so their number does not grow
 //! with N either.
 
+mod common;
 #[path = "../../tollgate-redis/tests/common/mod.rs"]
 mod redis_server;
 
@@ -22,10 +23,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tollgate_fake_upstream::FakeUpstream;
 use tollgate_proxy::Config;
-use tollgate_proxy::store::{BuildOptions, open};
 
 /// Bytes allocated and not yet freed, by anyone in this process.
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -153,22 +153,7 @@ async fn start(store_url: &str) -> (SocketAddr, FakeUpstream, tokio::task::JoinH
     let fake = FakeUpstream::start().await;
     let mut config = Config::parse(CONFIG).expect("config");
     config.raw.store.url = store_url.to_owned();
-    let store = open(&config.raw.store).await.expect("store");
-    let app = store
-        .build(
-            config,
-            BuildOptions {
-                limits: true,
-                fake_upstream: Some(fake.base_url()),
-            },
-        )
-        .await
-        .expect("gateway");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (addr, server) = common::serve_opened(config, fake.base_url()).await;
     (addr, fake, server)
 }
 

@@ -158,6 +158,31 @@ impl Proxy {
     }
 }
 
+/// Opens the store `config` names, as the `tollgate` binary does (a Redis URL gets the
+/// Redis store with cooldown sharing and object homes), builds the gateway on it with
+/// every layer and `fake_base` for `fake://` channels, and serves it on `127.0.0.1:0`.
+pub async fn serve_opened(config: Config, fake_base: String) -> (SocketAddr, JoinHandle<()>) {
+    use tollgate_proxy::store::{BuildOptions, open};
+    let app = open(&config.raw.store)
+        .await
+        .expect("the configured store")
+        .build(
+            config,
+            BuildOptions {
+                limits: true,
+                fake_upstream: Some(fake_base),
+            },
+        )
+        .await
+        .expect("the gateway");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, server)
+}
+
 // ------------------------------------------------------------------ requests
 
 /// The client's API format.
