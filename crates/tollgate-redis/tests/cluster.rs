@@ -388,3 +388,76 @@ async fn t5_one_stalled_master_fails_its_own_calls_at_the_deadline_and_no_others
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Decisions on a subject whose slot is on a healthy master, after another master
+/// (with no replica) was killed and flagged failed by the Cluster: how many of 20
+/// were answered.
+async fn answered_next_to_a_dead_master(full_coverage: bool) -> usize {
+    let mut cluster = RedisCluster::start(3, 0);
+    let setting = if full_coverage { "yes" } else { "no" };
+    for m in cluster.master_ports() {
+        cluster.cli(
+            m,
+            &["CONFIG", "SET", "cluster-require-full-coverage", setting],
+        );
+    }
+    // No quota blocks: every decision is a call to Redis.
+    let store = RedisStore::connect(&cluster.comma_urls(), options().blocks(None))
+        .await
+        .expect("connect");
+    let ports = cluster.master_ports();
+    let (healthy, dead) = (ports[0], ports[1]);
+    let key = (0..)
+        .map(|i| SubjectKey::from(format!("subject-{i}").as_str()))
+        .find(|k| cluster.master_of_key(store.slots_key(k).as_bytes()) == healthy)
+        .expect("a subject on the first master");
+    assert!(matches!(
+        store.acquire(&key, 1_000, 30_000).await,
+        Ok(SlotDecision::Acquired(_))
+    ));
+    let dead_id = cluster.node_id(dead);
+    cluster.kill(dead);
+    // Until the healthy master has flagged the dead one FAIL (a few node timeouts).
+    let flagged = Instant::now();
+    while !cluster
+        .cli(healthy, &["CLUSTER", "NODES"])
+        .lines()
+        .any(|l| l.starts_with(&dead_id) && l.contains(" master,fail "))
+    {
+        assert!(
+            flagged.elapsed() < Duration::from_secs(20),
+            "the dead master was never flagged FAIL"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // With full coverage required, the healthy master also declares the cluster down
+    // (on its next state update, within about a second).
+    while full_coverage
+        && !cluster
+            .cli(healthy, &["CLUSTER", "INFO"])
+            .contains("cluster_state:fail")
+    {
+        assert!(
+            flagged.elapsed() < Duration::from_secs(20),
+            "the cluster never went down"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut answered = 0;
+    for _ in 0..20 {
+        if store.acquire(&key, 1_000, 30_000).await.is_ok() {
+            answered += 1;
+        }
+    }
+    answered
+}
+
+/// D11: with `cluster-require-full-coverage no` the healthy masters keep serving the
+/// subjects on their slots while a master is dead; with the default `yes` every node
+/// answers CLUSTERDOWN, so a dead master takes every key down (the README's Cluster
+/// settings say which to use).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d11_without_full_coverage_a_dead_master_leaves_the_other_masters_serving() {
+    assert_eq!(answered_next_to_a_dead_master(false).await, 20);
+    assert_eq!(answered_next_to_a_dead_master(true).await, 0);
+}
