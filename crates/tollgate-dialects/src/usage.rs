@@ -296,8 +296,9 @@ struct Doc {
     id: Tiny<{ OBJECT_ID_CAP }>,
 }
 
-/// Longest object id kept ([`UsageWatcher::object_id`]); a longer one is not kept.
-const OBJECT_ID_CAP: usize = 128;
+/// Longest object id kept ([`UsageWatcher::object_id`]): the longest a request may name
+/// ([`MAX_OBJECT_ID_LEN`](crate::request::MAX_OBJECT_ID_LEN)); a longer one is not kept.
+const OBJECT_ID_CAP: usize = crate::request::MAX_OBJECT_ID_LEN;
 
 impl Doc {
     fn new() -> Self {

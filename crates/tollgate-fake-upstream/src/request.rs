@@ -374,19 +374,25 @@ fn gemini_seed(content: &Value) -> u64 {
     fnv1a(texts.flat_map(|t| t.bytes().chain([0u8])))
 }
 
-fn gemini_dims(v: &Value) -> Result<u32, String> {
-    match v.get("outputDimensionality") {
+/// An embedding's dimensions field: the default when absent, `bad()` when it is not
+/// an integer in 1..=[`MAX_EMBEDDING_DIMENSIONS`].
+fn dimensions(d: Option<&Value>, bad: impl FnOnce() -> String) -> Result<u32, String> {
+    match d {
         None | Some(Value::Null) => Ok(DEFAULT_EMBEDDING_DIMENSIONS),
         Some(d) => d
             .as_u64()
             .filter(|d| (1..=MAX_EMBEDDING_DIMENSIONS).contains(d))
             .map(|d| d as u32)
-            .ok_or_else(|| {
-                format!(
-                    "* EmbedContentRequest.output_dimensionality: must be between 1 and {MAX_EMBEDDING_DIMENSIONS}"
-                )
-            }),
+            .ok_or_else(bad),
     }
+}
+
+fn gemini_dims(v: &Value) -> Result<u32, String> {
+    dimensions(v.get("outputDimensionality"), || {
+        format!(
+            "* EmbedContentRequest.output_dimensionality: must be between 1 and {MAX_EMBEDDING_DIMENSIONS}"
+        )
+    })
 }
 
 const INVALID_INPUT: &str = "'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference.";
@@ -403,18 +409,11 @@ fn token_array(a: &[Value]) -> Option<(u64, u64)> {
 /// OpenAI embeddings: `input` (a string, strings, a token array or token arrays),
 /// `dimensions`, `encoding_format`.
 fn embeddings(v: &Value, p: &mut Parsed) -> Result<(), String> {
-    let dims = match v.get("dimensions") {
-        None | Some(Value::Null) => DEFAULT_EMBEDDING_DIMENSIONS,
-        Some(d) => d
-            .as_u64()
-            .filter(|d| (1..=MAX_EMBEDDING_DIMENSIONS).contains(d))
-            .map(|d| d as u32)
-            .ok_or_else(|| {
-                format!(
-                    "Invalid value for 'dimensions': expected an integer between 1 and {MAX_EMBEDDING_DIMENSIONS}."
-                )
-            })?,
-    };
+    let dims = dimensions(v.get("dimensions"), || {
+        format!(
+            "Invalid value for 'dimensions': expected an integer between 1 and {MAX_EMBEDDING_DIMENSIONS}."
+        )
+    })?;
     let base64 = match v.get("encoding_format") {
         None | Some(Value::Null) => false,
         Some(Value::String(f)) if f == "float" => false,

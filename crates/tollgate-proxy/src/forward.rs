@@ -72,12 +72,12 @@ impl Forward {
     }
 }
 
-/// Whether a successful answer to `req` creates an object the provider keeps for later
-/// requests: a Responses API response, a video job (P6).
-fn creates_object(method: &http::Method, operation: Operation, path: &str) -> bool {
-    method == http::Method::POST
-        && (operation == Operation::Video
-            || operation == Operation::Generate && path.ends_with("/responses"))
+/// Whether a successful answer to a request for `operation` at `path` creates an
+/// object the provider keeps for later requests: a Responses API response, a video job
+/// (P6). Both are `POST`-only routes.
+fn creates_object(operation: Operation, path: &str) -> bool {
+    operation == Operation::Video
+        || operation == Operation::Generate && path.ends_with("/responses")
 }
 
 /// The forwarder's failure, typed: the failover layer reads its kind (and makes the
@@ -326,7 +326,7 @@ impl Service<Request<Full<Bytes>>> for Forward {
                     ),
                 ) as BoxError);
             }
-            let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
+            let creates = creates_object(facts.0.operation, parts.uri.path());
             let mut up = upstream_request(catalog, &route, &mut parts, body)?;
             if let Some(t) = &trace {
                 let uri = up.uri().clone();
@@ -375,17 +375,15 @@ impl Service<Request<Full<Bytes>>> for Forward {
                         // A provider error answer is not billed and uses no tokens.
                         watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
                         unreported: Unreported::of(&facts.0),
-                        home: (success && creates_object(&method, facts.0.operation, &path)).then(
-                            || {
-                                (
-                                    shared.homes.clone(),
-                                    Home {
-                                        channel: route.name.clone(),
-                                        model: Arc::from(model.as_str()),
-                                    },
-                                )
-                            },
-                        ),
+                        home: (success && creates).then(|| {
+                            (
+                                shared.homes.clone(),
+                                Home {
+                                    channel: route.name.clone(),
+                                    model: Arc::from(model.as_str()),
+                                },
+                            )
+                        }),
                         recorder,
                         price,
                         done: false,

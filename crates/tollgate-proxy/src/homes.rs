@@ -40,8 +40,9 @@ impl Homes {
     }
 
     /// Remembers that object `id` lives at `home`: at once in this instance, and in the
-    /// shared book off the response path (a failed write is logged; the object's
-    /// requests from other instances then go where their model goes).
+    /// shared book off the response path. A failed shared write is logged; other
+    /// instances then answer 404 for requests about the object, and send a
+    /// continuation of it where any request of its model goes.
     pub fn remember(&self, id: &str, home: Home) {
         self.local.put(id, home.clone(), self.ttl_ms);
         let Some(shared) = &self.shared else {
@@ -70,10 +71,5 @@ impl Homes {
             Some(shared) => shared.find(id).await,
             None => Ok(None),
         }
-    }
-
-    /// Homes held by this instance (bounded by [`DEFAULT_HOMES`]).
-    pub fn local_len(&self) -> usize {
-        self.local.len()
     }
 }

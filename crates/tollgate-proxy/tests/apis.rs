@@ -492,15 +492,14 @@ async fn p6_images_count_n_against_the_image_tier_and_too_many_are_refused_unsen
     let p = Proxy::start(&objects_config()).await;
     let before = balance(&usage(p.addr, OBJ_KEY).await);
     let calls = p.fake.stats().total_calls;
-    let r = send(
-        p.addr,
-        &Req::post(
+    let generate = |n: u32| {
+        Req::post(
             "/v1/images/generations",
-            r#"{"model":"gpt-image-1","prompt":"a lighthouse","n":3}"#,
+            format!(r#"{{"model":"gpt-image-1","prompt":"a lighthouse","n":{n}}}"#),
         )
-        .key(KeyAt::Bearer, OBJ_KEY),
-    )
-    .await;
+        .key(KeyAt::Bearer, OBJ_KEY)
+    };
+    let r = send(p.addr, &generate(3)).await;
     // 42902 for images as for requests (W7: the message says rpm); the usage view
     // names the image tier, untouched by the refusal.
     rejection(&r, Dialect::OpenAi, 42902);
@@ -512,15 +511,7 @@ async fn p6_images_count_n_against_the_image_tier_and_too_many_are_refused_unsen
     let view = usage(p.addr, OBJ_KEY).await;
     assert_eq!(used(&view, "key", "images", 3600), 0, "{view}");
     assert_eq!(used(&view, "key", "requests", 3600), 0, "{view}");
-    let r = send(
-        p.addr,
-        &Req::post(
-            "/v1/images/generations",
-            r#"{"model":"gpt-image-1","prompt":"a lighthouse","n":2}"#,
-        )
-        .key(KeyAt::Bearer, OBJ_KEY),
-    )
-    .await;
+    let r = send(p.addr, &generate(2)).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["data"].as_array().map(Vec::len), Some(2));
     let view = after_requests(&p, OBJ_KEY, 1).await;

@@ -73,21 +73,55 @@ impl Outage {
         })
     }
 
-    /// An answer at `now_ms`: the end of the outage under way, if there is one.
-    pub(crate) fn answered(&self, now_ms: u64) -> Option<OutageReport> {
+    /// An answer at `now()`: the end of the outage under way, if there is one. The
+    /// clock is read only then: with no outage an answer costs one relaxed load.
+    pub(crate) fn answered(&self, now: impl FnOnce() -> u64) -> Option<OutageReport> {
         if self.failures.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let failures = self.failures.swap(0, Ordering::AcqRel);
         (failures > 0).then(|| OutageReport::Ended {
             failures,
-            for_ms: now_ms.saturating_sub(self.began_ms.load(Ordering::Relaxed)),
+            for_ms: now().saturating_sub(self.began_ms.load(Ordering::Relaxed)),
         })
+    }
+
+    /// Logs a failure of `subject`, which goes on `doing` meanwhile: a WARN when the
+    /// failures begin and every [`OUTAGE_REPORT_EVERY`], else at debug. `op` names
+    /// what failed (a layer, a release).
+    pub(crate) fn log_failure(&self, subject: &str, doing: &str, op: &str, err: &StoreError) {
+        match self.failed(mono_ms()) {
+            Some(OutageReport::Began) => tracing::warn!(
+                op,
+                error = %err,
+                "{subject} failing; {doing} until it answers"
+            ),
+            Some(OutageReport::Continues { failures, for_ms }) => tracing::warn!(
+                op,
+                error = %err,
+                failures,
+                for_ms,
+                "{subject} still failing; {doing}: {failures} failures over {for_ms} ms"
+            ),
+            _ => tracing::debug!(op, error = %err, "{subject} failed; {doing}"),
+        }
+    }
+
+    /// Logs, once, that `subject` answers again after an outage.
+    pub(crate) fn log_answer(&self, subject: &str, op: &str) {
+        if let Some(OutageReport::Ended { failures, for_ms }) = self.answered(mono_ms) {
+            tracing::info!(
+                op,
+                failures,
+                for_ms,
+                "{subject} answers again: {failures} failures over {for_ms} ms"
+            );
+        }
     }
 }
 
 /// Milliseconds on a process-wide monotonic clock (for outage reports only).
-pub(crate) fn mono_ms() -> u64 {
+fn mono_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     START
         .get_or_init(std::time::Instant::now)
@@ -108,16 +142,8 @@ impl FailureCounters {
     /// Notes a store answer: one after failures ends the outage, logged once with its
     /// counts. Call it with every answer a decision got from the store.
     pub(crate) fn answered<T>(&self, layer: LayerKind, r: &tollgate_core::StoreResult<T>) {
-        if r.is_err() {
-            return;
-        }
-        if let Some(OutageReport::Ended { failures, for_ms }) = self.outage.answered(mono_ms()) {
-            tracing::info!(
-                layer = layer.as_str(),
-                failures,
-                for_ms,
-                "limit store answers again: {failures} decisions could not be taken with it over {for_ms} ms"
-            );
+        if r.is_ok() {
+            self.outage.log_answer("limit store", layer.as_str());
         }
     }
 
@@ -134,21 +160,8 @@ impl FailureCounters {
             FailureMode::Open => "admitting (fail-open)",
             FailureMode::Closed => "refusing (fail-closed)",
         };
-        match self.outage.failed(mono_ms()) {
-            Some(OutageReport::Began) => tracing::warn!(
-                layer = layer.as_str(),
-                error = %err,
-                "limit store failing; {how} until it answers (counted in tollgate_store_failures_total)"
-            ),
-            Some(OutageReport::Continues { failures, for_ms }) => tracing::warn!(
-                layer = layer.as_str(),
-                error = %err,
-                failures,
-                for_ms,
-                "limit store still failing; {how}: {failures} decisions over {for_ms} ms"
-            ),
-            _ => {}
-        }
+        self.outage
+            .log_failure("limit store", how, layer.as_str(), err);
         match mode {
             FailureMode::Open => {
                 self.open.fetch_add(1, Ordering::Relaxed);
@@ -186,7 +199,7 @@ mod tests {
     #[test]
     fn d11_an_outage_is_reported_when_it_begins_every_period_and_when_it_ends() {
         let o = Outage::default();
-        assert_eq!(o.answered(0), None, "no outage, nothing to say");
+        assert_eq!(o.answered(|| 0), None, "no outage, nothing to say");
         assert_eq!(o.failed(1_000), Some(OutageReport::Began));
         let period = OUTAGE_REPORT_EVERY.as_millis() as u64;
         // A thousand failures within the period: silent.
@@ -206,13 +219,13 @@ mod tests {
             "reported once per period"
         );
         assert_eq!(
-            o.answered(5_000 + period),
+            o.answered(|| 5_000 + period),
             Some(OutageReport::Ended {
                 failures: 1_003,
                 for_ms: 4_000 + period
             })
         );
-        assert_eq!(o.answered(6_000 + period), None, "ended once");
+        assert_eq!(o.answered(|| 6_000 + period), None, "ended once");
         assert_eq!(
             o.failed(7_000 + period),
             Some(OutageReport::Began),

@@ -57,32 +57,16 @@ fn detached_outage() -> &'static crate::failure::Outage {
     OUTAGE.get_or_init(Default::default)
 }
 
+/// What the log says the calls off the response path leave while they fail.
+const DETACHED_SUBJECT: &str = "store calls off the response path";
+const DETACHED_DOING: &str = "holding what they give back (at most until it expires)";
+
 fn detached_failed(what: &'static str, e: &tollgate_core::StoreError) {
-    use crate::failure::OutageReport;
-    match detached_outage().failed(crate::failure::mono_ms()) {
-        Some(OutageReport::Began) => {
-            tracing::warn!(error = %e, "{what} failed; store calls off the response path are failing")
-        }
-        Some(OutageReport::Continues { failures, for_ms }) => tracing::warn!(
-            error = %e,
-            failures,
-            for_ms,
-            "store calls off the response path still failing: {failures} over {for_ms} ms (latest: {what})"
-        ),
-        _ => tracing::debug!(error = %e, "{what} failed"),
-    }
+    detached_outage().log_failure(DETACHED_SUBJECT, DETACHED_DOING, what, e);
 }
 
 fn detached_answered() {
-    if let Some(crate::failure::OutageReport::Ended { failures, for_ms }) =
-        detached_outage().answered(crate::failure::mono_ms())
-    {
-        tracing::info!(
-            failures,
-            for_ms,
-            "store calls off the response path answer again: {failures} failed over {for_ms} ms"
-        );
-    }
+    detached_outage().log_answer(DETACHED_SUBJECT, "off the response path");
 }
 
 /// Polls a store future once without a waker: `Some` if it finished at once (the

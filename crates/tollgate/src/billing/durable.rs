@@ -58,7 +58,13 @@ pub(crate) struct Settler<St> {
     retried: AtomicU64,
     landed_late: AtomicU64,
     dropped: AtomicU64,
+    /// Failures logged as an outage (D11), not one line per attempt.
+    outage: crate::failure::Outage,
 }
+
+/// How the log names settlements and what becomes of them while the store fails.
+const SUBJECT: &str = "billing settlements";
+const DOING: &str = "queuing each for retries (B7)";
 
 impl<St: BillingStore> Settler<St> {
     /// The store settlements go to.
@@ -75,6 +81,7 @@ impl<St: BillingStore> Settler<St> {
             retried: AtomicU64::new(0),
             landed_late: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            outage: Default::default(),
         })
     }
 }
@@ -97,14 +104,14 @@ impl<St: BillingStore> Settler<St> {
     pub(crate) fn settle(self: &Arc<Self>, job: Job) {
         let mut fut = self.store.settle_attempt(&job.attempt, job.outcome);
         match poll_now(&mut fut) {
-            Some(Ok(state)) => finish(job, state, false),
+            Some(Ok(state)) => self.landed(job, state, false),
             Some(Err(e)) => self.failed_once(job, &e),
             None => match tokio::runtime::Handle::try_current() {
                 Ok(h) => {
                     let me = self.clone();
                     h.spawn(async move {
                         match fut.await {
-                            Ok(state) => finish(job, state, false),
+                            Ok(state) => me.landed(job, state, false),
                             Err(e) => me.failed_once(job, &e),
                         }
                     });
@@ -114,14 +121,16 @@ impl<St: BillingStore> Settler<St> {
         }
     }
 
+    /// `job` landed with the store's answer `state`: an outage under way ends.
+    fn landed(&self, job: Job, state: Option<AttemptState>, after_failure: bool) {
+        self.outage.log_answer(SUBJECT, job.what);
+        finish(job, state, after_failure);
+    }
+
     fn failed_once(self: &Arc<Self>, job: Job, e: &StoreError) {
         self.failed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            attempt_id = &*job.attempt.attempt,
-            error = %e,
-            "{} failed; retrying until it lands (B7)",
-            job.what
-        );
+        tracing::debug!(attempt_id = &*job.attempt.attempt, error = %e, "{} failed", job.what);
+        self.outage.log_failure(SUBJECT, DOING, job.what, e);
         #[cfg(feature = "metrics")]
         metrics::counter!("tollgate_billing_settlement_failures_total").increment(1);
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -198,12 +207,12 @@ async fn retry<St: BillingStore>(s: Arc<Settler<St>>) {
             match s.store.settle_attempt(&job.attempt, job.outcome).await {
                 Ok(state) => {
                     s.landed_late.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(
+                    tracing::debug!(
                         attempt_id = &*job.attempt.attempt,
                         "{} landed on a retry",
                         job.what
                     );
-                    finish(job, state, true);
+                    s.landed(job, state, true);
                 }
                 Err(e) => {
                     tracing::debug!(attempt_id = &*job.attempt.attempt, error = %e, "{} retry failed", job.what);
