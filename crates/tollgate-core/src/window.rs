@@ -193,6 +193,10 @@ pub struct WindowTicket {
     /// Non-zero: admitted from the quota block of this id that the issuing store
     /// borrowed ([`crate::blocks`]): settle it with that store, which settles the block.
     pub borrowed: u64,
+    /// Non-zero: the id under which a shared store recorded the admission, so that its
+    /// settlement counts once and only for what was counted (D9). 0: not recorded (the
+    /// in-memory store, whose caller settles each ticket exactly once).
+    pub id: u64,
 }
 
 /// How a request ended, for settlement.
@@ -412,6 +416,7 @@ impl ScopeState {
             rolling,
             fallback: false,
             borrowed: 0,
+            id: 0,
         }
     }
 

@@ -30,12 +30,72 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// What to do with an op's answer.
 pub(crate) type Done = Box<dyn FnOnce(StoreResult<Value>) + Send>;
 
+/// What an op of the batch script does (`lua/batch.lua` dispatches on [`Code::as_str`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// `WindowStore::settle` (`window_settle.lua`), keyed by the admission it settles.
+    WindowSettle,
+    /// `window_settle.lua` unkeyed: a request of a quota block given back while it was
+    /// in flight corrects its own reservation (its block's record went with the block).
+    WindowCorrect,
+    /// `BillingStore::settle_attempt` (`billing_settle.lua`), keyed by the attempt.
+    BillingSettle,
+    /// `BillingStore::check_and_reserve` (`billing_reserve.lua`).
+    BillingReserve,
+    /// A billing quota block, else the request alone.
+    BillingBlock,
+    /// One lease released (`ZREM key member`).
+    LeaseRelease,
+    /// A quota block's leases released, `member:0` .. `member:<n - 1>`.
+    BlockLeases,
+    /// Some of a quota block's leases, by index.
+    BlockLeasesSome,
+}
+
+impl Code {
+    /// The op's name in the batch script.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Code::WindowSettle | Code::WindowCorrect => "ws",
+            Code::BillingSettle => "bs",
+            Code::BillingReserve => "br",
+            Code::BillingBlock => "bb",
+            Code::LeaseRelease => "zr",
+            Code::BlockLeases => "zm",
+            Code::BlockLeasesSome => "zl",
+        }
+    }
+
+    /// How long a failed op is sent again (D9): a give-back — a release, settlement or
+    /// refund, each idempotent and keyed by what it returns — until it lands or what it
+    /// returns has surely expired; a reservation never (its caller has its answer: the
+    /// failure).
+    pub(crate) fn retried_for(self) -> Option<std::time::Duration> {
+        match self {
+            // Not keyed: sent again, it would correct twice. Its reservation stays as
+            // the charge at worst.
+            Code::BillingReserve | Code::BillingBlock | Code::WindowCorrect => None,
+            // A lease lives its TTL (60 s by default, renewed every third of it): ten
+            // minutes covers any TTL an operator sets.
+            Code::LeaseRelease | Code::BlockLeases | Code::BlockLeasesSome => {
+                Some(std::time::Duration::from_secs(600))
+            }
+            // Reservations of money and window units last until they are settled.
+            Code::WindowSettle | Code::BillingSettle => {
+                Some(std::time::Duration::from_secs(86_400))
+            }
+        }
+    }
+}
+
 /// One queued operation of the batch script (`lua/batch.lua`).
 pub(crate) struct Op {
-    /// `ws` window settlement, `bs` billing settlement, `zr` lease release.
-    pub(crate) code: &'static str,
+    pub(crate) code: Code,
     pub(crate) keys: Vec<String>,
     pub(crate) args: Vec<Vec<u8>>,
+    /// Until when a give-back is sent again after its call failed
+    /// ([`Code::retried_for`]).
+    pub(crate) until: Option<std::time::Instant>,
     pub(crate) done: Done,
 }
 
@@ -117,9 +177,10 @@ mod tests {
 
     fn op(key: &str) -> Op {
         Op {
-            code: "zr",
+            code: Code::LeaseRelease,
             keys: vec![key.to_owned()],
             args: vec![b"m".to_vec()],
+            until: None,
             done: Box::new(drop),
         }
     }

@@ -11,6 +11,7 @@
 //! in the pending registry instead of every pending attempt. An attempt record
 //! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 
+use crate::batch::Code;
 use crate::scripts::SCRIPTS;
 use crate::store::{RedisStore, RedisStoreFuture};
 use tollgate_core::billing::BudgetView;
@@ -166,6 +167,7 @@ impl RedisStore {
             format!("{base}attempt:{}", attempt.attempt),
             format!("{base}pending"),
             format!("{base}open"),
+            format!("{base}done"),
         ]
     }
 
@@ -445,7 +447,7 @@ impl RedisStore {
         // In the batch, sent at once: the settlements and releases queued before it ride
         // in the same call instead of one of their own.
         let args = args.into_iter().map(String::into_bytes).collect();
-        self.batched_now("br", keys, args, decode)
+        self.batched_now(Code::BillingReserve, keys, args, decode)
     }
 
     /// Reads `billing_reserve.lua`'s reply for `req`.
@@ -505,12 +507,17 @@ impl RedisStore {
             Err(e) => return failed(e),
         };
         let keys = self.settle_keys(attempt);
+        // A settlement of this attempt failed before (its answer never came): this is a
+        // retry, which must tell "already final" from "lost" (D10).
+        let retry = self.failed_settles().was_failed(&keys[0]);
         let args = vec![
             self.time(),
             code.to_owned(),
             cost,
             self.budget_ttl(),
             attempt.attempt.to_string(),
+            "0".to_owned(),
+            if retry { "1" } else { "0" }.to_owned(),
         ];
         let decode = |r: Vec<i64>| match r.as_slice() {
             [0] => Ok(None),
@@ -519,20 +526,29 @@ impl RedisStore {
             [3] => Ok(Some(AttemptState::Refunded)),
             _ => Err(reply_err("settle_attempt", &r)),
         };
-        if outcome != BillingOutcome::Pending {
+        let attempt_key = keys[0].clone();
+        let sent = if outcome != BillingOutcome::Pending && !retry {
             // In the batch, with the request's other settlements and releases.
             let args = args.into_iter().map(String::into_bytes).collect();
-            return self.batched("bs", keys, args, decode);
-        }
-        // Becoming pending: registered first (its own slot, so its own command), then
-        // settled; each under its own deadline. Off the response path, and rare.
-        let reg = self.register_pending(&attempt.books);
+            self.batched(Code::BillingSettle, keys, args, decode)
+        } else {
+            // Becoming pending (or maybe, on a retry): registered first (its own slot,
+            // so its own command), then settled; each under its own deadline. Off the
+            // response path, and rare.
+            let reg = self.register_pending(&attempt.books);
+            let store = self.clone();
+            RedisStoreFuture::new(async move {
+                reg.await?;
+                store
+                    .eval(&SCRIPTS.settle_attempt, keys, args, None, decode)
+                    .await
+            })
+        };
         let store = self.clone();
         RedisStoreFuture::new(async move {
-            reg.await?;
-            store
-                .eval(&SCRIPTS.settle_attempt, keys, args, None, decode)
-                .await
+            let r = sent.await;
+            store.failed_settles().note(attempt_key, r.is_ok());
+            r
         })
     }
 }

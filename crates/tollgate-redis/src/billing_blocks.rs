@@ -12,6 +12,7 @@
 //! block leaves its attempt open: the sweep takes it into pending reconciliation after
 //! its lifetime, as any attempt of a dead instance.
 
+use crate::batch::Code;
 use crate::store::{RedisStore, RedisStoreFuture};
 use std::time::Duration;
 use tollgate_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
@@ -92,6 +93,20 @@ impl RedisStore {
                         store.schedule_retire(vec![retire]);
                         Ok(BillingDecision::Admitted)
                     }
+                    Err(e) => {
+                        blocks.abandon_money(&key);
+                        drop(blocks);
+                        // The call may still run in Redis (late, after a stall) and
+                        // reserve the block for nobody: its attempt is refunded — after
+                        // it on the same connection, idempotent per attempt, and sent
+                        // again until it lands (D9).
+                        let attempt = AttemptRef {
+                            attempt: block,
+                            books,
+                        };
+                        drop(store.settle_shared(&attempt, BillingOutcome::Refund));
+                        Err(e)
+                    }
                     other => {
                         blocks.abandon_money(&key);
                         other.map(|(_, d)| d)
@@ -132,23 +147,26 @@ impl RedisStore {
         args.extend(ab.into_iter().chain(as_).map(String::into_bytes));
         let keys = kb.into_iter().chain(ks).collect();
         let decode = self.reserve_decoder(req);
-        Ok(self.batched_now("bb", keys, args, move |r: redis::Value| {
-            let bad = || {
-                StoreError::new(
-                    StoreErrorKind::Protocol,
-                    format!("check_and_reserve (block): unexpected reply {r:?}"),
-                )
-            };
-            let redis::Value::Array(parts) = &r else {
-                return Err(bad());
-            };
-            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
-                return Err(bad());
-            };
-            let inner: Vec<i64> =
-                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
-            Ok((*took == 1, decode(inner)?))
-        }))
+        Ok(
+            self.batched_now(Code::BillingBlock, keys, args, move |r: redis::Value| {
+                let bad = || {
+                    StoreError::new(
+                        StoreErrorKind::Protocol,
+                        format!("check_and_reserve (block): unexpected reply {r:?}"),
+                    )
+                };
+                let redis::Value::Array(parts) = &r else {
+                    return Err(bad());
+                };
+                let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1))
+                else {
+                    return Err(bad());
+                };
+                let inner: Vec<i64> =
+                    redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+                Ok((*took == 1, decode(inner)?))
+            }),
+        )
     }
 
     /// Settles an attempt admitted from a billing block; `None` if it is not one.
@@ -208,7 +226,7 @@ impl RedisStore {
     async fn move_to_pending(&self, req: &BillingRequest) -> StoreResult<Option<AttemptState>> {
         let (keys, args) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "f")?;
         let args = args.into_iter().map(String::into_bytes).collect();
-        self.batched_now("br", keys, args, self.reserve_decoder(req))
+        self.batched_now(Code::BillingReserve, keys, args, self.reserve_decoder(req))
             .await?;
         self.settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
             .await

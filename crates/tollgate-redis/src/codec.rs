@@ -63,6 +63,11 @@ impl Doubles {
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.0
     }
+    /// A text argument that follows binary ones (a record member after a window's
+    /// doubles).
+    pub(crate) fn text(s: String) -> Self {
+        Self(s.into_bytes())
+    }
 }
 
 /// Every windowed tier of the policy, in the scripts' order, with its dimension.
@@ -162,6 +167,43 @@ pub(crate) fn settle_args(amount_ttl: Millis, t: &WindowTicket, outcome: Outcome
     b
 }
 
+/// ARGV[2] of the settle script undoing an admission whose answer never came (D9):
+/// what the call asked — `p`, `d` and the block `ask` — with the time and anchors left
+/// to the admission's record (see `window_settle.lua`).
+pub(crate) fn undo_args(
+    amount_ttl: Millis,
+    p: &Policy,
+    d: &Demand,
+    ask: Option<BlockAsk>,
+) -> Doubles {
+    let amount = p.amount_cap.is_some();
+    // The groups the script counts (window_admit.lua's `counted`).
+    let counted = [
+        !(p.requests.is_empty() && p.tokens.is_empty()),
+        !p.images.is_empty() && d.images > 0,
+        !p.videos.is_empty() && d.videos > 0,
+    ];
+    let mut b = Doubles::with_capacity(17);
+    b.u(amount_ttl).f(-1.0);
+    for c in counted {
+        b.f(if c { -2.0 } else { -1.0 });
+    }
+    let money = if amount { d.money.max(0) } else { 0 };
+    b.u(d.tokens)
+        .u(d.images)
+        .u(d.videos)
+        .b(amount)
+        .i(money)
+        .b(p.rolling_rpm.is_some_and(|n| n > 0))
+        .b(true)
+        .u(d.tokens)
+        .i(money)
+        .u(ask.map_or(1, |a| a.requests))
+        .u(0)
+        .u(ask.map_or(d.tokens, |a| a.tokens));
+    b
+}
+
 fn non_negative(v: i64, what: &str) -> StoreResult<u64> {
     u64::try_from(v).map_err(|_| protocol(format!("{what}: negative value {v}")))
 }
@@ -176,8 +218,9 @@ pub(crate) enum AdmitReply {
     Exceeded(Exceeded),
 }
 
-/// Decodes the admit script's reply into what the in-memory store would return.
-pub(crate) fn admit_reply(r: &[i64], p: &Policy, d: &Demand) -> StoreResult<AdmitReply> {
+/// Decodes the admit script's reply into what the in-memory store would return; `id`:
+/// the call's id, under which the admission was recorded (D9).
+pub(crate) fn admit_reply(r: &[i64], p: &Policy, d: &Demand, id: u64) -> StoreResult<AdmitReply> {
     let (&status, rest) = r
         .split_first()
         .ok_or_else(|| protocol("admit: empty reply"))?;
@@ -201,6 +244,7 @@ pub(crate) fn admit_reply(r: &[i64], p: &Policy, d: &Demand) -> StoreResult<Admi
                 rolling: p.rolling_rpm.is_some_and(|n| n > 0),
                 fallback: false,
                 borrowed: 0,
+                id,
             }))
         }
         0 => {
@@ -384,6 +428,7 @@ mod tests {
             rolling: true,
             fallback: false,
             borrowed: 0,
+            id: 0,
         };
         let used = tollgate_core::Usage {
             input_tokens: 5,
@@ -409,7 +454,7 @@ mod tests {
         let r = [
             0, 1_000, 2, 2, 7, -1, 3, 3, 2, 900, 5, 0, 120, 40, 7, 0, 3, 19_000,
         ];
-        let AdmitReply::Exceeded(e) = admit_reply(&r, &p, &d).unwrap() else {
+        let AdmitReply::Exceeded(e) = admit_reply(&r, &p, &d, 1).unwrap() else {
             panic!("expected exceeded");
         };
         assert_eq!(e.limits.len(), 4);
@@ -422,9 +467,9 @@ mod tests {
         assert_eq!(e.limits[2].retry_after_ms, None, "the amount never retries");
         assert_eq!(e.limits[3].retry_after_ms, Some(19_000));
         // Unknown code, a position past the policy, a position of another dimension.
-        assert!(admit_reply(&[0, 1, 9, 1, 0, 0], &p, &d).is_err());
-        assert!(admit_reply(&[0, 1, 1, 4, 0, 0], &p, &d).is_err());
-        assert!(admit_reply(&[0, 1, 1, 2, 0, 0], &p, &d).is_err());
+        assert!(admit_reply(&[0, 1, 9, 1, 0, 0], &p, &d, 1).is_err());
+        assert!(admit_reply(&[0, 1, 1, 4, 0, 0], &p, &d, 1).is_err());
+        assert!(admit_reply(&[0, 1, 1, 2, 0, 0], &p, &d, 1).is_err());
     }
 
     #[test]
@@ -434,7 +479,7 @@ mod tests {
             money: -5,
             ..Demand::tokens(3)
         };
-        let AdmitReply::Admitted(t) = admit_reply(&[1, 77, 70, -1, -1], &p, &d).unwrap() else {
+        let AdmitReply::Admitted(t) = admit_reply(&[1, 77, 70, -1, -1], &p, &d, 1).unwrap() else {
             panic!("expected admitted");
         };
         assert_eq!(t.admitted_at, 77);

@@ -68,4 +68,4 @@ pub use options::{
     DEFAULT_DEADLINE, DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
 };
 pub use redis;
-pub use store::{RedisStore, RedisStoreFuture};
+pub use store::{GiveBacks, RedisStore, RedisStoreFuture};

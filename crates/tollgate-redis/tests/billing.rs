@@ -69,6 +69,8 @@ const IN_SCRIPT: &[&str] = &[
     "zadd",
     "zrem",
     "zrangebyscore",
+    "zremrangebyscore",
+    "zscore",
 ];
 /// Test plumbing.
 const HARNESS: &[&str] = &["config|resetstat", "info"];
@@ -696,9 +698,16 @@ async fn d3_billing_keys_are_tagged_per_tenant_and_expire_as_documented() {
     let lone_ref = lone.attempt_ref();
     assert!(s.attempt_key(&lone_ref).starts_with("gw:{lone-key}:"));
     assert!(ttl(s.attempt_key(&lone_ref)) > 0);
-    // acme: tenant, spend, 2 budgets, a2, a4, open, pending; globex: tenant, spend, 2
-    // budgets; lone-key: spend? (not billed yet: none), attempt, open; the registry.
-    assert_eq!(keys.len(), 8 + 4 + 2 + 1, "{keys:?}");
+    // The tombstones of settled attempts (D10) live two minutes.
+    for t in ["acme", "globex"] {
+        let done = format!("gw:{{tenant:{t}}}:billing:done");
+        let t = ttl(done.clone());
+        assert!((110_000..=120_000).contains(&t), "{done}: {t}");
+    }
+    // acme: tenant, spend, 2 budgets, a2, a4, open, pending, done; globex: tenant,
+    // spend, 2 budgets, done; lone-key: spend? (not billed yet: none), attempt, open;
+    // the registry.
+    assert_eq!(keys.len(), 9 + 5 + 2 + 1, "{keys:?}");
     // Money is integer text, readable with redis-cli.
     let hget = |k: String, f: &str| server.cli(&["HGET", &k, f]).trim().to_owned();
     assert_eq!(hget(s.tenant_key("acme"), "bal"), "63");
@@ -779,8 +788,9 @@ async fn d7_keys_do_not_grow_with_requests_served() {
     let large = serve(2_000).await;
     eprintln!("keys (total, without expiry): N=200 {small:?}, N=2000 {large:?}");
     assert_eq!(small, large, "the keys grew with the requests served");
-    // 3 tenants × (tenant, 5 keys' spend, a budget) + the pending registry.
-    assert!(large.0 <= 3 * 7 + 1, "{large:?}");
+    // 3 tenants × (tenant, 5 keys' spend, a budget, the tombstones of the last two
+    // minutes' settlements) + the pending registry.
+    assert!(large.0 <= 3 * 8 + 1, "{large:?}");
 }
 
 // ---------------------------------------------------------------------------------

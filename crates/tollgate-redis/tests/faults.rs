@@ -66,6 +66,7 @@ async fn every_call_fails_fast(s: &RedisStore, key: &SubjectKey, what: &str) {
         rolling: false,
         fallback: false,
         borrowed: 0,
+        id: 0,
     };
     for round in 0..5 {
         let what = |call: &str| format!("{what}, round {round}: {call}");

@@ -497,12 +497,14 @@ async fn b5_a_lost_reservation_answer_is_refunded() {
 }
 
 /// A store whose first `fail` settlements fail (a store deadline, a breaker open), then
-/// work; it counts every settlement call.
+/// work; it counts every settlement call. `lost`: a failing settlement is carried out
+/// and only its answer lost.
 #[derive(Clone)]
 struct FlakySettle {
     inner: Store,
     fail: Arc<AtomicUsize>,
     calls: Arc<AtomicUsize>,
+    lost: bool,
 }
 
 impl tollgate::core::BillingStore for FlakySettle {
@@ -524,6 +526,9 @@ impl tollgate::core::BillingStore for FlakySettle {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
         if failing {
+            if self.lost {
+                drop(self.inner.settle_attempt(a, o));
+            }
             return std::future::ready(Err(tollgate::core::StoreError::new(
                 tollgate::core::StoreErrorKind::Timeout,
                 "deadline passed",
@@ -553,6 +558,51 @@ impl tollgate::core::BillingStore for FlakySettle {
     }
 }
 
+/// D10: a settlement whose answer was lost (carried out, reported failed) and whose
+/// retry then finds no attempt is an unknown outcome: its record says pending — never
+/// "settled" on the strength of a retry that found nothing.
+#[tokio::test(start_paused = true)]
+async fn d10_a_retry_that_finds_no_attempt_is_recorded_as_unknown_not_settled() {
+    let st = store(1_000);
+    let flaky = FlakySettle {
+        inner: st.clone(),
+        fail: Arc::new(AtomicUsize::new(1)),
+        calls: Arc::default(),
+        lost: true,
+    };
+    let records = Records::default();
+    let r = records.clone();
+    let layer = BillingGateLayer::new(flaky.clone())
+        .clock(st.clock().clone())
+        .sink(move |rec: UsageRecord| r.lock().unwrap().push(rec));
+    let svc = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(costing(40, Arc::default()));
+    let mut rq = req(&tenant_subject(), money(100));
+    rq.extensions_mut()
+        .insert(BillingProfile::new().with_tenant_expected(true));
+    let res = svc.clone().oneshot(rq).await.unwrap();
+    drain(res.into_body()).await.unwrap();
+    for _ in 0..200 {
+        if layer.settlement_stats().waiting == 0 && !records.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let recs = records.lock().unwrap().clone();
+    assert_eq!(recs.len(), 1, "one usage record");
+    assert_eq!(
+        recs[0].outcome,
+        AttemptState::Pending(40),
+        "an unknown outcome, not \"settled\""
+    );
+    assert_eq!(
+        flaky.calls.load(Ordering::SeqCst),
+        2,
+        "the try and one retry"
+    );
+}
+
 /// B7: settlements that fail (here the first 7 calls) are retried with backoff until
 /// they land; each attempt is charged once and has exactly one usage record; nothing is
 /// left reserved; the retries are counted.
@@ -564,6 +614,7 @@ async fn b7_failed_settlement_is_retried_until_it_lands() {
         inner: st.clone(),
         fail: Arc::new(AtomicUsize::new(7)),
         calls: Arc::default(),
+        lost: false,
     };
     let budget: Arc<[Budget]> = Arc::from(vec![Budget::new("b7", 10_000, None)]);
     let records = Records::default();

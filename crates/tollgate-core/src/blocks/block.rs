@@ -76,6 +76,7 @@ impl WindowBlock {
             rolling: false,
             fallback: false,
             borrowed: self.id,
+            id: 0,
         }
     }
 

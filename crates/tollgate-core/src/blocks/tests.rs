@@ -35,6 +35,7 @@ fn shared(at: Millis, anchor: Millis, tokens: u64) -> WindowTicket {
         rolling: false,
         fallback: false,
         borrowed: 0,
+        id: 0,
     }
 }
 

@@ -1,20 +1,45 @@
--- BillingStore::settle_attempt (B2, B4, L5): Ledger::settle. Each attempt settles once; a
--- settled or refunded attempt is deleted (D7): settling it again finds nothing.
+-- BillingStore::settle_attempt (B2, B4, L5, D10): Ledger::settle. Each attempt settles
+-- once. A settled or refunded attempt is deleted and leaves a tombstone in the books'
+-- `done` set for TOMBSTONE_MS (D7: what the set holds is bounded by the settlements of
+-- that time): settling it again does nothing, and a retry (ARGV[7]) learns it is final.
 -- KEYS[1]  the attempt   KEYS[2] the books' pending list (and counter)
 -- KEYS[3]  the books' open attempts
+-- KEYS[4]  the books' tombstones: ZSET, attempt id -> when it became final (ms)
 -- ARGV     [1] time (see time.lua), [2] outcome: s settled, p pending, r refund, [3] cost
 --          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt id, [6] '1': an
---          operator's reconciliation, for a pending attempt only (optional)
+--          operator's reconciliation, for a pending attempt only (optional), [7] '1': a
+--          retry after a try whose answer never came (optional)
 -- Reply    {0} nothing done (unknown: never reserved, already final; pending again)
 --          {1, cost} settled   {2, amount} pending   {3} refunded   {4} nothing done: open,
 --          and only a pending attempt was to be reconciled
+--          A retry answers an attempt already final as the outcome it repeats ({1, cost}
+--          or {3}: the try that was carried out sent the same); one that finds nothing — the attempt was lost (a failover took
+--          it before it was replicated), or its tombstone expired — is an unknown
+--          outcome (D10): a settlement becomes pending reconciliation of its cost ({2,
+--          cost}, listed, counted, marked `u`), never "settled"; a refund of nothing
+--          holds nothing ({3}).
 -- The tenant, key-spend and budget keys come from the attempt's record: they carry the same
 -- hash tag as KEYS[1], hence the same slot.
+local TOMBSTONE_MS = 120000
 local now = now_ms(ARGV[1])
 local att = KEYS[1]
 local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel', 'h')
 local st = A[1]
-if not st then return {0} end
+local retry = ARGV[7] == '1'
+if not st then
+  if not retry then return {0} end
+  if redis.call('ZSCORE', KEYS[4], ARGV[5]) then
+    if ARGV[2] == 's' then return {1, tonumber(ARGV[3])} end
+    if ARGV[2] == 'r' then return {3} end
+    return {0}
+  end
+  if ARGV[2] == 'r' then return {3} end
+  local amount = tonumber(ARGV[3])
+  redis.call('HSET', att, 's', 'p', 'm', amount, 'ps', now, 'u', '1')
+  redis.call('HSET', KEYS[2], ARGV[5], amount)
+  count_pending(KEYS[2], 1, amount)
+  return {2, amount}
+end
 local outcome = ARGV[2]
 local was_pending = st == 'p'
 if was_pending and outcome == 'p' then return {0} end
@@ -78,6 +103,10 @@ if state == 'p' then
   redis.call('HSET', KEYS[2], ARGV[5], A[2])
   count_pending(KEYS[2], 1, money)
 else
+  -- Final: a tombstone, for retries of this settlement; the expired ones go.
   redis.call('DEL', att)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - TOMBSTONE_MS)
+  redis.call('ZADD', KEYS[4], now, ARGV[5])
+  redis.call('PEXPIRE', KEYS[4], TOMBSTONE_MS)
 end
 return reply

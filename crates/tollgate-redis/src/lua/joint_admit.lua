@@ -4,11 +4,12 @@
 -- the lease as slot_acquire.lua takes it (lease.lua).
 -- Every key carries the subject's hash tag: one Cluster slot.
 -- KEYS[1]  the subject's lease ZSET (as slot_acquire.lua)
--- KEYS[2]  window state, KEYS[3] rolling log (as window_admit.lua); absent: slot only
+-- KEYS[2]  window state, KEYS[3] rolling log, KEYS[4] admission records (as
+--          window_admit.lua); absent: slot only
 -- ARGV     [1] time (see time.lua), [2] slot limit (0 = unlimited), [3] lease ttl ms,
 --          [4] lease member, [5] leases of a quota block to borrow (1 = none; see
 --          lease.lua's grant), [6] window doubles (as window_admit.lua's ARGV[2], maybe
---          with a block; absent: slot only)
+--          with a block; absent: slot only), [7] the admission record's member
 -- Reply    {1, admit reply or {}, leases taken} slot taken (and windows admitted)
 --          {0, live leases} every slot taken, nothing counted
 --          {2, admit reply} the windows have no room, no slot taken, nothing counted
@@ -20,8 +21,8 @@ if take == 0 then
   return {0, n}
 end
 local w = {}
-if #KEYS >= 3 then
-  w = admit({KEYS[2], KEYS[3]}, {ARGV[1], ARGV[6]})
+if #KEYS >= 4 then
+  w = admit({KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[6], ARGV[7]})
   if w[1] ~= 1 then
     return {2, w}
   end

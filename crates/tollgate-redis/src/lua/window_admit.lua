@@ -6,6 +6,7 @@
 --          dimensions, tiers (requests, tokens, images, videos)
 --          then, optionally, a quota block to borrow (tollgate_core::blocks): [+1]
 --          requests (the request itself among them), [+2] tokens
+-- ARGV[3]  the admission record's member (see the prelude's KEYS[3]); absent: none
 -- Reply    {1, now, anchor1, anchor2, anchor3, requests} admitted (-1 = group not
 --          counted); requests: the block's when it fits under every limit, else 1 (the
 --          request alone, decided as without a block)
@@ -210,4 +211,5 @@ if roll > 0 then
 end
 -- Never idle: the request just admitted is pending.
 save(KEYS[1], NS, now, A[1], true)
+record(KEYS[3], ARGV[3], nreq, now, A[1])
 return {1, now, anchors[1], anchors[2], anchors[3], nreq}

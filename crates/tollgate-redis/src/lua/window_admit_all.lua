@@ -5,12 +5,12 @@
 -- expiries, so a refusal changes nothing anywhere: the state (a string) by GET / SET,
 -- and a rolling log (a ZSET, written only by an item with a rolling limit) by DUMP /
 -- RESTORE — DUMP serializes and compresses, so it is kept to the keys that need it.
--- KEYS     per item: its state, its rolling log (2 keys an item)
--- ARGV     [1] time (see time.lua), then per item its doubles (as window_admit.lua's
---          ARGV[2]; [8] is its rolling limit)
+-- KEYS     per item: its state, its rolling log, its admission records (3 keys an item)
+-- ARGV     [1] time (see time.lua), [2] the admission records' member, then per item its
+--          doubles (as window_admit.lua's ARGV[2]; [8] is its rolling limit)
 -- Reply    {1, {item reply}...} every item admitted
 --          {0, i, item i's reply} item i refused (1-based), nothing changed
-local n = #KEYS / 2
+local n = #KEYS / 3
 local saved = {}
 -- What put_back needs to restore `key`: its value (GET, or DUMP for a ZSET) and PTTL.
 local function snapshot(key, zset)
@@ -39,15 +39,18 @@ local function rolling(a)
 end
 local replies = {}
 for i = 1, n do
-  local ks = {KEYS[2 * i - 1], KEYS[2 * i]}
-  local roll = rolling(ARGV[1 + i])
+  local ks = {KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]}
+  local roll = rolling(ARGV[2 + i])
   saved[i] = {snapshot(ks[1], false), roll and snapshot(ks[2], true)}
-  local r = admit(ks, {ARGV[1], ARGV[1 + i]})
+  local r = admit(ks, {ARGV[1], ARGV[2 + i], ARGV[2]})
   if r[1] ~= 1 then
     -- A refused item changed nothing itself; undo the ones admitted before it.
     for j = i - 1, 1, -1 do
-      put_back(KEYS[2 * j - 1], saved[j][1])
-      if saved[j][2] then put_back(KEYS[2 * j], saved[j][2]) end
+      put_back(KEYS[3 * j - 2], saved[j][1])
+      if saved[j][2] then put_back(KEYS[3 * j - 1], saved[j][2]) end
+      local m = ARGV[2]
+      if replies[j][6] and replies[j][6] > 1 then m = m .. ':b' end
+      redis.call('ZREM', KEYS[3 * j], m)
     end
     return {0, i, r}
   end

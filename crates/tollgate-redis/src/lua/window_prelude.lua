@@ -24,6 +24,10 @@
 --          A member is unique while any start in the window exists (the state, which
 --          holds the sequence, lives at least as long); a later reuse can only hit an
 --          expired start, which it then simply replaces.
+-- KEYS[3]  admission records (D9): ZSET, member = the admitting call's member
+--          (`<instance>:<id>`, `:b` appended for a quota block), score = admission
+--          time. A settlement counts only if it finds (and removes) its record: settling
+--          twice, or settling what Redis never counted, changes nothing.
 -- Dimensions: 1 requests, 2 tokens (group 1), 3 images (group 2), 4 videos (group 3);
 -- in replies also 5 amount, 7 rolling.
 -- Doubles are exact up to 2^53: ms timestamps, counts and minor units stay far below.
@@ -65,6 +69,22 @@ local function live_groups(S, now)
     end
   end
   return live
+end
+
+-- Longest life of an admission record: a request settled later than this is not
+-- corrected (its reservation stands as its charge).
+local RECORD_LIFE = 86400000
+
+-- Records admission `member` (a block's when `nreq` > 1) in `key` at `now`; drops the
+-- records past their life (their instance died or their reply was lost for good).
+local function record(key, member, nreq, now, amount_ttl)
+  if not key or not member then return end
+  if nreq > 1 then member = member .. ':b' end
+  local life = RECORD_LIFE
+  if amount_ttl < life then life = amount_ttl end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - life)
+  redis.call('ZADD', key, now, member)
+  redis.call('PEXPIRE', key, life)
 end
 
 -- Writes the state back, or deletes it when dropping it changes no decision (pending,

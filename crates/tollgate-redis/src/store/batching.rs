@@ -2,11 +2,10 @@
 //! clean-up of a lease whose acquisition was not seen through.
 
 use super::*;
-use crate::batch::{self, Op};
-use crate::conn::{Conn, hash_slot};
+use crate::batch::{self, Code, Op};
+use crate::conn::hash_slot;
 use redis::FromRedisValue;
 use std::future::Future;
-use std::time::Duration;
 use tokio::time::Instant;
 use tollgate_core::{LeaseId, StoreError, StoreErrorKind, StoreResult, SubjectKey};
 
@@ -23,47 +22,26 @@ impl RedisStore {
             return self.release_borrowed(&self.slots_key(key), lease);
         }
         // One ZREM, atomic by itself, sent in the batch with the settlements ending at
-        // the same moment. A release is never dropped for a passing outage: if it fails
-        // it is retried alone, off the caller's path and not held by the breaker, for a
-        // few seconds (the lease's TTL is the last resort).
-        let mut conn = self.inner.conn.clone();
-        let (slots, member) = (self.slots_key(key), self.member(lease));
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(&slots).arg(&member);
+        // the same moment. A release is never dropped for a passing outage: if its call
+        // fails it is sent again until it lands (see `retry`); the lease's TTL is the
+        // last resort.
         let sent = self.batched(
-            "zr",
-            vec![slots],
-            vec![member.into_bytes()],
+            Code::LeaseRelease,
+            vec![self.slots_key(key)],
+            vec![self.member(lease).into_bytes()],
             |_: i64| Ok(()),
         );
         if now {
             self.flush_batch();
         }
-        RedisStoreFuture::new(async move {
-            let r = sent.await;
-            if r.is_err() {
-                tokio::spawn(async move {
-                    for _ in 0..RELEASE_RETRIES {
-                        tokio::time::sleep(RELEASE_RETRY_EVERY).await;
-                        let attempt = tokio::time::timeout(
-                            Duration::from_secs(1),
-                            cmd.query_async::<i64>(&mut conn),
-                        );
-                        if matches!(attempt.await, Ok(Ok(_))) {
-                            return;
-                        }
-                    }
-                });
-            }
-            r
-        })
+        sent
     }
 
     /// Queues one op of the batch script (see [`batch`]) and returns its answer's
     /// future; the first op into an empty queue schedules a flush.
     pub(crate) fn batched<R, T>(
         &self,
-        code: &'static str,
+        code: Code,
         keys: Vec<String>,
         args: Vec<Vec<u8>>,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
@@ -79,7 +57,7 @@ impl RedisStore {
     /// awaited on the request path, and whatever was queued before it rides along.
     pub(crate) fn batched_now<R, T>(
         &self,
-        code: &'static str,
+        code: Code,
         keys: Vec<String>,
         args: Vec<Vec<u8>>,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
@@ -93,7 +71,7 @@ impl RedisStore {
 
     fn queue_op<R, T>(
         &self,
-        code: &'static str,
+        code: Code,
         keys: Vec<String>,
         args: Vec<Vec<u8>>,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
@@ -108,6 +86,7 @@ impl RedisStore {
             code,
             keys,
             args,
+            until: code.retried_for().map(|d| std::time::Instant::now() + d),
             done: Box::new(move |r| {
                 let _ = tx.send(r);
             }),
@@ -171,7 +150,7 @@ impl RedisStore {
         let cluster = self.is_cluster();
         let slot_of = |k: &str| if cluster { hash_slot(k.as_bytes()) } else { 0 };
         for call in batch::calls(ops, slot_of) {
-            let mut fut = Box::pin(self.send_batch(call));
+            let mut fut = Box::pin(self.send_batch(call, true));
             // Polled once here: the command is queued on the connection now, ahead of
             // any call made after this one.
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -181,8 +160,16 @@ impl RedisStore {
         }
     }
 
-    /// One call of the batch script for `ops` (all on one slot); every op is answered.
-    pub(super) fn send_batch(&self, ops: Vec<Op>) -> impl Future<Output = ()> + Send + 'static {
+    /// One call of the batch script for `ops` (all on one slot); every op is answered,
+    /// and the give-backs among them are kept to send again if the call fails (D9).
+    /// `guarded`: behind the breaker (the first try; a retry goes around it). Resolves
+    /// to whether the call was answered.
+    pub(super) fn send_batch(
+        &self,
+        ops: Vec<Op>,
+        guarded: bool,
+    ) -> impl Future<Output = bool> + Send + 'static {
+        let store = self.clone();
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
@@ -194,7 +181,9 @@ impl RedisStore {
                 for k in &op.keys {
                     call.key(k.as_str());
                 }
-                call.arg(op.code).arg(op.keys.len()).arg(op.args.len());
+                call.arg(op.code.as_str())
+                    .arg(op.keys.len())
+                    .arg(op.args.len());
                 for a in &op.args {
                     call.arg(&a[..]);
                 }
@@ -203,82 +192,133 @@ impl RedisStore {
                 .first()
                 .and_then(|o| o.keys.first())
                 .map_or(&[][..], |k| k.as_bytes());
-            let r = inner
-                .guarded(start, key, call.invoke_async::<redis::Value>(&mut conn))
-                .await;
+            let sent = call.invoke_async::<redis::Value>(&mut conn);
+            let r = if guarded {
+                inner.guarded(start, key, sent).await
+            } else {
+                inner.bounded(start, key, sent).await
+            };
             match r {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
                     for (op, v) in ops.into_iter().zip(replies) {
                         (op.done)(Ok(v));
                     }
+                    true
                 }
                 Ok(other) => {
                     let e = protocol(format!("batch: unexpected reply {other:?}"));
                     for op in ops {
                         (op.done)(Err(e.clone()));
                     }
+                    true
                 }
                 Err(e) => {
+                    store.keep_for_retry(&ops);
                     for op in ops {
                         (op.done)(Err(e.clone()));
                     }
+                    false
                 }
             }
         }
     }
 }
 
+/// What a call that may count something gives back if its answer never comes (D9): it
+/// may still run in Redis — late, after a stall, or answered into a lost reply — and
+/// count for a caller that is gone. Each give-back is keyed by the call's own member
+/// or record, so one for something never counted changes nothing.
+pub(crate) enum Undo {
+    /// Lease `member` of `slots` (the one a call takes without a block).
+    Lease { slots: String, member: String },
+    /// The `size` leases `member:0` .. of a quota block of `slots`.
+    Block {
+        slots: String,
+        member: String,
+        size: u32,
+    },
+    /// The admission recorded under `id` on the window script keys `keys`, undone by
+    /// the settle script with `blob` ([`codec::undo_args`](crate::codec::undo_args)).
+    Window {
+        keys: Vec<String>,
+        blob: crate::codec::Doubles,
+        id: u64,
+    },
+}
+
 impl RedisStore {
-    /// `decided`, a call that may take lease `member` of `slots`: if it fails (a missed
-    /// deadline, a lost answer) or its caller goes away before the answer, it may still
-    /// run in Redis and take a lease nobody holds. The member name is known: it is
-    /// removed on the same (ordered) connection, off the caller's path, so such a lease
-    /// does not count until its TTL.
+    /// `decided`, a call that may count what `undo` lists: if it fails (a missed
+    /// deadline, a lost answer) or its caller goes away before the answer, everything
+    /// in `undo` is given back — after the call on the same ordered connection, and
+    /// sent again until it lands — so nothing it counted is held by nobody.
+    pub(crate) fn undoing<T: Send + 'static>(
+        &self,
+        undo: Vec<Undo>,
+        decided: RedisStoreFuture<T>,
+    ) -> RedisStoreFuture<T> {
+        let cleanup = Unseen {
+            undo,
+            store: self.clone(),
+        };
+        RedisStoreFuture::new(async move {
+            // Owned by the future: dropped with it, armed until the answer is in.
+            let mut cleanup = cleanup;
+            let r = decided.await;
+            if r.is_ok() {
+                cleanup.undo.clear();
+            }
+            r
+        })
+    }
+
+    /// [`undoing`](Self::undoing) a plain lease `member` of `slots`.
     pub(super) fn removing_late_lease<T: Send + 'static>(
         &self,
         slots: String,
         member: String,
         decided: RedisStoreFuture<T>,
     ) -> RedisStoreFuture<T> {
-        let cleanup = LateLease {
-            armed: true,
-            slots,
-            member,
-            conn: self.inner.conn.clone(),
-        };
-        RedisStoreFuture::new(async move {
-            // Owned by the future: dropped with it, armed until the answer is in.
-            let mut cleanup = cleanup;
-            let r = decided.await;
-            cleanup.armed = r.is_err();
-            r
-        })
+        self.undoing(vec![Undo::Lease { slots, member }], decided)
+    }
+
+    /// Gives back `undo` (see [`Undo`]).
+    pub(crate) fn give_back_unseen(&self, undo: Vec<Undo>) {
+        for u in undo {
+            let sent = match u {
+                Undo::Lease { slots, member } => self.batched(
+                    Code::LeaseRelease,
+                    vec![slots],
+                    vec![member.into_bytes()],
+                    |_: i64| Ok(()),
+                ),
+                Undo::Block {
+                    slots,
+                    member,
+                    size,
+                } => self.batched(
+                    Code::BlockLeases,
+                    vec![slots],
+                    vec![member.into_bytes(), size.to_string().into_bytes()],
+                    |_: i64| Ok(()),
+                ),
+                Undo::Window { keys, blob, id } => self.settle_window(keys, &blob, id, false),
+            };
+            drop(sent);
+        }
     }
 }
 
-/// Removes a lease whose acquisition was not seen through (see `removing_late_lease`).
-struct LateLease {
-    armed: bool,
-    slots: String,
-    member: String,
-    conn: Conn,
+/// Gives back what a call whose answer was not seen may have counted (see `undoing`).
+struct Unseen {
+    undo: Vec<Undo>,
+    store: RedisStore,
 }
 
-impl Drop for LateLease {
+impl Drop for Unseen {
     fn drop(&mut self) {
-        if !self.armed {
+        if self.undo.is_empty() || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(std::mem::take(&mut self.slots))
-            .arg(std::mem::take(&mut self.member));
-        let mut conn = self.conn.clone();
-        rt.spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(5), cmd.query_async::<i64>(&mut conn))
-                .await;
-        });
+        self.store.give_back_unseen(std::mem::take(&mut self.undo));
     }
 }

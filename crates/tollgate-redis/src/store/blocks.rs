@@ -7,6 +7,7 @@
 //! handed back locally), so no borrowed share is lost with a dropped future.
 
 use super::*;
+use crate::batch::Code;
 use crate::codec;
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
@@ -35,8 +36,7 @@ impl RedisStore {
     }
 
     /// Sends what a spent block gives back, in the batch with the settlements ending
-    /// now. A failed give-back is logged: a window block's unused units then stay
-    /// counted until their window ends, a slot block's leases until their TTL.
+    /// now; a call that fails is sent again until it lands (D9).
     pub(crate) fn give_back(&self, back: GiveBack) {
         let sent = match back {
             GiveBack::Window {
@@ -53,13 +53,7 @@ impl RedisStore {
                     requests,
                     used,
                 );
-                let roll = format!("{key}:roll");
-                self.batched(
-                    "ws",
-                    vec![key, roll],
-                    vec![self.time().into_bytes(), blob.bytes().to_vec()],
-                    |_: i64| Ok(()),
-                )
+                self.settle_window(state_keys(key), &blob, ticket.id, requests > 1)
             }
             GiveBack::SlotMembers {
                 key,
@@ -71,10 +65,10 @@ impl RedisStore {
                 if indices.is_empty() {
                     return;
                 }
-                self.batched("zl", vec![key], args, |_: i64| Ok(()))
+                self.batched(Code::BlockLeasesSome, vec![key], args, |_: i64| Ok(()))
             }
             GiveBack::Slots { key, shared, size } => self.batched(
-                "zm",
+                Code::BlockLeases,
                 vec![key],
                 vec![
                     self.member(shared).into_bytes(),
@@ -83,13 +77,9 @@ impl RedisStore {
                 |_: i64| Ok(()),
             ),
         };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = sent.await {
-                    tracing::warn!(error = %e, "giving back a quota block failed");
-                }
-            });
-        }
+        // Queued: it goes out with the next batch and, if that call fails, is sent
+        // again until it lands (see `retry`); nobody waits for its answer.
+        drop(sent);
     }
 
     /// Starts the timers that retire new blocks when they stop admitting.
@@ -149,6 +139,8 @@ impl RedisStore {
             SettleLocal::Shared => {
                 let ordinary = WindowTicket {
                     borrowed: 0,
+                    // Its block was given back, record and all: corrected unkeyed.
+                    id: 0,
                     ..*ticket
                 };
                 WindowStore::settle(self, key, scope, ordinary, outcome)
@@ -169,7 +161,7 @@ impl RedisStore {
                 RedisStoreFuture::ready(Ok(()))
             }
             ReleaseLocal::Member { shared, index } => self.batched(
-                "zr",
+                Code::LeaseRelease,
                 vec![slots.to_owned()],
                 vec![format!("{}:{index}", self.member(shared)).into_bytes()],
                 |_: i64| Ok(()),
@@ -267,26 +259,6 @@ impl RedisStore {
             ));
         }
         Ok(())
-    }
-
-    /// After a borrowing call that failed (it may still run in Redis): removes the
-    /// `size` leases of `slots` it may have taken under lease id `id`, at once.
-    pub(crate) fn remove_late_block(&self, slots: &str, id: LeaseId, size: u32) {
-        // The plain lease the script grants near a limit, then the block's.
-        let one = self.batched(
-            "zr",
-            vec![slots.to_owned()],
-            vec![self.member(id).into_bytes()],
-            |_: i64| Ok(()),
-        );
-        drop(one);
-        if size > 1 {
-            self.give_back(GiveBack::Slots {
-                key: slots.to_owned(),
-                shared: id,
-                size,
-            });
-        }
     }
 
     /// Runs a borrowing call to its end on its own task (see the module docs) and

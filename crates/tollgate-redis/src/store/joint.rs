@@ -2,9 +2,10 @@
 //! ([`JointStore`](tollgate_core::JointStore)), a channel's provider windows with its
 //! capacity lease ([`ChannelStore`](tollgate_core::ChannelStore)).
 
+use super::batching::Undo;
 use super::blocks::spawn_quietly;
 use super::*;
-use crate::codec::{self, AdmitReply};
+use crate::codec::{self, AdmitReply, Doubles};
 use crate::conn::hash_slot;
 use redis::FromRedisValue;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub(super) fn joint_reply_granted(
     r: redis::Value,
     items: &[JointItem],
     first: usize,
+    id: u64,
 ) -> StoreResult<(JointAdmission, Vec<u64>)> {
     let bad = |what: &str| protocol(format!("admit_all: {what} in reply"));
     let ints = |v: redis::Value| -> StoreResult<Vec<i64>> {
@@ -40,7 +42,7 @@ pub(super) fn joint_reply_granted(
             let mut granted = Vec::with_capacity(items.len());
             for (v, it) in replies.into_iter().zip(items) {
                 let ints = ints(v)?;
-                match codec::admit_reply(&ints, &it.policy, &it.demand)? {
+                match codec::admit_reply(&ints, &it.policy, &it.demand, id)? {
                     AdmitReply::Admitted(t) => tickets.push(t),
                     AdmitReply::Exceeded(_) => return Err(bad("a refusal among admissions")),
                 }
@@ -55,7 +57,7 @@ pub(super) fn joint_reply_granted(
             };
             let index = usize::try_from(i - 1).map_err(|_| bad("bad index"))?;
             let it = items.get(index).ok_or_else(|| bad("index out of range"))?;
-            match codec::admit_reply(&reply, &it.policy, &it.demand)? {
+            match codec::admit_reply(&reply, &it.policy, &it.demand, id)? {
                 AdmitReply::Exceeded(exceeded) => Ok((
                     JointAdmission::Exceeded {
                         index: first + index,
@@ -145,27 +147,36 @@ impl RedisStore {
             borrow.as_ref().map_or(1, |b| b.slots).to_string(),
         ];
         let mut blobs = Vec::new();
+        let mut undo = self.lease_undo(&slots, id, borrow.as_ref().map_or(1, |b| b.slots));
         let asked = window.map(|w| {
-            keys.extend(self.window_keys(&slot.key, w.scope));
+            let ks = self.window_keys(&slot.key, w.scope);
             let block = borrow.as_ref().and_then(|b| b.windows[0]);
+            undo.push(Undo::Window {
+                keys: ks.clone(),
+                blob: codec::undo_args(self.inner.amount_ttl_ms, w.policy, w.demand, block),
+                id,
+            });
+            keys.extend(ks);
             blobs.push(codec::admit_block_args(
                 self.inner.amount_ttl_ms,
                 w.policy,
                 w.demand,
                 block,
             ));
+            blobs.push(Doubles::text(Self::record_member(id)));
             (w.policy.clone(), *w.demand, w.scope)
         });
         let Some(borrow) = borrow else {
             let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
                 joint_decision(r, id, asked.as_ref().map(|(p, d, _)| (p, d))).map(|(d, ..)| d)
             });
-            return self.removing_late_lease(slots, self.member(id), decided);
+            return self.undoing(undo, decided);
         };
         let asked_copy = asked.clone();
         let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
             joint_decision(r, id, asked_copy.as_ref().map(|(p, d, _)| (p, d)))
         });
+        let decided = self.undoing(undo, decided);
         let (key, ttl, limit) = (slot.key.clone(), slot.ttl, slot.limit);
         let scope = window.map(|w| w.scope);
         self.borrowing(
@@ -179,7 +190,6 @@ impl RedisStore {
                     asked,
                     borrow,
                     asked_at,
-                    id,
                 };
                 store.install_joint(borrowed, r)
             },
@@ -204,10 +214,28 @@ struct JointBorrow {
     asked: Option<(Arc<Policy>, Demand, Scope)>,
     borrow: Borrow,
     asked_at: Millis,
-    id: LeaseId,
 }
 
 impl RedisStore {
+    /// What a call taking leases of `slots` under `id` gives back if its answer never
+    /// comes: the plain lease and, asking for a block of `size`, the block's.
+    fn lease_undo(&self, slots: &str, id: LeaseId, size: u32) -> Vec<Undo> {
+        let member = self.member(id);
+        let mut undo = Vec::with_capacity(3);
+        if size > 1 {
+            undo.push(Undo::Block {
+                slots: slots.to_owned(),
+                member: member.clone(),
+                size,
+            });
+        }
+        undo.push(Undo::Lease {
+            slots: slots.to_owned(),
+            member,
+        });
+        undo
+    }
+
     /// Installs the blocks a slot-with-windows borrowing call got (or clears its
     /// borrowing marks) and answers the request's decision.
     fn install_joint(
@@ -257,11 +285,9 @@ impl RedisStore {
                 Ok(other)
             }
             Err(e) => {
+                // The script may still run: what it counts is given back by the call's
+                // undo (see `undoing`).
                 blocks.abandon(Some(&b.slots), &state_keys, &b.borrow);
-                drop(blocks);
-                // The script may still run: its leases go at once (its window block, if
-                // counted, lapses with its windows).
-                self.remove_late_block(&b.slots, b.id, b.borrow.slots);
                 Err(e)
             }
         }
@@ -297,7 +323,7 @@ pub(super) fn joint_decision(
             None => Err(bad("a window reply to a slot-only call")),
             Some((p, d)) => {
                 counted = codec::admitted_requests(&ints);
-                codec::admit_reply(&ints, p, d).map(Some)
+                codec::admit_reply(&ints, p, d, lease).map(Some)
             }
         }
     };
@@ -396,16 +422,9 @@ impl RedisStore {
             .map(|i| borrow.as_ref().and_then(|b| b.windows[i]))
             .collect();
         let slots = borrow.as_ref().map_or(1, |b| b.slots);
-        let (decided, one_call) =
-            self.channel_call(items, &leases, &asks, capacity, ttl, id, slots);
+        let decided = self.channel_call(items, &leases, &asks, capacity, ttl, id, slots);
         let Some(borrow) = borrow else {
-            let decided =
-                RedisStoreFuture::new(async move { decided.await.map(|(a, t, ..)| (a, t)) });
-            return if one_call {
-                self.removing_late_lease(leases, self.member(id), decided)
-            } else {
-                decided
-            };
+            return RedisStoreFuture::new(async move { decided.await.map(|(a, t, ..)| (a, t)) });
         };
         let (owned, channel) = (items.to_vec(), channel.to_owned());
         let refunds: Vec<(SubjectKey, Scope)> =
@@ -421,7 +440,6 @@ impl RedisStore {
                     items: owned,
                     borrow,
                     asked_at,
-                    id,
                 };
                 store.install_channel(borrowed, r)
             },
@@ -453,8 +471,8 @@ impl RedisStore {
     /// The channel's decision as Redis makes it: its provider windows (item `i` asking
     /// for block `asks[i]`) and, when they admit, `slots` capacity leases (1 = one lease,
     /// more = a block) under lease id `id`. One script when every key is on one slot
-    /// (always on a single node; the second value is then true), else the windows (one
-    /// script per slot) and then the leases.
+    /// (always on a single node), else the windows (one script per slot) and then the
+    /// leases.
     #[allow(clippy::too_many_arguments)]
     fn channel_call(
         &self,
@@ -465,7 +483,7 @@ impl RedisStore {
         ttl: Millis,
         id: LeaseId,
         slots: u32,
-    ) -> (ChannelAnswer, bool) {
+    ) -> ChannelAnswer {
         let mut keys: Vec<String> = items
             .iter()
             .flat_map(|it| self.window_keys(&it.key, it.scope))
@@ -475,7 +493,7 @@ impl RedisStore {
             let first = hash_slot(keys[0].as_bytes());
             keys.iter().all(|k| hash_slot(k.as_bytes()) == first)
         };
-        let args = vec![
+        let mut args = vec![
             self.time(),
             capacity.to_string(),
             ttl.to_string(),
@@ -483,6 +501,7 @@ impl RedisStore {
             slots.to_string(),
         ];
         if one_slot {
+            args.push(Self::record_member(id));
             let blobs = items
                 .iter()
                 .zip(asks)
@@ -491,6 +510,14 @@ impl RedisStore {
                 })
                 .collect();
             let owned = items.to_vec();
+            let mut undo = self.lease_undo(leases, id, slots);
+            for ((it, ask), ks) in items.iter().zip(asks).zip(keys.chunks(3)) {
+                undo.push(Undo::Window {
+                    keys: ks.to_vec(),
+                    blob: codec::undo_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask),
+                    id,
+                });
+            }
             let decided = self.eval_blobs(
                 &scripts().channel,
                 keys,
@@ -498,7 +525,7 @@ impl RedisStore {
                 blobs,
                 move |r: redis::Value| channel_reply(r, id, &owned),
             );
-            return (decided, true);
+            return self.undoing(undo, decided);
         }
         // On different Cluster slots: the windows, then the leases — as the slot-only
         // joint script takes them (a block where it fits).
@@ -517,19 +544,16 @@ impl RedisStore {
                 Vec::new(),
                 move |r| joint_decision(r, id, None),
             );
-            let call = store.removing_late_lease(leases.clone(), store.member(id), call);
+            let call = store.undoing(store.lease_undo(&leases, id, slots), call);
             let (take, took) = match call.await {
                 Ok((JointDecision::Admitted { .. }, took, _)) => (CapacityTake::Taken(id), took),
                 Ok(_) => (CapacityTake::Full, 0),
-                Err(_) => {
-                    // The windows stand; the capacity layer asks on its own.
-                    store.remove_late_block(&leases, id, slots);
-                    (CapacityTake::NotAsked, 0)
-                }
+                // The windows stand; the capacity layer asks on its own.
+                Err(_) => (CapacityTake::NotAsked, 0),
             };
             Ok((a, take, took, counted))
         });
-        (decided, false)
+        decided
     }
 }
 
@@ -546,7 +570,6 @@ struct ChannelBorrow {
     items: Vec<JointItem>,
     borrow: Borrow,
     asked_at: Millis,
-    id: LeaseId,
 }
 
 impl RedisStore {
@@ -600,9 +623,8 @@ impl RedisStore {
                 Ok((other, take))
             }
             Err(e) => {
+                // What the script may still count is given back by the call's undo.
                 blocks.abandon(Some(&b.leases), &keys, &b.borrow);
-                drop(blocks);
-                self.remove_late_block(&b.leases, b.id, b.borrow.slots);
                 Err(e)
             }
         }
@@ -653,6 +675,6 @@ fn channel_reply(
     let windows = parts
         .pop()
         .ok_or_else(|| protocol("admit_all_and_acquire: no windows in reply"))?;
-    let (admission, counted) = joint_reply_granted(windows, items, 0)?;
+    let (admission, counted) = joint_reply_granted(windows, items, 0, id)?;
     Ok((admission, take, took.max(1), counted))
 }

@@ -6,6 +6,8 @@ pub(crate) use blocks::spawn_quietly;
 mod capacity;
 mod homes;
 mod joint;
+mod retry;
+pub use retry::GiveBacks;
 mod slots;
 mod windows;
 
@@ -89,6 +91,10 @@ struct Inner {
     nodes: Option<Arc<Nodes>>,
     /// Settlements and releases waiting to go out together.
     batcher: Batcher,
+    /// Give-backs whose call failed, sent again until they land.
+    retries: retry::Retries,
+    /// Attempts whose settlement call failed: their next settlement is a retry (D10).
+    failed_settles: retry::FailedSettles,
     /// Quota blocks borrowed, when on (see [`tollgate_core::blocks`]).
     blocks: Option<std::sync::Mutex<tollgate_core::blocks::Blocks>>,
     /// Origin of this process's block clock.
@@ -222,6 +228,7 @@ impl Inner {
 /// | `<books>budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
 /// | `<books>attempt:<id>` | HASH | state, money upper bound, deadline, the keys it charges, its subject key (`k`), when it went pending (`ps`) | open: two lifetimes after its reservation; pending: never; settled or refunded: deleted |
 /// | `<books>open` | ZSET | open attempt id → deadline | with its newest attempt |
+/// | `<books>done` | ZSET | attempt id → when it was settled or refunded: tombstones that let a retried settlement tell "already final" from "lost" (D10) | two minutes after the newest; older members are dropped as new ones come |
 /// | `<books>pending` | HASH | attempt id → amount pending reconciliation; two reserved fields `"\0n"` / `"\0m"` hold the books' pending counter (attempts, amount), which `/metrics` reads instead of the list | never (gone with the last pending attempt) |
 /// | `<prefix>:{billing}:pending-books` | SET | books that have had pending attempts | never (one member per books) |
 ///
@@ -230,7 +237,11 @@ impl Inner {
 ///
 /// **Bounded memory (D7, B7).** A settled or refunded attempt is deleted: settling it
 /// again finds no attempt and does nothing, which is the idempotent answer (the
-/// reservation it would release is gone with it). An open attempt carries a deadline,
+/// reservation it would release is gone with it). Its id stays two minutes in the
+/// books' tombstones, so a settlement retried after a call whose answer never came
+/// learns that it landed; a retry that finds neither the attempt nor its tombstone —
+/// the attempt was lost, say with writes a failover did not replicate — records an
+/// unknown outcome: pending reconciliation of its cost, listed, never "settled" (D10). An open attempt carries a deadline,
 /// its request's longest life ([`BillingRequest::lifetime_ms`](tollgate_core::BillingRequest));
 /// a reservation in the same books first sweeps up to
 /// [`SWEEP_BATCH`](tollgate_core::billing::SWEEP_BATCH) open attempts past their deadline
@@ -433,6 +444,8 @@ impl RedisStore {
                 liveness: Liveness::new(),
                 nodes,
                 batcher: Batcher::default(),
+                retries: retry::Retries::default(),
+                failed_settles: retry::FailedSettles::default(),
                 blocks: options
                     .blocks
                     .map(|s| std::sync::Mutex::new(tollgate_core::blocks::Blocks::new(s))),
@@ -531,10 +544,16 @@ impl RedisStore {
         k
     }
 
+    /// The keys of every window script: the state, its rolling log and its admission
+    /// records (`<state>:adm`).
     fn window_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
-        let state = self.window_key(key, scope);
-        let roll = format!("{state}:roll");
-        vec![state, roll]
+        state_keys(self.window_key(key, scope))
+    }
+
+    /// The member of the admission record of the call `id` (D9): the id alone, so any
+    /// instance can settle what another admitted (ids start at random, 2^61 apart).
+    fn record_member(id: u64) -> String {
+        id.to_string()
     }
 
     /// The lease member of `lease`: `<instance-id>:<lease>`.
@@ -635,12 +654,15 @@ impl RedisStore {
     }
 }
 
-/// Retries of a failed release, and their spacing (about 5 s in all).
-const RELEASE_RETRIES: u32 = 20;
-const RELEASE_RETRY_EVERY: Duration = Duration::from_millis(250);
-
 /// How often a Cluster store rereads the slot owners.
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
+
+/// The window script keys of the state key `state` (see `RedisStore::window_keys`).
+fn state_keys(state: String) -> Vec<String> {
+    let roll = format!("{state}:roll");
+    let adm = format!("{state}:adm");
+    vec![state, roll, adm]
+}
 
 /// The key a plain command works on (its first argument), for routing its liveness.
 fn first_key(cmd: &redis::Cmd) -> Vec<u8> {

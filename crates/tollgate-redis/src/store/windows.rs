@@ -1,7 +1,10 @@
 //! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
 
+use super::batching::Undo;
 use super::joint::joint_reply_granted;
 use super::*;
+use crate::batch::Code;
+use crate::codec::Doubles;
 use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
 use std::sync::Arc;
@@ -22,19 +25,27 @@ impl WindowStore for RedisStore {
         demand: &Demand,
     ) -> Self::Future<Admission> {
         let blob = codec::admit_args(self.inner.amount_ttl_ms, policy, demand);
+        let id = self.inner.next_lease.next();
+        let keys = self.window_keys(key, scope);
+        let undo = vec![Undo::Window {
+            keys: keys.clone(),
+            blob: codec::undo_args(self.inner.amount_ttl_ms, policy, demand, None),
+            id,
+        }];
         let (policy, demand) = (policy.clone(), *demand);
-        self.eval(
+        let decided = self.eval_blobs(
             &scripts().admit,
-            self.window_keys(key, scope),
+            keys,
             vec![self.time()],
-            Some(blob),
+            vec![blob, Doubles::text(Self::record_member(id))],
             move |r: Vec<i64>| {
-                Ok(match codec::admit_reply(&r, &policy, &demand)? {
+                Ok(match codec::admit_reply(&r, &policy, &demand, id)? {
                     AdmitReply::Admitted(t) => Admission::Admitted(t),
                     AdmitReply::Exceeded(e) => Admission::Exceeded(e),
                 })
             },
-        )
+        );
+        self.undoing(undo, decided)
     }
 
     fn settle(
@@ -48,12 +59,7 @@ impl WindowStore for RedisStore {
             return self.settle_borrowed(key, scope, &ticket, outcome);
         }
         let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
-        self.batched(
-            "ws",
-            self.window_keys(key, scope),
-            vec![self.time().into_bytes(), blob.bytes().to_vec()],
-            |_: i64| Ok(()),
-        )
+        self.settle_window(self.window_keys(key, scope), &blob, ticket.id, false)
     }
 
     fn view(
@@ -112,6 +118,31 @@ impl WindowStore for RedisStore {
 }
 
 impl RedisStore {
+    /// Queues the settlement `blob` of the admission recorded under `id` (a quota
+    /// block's when `block`), on the window script keys `keys`: keyed, so it counts
+    /// once and only if Redis counted the admission, and sent again until it lands
+    /// (D9); `id` 0: unkeyed, sent once.
+    pub(super) fn settle_window(
+        &self,
+        keys: Vec<String>,
+        blob: &Doubles,
+        id: u64,
+        block: bool,
+    ) -> RedisStoreFuture<()> {
+        let mut args = vec![self.time().into_bytes(), blob.bytes().to_vec()];
+        let code = if id == 0 {
+            Code::WindowCorrect
+        } else {
+            let mut member = Self::record_member(id);
+            if block {
+                member.push_str(":b");
+            }
+            args.push(member.into_bytes());
+            Code::WindowSettle
+        };
+        self.batched(code, keys, args, |_: i64| Ok(()))
+    }
+
     /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
     /// script may touch any key there), one per slot change on a Cluster.
     pub(super) fn slot_groups(
@@ -206,10 +237,18 @@ impl RedisStore {
         asks: Vec<Option<BlockAsk>>,
         first: usize,
     ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
-        let mut keys = Vec::with_capacity(2 * items.len());
+        let id = self.inner.next_lease.next();
+        let mut keys = Vec::with_capacity(3 * items.len());
         let mut blobs = Vec::with_capacity(items.len());
+        let mut undo = Vec::with_capacity(items.len());
         for (it, ask) in items.iter().zip(&asks) {
-            keys.extend(self.window_keys(&it.key, it.scope));
+            let ks = self.window_keys(&it.key, it.scope);
+            undo.push(Undo::Window {
+                keys: ks.clone(),
+                blob: codec::undo_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask),
+                id,
+            });
+            keys.extend(ks);
             blobs.push(codec::admit_block_args(
                 self.inner.amount_ttl_ms,
                 &it.policy,
@@ -217,12 +256,13 @@ impl RedisStore {
                 *ask,
             ));
         }
-        self.eval_blobs(
+        let decided = self.eval_blobs(
             &scripts().admit_all,
             keys,
-            vec![self.time()],
+            vec![self.time(), Self::record_member(id)],
             blobs,
-            move |r: redis::Value| joint_reply_granted(r, &items, first),
-        )
+            move |r: redis::Value| joint_reply_granted(r, &items, first, id),
+        );
+        self.undoing(undo, decided)
     }
 }

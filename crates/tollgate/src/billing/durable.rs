@@ -174,13 +174,32 @@ fn assumed(outcome: BillingOutcome, money: Money) -> Option<AttemptState> {
 }
 
 /// The settlement landed with the store's answer `state`. After a failure, "nothing
-/// done" means an earlier try was carried out (its answer lost): the record is emitted
-/// as the outcome that was sent, so every attempt has its one record.
+/// done" is an *unknown* outcome (D10): an earlier try may have been carried out (its
+/// answer lost) or the attempt itself lost (a failover took it before it was
+/// replicated). It is never taken for "settled": the record says pending — a refund
+/// of nothing holds nothing — and the attempt is named for reconciliation. (A store
+/// that tells these apart, as the Redis store does, answers a retry with the final
+/// state or records the unknown outcome as pending itself.)
 fn finish(job: Job, state: Option<AttemptState>, after_failure: bool) {
-    let state = if after_failure {
-        state.or_else(|| assumed(job.outcome, job.money))
-    } else {
-        state
+    let state = match state {
+        None if after_failure => {
+            let unknown = match job.outcome {
+                BillingOutcome::Refund => AttemptState::Refunded,
+                BillingOutcome::Settled(cost) => AttemptState::Pending(cost.max(0)),
+                BillingOutcome::Pending => AttemptState::Pending(job.money.max(0)),
+            };
+            if matches!(unknown, AttemptState::Pending(_)) {
+                tracing::error!(
+                    attempt_id = &*job.attempt.attempt,
+                    outcome = ?job.outcome,
+                    "{}: the store no longer knows this attempt after a failed try; \
+                     its outcome is unknown: reconcile it by hand",
+                    job.what
+                );
+            }
+            Some(unknown)
+        }
+        state => state,
     };
     if let Some((record, sink)) = job.record {
         report(&*sink, record, state);

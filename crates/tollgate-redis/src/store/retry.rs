@@ -1,0 +1,235 @@
+//! Give-backs sent again until they land (D9).
+//!
+//! A release, a settlement or a refund that fails — a missed deadline, a dropped
+//! connection, an open breaker — is not forgotten: its op is kept here and sent again,
+//! with growing gaps, until Redis answers it or what it gives back has surely expired
+//! ([`Code::retried_for`]). Every such op is idempotent, keyed by what it returns (a
+//! lease member, an admission record, an attempt id), so sending it again after a reply
+//! that was only lost changes nothing. The retries go around the breaker: they are what
+//! must land when Redis is back, and there is one sender at a time, so they cost a
+//! down Redis one call per gap.
+//!
+//! One task sends them while any wait; it logs when it starts and when it has drained
+//! (with counts), never a line per op. The queue is bounded by what was in flight when
+//! the store failed (a failing store admits nothing new to give back) and, as a last
+//! resort, by [`MAX_WAITING`]: past it the oldest op is dropped and counted.
+
+use super::*;
+use crate::batch::{self, Code, Op};
+use crate::conn::hash_slot;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Most ops waiting; past it the oldest is dropped (and counted as expired).
+pub(crate) const MAX_WAITING: usize = 100_000;
+/// The first gap before an op is sent again, and the longest.
+const FIRST_GAP: Duration = Duration::from_millis(100);
+const LONGEST_GAP: Duration = Duration::from_secs(2);
+
+/// A give-back waiting to be sent again.
+struct Waiting {
+    code: Code,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+    until: std::time::Instant,
+}
+
+/// The ops waiting to be sent again, and what became of them.
+#[derive(Default)]
+pub(crate) struct Retries {
+    queue: Mutex<VecDeque<Waiting>>,
+    /// A sender task is running.
+    sending: AtomicBool,
+    /// Taken from the queue by the sender and not answered yet.
+    in_hand: AtomicU64,
+    landed: AtomicU64,
+    expired: AtomicU64,
+}
+
+/// What became of give-backs that failed once (see [`RedisStore::give_backs`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GiveBacks {
+    /// Waiting to be sent again, or on their way.
+    pub waiting: u64,
+    /// Sent again and answered.
+    pub landed: u64,
+    /// Dropped unsent: what they would give back had expired, or the queue was full.
+    pub expired: u64,
+}
+
+impl Retries {
+    /// Keeps `op` (whose call failed) to send again, if its code is a give-back.
+    /// True when no sender is running: the caller starts one.
+    fn keep(&self, op: &Op) -> bool {
+        let Some(until) = op.until else {
+            return false;
+        };
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= MAX_WAITING {
+            q.pop_front();
+            self.expired.fetch_add(1, Ordering::Relaxed);
+        }
+        q.push_back(Waiting {
+            code: op.code,
+            keys: op.keys.clone(),
+            args: op.args.clone(),
+            until,
+        });
+        !self.sending.swap(true, Ordering::AcqRel)
+    }
+
+    /// Everything waiting whose object may still be held; the rest is counted expired.
+    fn take_live(&self) -> Vec<Op> {
+        let now = std::time::Instant::now();
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(q.len());
+        for w in q.drain(..) {
+            if w.until <= now {
+                self.expired.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            self.in_hand.fetch_add(1, Ordering::AcqRel);
+            out.push(Op {
+                code: w.code,
+                keys: w.keys,
+                args: w.args,
+                until: Some(w.until),
+                done: Box::new(drop),
+            });
+        }
+        out
+    }
+
+    /// Ends the sender if nothing waits (checked under the queue's lock, so an op
+    /// kept meanwhile starts a new one).
+    fn stop_if_drained(&self) -> bool {
+        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            self.sending.store(false, Ordering::Release);
+            return true;
+        }
+        false
+    }
+
+    fn counts(&self) -> GiveBacks {
+        let waiting = self.queue.lock().unwrap_or_else(|e| e.into_inner()).len();
+        GiveBacks {
+            waiting: waiting as u64 + self.in_hand.load(Ordering::Acquire),
+            landed: self.landed.load(Ordering::Relaxed),
+            expired: self.expired.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl RedisStore {
+    /// Give-backs (releases, settlements, refunds) that failed once: how many wait to
+    /// be sent again, how many landed since, how many expired unsent.
+    pub fn give_backs(&self) -> GiveBacks {
+        self.inner.retries.counts()
+    }
+
+    /// Keeps the give-backs among `ops`, whose call failed, to send again.
+    pub(super) fn keep_for_retry(&self, ops: &[Op]) {
+        let mut start = false;
+        for op in ops {
+            start |= self.inner.retries.keep(op);
+        }
+        if start {
+            tracing::warn!(
+                waiting = self.inner.retries.counts().waiting,
+                "redis store: give-backs failed; sending them again until they land"
+            );
+            let store = self.clone();
+            spawn_quietly(async move { store.send_retries().await });
+        }
+    }
+
+    /// The sender: sends what waits, with a growing gap while Redis fails, until
+    /// nothing waits.
+    async fn send_retries(self) {
+        let mut gap = FIRST_GAP;
+        let before = self.inner.retries.counts();
+        loop {
+            tokio::time::sleep(gap).await;
+            let ops = self.inner.retries.take_live();
+            if ops.is_empty() {
+                if self.inner.retries.stop_if_drained() {
+                    let now = self.inner.retries.counts();
+                    tracing::info!(
+                        landed = now.landed - before.landed,
+                        expired = now.expired - before.expired,
+                        "redis store: the give-backs that had failed have landed"
+                    );
+                    return;
+                }
+                continue;
+            }
+            let cluster = self.is_cluster();
+            let slot_of = |k: &str| if cluster { hash_slot(k.as_bytes()) } else { 0 };
+            let mut failed = false;
+            for call in batch::calls(ops, slot_of) {
+                let n = call.len() as u64;
+                // A failed call puts its ops back in the queue before it resolves.
+                let landed = self.send_batch(call, false).await;
+                if landed {
+                    self.inner.retries.landed.fetch_add(n, Ordering::Relaxed);
+                }
+                self.inner.retries.in_hand.fetch_sub(n, Ordering::AcqRel);
+                failed |= !landed;
+            }
+            gap = if failed {
+                (gap * 2).min(LONGEST_GAP)
+            } else {
+                FIRST_GAP
+            };
+        }
+    }
+}
+
+/// Most attempts remembered as having a failed settlement; past it, a retry is sent as a
+/// first try (and an attempt it cannot find is "nothing done", as before D10).
+const MAX_FAILED_SETTLES: usize = 100_000;
+
+/// The attempts (by record key) whose settlement call failed and has not landed since:
+/// a settlement of one of them is a retry, which Redis answers with the attempt's final
+/// state, or — finding nothing — records as an unknown outcome (D10).
+#[derive(Default)]
+pub(crate) struct FailedSettles {
+    set: Mutex<std::collections::HashSet<String>>,
+    /// Its size: a settlement checks it without the lock while nothing failed.
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl FailedSettles {
+    /// True when a settlement of `attempt` failed before.
+    pub(crate) fn was_failed(&self, attempt: &str) -> bool {
+        self.len.load(Ordering::Acquire) != 0
+            && self
+                .set
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(attempt)
+    }
+
+    /// Notes how a settlement of `attempt` ended.
+    pub(crate) fn note(&self, attempt: String, landed: bool) {
+        if landed && self.len.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        if landed {
+            set.remove(&attempt);
+        } else if set.len() < MAX_FAILED_SETTLES {
+            set.insert(attempt);
+        }
+        self.len.store(set.len(), Ordering::Release);
+    }
+}
+
+impl RedisStore {
+    /// The attempts whose settlement failed and has not landed since.
+    pub(crate) fn failed_settles(&self) -> &FailedSettles {
+        &self.inner.failed_settles
+    }
+}

@@ -1,0 +1,147 @@
+//! D10: the books never lie. A settlement retried after a try whose answer never came
+//! learns the attempt's final state from its tombstone; one that finds the attempt lost
+//! (a failover took it before it was replicated) records an unknown outcome, pending
+//! reconciliation and listed, never "settled".
+
+mod common;
+
+use common::RedisServer;
+use std::time::{Duration, Instant};
+use tollgate_core::{
+    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Books,
+    SubjectKey,
+};
+use tollgate_redis::{RedisStore, RedisStoreOptions};
+
+fn request(attempt: &str, money: i64) -> BillingRequest {
+    BillingRequest {
+        attempt: attempt.into(),
+        tenant: Some("acme".into()),
+        key: SubjectKey::from("k"),
+        spend_cap: None,
+        budgets: Vec::new().into(),
+        money,
+        bill_balance: true,
+        lifetime_ms: tollgate_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS,
+        tenant_expected: false,
+    }
+}
+
+fn attempt(a: &str) -> AttemptRef {
+    AttemptRef {
+        attempt: a.into(),
+        books: Books::Tenant("acme".into()),
+    }
+}
+
+async fn balance(s: &RedisStore) -> i64 {
+    s.account(Some("acme"), &SubjectKey::from("k"), &[])
+        .await
+        .expect("account")
+        .balance
+        .expect("a balance")
+}
+
+/// A store on `server` with 1,000 in acme's balance and attempt `a` reserved (100).
+async fn reserved(server: &RedisServer, a: &str) -> RedisStore {
+    let s = RedisStore::connect(&server.url(), RedisStoreOptions::default())
+        .await
+        .expect("connect");
+    s.set_balance("acme", 1_000).await.unwrap();
+    assert_eq!(
+        s.check_and_reserve(&request(a, 100)).await.unwrap(),
+        BillingDecision::Admitted
+    );
+    s
+}
+
+/// Settles `a` with Redis frozen: the call fails (its answer never comes) and Redis
+/// runs it once it is back, or — `lose` — finds the attempt gone, as after a failover
+/// that lost its un-replicated write.
+async fn settle_unanswered(server: &RedisServer, s: &RedisStore, a: &str, lose: bool) {
+    if lose {
+        let key = format!("tollgate:{{tenant:acme}}:billing:attempt:{a}");
+        server.cli(&["DEL", &key]);
+    }
+    server.stop();
+    let r = s
+        .settle_attempt(&attempt(a), BillingOutcome::Settled(30))
+        .await;
+    assert!(r.is_err(), "Redis is frozen: {r:?}");
+    server.cont();
+    // Redis runs the frozen call (and any sent again) before the retry below.
+    let start = Instant::now();
+    while s.give_backs().waiting > 0 && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn d10_a_retried_settlement_whose_answer_was_lost_learns_its_final_state() {
+    let server = RedisServer::start();
+    let s = reserved(&server, "a1").await;
+    settle_unanswered(&server, &s, "a1", false).await;
+    assert_eq!(
+        s.settle_attempt(&attempt("a1"), BillingOutcome::Settled(30))
+            .await
+            .unwrap(),
+        Some(AttemptState::Settled(30)),
+        "the retry is told what the lost answer said"
+    );
+    assert_eq!(balance(&s).await, 970, "charged once");
+    assert!(s.pending().await.unwrap().is_empty());
+    // A settlement that is not a retry still does nothing to a final attempt.
+    assert_eq!(
+        s.settle_attempt(&attempt("a1"), BillingOutcome::Settled(30))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn d10_a_retried_settlement_that_finds_its_attempt_lost_is_pending_not_settled() {
+    let server = RedisServer::start();
+    let s = reserved(&server, "a2").await;
+    settle_unanswered(&server, &s, "a2", true).await;
+    assert_eq!(
+        s.settle_attempt(&attempt("a2"), BillingOutcome::Settled(30))
+            .await
+            .unwrap(),
+        Some(AttemptState::Pending(30)),
+        "an unknown outcome"
+    );
+    assert_eq!(
+        balance(&s).await,
+        1_000,
+        "nothing charged without its attempt"
+    );
+    assert_eq!(
+        s.pending().await.unwrap(),
+        vec![(attempt("a2"), 30)],
+        "listed for reconciliation"
+    );
+}
+
+#[tokio::test]
+async fn d10_a_settled_attempt_leaves_a_tombstone_that_expires() {
+    let server = RedisServer::start();
+    let s = reserved(&server, "a3").await;
+    s.settle_attempt(&attempt("a3"), BillingOutcome::Settled(30))
+        .await
+        .unwrap();
+    let done = "tollgate:{tenant:acme}:billing:done";
+    assert_eq!(server.cli(&["ZCARD", done]).trim(), "1");
+    let ttl: i64 = server.cli(&["PTTL", done]).trim().parse().unwrap();
+    assert!(
+        (100_000..=120_000).contains(&ttl),
+        "tombstones kept for two minutes, then gone (D7): {ttl} ms"
+    );
+    assert_eq!(
+        server
+            .cli(&["EXISTS", "tollgate:{tenant:acme}:billing:attempt:a3"])
+            .trim(),
+        "0",
+        "the attempt's record is gone"
+    );
+}
