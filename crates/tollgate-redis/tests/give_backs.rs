@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate_core::blocks::BlockSizing;
 use tollgate_core::{
-    Admission, BillingOutcome, BillingRequest, BillingStore, Budget, ChannelStore, Demand, Dimension, JointItem, JointStore, Outcome, Policy, Scope,
-    SlotAsk, SlotDecision, SlotStore, SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
+    Admission, BillingOutcome, BillingRequest, BillingStore, Budget, ChannelStore, Demand,
+    Dimension, JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
+    SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
 };
 use tollgate_redis::{RedisStore, RedisStoreOptions};
 
