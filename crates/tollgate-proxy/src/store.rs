@@ -151,7 +151,7 @@ fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
 }
 
 /// The Redis store's options a `[store]` section sets: key prefix, deadline, quota
-/// blocks (and billing blocks).
+/// blocks (and billing blocks), replica acknowledgements.
 #[cfg(feature = "redis")]
 pub fn redis_options(sc: &StoreConfig) -> tollgate_redis::RedisStoreOptions {
     let blocks = sc
@@ -161,6 +161,7 @@ pub fn redis_options(sc: &StoreConfig) -> tollgate_redis::RedisStoreOptions {
         .prefix(sc.prefix.clone())
         .deadline(sc.deadline.0)
         .blocks(blocks)
+        .replica_acks(sc.replica_acks)
 }
 
 #[cfg(feature = "redis")]

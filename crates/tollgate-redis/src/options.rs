@@ -48,6 +48,7 @@ pub struct RedisStoreOptions {
     pub(crate) reconnect_max_delay: Duration,
     pub(crate) pipeline_buffer: usize,
     pub(crate) blocks: Option<BlockSizing>,
+    pub(crate) replica_acks: u32,
 }
 
 /// Where the scripts take the time of a decision from.
@@ -101,6 +102,7 @@ impl Default for RedisStoreOptions {
             reconnect_max_delay: DEFAULT_RECONNECT_MAX_DELAY,
             pipeline_buffer: 1024,
             blocks: Some(BlockSizing::default()),
+            replica_acks: 0,
         }
     }
 }
@@ -221,6 +223,20 @@ impl RedisStoreOptions {
         self
     }
 
+    /// Replicas that must acknowledge every write before the store answers it (D10;
+    /// default 0): each script call is followed, in the same pipeline on the same
+    /// connection, by `WAIT n <deadline / 2>`, so a decision, reservation, settlement or
+    /// release is answered only once `n` replicas hold it — a forced failover or a
+    /// killed master then loses none of them. Fewer acknowledgements fail the call
+    /// (`Unavailable`, or `Timeout` when Redis' cron tick answers the `WAIT` after the
+    /// deadline): the layers treat it as a store failure,
+    /// and whatever it counted is given back by key. With quota blocks the wait is paid
+    /// per block, not per request.
+    pub fn replica_acks(mut self, n: u32) -> Self {
+        self.replica_acks = n;
+        self
+    }
+
     /// The key prefix.
     pub fn get_prefix(&self) -> &str {
         &self.prefix
@@ -229,5 +245,11 @@ impl RedisStoreOptions {
     /// The per-call deadline.
     pub fn get_deadline(&self) -> Duration {
         self.deadline
+    }
+
+    /// Replicas that must acknowledge every write (see
+    /// [`replica_acks`](Self::replica_acks)).
+    pub fn get_replica_acks(&self) -> u32 {
+        self.replica_acks
     }
 }

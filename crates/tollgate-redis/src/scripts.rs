@@ -207,3 +207,17 @@ impl Scripts {
         ]
     }
 }
+
+/// The source `SCRIPT LOAD` takes for `script`, one of [`SCRIPTS`]' scripts or of their
+/// Cluster variants.
+pub(crate) fn source_of(script: &Script) -> String {
+    let hash = script.get_hash();
+    if let Some(i) = SCRIPTS.hashes().iter().position(|h| *h == hash) {
+        return SCRIPTS.sources[i].clone();
+    }
+    let i = CLUSTER_SCRIPTS
+        .iter()
+        .position(|s| s.get_hash() == hash)
+        .expect("every script of the store is one of SCRIPTS or CLUSTER_SCRIPTS");
+    cluster_source(&SCRIPTS.sources[i])
+}

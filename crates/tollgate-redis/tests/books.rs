@@ -145,3 +145,89 @@ async fn d10_a_settled_attempt_leaves_a_tombstone_that_expires() {
         "the attempt's record is gone"
     );
 }
+
+/// A master and its replica, replication up.
+fn replicated() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    // Sync at once, not after the default 5 s of diskless-sync delay.
+    master.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+    replica.cli(&["REPLICAOF", "127.0.0.1", &master.port().to_string()]);
+    let start = Instant::now();
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the replica did not sync"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (master, replica)
+}
+
+#[tokio::test]
+async fn d10_with_replica_acks_a_write_is_answered_only_once_a_replica_holds_it() {
+    let (master, replica) = replicated();
+    let acked = RedisStore::connect(&master.url(), RedisStoreOptions::default().replica_acks(1))
+        .await
+        .expect("connect");
+    let plain = RedisStore::connect(&master.url(), RedisStoreOptions::default())
+        .await
+        .expect("connect");
+    plain.set_balance("acme", 1_000).await.unwrap();
+    let wait_replica = || {
+        let start = Instant::now();
+        while !replica
+            .cli(&["HGET", &plain.tenant_key("acme"), "bal"])
+            .contains("1000")
+        {
+            assert!(start.elapsed() < Duration::from_secs(5), "replication");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_replica();
+    // Answered: the replica holds the reservation already.
+    assert_eq!(
+        acked.check_and_reserve(&request("r1", 100)).await.unwrap(),
+        BillingDecision::Admitted
+    );
+    let attempt_key = "tollgate:{tenant:acme}:billing:attempt:r1";
+    assert_eq!(replica.cli(&["EXISTS", attempt_key]).trim(), "1");
+    assert_eq!(
+        acked
+            .settle_attempt(&attempt("r1"), BillingOutcome::Settled(40))
+            .await
+            .unwrap(),
+        Some(AttemptState::Settled(40))
+    );
+    assert_eq!(replica.cli(&["EXISTS", attempt_key]).trim(), "0");
+    assert_eq!(
+        replica
+            .cli(&["HGET", &plain.tenant_key("acme"), "bal"])
+            .trim(),
+        "960"
+    );
+    // A replica that cannot acknowledge (frozen): the write is not relied on — the
+    // call fails — while a store that waits for no replica is answered.
+    replica.stop();
+    let e = acked
+        .check_and_reserve(&request("r2", 100))
+        .await
+        .expect_err("no replica acknowledged");
+    // WAIT's own timeout (half the deadline) is checked on Redis' cron tick (100 ms at
+    // the default `hz`), so the call may reach its deadline first.
+    assert!(
+        matches!(
+            e.kind(),
+            tollgate_core::StoreErrorKind::Unavailable | tollgate_core::StoreErrorKind::Timeout
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        plain.check_and_reserve(&request("r3", 100)).await.unwrap(),
+        BillingDecision::Admitted
+    );
+    replica.cont();
+}

@@ -47,7 +47,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     let too_long = DAY;
     let f = &raw.failover;
-    let checks: [(&str, bool, &str); 10] = [
+    let checks: [(&str, bool, &str); 12] = [
         (
             "failover.max_attempts",
             f.max_attempts == 0 || f.max_attempts > 10,
@@ -97,6 +97,16 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             "store.money_blocks",
             raw.store.money_blocks && !raw.store.blocks,
             "store.money_blocks needs store.blocks = true",
+        ),
+        (
+            "store.replica_acks",
+            raw.store.replica_acks > 0 && !raw.store.url.starts_with("redis"),
+            "store.replica_acks needs a Redis store (store.url = \"redis://…\")",
+        ),
+        (
+            "store.replica_acks",
+            raw.store.replica_acks > 16,
+            "store.replica_acks must be at most 16",
         ),
     ];
     for (path, is_bad, reason) in checks {
@@ -327,6 +337,26 @@ mod tests {
         let e =
             Config::parse(&format!("[store]\nbilling_failure = \"local\"\n{GOOD}")).unwrap_err();
         assert!(e.reason.contains("billing_failure"), "{e}");
+    }
+
+    #[test]
+    fn d10_replica_acks_need_a_redis_store() {
+        let e = Config::parse(&format!("[store]\nreplica_acks = 1\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("replica_acks needs a Redis store"), "{e}");
+        let c = Config::parse(&format!(
+            "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 1\n{GOOD}"
+        ))
+        .unwrap();
+        assert_eq!(c.raw.store.replica_acks, 1);
+        assert_eq!(
+            crate::store::redis_options(&c.raw.store).get_replica_acks(),
+            1
+        );
+        let e = Config::parse(&format!(
+            "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 17\n{GOOD}"
+        ))
+        .unwrap_err();
+        assert!(e.reason.contains("at most 16"), "{e}");
     }
 
     #[test]

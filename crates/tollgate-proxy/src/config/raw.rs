@@ -323,6 +323,9 @@ pub struct StoreConfig {
     pub blocks: bool,
     /// Redis: billing quota blocks too (default off).
     pub money_blocks: bool,
+    /// Redis: replicas that must acknowledge every write (`WAIT`) before the gateway
+    /// relies on it (D10; default 0).
+    pub replica_acks: u32,
 }
 
 impl Default for StoreConfig {
@@ -339,6 +342,7 @@ impl Default for StoreConfig {
             instances: 1,
             blocks: true,
             money_blocks: false,
+            replica_acks: 0,
         }
     }
 }

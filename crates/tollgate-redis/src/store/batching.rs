@@ -175,28 +175,51 @@ impl RedisStore {
         let inner = self.inner.clone();
         let script = self.inner.script(&scripts().batch);
         async move {
-            let mut call = script.prepare_invoke();
-            call.arg(ops.len());
-            for op in &ops {
-                for k in &op.keys {
-                    call.key(k.as_str());
-                }
-                call.arg(op.code.as_str())
-                    .arg(op.keys.len())
-                    .arg(op.args.len());
-                for a in &op.args {
-                    call.arg(&a[..]);
-                }
-            }
             let key = ops
                 .first()
                 .and_then(|o| o.keys.first())
                 .map_or(&[][..], |k| k.as_bytes());
-            let sent = call.invoke_async::<redis::Value>(&mut conn);
-            let r = if guarded {
-                inner.guarded(start, key, sent).await
+            let r = if inner.replica_acks > 0 {
+                let mut cmd = redis::cmd("EVALSHA");
+                let nkeys: usize = ops.iter().map(|o| o.keys.len()).sum();
+                cmd.arg(script.get_hash()).arg(nkeys);
+                for op in &ops {
+                    for k in &op.keys {
+                        cmd.arg(k.as_str());
+                    }
+                }
+                cmd.arg(ops.len());
+                for op in &ops {
+                    cmd.arg(op.code.as_str())
+                        .arg(op.keys.len())
+                        .arg(op.args.len());
+                    for a in &op.args {
+                        cmd.arg(&a[..]);
+                    }
+                }
+                inner
+                    .acked_call(start, key, script, cmd, &mut conn, guarded)
+                    .await
             } else {
-                inner.bounded(start, key, sent).await
+                let mut call = script.prepare_invoke();
+                call.arg(ops.len());
+                for op in &ops {
+                    for k in &op.keys {
+                        call.key(k.as_str());
+                    }
+                    call.arg(op.code.as_str())
+                        .arg(op.keys.len())
+                        .arg(op.args.len());
+                    for a in &op.args {
+                        call.arg(&a[..]);
+                    }
+                }
+                let sent = call.invoke_async::<redis::Value>(&mut conn);
+                if guarded {
+                    inner.guarded(start, key, sent).await
+                } else {
+                    inner.bounded(start, key, sent).await
+                }
             };
             match r {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {

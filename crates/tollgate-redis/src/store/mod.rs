@@ -83,6 +83,8 @@ struct Inner {
     busy_limit: Duration,
     connect_timeout: Duration,
     amount_ttl_ms: Millis,
+    /// Replicas that acknowledge every script's writes (`WAIT`) before it is answered.
+    pub(super) replica_acks: u32,
     time: TimeSource,
     breaker: Breaker,
     /// When a single node last answered.
@@ -137,6 +139,88 @@ impl Inner {
         breaker.record(&r, self.live(key).silent_for(start));
         drop(pass);
         r
+    }
+
+    /// Runs the script call `cmd` (an `EVALSHA` of `script` on `key`) followed by
+    /// `WAIT <replica_acks> <deadline / 2>` in one pipeline on the connection to `key`'s
+    /// master (D10): answered only once that many replicas acknowledged its writes,
+    /// else failed as `Unavailable`. `NOSCRIPT` loads the script and runs it again,
+    /// within the same deadline. `guarded` as [`guarded`](Self::guarded) (a retried
+    /// give-back goes around the breaker).
+    pub(super) async fn acked_call(
+        &self,
+        start: Instant,
+        key: &[u8],
+        script: &'static Script,
+        cmd: redis::Cmd,
+        conn: &mut Conn,
+        guarded: bool,
+    ) -> StoreResult<redis::Value> {
+        // Half the deadline: WAIT answers (with the count it got) before the call
+        // would be given up as silent — where Redis checks it in time: it checks WAIT
+        // timeouts on its cron tick (every 100 ms at the default `hz 10`), so without
+        // the replicas the call often fails at its deadline instead (`Timeout`).
+        let wait_ms = u64::try_from((self.deadline / 2).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let n = self.replica_acks;
+        let call = async {
+            for loaded in [false, true] {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone())
+                    .cmd("WAIT")
+                    .arg(n)
+                    .arg(wait_ms)
+                    .ignore_errors();
+                let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+                let acks = match replies.pop() {
+                    Some(redis::Value::Int(a)) => a,
+                    other => {
+                        return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}"))));
+                    }
+                };
+                let reply = replies.pop().unwrap_or(redis::Value::Nil);
+                if let redis::Value::ServerError(e) = &reply {
+                    if !loaded && e.kind() == Some(ServerErrorKind::NoScript) {
+                        let _: String = redis::cmd("SCRIPT")
+                            .arg("LOAD")
+                            .arg(crate::scripts::source_of(script))
+                            .query_async(conn)
+                            .await?;
+                        continue;
+                    }
+                    return Err(RedisError::from(e.clone()));
+                }
+                if acks < i64::from(n) {
+                    return Ok(Err(StoreError::new(
+                        StoreErrorKind::Unavailable,
+                        format!(
+                            "{acks} of {n} replicas acknowledged the write within {wait_ms} ms"
+                        ),
+                    )));
+                }
+                return Ok(Ok(reply));
+            }
+            Ok(Err(protocol("NOSCRIPT after SCRIPT LOAD")))
+        };
+        let r = if guarded {
+            self.guarded(start, key, call).await
+        } else {
+            self.bounded(start, key, call).await
+        };
+        r?
+    }
+
+    /// [`acked_call`](Self::acked_call) behind the breaker.
+    async fn acked(
+        &self,
+        start: Instant,
+        key: &[u8],
+        script: &'static Script,
+        cmd: redis::Cmd,
+        conn: &mut Conn,
+    ) -> StoreResult<redis::Value> {
+        self.acked_call(start, key, script, cmd, conn, true).await
     }
 
     /// The liveness of the node `key` lives on (the one node's, off a Cluster).
@@ -439,6 +523,7 @@ impl RedisStore {
                 busy_limit: options.busy_limit,
                 connect_timeout: options.connect_timeout,
                 amount_ttl_ms: tollgate_core::clock::millis(options.amount_ttl),
+                replica_acks: options.replica_acks,
                 time: options.time,
                 breaker: Breaker::new(options.deadline),
                 liveness: Liveness::new(),
@@ -634,6 +719,24 @@ impl RedisStore {
         let inner = self.inner.clone();
         let script = self.inner.script(script);
         RedisStoreFuture::new(async move {
+            let key = keys.first().map_or(&[][..], |k| k.as_bytes());
+            if inner.replica_acks > 0 {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash()).arg(keys.len());
+                for k in &keys {
+                    cmd.arg(k.as_str());
+                }
+                for a in &args {
+                    cmd.arg(a.as_str());
+                }
+                for b in &blobs {
+                    cmd.arg(b.bytes());
+                }
+                let v = inner.acked(start, key, script, cmd, &mut conn).await?;
+                return decode(
+                    R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?,
+                );
+            }
             let mut call = script.prepare_invoke();
             for k in &keys {
                 call.key(k.as_str());
@@ -644,7 +747,6 @@ impl RedisStore {
             for b in &blobs {
                 call.arg(b.bytes());
             }
-            let key = keys.first().map_or(&[][..], |k| k.as_bytes());
             // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
             let r = inner
                 .guarded(start, key, call.invoke_async::<R>(&mut conn))

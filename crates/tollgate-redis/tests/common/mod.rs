@@ -88,6 +88,11 @@ impl RedisServer {
         }
     }
 
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
