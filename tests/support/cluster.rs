@@ -593,6 +593,14 @@ impl RedisCluster {
     /// When `master_port` is not a live master, has no replica with its link up, or the
     /// failover does not complete in time.
     pub fn failover(&self, master_port: u16) -> u16 {
+        self.failover_as(master_port, None)
+    }
+
+    /// [`failover`](Self::failover) with a mode: `Some("FORCE")` (the replica takes
+    /// over without the master's agreement: writes the master acknowledged but did not
+    /// replicate yet are lost) or `Some("TAKEOVER")` (without the cluster's agreement
+    /// either).
+    pub fn failover_as(&self, master_port: u16, mode: Option<&str>) -> u16 {
         assert!(
             self.node(master_port).live(),
             "failover: node {master_port} is killed or frozen"
@@ -607,7 +615,9 @@ impl RedisCluster {
             .into_iter()
             .find(|&p| info_field(p, "replication", "master_link_status").as_deref() == Ok("up"))
             .unwrap_or_else(|| panic!("failover: master {master_port} has no replica in sync"));
-        let send = || match query(replica, &["CLUSTER", "FAILOVER"]) {
+        let mut cmd = vec!["CLUSTER", "FAILOVER"];
+        cmd.extend(mode);
+        let send = || match query(replica, &cmd) {
             Ok(Resp::Simple(s)) if s == "OK" => {}
             other => panic!("CLUSTER FAILOVER on {replica}: {other:?}"),
         };

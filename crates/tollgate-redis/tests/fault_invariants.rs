@@ -13,8 +13,11 @@
 //! until it lands, as the billing layer does. A decision that fails is what the layers
 //! fail open or closed on; here it is counted and the request goes no further.
 
+#[path = "../../../tests/support/cluster.rs"]
+mod cluster;
 mod common;
 
+use cluster::{CLUSTER_WAIT, RedisCluster};
 use common::RedisServer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -50,20 +53,87 @@ fn budget() -> Budget {
     Budget::new("inv-budget", 1_000_000_000, None)
 }
 
-fn key() -> SubjectKey {
-    SubjectKey::from("inv-key")
+/// The subjects the load uses: a key (slot and windows) and a credential with its
+/// model (provider windows).
+#[derive(Clone)]
+struct Subjects {
+    key: SubjectKey,
+    creds: [SubjectKey; 2],
 }
 
-fn provider_items() -> Vec<JointItem> {
-    ["inv-cred", "inv-cred|model"]
-        .into_iter()
-        .map(|k| JointItem {
-            key: SubjectKey::from(k),
-            scope: Scope::Key,
-            policy: policy(),
-            demand: Demand::tokens(TOKENS),
-        })
-        .collect()
+impl Subjects {
+    fn named(base: &str) -> Self {
+        Self {
+            key: SubjectKey::from(format!("{base}-key")),
+            creds: [
+                SubjectKey::from(format!("{base}-cred")),
+                SubjectKey::from(format!("{base}-cred|model")),
+            ],
+        }
+    }
+
+    fn provider_items(&self) -> Vec<JointItem> {
+        self.creds
+            .iter()
+            .map(|k| JointItem {
+                key: k.clone(),
+                scope: Scope::Key,
+                policy: policy(),
+                demand: Demand::tokens(TOKENS),
+            })
+            .collect()
+    }
+}
+
+/// Where the instances' Redis runs, as the checks read it from outside.
+trait Target {
+    fn url(&self) -> String;
+    /// The sum of what `lua` (an `EVAL` with no keys) answers on every master.
+    fn sum(&self, lua: &str) -> i64;
+    /// `HGET key field` on the master that holds `key`.
+    fn hget(&self, key: &str, field: &str) -> String;
+}
+
+impl Target for RedisServer {
+    fn url(&self) -> String {
+        RedisServer::url(self)
+    }
+    fn sum(&self, lua: &str) -> i64 {
+        self.cli(&["EVAL", lua, "0"])
+            .trim()
+            .parse()
+            .expect("a count")
+    }
+    fn hget(&self, key: &str, field: &str) -> String {
+        self.cli(&["HGET", key, field])
+    }
+}
+
+/// A Cluster the faults change (a kill needs it mutably).
+type Shared = std::sync::Mutex<RedisCluster>;
+
+fn lock(c: &Shared) -> std::sync::MutexGuard<'_, RedisCluster> {
+    c.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Target for Shared {
+    fn url(&self) -> String {
+        lock(self).comma_urls()
+    }
+    fn sum(&self, lua: &str) -> i64 {
+        let c = lock(self);
+        c.master_ports()
+            .into_iter()
+            .map(|p| {
+                let out = c.cli(p, &["EVAL", lua, "0"]);
+                out.trim().parse::<i64>().expect("a count")
+            })
+            .sum()
+    }
+    fn hget(&self, key: &str, field: &str) -> String {
+        let c = lock(self);
+        c.cli(c.master_of_key(key.as_bytes()), &["HGET", key, field])
+    }
 }
 
 /// What the instances did, as their usage log would say.
@@ -101,9 +171,15 @@ async fn settle_until_landed(
 }
 
 /// One client of instance `s`: requests one after the other until `stop`.
-async fn client(s: RedisStore, name: String, tally: Arc<Tally>, stop: Arc<AtomicBool>) {
-    let (p, d, k) = (policy(), Demand::tokens(TOKENS), key());
-    let items = provider_items();
+async fn client(
+    s: RedisStore,
+    name: String,
+    on: Subjects,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicBool>,
+) {
+    let (p, d, k) = (policy(), Demand::tokens(TOKENS), on.key.clone());
+    let items = on.provider_items();
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
@@ -205,24 +281,42 @@ async fn used(s: &RedisStore, key: &SubjectKey) -> (u64, u64) {
     (of(Dimension::Requests), of(Dimension::Tokens))
 }
 
-/// Runs the load from [`INSTANCES`] instances on `url` for `before`, applies `fault`,
-/// runs `after` more, stops, and checks the invariants with a store of its own.
-async fn under_load(
-    server: &RedisServer,
+/// How the instances' stores are set up, and what the fault must show.
+#[derive(Clone, Copy)]
+struct Setup {
+    /// Quota and billing blocks.
     blocks: bool,
+    /// `replica_acks`.
+    acks: u32,
+    /// The fault fails decisions (a takeover may pass unnoticed).
+    felt: bool,
+}
+
+/// Runs the load from [`INSTANCES`] instances on `target` for `before`, applies
+/// `fault`, runs `after` more, stops, and checks the invariants with a store of its
+/// own.
+async fn under_load(
+    target: &impl Target,
+    on: &Subjects,
+    setup: Setup,
     before: Duration,
     fault: impl AsyncFnOnce(),
     after: Duration,
 ) {
+    let blocks = setup.blocks;
     let sizing = blocks.then(|| BlockSizing::default().with_money(true));
-    let options = || RedisStoreOptions::default().blocks(sizing);
-    let observer = RedisStore::connect(&server.url(), RedisStoreOptions::default())
+    let options = || {
+        RedisStoreOptions::default()
+            .blocks(sizing)
+            .replica_acks(setup.acks)
+    };
+    let observer = RedisStore::connect(&target.url(), RedisStoreOptions::default())
         .await
         .expect("connect");
     observer.set_balance(TENANT, BALANCE).await.unwrap();
     let mut instances = Vec::new();
     for _ in 0..INSTANCES {
-        instances.push(RedisStore::connect(&server.url(), options()).await.unwrap());
+        instances.push(RedisStore::connect(&target.url(), options()).await.unwrap());
     }
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -231,7 +325,7 @@ async fn under_load(
         for c in 0..CLIENTS {
             let name = format!("i{i}c{c}-{blocks}");
             let (s, tally, stop) = (s.clone(), tally.clone(), stop.clone());
-            tasks.push(tokio::spawn(client(s, name, tally, stop)));
+            tasks.push(tokio::spawn(client(s, name, on.clone(), tally, stop)));
         }
     }
     tokio::time::sleep(before).await;
@@ -246,7 +340,7 @@ async fn under_load(
     let start = Instant::now();
     while instances.iter().any(|s| s.give_backs().waiting > 0) {
         assert!(
-            start.elapsed() < Duration::from_secs(15),
+            start.elapsed() < Duration::from_secs(20),
             "give-backs still waiting: {:?}",
             instances
                 .iter()
@@ -267,11 +361,14 @@ async fn under_load(
          pending {pending}; give-backs {give_backs:?}"
     );
     assert!(completed > 100, "the load ran: {completed} requests");
-    assert!(failed > 0, "the fault was felt: no decision failed");
+    if setup.felt {
+        assert!(failed > 0, "the fault was felt: no decision failed");
+    }
 
     // Nothing held by nobody.
+    let key = &on.key;
     assert_eq!(
-        SlotStore::in_flight(&observer, &key()).await.unwrap(),
+        SlotStore::in_flight(&observer, key).await.unwrap(),
         0,
         "slot leases"
     );
@@ -279,18 +376,10 @@ async fn under_load(
         "local n = 0 for _, k in ipairs(redis.call('KEYS', '*capacity*{CHANNEL}*')) do \
          n = n + redis.call('ZCARD', k) end return n"
     );
-    assert_eq!(
-        server.cli(&["EVAL", &chan, "0"]).trim(),
-        "0",
-        "capacity leases"
-    );
+    assert_eq!(target.sum(&chan), 0, "capacity leases");
     let exact = (completed, completed * TOKENS);
-    assert_eq!(
-        used(&observer, &key()).await,
-        exact,
-        "the key's window units"
-    );
-    for it in provider_items() {
+    assert_eq!(used(&observer, key).await, exact, "the key's window units");
+    for it in on.provider_items() {
         assert_eq!(
             used(&observer, &it.key).await,
             exact,
@@ -300,17 +389,13 @@ async fn under_load(
     }
     let records = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*:adm')) do \
                    n = n + redis.call('ZCARD', k) end return n";
-    assert_eq!(
-        server.cli(&["EVAL", records, "0"]).trim(),
-        "0",
-        "admission records"
-    );
+    assert_eq!(target.sum(records), 0, "admission records");
     let view = observer
-        .account(Some(TENANT), &key(), &[budget()])
+        .account(Some(TENANT), key, &[budget()])
         .await
         .unwrap();
     assert_eq!(view.budgets[0].reserved, 0, "money reserved in the budget");
-    let blk = server.cli(&["HGET", &observer.tenant_key(TENANT), "blk"]);
+    let blk = target.hget(&observer.tenant_key(TENANT), "blk");
     assert_eq!(
         blk.trim().parse::<i64>().unwrap_or(0),
         0,
@@ -337,7 +422,12 @@ async fn stalled(blocks: bool, stall: Duration) {
     let server = RedisServer::start();
     under_load(
         &server,
-        blocks,
+        &Subjects::named("inv"),
+        Setup {
+            blocks,
+            acks: 0,
+            felt: true,
+        },
         Duration::from_millis(700),
         async || {
             server.stop();
@@ -362,4 +452,81 @@ async fn t5_a_redis_stalled_for_3_s_under_load_with_blocks_leaves_nothing_held_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t5_a_redis_stalled_for_1_5_s_under_load_with_blocks_leaves_nothing_held_and_exact_books() {
     stalled(true, Duration::from_millis(1_500)).await;
+}
+
+/// Subjects whose keys all sit on the master that holds the tenant's books, so a fault
+/// of that master hits every decision and the money.
+fn on_the_books_master(cluster: &RedisCluster) -> Subjects {
+    let books = cluster.master_of_key(b"{tenant:acme}");
+    (0..)
+        .map(|i| Subjects::named(&format!("inv{i}")))
+        .find(|s| {
+            std::iter::once(&s.key)
+                .chain(&s.creds)
+                .all(|k| cluster.master_of_key(format!("{{{}}}", k.as_str()).as_bytes()) == books)
+        })
+        .expect("subjects on the books' master")
+}
+
+/// A fault of the master holding the books under load from three instances with
+/// blocks and `replica_acks = 1`, on a Cluster of 3 masters with `replicas` replicas
+/// each; the checks run once the cluster has settled again.
+async fn cluster_fault(replicas: usize, felt: bool, fault: impl AsyncFnOnce(&Shared, u16)) {
+    let cluster = RedisCluster::start(3, replicas);
+    let on = on_the_books_master(&cluster);
+    let master = cluster.master_of_key(b"{tenant:acme}");
+    let cluster: Shared = std::sync::Mutex::new(cluster);
+    let setup = Setup {
+        blocks: true,
+        acks: 1,
+        felt,
+    };
+    under_load(
+        &cluster,
+        &on,
+        setup,
+        Duration::from_millis(700),
+        async || {
+            fault(&cluster, master).await;
+            lock(&cluster).wait_settled(CLUSTER_WAIT);
+        },
+        Duration::from_millis(1_000),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t5_a_cluster_master_stalled_for_1_5_s_under_load_leaves_nothing_held_and_exact_books() {
+    cluster_fault(1, true, async |c, master| {
+        lock(c).freeze(master);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        lock(c).thaw(master);
+    })
+    .await;
+}
+
+/// Two replicas a master: with `replica_acks = 1` the promoted replica needs one of
+/// its own to take writes, and the other replica follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t5_a_cluster_master_killed_under_load_leaves_nothing_held_and_exact_books() {
+    cluster_fault(2, true, async |c, master| {
+        lock(c).kill(master);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d10_a_forced_failover_under_load_with_replica_acks_loses_nothing() {
+    cluster_fault(1, false, async |c, master| {
+        lock(c).failover_as(master, Some("FORCE"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d10_a_takeover_under_load_with_replica_acks_loses_nothing() {
+    cluster_fault(1, false, async |c, master| {
+        lock(c).failover_as(master, Some("TAKEOVER"));
+    })
+    .await;
 }
