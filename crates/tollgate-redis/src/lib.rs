@@ -41,13 +41,20 @@
 //! them to it with the conformance suite of tollgate-core and a decision-by-decision
 //! comparison with the in-memory store.
 //!
-//! A call that times out may still have been carried out by Redis (the answer came
-//! late): an admission's reservation then stays until its windows roll, and its money
-//! reservation under an amount cap until [`amount_ttl`](RedisStoreOptions::amount_ttl);
-//! a slot lease until its TTL. A billing reservation stays with its attempt until the
-//! attempt is settled, or swept into pending reconciliation after its lifetime:
-//! settling is idempotent per attempt id, so a caller that gave up on a reservation can
-//! send a refund for it (an attempt never reserved is ignored).
+//! **Nothing outlives its caller (D9).** A call that times out may still be carried out
+//! by Redis (late, after a stall): what it may have counted — its lease, its quota
+//! block's leases, its window admission, a billing block's attempt — is given back by
+//! key after it, on the same ordered connection. Every give-back is keyed (a lease
+//! member, a window admission's record, an attempt id), so running it twice or for
+//! something never counted changes nothing, and one whose call fails is sent again
+//! until it lands ([`RedisStore::give_backs`] counts them). A billing reservation the
+//! caller gave up on is refunded by the caller (settling is idempotent per attempt id).
+//!
+//! **The books never lie (D10).** A settlement retried after a failed call learns from
+//! the books' tombstones that it landed, or — finding the attempt lost — records an
+//! unknown outcome, pending reconciliation. With
+//! [`replica_acks`](RedisStoreOptions::replica_acks) every write is answered only once
+//! that many replicas hold it.
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 

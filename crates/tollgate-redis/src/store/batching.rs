@@ -179,48 +179,26 @@ impl RedisStore {
                 .first()
                 .and_then(|o| o.keys.first())
                 .map_or(&[][..], |k| k.as_bytes());
-            let r = if inner.replica_acks > 0 {
-                let mut cmd = redis::cmd("EVALSHA");
-                let nkeys: usize = ops.iter().map(|o| o.keys.len()).sum();
-                cmd.arg(script.get_hash()).arg(nkeys);
-                for op in &ops {
-                    for k in &op.keys {
-                        cmd.arg(k.as_str());
-                    }
+            let mut cmd = redis::cmd("EVALSHA");
+            let nkeys: usize = ops.iter().map(|o| o.keys.len()).sum();
+            cmd.arg(script.get_hash()).arg(nkeys);
+            for op in &ops {
+                for k in &op.keys {
+                    cmd.arg(k.as_str());
                 }
-                cmd.arg(ops.len());
-                for op in &ops {
-                    cmd.arg(op.code.as_str())
-                        .arg(op.keys.len())
-                        .arg(op.args.len());
-                    for a in &op.args {
-                        cmd.arg(&a[..]);
-                    }
+            }
+            cmd.arg(ops.len());
+            for op in &ops {
+                cmd.arg(op.code.as_str())
+                    .arg(op.keys.len())
+                    .arg(op.args.len());
+                for a in &op.args {
+                    cmd.arg(&a[..]);
                 }
-                inner
-                    .acked_call(start, key, script, cmd, &mut conn, guarded)
-                    .await
-            } else {
-                let mut call = script.prepare_invoke();
-                call.arg(ops.len());
-                for op in &ops {
-                    for k in &op.keys {
-                        call.key(k.as_str());
-                    }
-                    call.arg(op.code.as_str())
-                        .arg(op.keys.len())
-                        .arg(op.args.len());
-                    for a in &op.args {
-                        call.arg(&a[..]);
-                    }
-                }
-                let sent = call.invoke_async::<redis::Value>(&mut conn);
-                if guarded {
-                    inner.guarded(start, key, sent).await
-                } else {
-                    inner.bounded(start, key, sent).await
-                }
-            };
+            }
+            let r = inner
+                .script_call(start, key, script, cmd, &mut conn, guarded)
+                .await;
             match r {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
                     for (op, v) in ops.into_iter().zip(replies) {

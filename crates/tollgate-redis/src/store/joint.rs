@@ -532,7 +532,7 @@ impl RedisStore {
         let admitted = self.admit_all_counted(items, asks);
         let leases = leases.to_owned();
         let store = self.clone();
-        let decided = RedisStoreFuture::new(async move {
+        RedisStoreFuture::new(async move {
             let (a, counted) = admitted.await?;
             if !matches!(a, JointAdmission::Admitted(_)) {
                 return Ok((a, CapacityTake::NotAsked, 0, counted));
@@ -552,8 +552,7 @@ impl RedisStore {
                 Err(_) => (CapacityTake::NotAsked, 0),
             };
             Ok((a, take, took, counted))
-        });
-        decided
+        })
     }
 }
 

@@ -141,13 +141,14 @@ impl Inner {
         r
     }
 
-    /// Runs the script call `cmd` (an `EVALSHA` of `script` on `key`) followed by
-    /// `WAIT <replica_acks> <deadline / 2>` in one pipeline on the connection to `key`'s
-    /// master (D10): answered only once that many replicas acknowledged its writes,
-    /// else failed as `Unavailable`. `NOSCRIPT` loads the script and runs it again,
-    /// within the same deadline. `guarded` as [`guarded`](Self::guarded) (a retried
-    /// give-back goes around the breaker).
-    pub(super) async fn acked_call(
+    /// Runs `cmd`, an `EVALSHA` of `script` on `key`, under the store's deadline —
+    /// behind the breaker when `guarded` (a retried give-back goes around it). On
+    /// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node that never saw it) it
+    /// loads the script and runs it again, within the same deadline. With replica acks
+    /// (D10) `WAIT <replica_acks> <deadline / 2>` follows in one pipeline on the same
+    /// connection (`key`'s master): the reply counts only once that many replicas hold
+    /// its writes, else the call fails as `Unavailable`.
+    pub(super) async fn script_call(
         &self,
         start: Instant,
         key: &[u8],
@@ -166,27 +167,34 @@ impl Inner {
         let n = self.replica_acks;
         let call = async {
             for loaded in [false, true] {
-                let mut pipe = redis::pipe();
-                pipe.add_command(cmd.clone())
-                    .cmd("WAIT")
-                    .arg(n)
-                    .arg(wait_ms)
-                    .ignore_errors();
-                let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-                let acks = match replies.pop() {
-                    Some(redis::Value::Int(a)) => a,
-                    other => {
-                        return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}"))));
+                let (reply, acks) = if n == 0 {
+                    match cmd.query_async::<redis::Value>(conn).await {
+                        Ok(v) => (v, 0),
+                        Err(e) if !loaded && e.kind() == NO_SCRIPT => {
+                            load(conn, script).await?;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
                     }
+                } else {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(cmd.clone())
+                        .cmd("WAIT")
+                        .arg(n)
+                        .arg(wait_ms)
+                        .ignore_errors();
+                    let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+                    let acks = match replies.pop() {
+                        Some(redis::Value::Int(a)) => a,
+                        other => {
+                            return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}"))));
+                        }
+                    };
+                    (replies.pop().unwrap_or(redis::Value::Nil), acks)
                 };
-                let reply = replies.pop().unwrap_or(redis::Value::Nil);
                 if let redis::Value::ServerError(e) = &reply {
                     if !loaded && e.kind() == Some(ServerErrorKind::NoScript) {
-                        let _: String = redis::cmd("SCRIPT")
-                            .arg("LOAD")
-                            .arg(crate::scripts::source_of(script))
-                            .query_async(conn)
-                            .await?;
+                        load(conn, script).await?;
                         continue;
                     }
                     return Err(RedisError::from(e.clone()));
@@ -209,18 +217,6 @@ impl Inner {
             self.bounded(start, key, call).await
         };
         r?
-    }
-
-    /// [`acked_call`](Self::acked_call) behind the breaker.
-    async fn acked(
-        &self,
-        start: Instant,
-        key: &[u8],
-        script: &'static Script,
-        cmd: redis::Cmd,
-        conn: &mut Conn,
-    ) -> StoreResult<redis::Value> {
-        self.acked_call(start, key, script, cmd, conn, true).await
     }
 
     /// The liveness of the node `key` lives on (the one node's, off a Cluster).
@@ -720,40 +716,37 @@ impl RedisStore {
         let script = self.inner.script(script);
         RedisStoreFuture::new(async move {
             let key = keys.first().map_or(&[][..], |k| k.as_bytes());
-            if inner.replica_acks > 0 {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash()).arg(keys.len());
-                for k in &keys {
-                    cmd.arg(k.as_str());
-                }
-                for a in &args {
-                    cmd.arg(a.as_str());
-                }
-                for b in &blobs {
-                    cmd.arg(b.bytes());
-                }
-                let v = inner.acked(start, key, script, cmd, &mut conn).await?;
-                return decode(
-                    R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?,
-                );
-            }
-            let mut call = script.prepare_invoke();
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.get_hash()).arg(keys.len());
             for k in &keys {
-                call.key(k.as_str());
+                cmd.arg(k.as_str());
             }
             for a in &args {
-                call.arg(a.as_str());
+                cmd.arg(a.as_str());
             }
             for b in &blobs {
-                call.arg(b.bytes());
+                cmd.arg(b.bytes());
             }
-            // EVALSHA; on NOSCRIPT: SCRIPT LOAD and EVALSHA again (redis::ScriptInvocation).
-            let r = inner
-                .guarded(start, key, call.invoke_async::<R>(&mut conn))
-                .await;
-            decode(r?)
+            let v = inner
+                .script_call(start, key, script, cmd, &mut conn, true)
+                .await?;
+            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
         })
     }
+}
+
+/// `NOSCRIPT`: the script is not in the server's cache.
+const NO_SCRIPT: ErrorKind = ErrorKind::Server(ServerErrorKind::NoScript);
+
+/// Loads `script` into the cache of the node `conn` reaches (`SCRIPT LOAD`; on a
+/// Cluster, every master).
+async fn load(conn: &mut Conn, script: &'static Script) -> redis::RedisResult<()> {
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(crate::scripts::source_of(script))
+        .query_async(conn)
+        .await?;
+    Ok(())
 }
 
 /// How often a Cluster store rereads the slot owners.
