@@ -144,7 +144,7 @@ impl RedisStore {
         format!("{}pending-books", self.billing_base())
     }
 
-    fn budget_ttl(&self) -> String {
+    pub(crate) fn budget_ttl(&self) -> String {
         self.amount_ttl_ms().to_string()
     }
 
@@ -161,7 +161,7 @@ impl RedisStore {
 impl RedisStore {
     /// The keys of the settle script for `attempt`: its record, its books' pending list
     /// (and counter) and open attempts.
-    fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
+    pub(crate) fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
         let base = self.books_base(&attempt.books);
         vec![
             format!("{base}attempt:{}", attempt.attempt),

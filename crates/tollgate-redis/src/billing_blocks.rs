@@ -232,6 +232,24 @@ impl RedisStore {
             .await
     }
 
+    /// Charges a part of a billing block still in use: the costs of its ended requests
+    /// so far (cumulative, so a part sent twice or late charges nothing twice), in the
+    /// batch; keyed by the block's attempt and sent again until it lands (D9).
+    pub(crate) fn money_part(&self, part: MoneyBack) {
+        let keys = self.settle_keys(&part.attempt);
+        let args = [
+            self.time(),
+            "c".to_owned(),
+            part.cost.max(0).to_string(),
+            self.budget_ttl(),
+            part.attempt.attempt.to_string(),
+            "0".to_owned(),
+            "0".to_owned(),
+        ];
+        let args = args.into_iter().map(String::into_bytes).collect();
+        drop(self.batched(Code::BillingSettle, keys, args, |_: redis::Value| Ok(())));
+    }
+
     /// Settles a spent billing block at its requests' costs, retrying until it lands.
     pub(crate) fn money_back(&self, back: MoneyBack) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {

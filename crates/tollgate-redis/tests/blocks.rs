@@ -426,6 +426,61 @@ mod money {
         assert!(plain.pending().await.unwrap().is_empty());
     }
 
+    /// A long stream shares its billing block with short requests: their costs reach
+    /// the shared books within seconds of their end (as parts of the block), not when
+    /// the stream ends; the stream's own cost follows when it ends, nothing twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn b3_costs_reach_the_shared_books_within_seconds_while_a_stream_holds_its_block() {
+        let server = RedisServer::start();
+        let s = money_store(&server, true).await;
+        let plain = money_store(&server, false).await;
+        s.seed_balance("acme", START).await.unwrap();
+        let budgets = [Budget::new("month", 1 << 50, None)];
+        let key = SubjectKey::from("k1");
+        let stream = req("stream".into(), 100);
+        let shorts: Vec<_> = (0..3).map(|i| req(format!("short{i}"), 100)).collect();
+        for r in std::iter::once(&stream).chain(&shorts) {
+            assert_eq!(
+                s.check_and_reserve(r).await.unwrap(),
+                BillingDecision::Admitted
+            );
+        }
+        for r in &shorts {
+            s.settle_attempt(&r.attempt_ref(), BillingOutcome::Settled(30))
+                .await
+                .unwrap();
+        }
+        // The block retires within 1 s and charges its ended requests then.
+        let start = std::time::Instant::now();
+        loop {
+            let v = plain.account(Some("acme"), &key, &budgets).await.unwrap();
+            if v.balance == Some(START - 90) {
+                assert_eq!(v.key_spent, 90);
+                assert_eq!(v.budgets[0].spent, 90);
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(4),
+                "the ended requests' costs did not reach the shared books: {v:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // This instance's own view counts nothing twice.
+        let v = s.account(Some("acme"), &key, &budgets).await.unwrap();
+        assert_eq!(v.balance, Some(START - 90));
+        assert_eq!(v.budgets[0].spent, 90);
+        // The stream ends: the block settles at the rest.
+        s.settle_attempt(&stream.attempt_ref(), BillingOutcome::Settled(55))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let v = plain.account(Some("acme"), &key, &budgets).await.unwrap();
+        assert_eq!(v.balance, Some(START - 145));
+        assert_eq!(v.key_spent, 145);
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (145, 0));
+        assert_eq!(server.cli(&["KEYS", "*attempt*"]).trim(), "");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn b4_an_unknown_result_from_a_billing_block_is_pending_in_redis() {
         let server = RedisServer::start();

@@ -47,7 +47,10 @@ mod money;
 use block::retire_in;
 pub use block::{SlotBlock, WindowBlock};
 use money::{LocalAttempt, MoneyEntry};
-pub use money::{MoneyAsk, MoneyBack, MoneyBlock, MoneyLocal, MoneySettled, money_key};
+pub use money::{
+    MONEY_PART_EVERY_MS, MoneyAsk, MoneyBack, MoneyBlock, MoneyLocal, MoneySettled, MoneyTick,
+    money_key,
+};
 
 /// Most units of one block (slot blocks keep their leases in a 256-bit set).
 pub const MAX_BLOCK_UNITS: u32 = 256;

@@ -60,6 +60,9 @@ pub struct MoneyBlock {
     reserved: Money,
     /// Costs of the requests settled.
     cost: Money,
+    /// Of `cost`, what was sent to the shared store already as a part (see
+    /// [`MoneyTick::Part`]).
+    charged: Money,
     in_flight: u32,
     retired: bool,
     /// Whether its costs are charged to the tenant's balance (else only the key's
@@ -102,13 +105,33 @@ impl MoneyBlock {
 }
 
 /// A spent billing block: settle its attempt at `cost` (idempotent per attempt, so it
-/// may be repeated until it lands).
+/// may be repeated until it lands). Also a part of a block still in use (see
+/// [`MoneyTick::Part`]): the cost of its requests ended so far.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoneyBack {
     /// The block's attempt.
     pub attempt: AttemptRef,
-    /// What the requests admitted from it cost.
+    /// What the requests admitted from it cost (all of them, or those ended so far):
+    /// cumulative, so a part sent again or after a later one charges nothing twice.
     pub cost: Money,
+}
+
+/// Longest a settled request's cost waits in a billing block still in use before it is
+/// charged to the shared books (as a [`MoneyTick::Part`]).
+pub const MONEY_PART_EVERY_MS: Millis = 2_000;
+
+/// What a billing block's timer finds (see [`Blocks::retire_money`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MoneyTick {
+    /// Gone: it was settled when its last request ended.
+    Gone,
+    /// Spent now: settle it.
+    Spent(MoneyBack),
+    /// Requests still in flight (a long stream): charge the costs of the ended ones so
+    /// far — cumulative — and look again in [`MONEY_PART_EVERY_MS`].
+    Part(MoneyBack),
+    /// Requests still in flight, nothing new to charge: look again then.
+    Wait,
 }
 
 /// Outcome of [`Blocks::decide_money`].
@@ -226,6 +249,7 @@ impl Blocks {
             admitted: 1,
             reserved: money,
             cost: 0,
+            charged: 0,
             in_flight: 1,
             retired: ask.requests <= 1,
             to_tenant: req.tenant.is_some() && req.bill_balance,
@@ -299,18 +323,32 @@ impl Blocks {
         })
     }
 
-    /// Retires billing block `block` of `key` (its timer went off).
-    pub fn retire_money(&mut self, key: &str, block: u64) -> Option<MoneyBack> {
-        let e = self.money.get_mut(key)?;
-        let i = e.blocks.iter().position(|b| b.id == block)?;
-        e.blocks[i].retired = true;
-        let back = e.blocks[i]
-            .spent()
-            .then(|| e.blocks.swap_remove(i).give_back());
+    /// Retires billing block `block` of `key` (its timer went off): it admits no more.
+    /// Spent, it is settled; with requests still in flight, the costs of those that
+    /// ended are charged as a part now, and again every [`MONEY_PART_EVERY_MS`] while
+    /// it lasts, so each request's cost reaches the shared books within seconds of its
+    /// end even when a long stream shares its block.
+    pub fn retire_money(&mut self, key: &str, block: u64) -> MoneyTick {
+        let Some(e) = self.money.get_mut(key) else {
+            return MoneyTick::Gone;
+        };
+        let Some(i) = e.blocks.iter().position(|b| b.id == block) else {
+            return MoneyTick::Gone;
+        };
+        let b = &mut e.blocks[i];
+        b.retired = true;
+        if !b.spent() {
+            if b.cost == b.charged {
+                return MoneyTick::Wait;
+            }
+            b.charged = b.cost;
+            return MoneyTick::Part(b.give_back());
+        }
+        let back = e.blocks.swap_remove(i).give_back();
         if e.blocks.is_empty() && !e.borrowing {
             self.money.remove(key);
         }
-        back
+        MoneyTick::Spent(back)
     }
 
     /// Corrects a shared account view of `tenant` and `key` for this instance's billing
@@ -328,20 +366,24 @@ impl Blocks {
             if b.req.books() != books {
                 continue;
             }
+            // What the shared books do not hold yet: costs not sent as a part; the
+            // block's money less those parts (each part released its cost there).
+            let cost = b.cost.saturating_sub(b.charged);
+            let held = b.money.saturating_sub(b.charged);
             if b.to_tenant {
                 if let Some(balance) = view.balance.as_mut() {
-                    *balance = balance.saturating_sub(b.cost);
+                    *balance = balance.saturating_sub(cost);
                 }
             }
             if b.bills && &b.req.key == key {
-                view.key_spent = view.key_spent.saturating_add(b.cost);
+                view.key_spent = view.key_spent.saturating_add(cost);
             }
             for v in &mut view.budgets {
                 if b.req.budgets.iter().any(|x| x.id == v.id) {
-                    v.spent = v.spent.saturating_add(b.cost);
+                    v.spent = v.spent.saturating_add(cost);
                     v.reserved = v
                         .reserved
-                        .saturating_sub(b.money)
+                        .saturating_sub(held)
                         .saturating_add(b.reserved)
                         .max(0);
                 }

@@ -555,8 +555,36 @@ fn b4_requests_from_a_billing_block_settle_once_and_the_block_at_their_costs() {
         panic!()
     };
     assert_eq!(r.attempt, reqs[1].attempt);
-    // Retired by its timer with one request in flight: settled when that one ends.
-    assert_eq!(b.retire_money(&key, 1), None);
+    // Retired by its timer with one request in flight: what the ended ones cost is
+    // charged as a part now (cumulative), nothing new later; the block is settled when
+    // its last request ends.
+    assert_eq!(
+        b.retire_money(&key, 1),
+        MoneyTick::Part(MoneyBack {
+            attempt: block.clone(),
+            cost: 70
+        })
+    );
+    assert_eq!(b.retire_money(&key, 1), MoneyTick::Wait);
+    // The shared books now hold the part: 70 charged, released from the block's money.
+    let mut shared = crate::billing::AccountView {
+        balance: Some(10_000 - 70),
+        budgets: vec![crate::billing::BudgetView {
+            id: "month".into(),
+            limit: 1 << 40,
+            spent: 70,
+            reserved: 25_600 - 70,
+            resets_at: None,
+        }],
+        ..Default::default()
+    };
+    b.correct_account(Some("acme"), &"k".into(), &mut shared);
+    assert_eq!(shared.balance, Some(10_000 - 70), "the part is not counted twice");
+    assert_eq!(
+        (shared.budgets[0].spent, shared.budgets[0].reserved),
+        (70, 100),
+        "the one request in flight"
+    );
     assert_eq!(
         b.settle_money(&reqs[2].attempt_ref(), BillingOutcome::Settled(30)),
         Some(MoneySettled::Done(

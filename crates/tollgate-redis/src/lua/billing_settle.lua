@@ -5,8 +5,9 @@
 -- KEYS[1]  the attempt   KEYS[2] the books' pending list (and counter)
 -- KEYS[3]  the books' open attempts
 -- KEYS[4]  the books' tombstones: ZSET, attempt id -> when it became final (ms)
--- ARGV     [1] time (see time.lua), [2] outcome: s settled, p pending, r refund, [3] cost
---          (>= 0; settled only), [4] budget ttl ms (0 = none), [5] attempt id, [6] '1': an
+-- ARGV     [1] time (see time.lua), [2] outcome: s settled, p pending, r refund, c a part
+--          of a billing block still in use, [3] cost (>= 0; settled and parts only; a
+--          block's is cumulative: what its parts charged already is not charged again), [4] budget ttl ms (0 = none), [5] attempt id, [6] '1': an
 --          operator's reconciliation, for a pending attempt only (optional), [7] '1': a
 --          retry after a try whose answer never came (optional)
 -- Reply    {0} nothing done (unknown: never reserved, already final; pending again)
@@ -23,7 +24,7 @@
 local TOMBSTONE_MS = 120000
 local now = now_ms(ARGV[1])
 local att = KEYS[1]
-local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel', 'h')
+local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel', 'h', 'ch')
 local st = A[1]
 local retry = ARGV[7] == '1'
 if not st then
@@ -47,6 +48,40 @@ if ARGV[6] == '1' and not was_pending then return {4} end
 local money, tk, kk, released = tonumber(A[2]), A[3], A[4], A[6] == '1'
 local B = {}
 if A[5] then B = cjson.decode(A[5]) end
+-- Charged by parts already (a billing block's).
+local charged = tonumber(A[8]) or 0
+if outcome == 'c' then
+  -- A part of a block still in use: the costs of its ended requests so far (cumulative)
+  -- are charged and released from the block's money, which stays open for the rest.
+  if st ~= 'o' then return {0} end
+  local part = tonumber(ARGV[3]) - charged
+  if part <= 0 then return {0} end
+  if part > money then part = money end
+  if tk then add(tk, 'bal', -part) end
+  if kk then add(kk, 'spent', part) end
+  if A[7] == '1' then
+    if tk then add(tk, 'blk', -part) end
+    if kk then add(kk, 'blk', -part) end
+  end
+  for i = 1, #B, 2 do
+    local bk = B[i]
+    if not released then
+      local r = (get(bk, 'res') or 0) - part
+      if r < 0 then r = 0 end
+      put(bk, 'res', r)
+    end
+    roll(bk, tonumber(B[i + 1]), now)
+    if not get(bk, 'start') then put(bk, 'start', now) end
+    add(bk, 'spent', part)
+  end
+  local err = commit()
+  if err then return err end
+  if ARGV[4] ~= '0' then
+    for i = 1, #B, 2 do redis.call('PEXPIRE', B[i], ARGV[4]) end
+  end
+  redis.call('HSET', att, 'm', money - part, 'ch', charged + part)
+  return {1, part}
+end
 -- A quota block leaving `open` no longer holds its money against later blocks.
 if st == 'o' and A[7] == '1' then
   if tk then add(tk, 'blk', -money) end
@@ -59,7 +94,8 @@ if was_pending then
 end
 local reply, state
 if outcome == 's' then
-  local cost = tonumber(ARGV[3])
+  local cost = tonumber(ARGV[3]) - charged
+  if cost < 0 then cost = 0 end
   if tk then add(tk, 'bal', -cost) end
   if kk then add(kk, 'spent', cost) end
   for i = 1, #B, 2 do

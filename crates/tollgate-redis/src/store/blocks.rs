@@ -12,7 +12,8 @@ use crate::codec;
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 use tollgate_core::blocks::{
-    BlockKind, Blocks, GiveBack, ReleaseLocal, RenewLocal, Retire, SettleLocal,
+    BlockKind, Blocks, GiveBack, MONEY_PART_EVERY_MS, MoneyTick, ReleaseLocal, RenewLocal,
+    Retire, SettleLocal,
 };
 use tollgate_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowStore, WindowTicket};
 
@@ -97,13 +98,21 @@ impl RedisStore {
             rt.spawn(async move {
                 tokio::time::sleep(wait).await;
                 if r.kind == BlockKind::Money {
-                    let back = store
-                        .blocks()
-                        .and_then(|mut b| b.retire_money(&r.key, r.block));
-                    if let Some(back) = back {
-                        store.money_back(back);
+                    // Then every few seconds while its requests run: their costs reach
+                    // the shared books as parts, not only when the last one ends.
+                    loop {
+                        let Some(tick) = store.blocks().map(|mut b| b.retire_money(&r.key, r.block))
+                        else {
+                            return;
+                        };
+                        match tick {
+                            MoneyTick::Gone => return,
+                            MoneyTick::Spent(back) => return store.money_back(back),
+                            MoneyTick::Part(part) => store.money_part(part),
+                            MoneyTick::Wait => {}
+                        }
+                        tokio::time::sleep(Duration::from_millis(MONEY_PART_EVERY_MS)).await;
                     }
-                    return;
                 }
                 let back = store
                     .blocks()
