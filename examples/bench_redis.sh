@@ -5,10 +5,10 @@
 # run on
 #   memory        the in-memory store (the baseline),
 #   redis:none    one redis-server, every decision a round trip ([store] blocks = false),
-#   redis:blocks  one redis-server, quota blocks for slots, windows and capacity (the
-#                 default), billing per request,
-#   redis:all     one redis-server, billing blocks too (money_blocks = true, as
-#                 examples/bench.toml sets),
+#   redis:blocks  one redis-server, quota blocks for slots, windows and capacity,
+#                 billing per request (money_blocks = false),
+#   redis:all     one redis-server, billing blocks too (the default; examples/bench.toml
+#                 says money_blocks = true),
 #   cluster:all   a 3-master Redis Cluster (redis-server --cluster-enabled yes), all blocks,
 # at 16 and 64 connections. For each: requests/s, p50/p99, the statuses (every non-2xx
 # is a defect: a busy Redis must delay, not fail), the store failures the gateway

@@ -2232,8 +2232,9 @@ fn d7_full_stack_redis_keys_do_not_grow_with_requests_served() {
         let mut counts = Vec::new();
         for n in [50, 500] {
             chat_ok(&client, gw.addr, n, n == 500).await;
-            // Settlements are off the response path.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Settlements are off the response path, and a billing block (on by
+            // default) settles when it retires, 1 s after it was borrowed at most.
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
             counts.push(key_counts(&redis));
         }
         eprintln!(

@@ -156,7 +156,7 @@ fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
 pub fn redis_options(sc: &StoreConfig) -> tollgate_redis::RedisStoreOptions {
     let blocks = sc
         .blocks
-        .then(|| tollgate::core::blocks::BlockSizing::default().with_money(sc.money_blocks));
+        .then(|| tollgate::core::blocks::BlockSizing::default().with_money(sc.money_blocks_on()));
     tollgate_redis::RedisStoreOptions::default()
         .prefix(sc.prefix.clone())
         .deadline(sc.deadline.0)

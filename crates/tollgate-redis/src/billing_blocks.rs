@@ -202,7 +202,7 @@ impl RedisStore {
                                 return Ok(state);
                             }
                             Err(e) => {
-                                tracing::warn!(error = %e, attempt = %req.attempt,
+                                tracing::debug!(error = %e, attempt = %req.attempt,
                                     "billing: moving an attempt of a quota block to pending failed; retrying");
                                 last = Some(e);
                             }
@@ -265,7 +265,7 @@ impl RedisStore {
                 {
                     Ok(_) => return,
                     Err(e) => {
-                        tracing::warn!(error = %e, attempt = %back.attempt.attempt,
+                        tracing::debug!(error = %e, attempt = %back.attempt.attempt,
                             "billing: settling a quota block failed; retrying");
                     }
                 }

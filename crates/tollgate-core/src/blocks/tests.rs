@@ -579,7 +579,11 @@ fn b4_requests_from_a_billing_block_settle_once_and_the_block_at_their_costs() {
         ..Default::default()
     };
     b.correct_account(Some("acme"), &"k".into(), &mut shared);
-    assert_eq!(shared.balance, Some(10_000 - 70), "the part is not counted twice");
+    assert_eq!(
+        shared.balance,
+        Some(10_000 - 70),
+        "the part is not counted twice"
+    );
     assert_eq!(
         (shared.budgets[0].spent, shared.budgets[0].reserved),
         (70, 100),

@@ -95,7 +95,7 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
         ),
         (
             "store.money_blocks",
-            raw.store.money_blocks && !raw.store.blocks,
+            raw.store.money_blocks == Some(true) && !raw.store.blocks,
             "store.money_blocks needs store.blocks = true",
         ),
         (
@@ -409,11 +409,15 @@ mod tests {
         .unwrap_err();
         assert!(e.reason.contains("money_blocks"), "{e}");
         let c = Config::parse(&format!("[store]\nmoney_blocks = true\n{GOOD}")).unwrap();
-        assert!(c.raw.store.blocks && c.raw.store.money_blocks);
+        assert!(c.raw.store.money_blocks_on());
         let c = Config::parse(GOOD).unwrap();
         assert!(
-            c.raw.store.blocks && !c.raw.store.money_blocks,
-            "blocks on, billing blocks off by default"
+            c.raw.store.blocks && c.raw.store.money_blocks_on(),
+            "blocks and billing blocks on by default"
         );
+        let c = Config::parse(&format!("[store]\nblocks = false\n{GOOD}")).unwrap();
+        assert!(!c.raw.store.money_blocks_on(), "off with quota blocks");
+        let c = Config::parse(&format!("[store]\nmoney_blocks = false\n{GOOD}")).unwrap();
+        assert!(c.raw.store.blocks && !c.raw.store.money_blocks_on());
     }
 }

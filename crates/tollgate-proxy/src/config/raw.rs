@@ -321,11 +321,19 @@ pub struct StoreConfig {
     /// Redis: quota blocks for slots, windows, provider windows and capacity (default
     /// on; `tollgate_core::blocks`).
     pub blocks: bool,
-    /// Redis: billing quota blocks too (default off).
-    pub money_blocks: bool,
+    /// Redis: billing quota blocks too (default: on wherever `blocks` is; `true` with
+    /// `blocks = false` is a configuration error). See [`StoreConfig::money_blocks_on`].
+    pub money_blocks: Option<bool>,
     /// Redis: replicas that must acknowledge every write (`WAIT`) before the gateway
     /// relies on it (D10; default 0).
     pub replica_acks: u32,
+}
+
+impl StoreConfig {
+    /// Whether billing quota blocks are on: with quota blocks, unless turned off.
+    pub fn money_blocks_on(&self) -> bool {
+        self.blocks && self.money_blocks.unwrap_or(true)
+    }
 }
 
 impl Default for StoreConfig {
@@ -341,7 +349,7 @@ impl Default for StoreConfig {
             capacity_failure: FailureModeConfig::Open,
             instances: 1,
             blocks: true,
-            money_blocks: false,
+            money_blocks: None,
             replica_acks: 0,
         }
     }

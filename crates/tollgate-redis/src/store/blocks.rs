@@ -12,8 +12,8 @@ use crate::codec;
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 use tollgate_core::blocks::{
-    BlockKind, Blocks, GiveBack, MONEY_PART_EVERY_MS, MoneyTick, ReleaseLocal, RenewLocal,
-    Retire, SettleLocal,
+    BlockKind, Blocks, GiveBack, MONEY_PART_EVERY_MS, MoneyTick, ReleaseLocal, RenewLocal, Retire,
+    SettleLocal,
 };
 use tollgate_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowStore, WindowTicket};
 
@@ -101,7 +101,8 @@ impl RedisStore {
                     // Then every few seconds while its requests run: their costs reach
                     // the shared books as parts, not only when the last one ends.
                     loop {
-                        let Some(tick) = store.blocks().map(|mut b| b.retire_money(&r.key, r.block))
+                        let Some(tick) =
+                            store.blocks().map(|mut b| b.retire_money(&r.key, r.block))
                         else {
                             return;
                         };
