@@ -154,7 +154,7 @@ impl RedisStore {
         let mut cmd = redis::cmd("SADD");
         cmd.arg(self.pending_registry_key())
             .arg(registry_member(books));
-        self.command(cmd, |_: i64| Ok(()))
+        self.write_command(cmd, |_: i64| Ok(()))
     }
 }
 
@@ -648,7 +648,7 @@ impl BillingStore for RedisStore {
         // One field of one hash: no script needed.
         let mut cmd = redis::cmd("HSET");
         cmd.arg(self.tenant_key(tenant)).arg("bal").arg(amount);
-        self.command(cmd, |_: i64| Ok(()))
+        self.write_command(cmd, |_: i64| Ok(()))
     }
 
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {

@@ -176,7 +176,7 @@ async fn d10_with_replica_acks_a_write_is_answered_only_once_a_replica_holds_it(
     let plain = RedisStore::connect(&master.url(), RedisStoreOptions::default())
         .await
         .expect("connect");
-    plain.set_balance("acme", 1_000).await.unwrap();
+    acked.set_balance("acme", 1_000).await.unwrap();
     let wait_replica = || {
         let start = Instant::now();
         while !replica
@@ -224,6 +224,10 @@ async fn d10_with_replica_acks_a_write_is_answered_only_once_a_replica_holds_it(
             tollgate_core::StoreErrorKind::Unavailable | tollgate_core::StoreErrorKind::Timeout
         ),
         "{e}"
+    );
+    assert!(
+        acked.set_balance("acme", 5).await.is_err(),
+        "a balance set is a write the gateway relies on too"
     );
     assert_eq!(
         plain.check_and_reserve(&request("r3", 100)).await.unwrap(),

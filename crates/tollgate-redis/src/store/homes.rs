@@ -22,7 +22,7 @@ impl HomeBook for RedisStore {
             .arg(format!("{}\n{}", home.channel, home.model))
             .arg("PX")
             .arg(ttl_ms.max(1));
-        Box::pin(self.command(cmd, |_: redis::Value| Ok(())))
+        Box::pin(self.write_command(cmd, |_: redis::Value| Ok(())))
     }
 
     fn find(&self, id: &str) -> HomeFuture<Option<Home>> {

@@ -157,57 +157,25 @@ impl Inner {
         conn: &mut Conn,
         guarded: bool,
     ) -> StoreResult<redis::Value> {
-        // Half the deadline: WAIT answers (with the count it got) before the call
-        // would be given up as silent — where Redis checks it in time: it checks WAIT
-        // timeouts on its cron tick (every 100 ms at the default `hz 10`), so without
-        // the replicas the call often fails at its deadline instead (`Timeout`).
-        let wait_ms = u64::try_from((self.deadline / 2).as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let n = self.replica_acks;
         let call = async {
             for loaded in [false, true] {
-                let (reply, acks) = if n == 0 {
-                    match cmd.query_async::<redis::Value>(conn).await {
-                        Ok(v) => (v, 0),
-                        Err(e) if !loaded && e.kind() == NO_SCRIPT => {
-                            load(conn, script).await?;
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                } else {
-                    let mut pipe = redis::pipe();
-                    pipe.add_command(cmd.clone())
-                        .cmd("WAIT")
-                        .arg(n)
-                        .arg(wait_ms)
-                        .ignore_errors();
-                    let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-                    let acks = match replies.pop() {
-                        Some(redis::Value::Int(a)) => a,
-                        other => {
-                            return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}"))));
-                        }
-                    };
-                    (replies.pop().unwrap_or(redis::Value::Nil), acks)
-                };
-                if let redis::Value::ServerError(e) = &reply {
-                    if !loaded && e.kind() == Some(ServerErrorKind::NoScript) {
+                let reply = match self.send_acked(conn, &cmd).await {
+                    Err(e) if !loaded && e.kind() == NO_SCRIPT => {
                         load(conn, script).await?;
                         continue;
                     }
+                    Ok(Ok(redis::Value::ServerError(e)))
+                        if !loaded && e.kind() == Some(ServerErrorKind::NoScript) =>
+                    {
+                        load(conn, script).await?;
+                        continue;
+                    }
+                    other => other?,
+                };
+                if let Ok(redis::Value::ServerError(e)) = &reply {
                     return Err(RedisError::from(e.clone()));
                 }
-                if acks < i64::from(n) {
-                    return Ok(Err(StoreError::new(
-                        StoreErrorKind::Unavailable,
-                        format!(
-                            "{acks} of {n} replicas acknowledged the write within {wait_ms} ms"
-                        ),
-                    )));
-                }
-                return Ok(Ok(reply));
+                return Ok(reply);
             }
             Ok(Err(protocol("NOSCRIPT after SCRIPT LOAD")))
         };
@@ -217,6 +185,50 @@ impl Inner {
             self.bounded(start, key, call).await
         };
         r?
+    }
+
+    /// Sends `cmd` on `conn` and, with replica acks (D10), `WAIT <replica_acks>
+    /// <deadline / 2>` behind it in the same pipeline: the reply counts only once that
+    /// many replicas hold its writes (else `Unavailable`). A server error reply comes
+    /// back as an error (`Err`, or `Ok(Ok(ServerError))` from the pipeline).
+    async fn send_acked(
+        &self,
+        conn: &mut Conn,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<StoreResult<redis::Value>> {
+        let n = self.replica_acks;
+        if n == 0 {
+            return cmd.query_async::<redis::Value>(conn).await.map(Ok);
+        }
+        // Half the deadline: WAIT answers (with the count it got) before the call
+        // would be given up as silent — where Redis checks it in time: it checks WAIT
+        // timeouts on its cron tick (every 100 ms at the default `hz 10`), so without
+        // the replicas the call often fails at its deadline instead (`Timeout`).
+        let wait_ms = u64::try_from((self.deadline / 2).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(n)
+            .arg(wait_ms)
+            .ignore_errors();
+        let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+        let acks = match replies.pop() {
+            Some(redis::Value::Int(a)) => a,
+            other => return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}")))),
+        };
+        let reply = replies.pop().unwrap_or(redis::Value::Nil);
+        if matches!(reply, redis::Value::ServerError(_)) {
+            return Ok(Ok(reply));
+        }
+        if acks < i64::from(n) {
+            return Ok(Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!("{acks} of {n} replicas acknowledged the write within {wait_ms} ms"),
+            )));
+        }
+        Ok(Ok(reply))
     }
 
     /// The liveness of the node `key` lives on (the one node's, off a Cluster).
@@ -677,6 +689,36 @@ impl RedisStore {
                 .guarded(start, &key, cmd.query_async::<R>(&mut conn))
                 .await;
             decode(r?)
+        })
+    }
+
+    /// [`command`](Self::command) for a write that holds money or state other calls
+    /// rely on (a balance set, a pending registration, an object's home): with replica
+    /// acks it is answered only once that many replicas hold it (D10).
+    pub(crate) fn write_command<R, T>(
+        &self,
+        cmd: redis::Cmd,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
+        if self.inner.replica_acks == 0 {
+            return self.command(cmd, decode);
+        }
+        self.flush_batch();
+        let start = Instant::now();
+        let mut conn = self.inner.conn.clone();
+        let inner = self.inner.clone();
+        RedisStoreFuture::new(async move {
+            let key = first_key(&cmd);
+            let sent = inner.send_acked(&mut conn, &cmd);
+            let v = inner.guarded(start, &key, sent).await??;
+            if let redis::Value::ServerError(e) = &v {
+                return Err(map_err(RedisError::from(e.clone())));
+            }
+            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
         })
     }
 
