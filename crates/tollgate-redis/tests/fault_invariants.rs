@@ -538,3 +538,158 @@ async fn d10_a_takeover_under_load_with_replica_acks_loses_nothing() {
     })
     .await;
 }
+
+/// A gateway instance killed while holding quota and billing blocks (its process gone:
+/// no give-back runs). What it had borrowed comes back within the stated bounds: its
+/// leases within their TTL, its unused window units when their window ends (at most a
+/// block — 1/64 of the limit — per subject), its billing block's money when the sweep
+/// takes the block's attempt into pending reconciliation after the request lifetime.
+#[test]
+fn t5_what_a_killed_instance_borrowed_comes_back_within_the_stated_bounds() {
+    const TTL_MS: u64 = 2_000;
+    const WINDOW: Duration = Duration::from_secs(3);
+    const LIFETIME_MS: u64 = 1_000;
+    let server = RedisServer::start();
+    let policy = Arc::new(
+        Policy::default()
+            .with_concurrency(100_000)
+            .with_requests(Tier::new(WINDOW, 100_000)),
+    );
+    let key = SubjectKey::from("killed");
+    let budget = Budget::new("killed-budget", 1_000_000_000, None);
+    let bill = |a: &str| BillingRequest {
+        attempt: a.into(),
+        tenant: Some(TENANT.into()),
+        key: key.clone(),
+        spend_cap: None,
+        budgets: vec![budget.clone()].into(),
+        money: 10,
+        bill_balance: true,
+        lifetime_ms: LIFETIME_MS,
+        tenant_expected: true,
+    };
+    // The instance, on a runtime of its own: dropping the runtime is the kill (its
+    // timers and give-backs never run).
+    let killed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let borrowed_at = killed.block_on(async {
+        let sizing = BlockSizing::default().with_money(true);
+        let s = RedisStore::connect(
+            &server.url(),
+            RedisStoreOptions::default().blocks(Some(sizing)),
+        )
+        .await
+        .unwrap();
+        s.set_balance(TENANT, BALANCE).await.unwrap();
+        let d = Demand::default();
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: 100_000,
+            ttl: TTL_MS,
+        };
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy: &policy,
+            demand: &d,
+        };
+        let at = Instant::now();
+        assert!(matches!(
+            s.acquire_and_admit(&slot, Some(window)).await.unwrap(),
+            JointDecision::Admitted { .. }
+        ));
+        assert_eq!(
+            s.check_and_reserve(&bill("killed-1")).await.unwrap(),
+            BillingDecision::Admitted
+        );
+        at
+    });
+    drop(killed);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let observer =
+            RedisStore::connect(&server.url(), RedisStoreOptions::default().blocks(None))
+                .await
+                .unwrap();
+        let used = async || {
+            let v = observer.view(&key, Scope::Key, &policy).await.unwrap();
+            v.iter()
+                .find(|l| l.dimension == Dimension::Requests)
+                .map_or(0, |l| l.used)
+        };
+        let leases = SlotStore::in_flight(&observer, &key).await.unwrap();
+        let units = used().await;
+        let reserved = observer
+            .account(Some(TENANT), &key, &[budget.clone()])
+            .await
+            .unwrap()
+            .budgets[0]
+            .reserved;
+        eprintln!("killed holding: {leases} leases, {units} window units, {reserved} money");
+        assert!(leases > 1 && units > 1 && reserved > 10, "it held blocks");
+        assert!(
+            units <= 100_000 / 64,
+            "a window block is at most 1/64 of the limit"
+        );
+
+        // Leases: gone within their TTL.
+        let mut healed = None;
+        while borrowed_at.elapsed() < Duration::from_millis(TTL_MS + 1_500) {
+            if SlotStore::in_flight(&observer, &key).await.unwrap() == 0 {
+                healed = Some(borrowed_at.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let healed = healed.expect("the killed instance's leases never healed");
+        eprintln!("leases healed after {healed:?} (TTL {TTL_MS} ms)");
+        assert!(healed <= Duration::from_millis(TTL_MS + 300), "{healed:?}");
+
+        // Window units: counted until their window ends, then gone.
+        while borrowed_at.elapsed() < WINDOW + Duration::from_millis(200) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(used().await, 0, "the window ended");
+
+        // Money: the next reservation in the books sweeps the dead block's attempt into
+        // pending reconciliation and releases its budget reservation.
+        let plain = observer;
+        assert_eq!(
+            plain.check_and_reserve(&bill("after")).await.unwrap(),
+            BillingDecision::Admitted
+        );
+        // (The sweep's books are registered for the listing right after, off the path.)
+        let mut pending = Vec::new();
+        for _ in 0..50 {
+            pending = plain.pending().await.unwrap();
+            if !pending.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!("pending after the sweep: {pending:?}");
+        assert_eq!(
+            pending.len(),
+            1,
+            "the block's attempt is pending: {pending:?}"
+        );
+        assert!(
+            pending[0].1 >= reserved - 10,
+            "its whole money: {pending:?}"
+        );
+        let v = plain
+            .account(Some(TENANT), &key, &[budget.clone()])
+            .await
+            .unwrap();
+        assert_eq!(
+            v.budgets[0].reserved, 10,
+            "the sweep released the dead block's budget reservation"
+        );
+        assert_eq!(
+            v.tenant_pending, pending[0].1,
+            "its money is pending against the balance"
+        );
+    });
+}
