@@ -80,60 +80,44 @@ fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
 }
 
 impl RedisStore {
-    /// The key prefix, recovered from the base of the billing registry
-    /// (`<prefix>:{<billing tag>}:`; a tag holds no `{`).
-    fn billing_prefix(&self) -> &str {
-        let base = self.billing_base();
-        base.rfind(":{").map_or(base, |i| &base[..i])
-    }
-
     /// The start of every key of `books` (D3): `<prefix>:{tenant:<tenant>}:billing:` for a
     /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
     /// slot is its own slots' and windows').
     pub fn books_base(&self, books: &Books) -> String {
-        match books {
-            Books::Tenant(t) => format!("{}:{{tenant:{t}}}:billing:", self.billing_prefix()),
-            Books::Key(k) => format!("{}:{{{}}}:keybilling:", self.billing_prefix(), k.as_str()),
-        }
+        self.keys().books(books)
     }
 
     /// The key of a tenant's balance: `<tenant base>tenant` (HASH: `bal`, `pend`).
     pub fn tenant_key(&self, tenant: &str) -> String {
-        let mut k = self.books_base(&Books::Tenant(tenant.into()));
-        k.push_str("tenant");
-        k
+        self.keys().tenant(tenant)
     }
 
     /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
     /// `spent`, `pend`).
     pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
-        format!("{}key:{}", self.books_base(books), key.as_str())
+        self.keys().spend(books, key)
     }
 
     /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
     /// `spent`, `res`).
     pub fn budget_key(&self, books: &Books, id: &str) -> String {
-        format!("{}budget:{id}", self.books_base(books))
+        self.keys().budget(books, id)
     }
 
     /// The key of an attempt's record: `<books base>attempt:<id>`.
     pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
-        format!(
-            "{}attempt:{}",
-            self.books_base(&attempt.books),
-            attempt.attempt
-        )
+        self.keys().attempt(attempt)
     }
 
     /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
     pub fn open_key(&self, books: &Books) -> String {
-        format!("{}open", self.books_base(books))
+        self.keys().open(books)
     }
 
     /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
     /// attempt id → amount).
     pub fn pending_key(&self, books: &Books) -> String {
-        format!("{}pending", self.books_base(books))
+        self.keys().pending(books)
     }
 
     /// The key of the registry of books that have had attempts pending reconciliation:
@@ -141,7 +125,7 @@ impl RedisStore {
     /// billing key shared by every tenant, written only when an attempt becomes pending;
     /// it holds one member per such books (bounded by tenants and keys, like balances).
     pub fn pending_registry_key(&self) -> String {
-        format!("{}pending-books", self.billing_base())
+        self.keys().pending_registry()
     }
 
     pub(crate) fn budget_ttl(&self) -> String {
@@ -160,15 +144,9 @@ impl RedisStore {
 
 impl RedisStore {
     /// The keys of the settle script for `attempt`: its record, its books' pending list
-    /// (and counter) and open attempts.
+    /// (and counter), open attempts and tombstones.
     pub(crate) fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
-        let base = self.books_base(&attempt.books);
-        vec![
-            format!("{base}attempt:{}", attempt.attempt),
-            format!("{base}pending"),
-            format!("{base}open"),
-            format!("{base}done"),
-        ]
+        self.keys().settle(attempt)
     }
 
     /// The books named in the pending registry, in books order.

@@ -64,6 +64,7 @@ mod billing_blocks;
 mod codec;
 mod conn;
 mod cooldowns;
+mod keys;
 mod options;
 mod scripts;
 mod store;

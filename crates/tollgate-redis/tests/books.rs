@@ -150,8 +150,10 @@ async fn d10_a_settled_attempt_leaves_a_tombstone_that_expires() {
 fn replicated() -> (RedisServer, RedisServer) {
     let master = RedisServer::start();
     let replica = RedisServer::start();
-    // Sync at once, not after the default 5 s of diskless-sync delay.
+    // Sync at once, not after the default 5 s of diskless-sync delay; the replica
+    // loads the sync in memory and writes no dump file into the test's directory.
     master.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+    replica.cli(&["CONFIG", "SET", "repl-diskless-load", "on-empty-db"]);
     replica.cli(&["REPLICAOF", "127.0.0.1", &master.port().to_string()]);
     let start = Instant::now();
     while !replica
@@ -176,7 +178,7 @@ async fn d10_with_replica_acks_a_write_is_answered_only_once_a_replica_holds_it(
     let plain = RedisStore::connect(&master.url(), RedisStoreOptions::default())
         .await
         .expect("connect");
-    acked.set_balance("acme", 1_000).await.unwrap();
+    plain.set_balance("acme", 1_000).await.unwrap();
     let wait_replica = || {
         let start = Instant::now();
         while !replica

@@ -622,7 +622,7 @@ fn t5_what_a_killed_instance_borrowed_comes_back_within_the_stated_bounds() {
         let leases = SlotStore::in_flight(&observer, &key).await.unwrap();
         let units = used().await;
         let reserved = observer
-            .account(Some(TENANT), &key, &[budget.clone()])
+            .account(Some(TENANT), &key, std::slice::from_ref(&budget))
             .await
             .unwrap()
             .budgets[0]
@@ -680,7 +680,7 @@ fn t5_what_a_killed_instance_borrowed_comes_back_within_the_stated_bounds() {
             "its whole money: {pending:?}"
         );
         let v = plain
-            .account(Some(TENANT), &key, &[budget.clone()])
+            .account(Some(TENANT), &key, std::slice::from_ref(&budget))
             .await
             .unwrap();
         assert_eq!(

@@ -555,7 +555,10 @@ fn b4_requests_from_a_billing_block_settle_once_and_the_block_at_their_costs() {
     };
     b.correct_account(Some("acme"), &"other".into(), &mut other);
     assert_eq!(other.balance, Some(10_000 - 70));
-    assert_eq!(other.key_spent, 0, "another key's spend is not this block's");
+    assert_eq!(
+        other.key_spent, 0,
+        "another key's spend is not this block's"
+    );
     // An unknown result goes to the shared store as its own pending attempt.
     let Some(MoneySettled::ToPending(r, None)) =
         b.settle_money(&reqs[1].attempt_ref(), BillingOutcome::Pending)

@@ -54,7 +54,7 @@ impl RedisStore {
                     requests,
                     used,
                 );
-                self.settle_window(state_keys(key), &blob, ticket.id, requests > 1)
+                self.settle_window(Keys::window_script(key), &blob, ticket.id, requests > 1)
             }
             GiveBack::SlotMembers {
                 key,

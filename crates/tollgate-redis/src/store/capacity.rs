@@ -13,7 +13,7 @@ impl tollgate_core::CapacityStore for RedisStore {
         capacity: u32,
         ttl: Millis,
     ) -> Self::Future<Option<LeaseId>> {
-        let decided = SlotStore::acquire(self, &channel_subject(channel), capacity, ttl);
+        let decided = SlotStore::acquire(self, &Keys::channel_subject(channel), capacity, ttl);
         RedisStoreFuture::new(async move {
             Ok(match decided.await? {
                 SlotDecision::Acquired(id) => Some(id),
@@ -22,14 +22,14 @@ impl tollgate_core::CapacityStore for RedisStore {
         })
     }
     fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
-        SlotStore::renew(self, &channel_subject(channel), lease, ttl)
+        SlotStore::renew(self, &Keys::channel_subject(channel), lease, ttl)
     }
     fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
         // Waits for company (up to the batch delay): the request's concurrency slot,
         // released right after, sends it.
-        self.release_lease(&channel_subject(channel), lease, false)
+        self.release_lease(&Keys::channel_subject(channel), lease, false)
     }
     fn in_flight(&self, channel: &str) -> Self::Future<u32> {
-        SlotStore::in_flight(self, &channel_subject(channel))
+        SlotStore::in_flight(self, &Keys::channel_subject(channel))
     }
 }

@@ -11,7 +11,7 @@ use tollgate_core::store::{StoreError, StoreErrorKind};
 impl RedisStore {
     /// The key of object `id`'s home.
     pub fn home_key(&self, id: &str) -> String {
-        format!("{}:home:{id}", self.inner.prefix)
+        self.keys().home(id)
     }
 }
 

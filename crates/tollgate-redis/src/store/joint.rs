@@ -379,7 +379,7 @@ impl RedisStore {
         ttl: Millis,
         may_wait: bool,
     ) -> RedisStoreFuture<(JointAdmission, CapacityTake)> {
-        let leases = self.slots_key(&channel_subject(channel));
+        let leases = self.slots_key(&Keys::channel_subject(channel));
         let asked_at = self.local_now();
         let states: Vec<String> = items
             .iter()

@@ -2,6 +2,7 @@
 
 mod batching;
 mod blocks;
+mod call;
 pub(crate) use blocks::spawn_quietly;
 mod capacity;
 mod homes;
@@ -14,6 +15,7 @@ mod windows;
 use crate::batch::Batcher;
 use crate::codec::Doubles;
 use crate::conn::{Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, says_cluster, watch_topology};
+use crate::keys::Keys;
 use crate::options::{RedisStoreOptions, TimeSource};
 use crate::scripts::{CLUSTER_SCRIPTS, SCRIPTS, Scripts, cluster_source, for_cluster};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -74,9 +76,8 @@ impl<T> fmt::Debug for RedisStoreFuture<T> {
 
 struct Inner {
     conn: Conn,
-    prefix: String,
-    /// `<prefix>:{<billing tag>}:`, the start of every billing key.
-    billing: String,
+    /// Every key name (see [`crate::keys`]).
+    keys: Keys,
     instance: String,
     next_lease: id::Sequence,
     deadline: Duration,
@@ -106,161 +107,6 @@ struct Inner {
     /// Borrowing calls ended so far, and the count at the last one that failed.
     borrow_gen: std::sync::atomic::AtomicU64,
     borrow_failed: std::sync::atomic::AtomicU64,
-}
-
-impl Inner {
-    /// The breaker of the node `key` lives on (the one node's, off a Cluster).
-    fn breaker(&self, key: &[u8]) -> &Breaker {
-        self.nodes
-            .as_ref()
-            .map_or(&self.breaker, |n| n.breaker_of(key))
-    }
-
-    /// The variant of `script` this connection runs (see [`for_cluster`]).
-    fn script(&self, script: &'static Script) -> &'static Script {
-        if self.conn.is_cluster() {
-            for_cluster(script)
-        } else {
-            script
-        }
-    }
-
-    /// [`bounded`](Self::bounded), behind the breaker of `key`'s node: fails at once
-    /// while it is open, and tells it how the call went.
-    async fn guarded<T>(
-        &self,
-        start: Instant,
-        key: &[u8],
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> StoreResult<T> {
-        let breaker = self.breaker(key);
-        let pass = breaker.check()?;
-        let r = self.bounded(start, key, fut).await;
-        breaker.record(&r, self.live(key).silent_for(start));
-        drop(pass);
-        r
-    }
-
-    /// Runs `cmd`, an `EVALSHA` of `script` on `key`, under the store's deadline —
-    /// behind the breaker when `guarded` (a retried give-back goes around it). On
-    /// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node that never saw it) it
-    /// loads the script and runs it again, within the same deadline. With replica acks
-    /// (D10) `WAIT <replica_acks> <deadline / 2>` follows in one pipeline on the same
-    /// connection (`key`'s master): the reply counts only once that many replicas hold
-    /// its writes, else the call fails as `Unavailable`.
-    pub(super) async fn script_call(
-        &self,
-        start: Instant,
-        key: &[u8],
-        script: &'static Script,
-        cmd: redis::Cmd,
-        conn: &mut Conn,
-        guarded: bool,
-    ) -> StoreResult<redis::Value> {
-        let call = async {
-            for loaded in [false, true] {
-                let reply = match self.send_acked(conn, &cmd).await {
-                    Err(e) if !loaded && e.kind() == NO_SCRIPT => {
-                        load(conn, script).await?;
-                        continue;
-                    }
-                    Ok(Ok(redis::Value::ServerError(e)))
-                        if !loaded && e.kind() == Some(ServerErrorKind::NoScript) =>
-                    {
-                        load(conn, script).await?;
-                        continue;
-                    }
-                    other => other?,
-                };
-                if let Ok(redis::Value::ServerError(e)) = &reply {
-                    return Err(RedisError::from(e.clone()));
-                }
-                return Ok(reply);
-            }
-            Ok(Err(protocol("NOSCRIPT after SCRIPT LOAD")))
-        };
-        let r = if guarded {
-            self.guarded(start, key, call).await
-        } else {
-            self.bounded(start, key, call).await
-        };
-        r?
-    }
-
-    /// Sends `cmd` on `conn` and, with replica acks (D10), `WAIT <replica_acks>
-    /// <deadline / 2>` behind it in the same pipeline: the reply counts only once that
-    /// many replicas hold its writes (else `Unavailable`). A server error reply comes
-    /// back as an error (`Err`, or `Ok(Ok(ServerError))` from the pipeline).
-    async fn send_acked(
-        &self,
-        conn: &mut Conn,
-        cmd: &redis::Cmd,
-    ) -> redis::RedisResult<StoreResult<redis::Value>> {
-        let n = self.replica_acks;
-        if n == 0 {
-            return cmd.query_async::<redis::Value>(conn).await.map(Ok);
-        }
-        // Half the deadline: WAIT answers (with the count it got) before the call
-        // would be given up as silent — where Redis checks it in time: it checks WAIT
-        // timeouts on its cron tick (every 100 ms at the default `hz 10`), so without
-        // the replicas the call often fails at its deadline instead (`Timeout`).
-        let wait_ms = u64::try_from((self.deadline / 2).as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone())
-            .cmd("WAIT")
-            .arg(n)
-            .arg(wait_ms)
-            .ignore_errors();
-        let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-        let acks = match replies.pop() {
-            Some(redis::Value::Int(a)) => a,
-            other => return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}")))),
-        };
-        let reply = replies.pop().unwrap_or(redis::Value::Nil);
-        if matches!(reply, redis::Value::ServerError(_)) {
-            return Ok(Ok(reply));
-        }
-        if acks < i64::from(n) {
-            return Ok(Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!("{acks} of {n} replicas acknowledged the write within {wait_ms} ms"),
-            )));
-        }
-        Ok(Ok(reply))
-    }
-
-    /// The liveness of the node `key` lives on (the one node's, off a Cluster).
-    fn live(&self, key: &[u8]) -> &Liveness {
-        self.nodes.as_ref().map_or(&self.liveness, |n| n.of(key))
-    }
-
-    /// Awaits one Redis call on `key` made at `start` under the store's deadline (see
-    /// [`Liveness::bounded`]; on a Cluster, the liveness of the node owning `key`) and
-    /// classifies its failure.
-    async fn bounded<T>(
-        &self,
-        start: Instant,
-        key: &[u8],
-        fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> StoreResult<T> {
-        match self
-            .live(key)
-            .bounded(start, self.deadline, self.busy_limit, fut)
-            .await
-        {
-            Ok(r) => r.map_err(map_err),
-            Err(GaveUp::Silent) => Err(timeout(self.deadline)),
-            Err(GaveUp::Busy) => Err(StoreError::new(
-                StoreErrorKind::Timeout,
-                format!(
-                    "redis answered other calls but not this one within {} ms",
-                    self.busy_limit.as_millis()
-                ),
-            )),
-        }
-    }
 }
 
 /// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
@@ -390,7 +236,7 @@ pub struct RedisStore {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &self.inner.prefix)
+            .field("prefix", &self.inner.keys.prefix())
             .field("instance", &self.inner.instance)
             .field("deadline", &self.inner.deadline)
             .finish_non_exhaustive()
@@ -516,12 +362,10 @@ impl RedisStore {
         let instance = options
             .instance_id
             .unwrap_or_else(|| format!("{:016x}", id::random_u64()));
-        let billing = format!("{}:{{{}}}:", options.prefix, options.billing_tag);
         Self {
             inner: Arc::new(Inner {
                 conn,
-                billing,
-                prefix: options.prefix,
+                keys: Keys::new(options.prefix, &options.billing_tag),
                 instance,
                 // A random start in [1, 2^61): two stores never hand out the same id, so
                 // a lease released through the wrong store frees nothing; and no count
@@ -615,18 +459,13 @@ impl RedisStore {
 
     /// The key of `key`'s slot leases: `<prefix>:{<subject>}:slots`.
     pub fn slots_key(&self, key: &SubjectKey) -> String {
-        format!("{}:{{{}}}:slots", self.inner.prefix, key.as_str())
+        self.inner.keys.slots(key)
     }
 
     /// The key of `key`'s window state under `scope`: `<prefix>:{<subject>}:win:<scope>`
     /// (`key` or `sub`).
     pub fn window_key(&self, key: &SubjectKey, scope: Scope) -> String {
-        format!(
-            "{}:{{{}}}:win:{}",
-            self.inner.prefix,
-            key.as_str(),
-            scope.as_str()
-        )
+        self.inner.keys.window(key, scope)
     }
 
     /// The key of the rolling log (W10) of `key` under `scope`:
@@ -640,7 +479,12 @@ impl RedisStore {
     /// The keys of every window script: the state, its rolling log and its admission
     /// records (`<state>:adm`).
     fn window_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
-        state_keys(self.window_key(key, scope))
+        Keys::window_script(self.window_key(key, scope))
+    }
+
+    /// The store's key names.
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
     }
 
     /// The member of the admission record of the call `id` (D9): the id alone, so any
@@ -659,155 +503,14 @@ impl RedisStore {
         self.inner.time.arg()
     }
 
-    /// `<prefix>:{<billing tag>}:`, the start of every billing key.
-    pub(crate) fn billing_base(&self) -> &str {
-        &self.inner.billing
-    }
-
     /// Life of amount-cap and budget state after its last change, in ms.
     pub(crate) fn amount_ttl_ms(&self) -> Millis {
         self.inner.amount_ttl_ms
     }
-
-    /// Runs one plain command under the deadline and decodes its reply.
-    pub(crate) fn command<R, T>(
-        &self,
-        cmd: redis::Cmd,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        self.flush_batch();
-        let start = Instant::now();
-        let mut conn = self.inner.conn.clone();
-        let inner = self.inner.clone();
-        RedisStoreFuture::new(async move {
-            let key = first_key(&cmd);
-            let r = inner
-                .guarded(start, &key, cmd.query_async::<R>(&mut conn))
-                .await;
-            decode(r?)
-        })
-    }
-
-    /// [`command`](Self::command) for a write that holds money or state other calls
-    /// rely on (a balance set, a pending registration, an object's home): with replica
-    /// acks it is answered only once that many replicas hold it (D10).
-    pub(crate) fn write_command<R, T>(
-        &self,
-        cmd: redis::Cmd,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        if self.inner.replica_acks == 0 {
-            return self.command(cmd, decode);
-        }
-        self.flush_batch();
-        let start = Instant::now();
-        let mut conn = self.inner.conn.clone();
-        let inner = self.inner.clone();
-        RedisStoreFuture::new(async move {
-            let key = first_key(&cmd);
-            let sent = inner.send_acked(&mut conn, &cmd);
-            let v = inner.guarded(start, &key, sent).await??;
-            if let redis::Value::ServerError(e) = &v {
-                return Err(map_err(RedisError::from(e.clone())));
-            }
-            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
-        })
-    }
-
-    /// Runs `script` on `key` with `args` under the deadline and decodes its reply.
-    pub(crate) fn eval<R, T>(
-        &self,
-        script: &'static Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-        blob: Option<Doubles>,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        self.eval_blobs(script, keys, args, blob.into_iter().collect(), decode)
-    }
-
-    /// [`eval`](Self::eval) with any number of binary arguments after `args`.
-    pub(crate) fn eval_blobs<R, T>(
-        &self,
-        script: &'static Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-        blobs: Vec<Doubles>,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        self.flush_batch();
-        let start = Instant::now();
-        let mut conn = self.inner.conn.clone();
-        let inner = self.inner.clone();
-        let script = self.inner.script(script);
-        RedisStoreFuture::new(async move {
-            let key = keys.first().map_or(&[][..], |k| k.as_bytes());
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash()).arg(keys.len());
-            for k in &keys {
-                cmd.arg(k.as_str());
-            }
-            for a in &args {
-                cmd.arg(a.as_str());
-            }
-            for b in &blobs {
-                cmd.arg(b.bytes());
-            }
-            let v = inner
-                .script_call(start, key, script, cmd, &mut conn, true)
-                .await?;
-            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
-        })
-    }
-}
-
-/// `NOSCRIPT`: the script is not in the server's cache.
-const NO_SCRIPT: ErrorKind = ErrorKind::Server(ServerErrorKind::NoScript);
-
-/// Loads `script` into the cache of the node `conn` reaches (`SCRIPT LOAD`; on a
-/// Cluster, every master).
-async fn load(conn: &mut Conn, script: &'static Script) -> redis::RedisResult<()> {
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(crate::scripts::source_of(script))
-        .query_async(conn)
-        .await?;
-    Ok(())
 }
 
 /// How often a Cluster store rereads the slot owners.
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
-
-/// The window script keys of the state key `state` (see `RedisStore::window_keys`).
-fn state_keys(state: String) -> Vec<String> {
-    let roll = format!("{state}:roll");
-    let adm = format!("{state}:adm");
-    vec![state, roll, adm]
-}
-
-/// The key a plain command works on (its first argument), for routing its liveness.
-fn first_key(cmd: &redis::Cmd) -> Vec<u8> {
-    match cmd.args_iter().nth(1) {
-        Some(redis::Arg::Simple(b)) => b.to_vec(),
-        _ => Vec::new(),
-    }
-}
 
 fn in_runtime() -> StoreResult<()> {
     tokio::runtime::Handle::try_current()
@@ -862,11 +565,4 @@ fn count(v: i64, what: &str) -> StoreResult<u32> {
             format!("{what}: unexpected count {v}"),
         )
     })
-}
-
-/// The subject key a channel's capacity leases live under: the same lease scripts as
-/// the slots, under keys no subject can have (NUL bytes), each channel on its own
-/// Cluster slot (D3, D5).
-fn channel_subject(channel: &str) -> SubjectKey {
-    SubjectKey::from(format!("\0capacity\0{channel}"))
 }
