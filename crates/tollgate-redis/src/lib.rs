@@ -59,8 +59,6 @@
 #![deny(unreachable_pub)]
 
 mod batch;
-mod billing;
-mod billing_blocks;
 mod codec;
 mod conn;
 mod cooldowns;
@@ -69,11 +67,11 @@ mod options;
 mod scripts;
 mod store;
 
-pub use billing::MAX_EXACT_MONEY;
 pub use cooldowns::CooldownSync;
 pub use options::{
     DEFAULT_AMOUNT_TTL, DEFAULT_BILLING_TAG, DEFAULT_BUSY_LIMIT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE, DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
 };
 pub use redis;
+pub use store::MAX_EXACT_MONEY;
 pub use store::{GiveBacks, RedisStore, RedisStoreFuture};

@@ -1,6 +1,8 @@
 //! [`RedisStore`]: the store traits of tollgate-core on Redis.
 
 mod batching;
+mod billing;
+pub use billing::MAX_EXACT_MONEY;
 mod blocks;
 mod call;
 pub(crate) use blocks::spawn_quietly;

@@ -6,6 +6,8 @@
 //! installed even if the request that asked went away meanwhile (its own unit is then
 //! handed back locally), so no borrowed share is lost with a dropped future.
 
+mod money;
+
 use super::*;
 use crate::batch::Code;
 use crate::codec;
