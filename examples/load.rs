@@ -144,12 +144,13 @@ async fn main() {
     lat.sort();
     let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)));
     println!(
-        "requests={} seconds={:.2} rps={:.0} p50_ms={:.3} p99_ms={:.3} statuses={:?}",
+        "requests={} seconds={:.2} rps={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} statuses={:?}",
         lat.len(),
         elapsed.as_secs_f64(),
         lat.len() as f64 / elapsed.as_secs_f64(),
         pct(0.50).map_or(0.0, |d| d.as_secs_f64() * 1e3),
         pct(0.99).map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        lat.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
         statuses
     );
 }
