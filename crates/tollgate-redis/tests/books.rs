@@ -121,6 +121,50 @@ async fn d10_a_retried_settlement_that_finds_its_attempt_lost_is_pending_not_set
         vec![(attempt("a2"), 30)],
         "listed for reconciliation"
     );
+    // The first try's settlement, sent again later (it was kept for retries), leaves
+    // the unknown outcome to the operator: still listed, nothing charged.
+    let base = RedisStore::connect(&server.url(), RedisStoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        base.settle_attempt(&attempt("a2"), BillingOutcome::Settled(30))
+            .await
+            .unwrap(),
+        Some(AttemptState::Pending(30))
+    );
+    assert_eq!(s.pending().await.unwrap(), vec![(attempt("a2"), 30)]);
+    assert_eq!(balance(&s).await, 1_000);
+    let v = s
+        .account(Some("acme"), &SubjectKey::from("k"), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        v.tenant_pending, 30,
+        "counted against the balance as pending"
+    );
+    // The operator reconciles it: charged to the tenant, off the list.
+    use tollgate_core::store::ReconcileStore;
+    let r = s
+        .reconcile(
+            &attempt("a2"),
+            tollgate_core::billing::Reconcile::Settle(30),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            r,
+            tollgate_core::billing::Reconciled::Settled { cost: 30, .. }
+        ),
+        "{r:?}"
+    );
+    assert!(s.pending().await.unwrap().is_empty());
+    assert_eq!(balance(&s).await, 970);
+    let v = s
+        .account(Some("acme"), &SubjectKey::from("k"), &[])
+        .await
+        .unwrap();
+    assert_eq!(v.tenant_pending, 0);
 }
 
 #[tokio::test]

@@ -24,7 +24,7 @@
 local TOMBSTONE_MS = 120000
 local now = now_ms(ARGV[1])
 local att = KEYS[1]
-local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel', 'h', 'ch')
+local A = redis.call('HMGET', att, 's', 'm', 'tk', 'kk', 'b', 'rel', 'h', 'ch', 'u')
 local st = A[1]
 local retry = ARGV[7] == '1'
 if not st then
@@ -37,6 +37,16 @@ if not st then
   if ARGV[2] == 'r' then return {3} end
   local amount = tonumber(ARGV[3])
   redis.call('HSET', att, 's', 'p', 'm', amount, 'ps', now, 'u', '1')
+  -- A tenant's books: pending against the tenant's balance, as any pending attempt,
+  -- and charged there when an operator reconciles it (the key it was for is lost).
+  local base = string.sub(att, 1, #att - #('attempt:' .. ARGV[5]))
+  if string.sub(base, -9) == ':billing:' then
+    local tk = base .. 'tenant'
+    add(tk, 'pend', amount)
+    local err = commit()
+    if err then return err end
+    redis.call('HSET', att, 'tk', tk)
+  end
   redis.call('HSET', KEYS[2], ARGV[5], amount)
   count_pending(KEYS[2], 1, amount)
   return {2, amount}
@@ -44,6 +54,10 @@ end
 local outcome = ARGV[2]
 local was_pending = st == 'p'
 if was_pending and outcome == 'p' then return {0} end
+-- An unknown outcome (recorded by a retry that found nothing) is an operator's to
+-- reconcile: a settlement sent again later (a first try's, kept for retries) must not
+-- take it off the list without the charge it stands for.
+if A[9] == '1' and ARGV[6] ~= '1' then return {2, tonumber(A[2])} end
 if ARGV[6] == '1' and not was_pending then return {4} end
 local money, tk, kk, released = tonumber(A[2]), A[3], A[4], A[6] == '1'
 local B = {}

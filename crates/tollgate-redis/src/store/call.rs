@@ -170,17 +170,7 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        self.flush_batch();
-        let start = Instant::now();
-        let mut conn = self.inner.conn.clone();
-        let inner = self.inner.clone();
-        RedisStoreFuture::new(async move {
-            let key = first_key(&cmd);
-            let r = inner
-                .guarded(start, &key, cmd.query_async::<R>(&mut conn))
-                .await;
-            decode(r?)
-        })
+        self.plain(cmd, false, decode)
     }
 
     /// [`command`](Self::command) for a write that holds money or state other calls
@@ -195,16 +185,32 @@ impl RedisStore {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        if self.inner.replica_acks == 0 {
-            return self.command(cmd, decode);
-        }
+        self.plain(cmd, true, decode)
+    }
+
+    fn plain<R, T>(
+        &self,
+        cmd: redis::Cmd,
+        write: bool,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
         self.flush_batch();
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
             let key = first_key(&cmd);
-            let sent = inner.send_acked(&mut conn, &cmd);
+            let sent = async {
+                if write {
+                    inner.send_acked(&mut conn, &cmd).await
+                } else {
+                    cmd.query_async::<redis::Value>(&mut conn).await.map(Ok)
+                }
+            };
             let v = inner.guarded(start, &key, sent).await??;
             if let redis::Value::ServerError(e) = &v {
                 return Err(map_err(RedisError::from(e.clone())));
