@@ -242,6 +242,11 @@ pub(crate) fn hash_slot(key: &[u8]) -> u16 {
 /// stands for "owner unknown" (before the first read, or past [`MAX_NODES`]).
 pub(crate) struct Nodes {
     owner: Box<[AtomicU16]>,
+    /// Per slot: when its owner last changed (a failover, a reshard), in ms since
+    /// `origin` (0 = never seen to change): writes the old owner had not replicated may
+    /// be lost, so a lease renewed soon after is restored if it is gone (D10).
+    moved: Box<[AtomicU64]>,
+    origin: std::time::Instant,
     names: Mutex<Vec<String>>,
     live: Box<[Liveness]>,
     breakers: Box<[Breaker]>,
@@ -252,6 +257,8 @@ impl Nodes {
     pub(crate) fn new(deadline: Duration) -> Self {
         Self {
             owner: (0..SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            moved: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            origin: std::time::Instant::now(),
             names: Mutex::new(Vec::new()),
             live: (0..=MAX_NODES).map(|_| Liveness::new()).collect(),
             breakers: (0..=MAX_NODES).map(|_| Breaker::new(deadline)).collect(),
@@ -269,6 +276,18 @@ impl Nodes {
     pub(crate) fn breaker_of(&self, key: &[u8]) -> &Breaker {
         let node = self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed);
         &self.breakers[usize::from(node)]
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// True when the owner of `key`'s slot changed within the last `window`.
+    pub(crate) fn moved_within(&self, key: &[u8], window: Duration) -> bool {
+        let at = self.moved[usize::from(hash_slot(key))].load(Ordering::Relaxed);
+        at != 0
+            && self.now_ms().saturating_sub(at)
+                <= u64::try_from(window.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Index (≥ 1) of the node `name` (`host:port`), 0 past [`MAX_NODES`].
@@ -308,8 +327,12 @@ impl Nodes {
             };
             let node = self.index(&format!("{host}:{port}"));
             let last = SLOTS as i64 - 1;
+            let now = self.now_ms().max(1);
             for slot in (*start).clamp(0, last)..=(*end).clamp(0, last) {
-                self.owner[slot as usize].store(node, Ordering::Relaxed);
+                let was = self.owner[slot as usize].swap(node, Ordering::Relaxed);
+                if was != 0 && was != node {
+                    self.moved[slot as usize].store(now, Ordering::Relaxed);
+                }
             }
             read += 1;
         }
@@ -535,7 +558,18 @@ mod tests {
         assert_eq!(nodes.update(&reply), 2);
         assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[1]));
         assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[2]));
+        assert!(!nodes.moved_within(low.as_bytes(), Duration::from_secs(60)));
         // A failover moves the range to another node.
+        nodes.update(&Value::Array(vec![
+            range(0, 8191, 7001),
+            range(8192, 16383, 7003),
+        ]));
+        assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[3]));
+        assert!(nodes.moved_within(high.as_bytes(), Duration::from_secs(60)));
+        assert!(
+            !nodes.moved_within(low.as_bytes(), Duration::from_secs(60)),
+            "only the slots whose owner changed"
+        );
         nodes.update(&Value::Array(vec![range(0, 16383, 7003)]));
         assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[3]));
         assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[3]));

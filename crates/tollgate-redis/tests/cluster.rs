@@ -461,3 +461,40 @@ async fn d11_without_full_coverage_a_dead_master_leaves_the_other_masters_servin
     assert_eq!(answered_next_to_a_dead_master(false).await, 20);
     assert_eq!(answered_next_to_a_dead_master(true).await, 0);
 }
+
+/// D10 without replica acknowledgements: a lease lost with a failover (the old master
+/// had not replicated it) is restored by its next renewal and counted again — the
+/// request still runs. (Without a failover a lease that is gone stays gone: the
+/// conformance suite's C4 runs on a Cluster too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d10_a_lease_lost_with_a_failover_is_restored_by_its_next_renewal() {
+    let c = RedisCluster::start(3, 1);
+    let store = RedisStore::connect(&c.comma_urls(), options())
+        .await
+        .expect("connect");
+    let key = SubjectKey::from("lost-lease");
+    let ttl = 60_000;
+    let SlotDecision::Acquired(lease) = store.acquire(&key, 5, ttl).await.unwrap() else {
+        panic!("no slot");
+    };
+    let slots = store.slots_key(&key);
+    let old = c.master_of_key(slots.as_bytes());
+    let new = tokio::task::block_in_place(|| c.failover(old));
+    // The lease the old master had not replicated: gone on the new one.
+    let member = format!("{}:{lease}", store.instance_id());
+    c.cli(new, &["ZREM", &slots, &member]);
+    assert_eq!(
+        store.in_flight(&key).await.unwrap(),
+        0,
+        "lost with the failover"
+    );
+    // The store learns the new owner within a second (it rereads the slot owners).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        store.renew(&key, lease, ttl).await.unwrap(),
+        "the running request's lease is restored"
+    );
+    assert_eq!(store.in_flight(&key).await.unwrap(), 1, "and counted");
+    store.release(&key, lease).await.unwrap();
+    assert_eq!(store.in_flight(&key).await.unwrap(), 0);
+}

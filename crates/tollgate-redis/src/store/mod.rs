@@ -484,6 +484,14 @@ impl RedisStore {
         Keys::window_script(self.window_key(key, scope))
     }
 
+    /// True on a Cluster when the owner of `key`'s slot changed within `ttl_ms`.
+    pub(crate) fn slot_moved_within(&self, key: &str, ttl_ms: Millis) -> bool {
+        self.inner
+            .nodes
+            .as_ref()
+            .is_some_and(|n| n.moved_within(key.as_bytes(), Duration::from_millis(ttl_ms)))
+    }
+
     /// The store's key names.
     pub(crate) fn keys(&self) -> &Keys {
         &self.inner.keys

@@ -40,14 +40,17 @@ impl SlotStore for RedisStore {
         if borrowed_lease(lease).is_some() {
             return self.renew_borrowed(self.slots_key(key), lease, ttl);
         }
-        let args = vec![self.time(), ttl.to_string(), self.member(lease)];
-        self.eval(
-            &scripts().renew,
-            vec![self.slots_key(key)],
-            args,
-            None,
-            |r: i64| Ok(r == 1),
-        )
+        let slots = self.slots_key(key);
+        // Its slot changed owner within a lease TTL: a lease the old owner had not
+        // replicated is restored (and counted) rather than reported gone (D10).
+        let restore = self.slot_moved_within(&slots, ttl);
+        let mut args = vec![self.time(), ttl.to_string(), self.member(lease)];
+        if restore {
+            args.push("1".to_owned());
+        }
+        self.eval(&scripts().renew, vec![slots], args, None, |r: i64| {
+            Ok(r == 1)
+        })
     }
 
     fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
