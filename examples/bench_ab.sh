@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two builds of the gateway side by side (SPEC T2): the bare forwarder (`--bare`) and
+# Two builds of the gateway side by side (T2): the bare forwarder (`--bare`) and
 # the full stack (examples/bench.toml, in-memory store) of build A and of build B, in
 # front of one fake upstream, at 16 and 64 connections, interleaved A, B, A, B so that a
 # noisy host hits both alike. Prints requests/s and the full stack's share of its own
@@ -16,8 +16,7 @@ cd "$(dirname "$0")/.."
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 FAKE=$(free_port)
 "$A/fake_upstream" --port "$FAKE" > /dev/null 2>&1 & pids+=($!)
 wait_port "$FAKE"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end benchmark (SPEC T2): the gateway in front of the bundled fake upstream,
+# End-to-end benchmark (T2): the gateway in front of the bundled fake upstream,
 # loaded from a separate process over loopback, compared in one run against
 #   (a) the fake upstream called directly, and
 #   (b) the same gateway with every layer off (--bare),
@@ -20,8 +20,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 
 FAKE=9100
 $BIN/fake_upstream --port $FAKE > /dev/null 2>&1 & pids+=($!)

@@ -14,8 +14,7 @@ N=${1:-2000}
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
 cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
 BIN=target/release/examples
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 300); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 OUT=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$OUT"; }
@@ -23,7 +22,7 @@ trap cleanup EXIT
 
 FAKE=$(free_port)
 $BIN/fake_upstream --port "$FAKE" > /dev/null 2>&1 & pids+=($!)
-wait_port "$FAKE"
+wait_port "$FAKE" 300 0.2
 sed "s#http://127.0.0.1:9100#http://127.0.0.1:$FAKE#" examples/bench.toml > "$OUT/bench.toml"
 
 total() { # bare(0/1) requests → instructions of the whole gateway run
@@ -34,7 +33,7 @@ total() { # bare(0/1) requests → instructions of the whole gateway run
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$bare.$n" \
     $BIN/proxy "${flags[@]}" > /dev/null 2>&1 &
   gw=$!
-  wait_port "$port"
+  wait_port "$port" 300 0.2
   $BIN/load --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench \
     --requests "$n" --concurrency 8 > /dev/null
   kill -INT "$gw"; wait "$gw" 2>/dev/null || true

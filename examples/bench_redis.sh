@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many instances' store, measured (SPEC T3, D6, D8): the gateway with every layer on
+# Many instances' store, measured (T3, D6, D8): the gateway with every layer on
 # (examples/bench.toml: slot, two request and two token tiers, provider RPM + TPM,
 # capacity, failover, balance and budget) in front of the bundled fake upstream, in one
 # run on
@@ -35,8 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 
 FAKE=$(free_port)
 $BIN/fake_upstream --port "$FAKE" > /dev/null 2>&1 & pids+=($!)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How much of a script's Redis "server time" is the script, and how much is a Redis
-# that was idle a moment before (SPEC T3; the README's Redis section): the same tiny
+# that was idle a moment before (T3; the Redis operations guide): the same tiny
 # scripts timed by Redis itself (`INFO commandstats`, usec_per_call) when calls come
 # back to back (redis-benchmark, one connection) and when each call follows a short
 # pause (0.2 ms and 2 ms), as it does behind a gateway that sends a request's calls one

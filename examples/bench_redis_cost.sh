@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the Redis store's cost goes (SPEC T3, issue "many instances"): the gateway with
+# Where the Redis store's cost goes (T3): the gateway with
 # every layer on (examples/bench.toml) in front of the fake upstream, on memory and on
 # one redis-server, in one run, twice each (memory, redis, memory, redis):
 #   - CPU time per request of each process (gateway, redis-server, fake upstream, load
@@ -22,8 +22,7 @@ cleanup() {
   for d in "${dirs[@]}"; do rm -rf "$d"; done
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; } # utime + stime, in clock ticks
 HZ=$(getconf CLK_TCK)
 

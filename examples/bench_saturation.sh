@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Busy is not dead, at saturation (SPEC D8, issue "many instances"): wrk -t1 -c64 for
+# Busy is not dead, at saturation (D8): wrk -t1 -c64 for
 # SECONDS (default 60) against the gateway with every layer on (examples/bench.toml) in
 # memory, on one redis-server without quota blocks, with the default quota blocks and
 # with billing blocks too — one after the other in one run. Every non-2xx answer is a
@@ -22,8 +22,7 @@ cleanup() {
   for d in "${dirs[@]}"; do rm -rf "$d"; done
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 
 FAKE=$(free_port)
 $BIN/fake_upstream --port "$FAKE" > /dev/null 2>&1 & pids+=($!)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory that stays flat (SPEC D7, T1): the gateway's resident set before and after
+# Memory that stays flat (D7, T1): the gateway's resident set before and after
 # REQUESTS (default 1,000,000) requests, with every layer on (examples/bench.toml) in
 # memory and on one redis-server (the shipped [store] defaults), beside the bare
 # forwarder — one after the other in one run, each on a fresh process.
@@ -27,8 +27,7 @@ cleanup() {
   for d in "${dirs[@]}"; do rm -rf "$d"; done
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 rss_mb() { awk '{ printf "%.1f", $1 / 1024 }' <<< "$(ps -o rss= -p "$1")"; }
 
 FAKE=$(free_port)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A stalled Redis under load (SPEC D4, D8, T5): the gateway with every layer on
+# A stalled Redis under load (D4, D8, T5): the gateway with every layer on
 # (examples/bench.toml, the shipped store defaults: quota and billing blocks) on one
 # redis-server, in front of the bundled fake upstream. RATE requests a second on a fixed
 # schedule over CONNS connections, for STALL + 3 seconds; one second in, Redis is frozen
@@ -31,8 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo > /dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source examples/bench_ports.sh
 
 for _ in $(seq 1 "${BUSY:-0}"); do
   bash -c 'while :; do :; done' & pids+=($!)

@@ -1,4 +1,4 @@
-//! The bundled fake model provider (SPEC P5), on its own.
+//! The bundled fake model provider (P5), on its own.
 //!
 //! ```text
 //! cargo run -p tollgate-examples --example fake_upstream -- --port 9100

@@ -91,16 +91,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Config::load(path)?,
         None => Config::parse(DEMO).map_err(|e| format!("bundled demo.toml: {e}"))?,
     };
-    let listen = args.listen.unwrap_or(config.raw.server.listen);
+    let listen = args.listen.unwrap_or(config.server().listen);
     if let Some(url) = &args.store {
-        config.raw.store.url = url.clone();
+        config.set_store_url(url.clone());
     }
-    let store = open(&config.raw.store).await?;
+    let store = open(config.store()).await?;
     let what = store.describe();
-    let uses_fake = config
-        .channels
-        .iter()
-        .any(|c| c.config.base_url.starts_with("fake://"));
+    let uses_fake = config.uses_fake_upstream();
     let mut options = BuildOptions {
         limits: !args.bare,
         fake_upstream: None,
@@ -113,7 +110,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         None
     };
-    let serving = ServeOptions::from(&config.raw.server);
+    let serving = ServeOptions::from(config.server());
     let app = store.build(config, options).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let url = format!("http://{}", listener.local_addr()?);

@@ -1,5 +1,5 @@
 //! Black-box tests of the tollgate stack mounted in axum with `Router::layer`, driven
-//! through a real TCP socket on 127.0.0.1 (SPEC L2, L3, L5, W4, C2, E1–E4).
+//! through a real TCP socket on 127.0.0.1 (L2, L3, L5, W4, C2, E1–E4).
 //!
 //! The stack (see `tollgate_tests::with_gateway`): ErrorMappingLayer (outermost) →
 //! auth (`Authorization: Bearer`, unknown key → 40101) → ConcurrencySlotLayer →

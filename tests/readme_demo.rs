@@ -1,4 +1,4 @@
-//! The README's quickstart, run as a newcomer would (SPEC P1, §13): start the gateway
+//! The README's quickstart, run as a newcomer would (P1): start the gateway
 //! with the README's command, then run the README's curl lines and check that each
 //! answers as the comment above it says — 200, then 42901, 42902, 42905, 42906, 50202
 //! and 42911.

@@ -1,5 +1,5 @@
-//! Distributed operation on the Redis store, through the ready proxy (SPEC §9, C4, D2,
-//! T4, T5; ENGINEERING rule 15; issue "Redis store").
+//! Distributed operation on the Redis store, through the ready proxy (the distributed
+//! rules D1–D11, C4, T4, T5): N instances enforce one set of limits, not N of them.
 //!
 //! Every test starts its own `redis-server` on a free 127.0.0.1 port
 //! ([`tollgate_tests::redis::RedisServer`]), the bundled fake upstream, and gateway
@@ -155,7 +155,7 @@ impl Drop for Instance {
 /// Its own `RedisStore` — own connection, instance id `id` — with the configuration's
 /// prefix and deadline (as the `proxy` example builds it).
 fn redis_store(config: &Config, url: &str, id: &str) -> RedisStore {
-    let opts = tollgate_proxy::store::redis_options(&config.raw.store).instance_id(id);
+    let opts = tollgate_proxy::store::redis_options(config.store()).instance_id(id);
     // Lazy, as the example: an instance starts while Redis is down (D4).
     RedisStore::connect_lazy(url, opts).expect("a redis:// URL")
 }
@@ -194,7 +194,7 @@ where
     let redis = redis_store(&config, url, id);
     // As the example: provider cooldowns reach every instance (D1, F6).
     let sync = Arc::new(
-        tollgate_redis::CooldownSync::start_url(url, &config.raw.store.prefix, id)
+        tollgate_redis::CooldownSync::start_url(url, &config.store().prefix, id)
             .expect("a redis:// URL"),
     );
     let app = Gateway::new(config, store(redis))
@@ -2251,7 +2251,7 @@ fn d7_full_stack_redis_keys_do_not_grow_with_requests_served() {
 /// channel, channel capacity, failover, a balance and a budget — counted by the server
 /// (`INFO commandstats` after `CONFIG RESETSTAT`), sequential requests, non-streaming.
 ///
-/// SPEC T3: at most 3 sequential round trips before the request is sent upstream and
+/// T3: at most 3 sequential round trips before the request is sent upstream and
 /// at most 4 script calls per request with every layer on. The stack makes 3
 /// admissions in a row — the slot with the windows (`ConcurrencySlotLayer::join_windows`),
 /// the channel's provider windows with a capacity lease on it

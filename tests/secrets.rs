@@ -1,4 +1,4 @@
-//! Nothing secret leaves the gateway (issue "operations", SPEC E3, P4): the proxy
+//! Nothing secret leaves the gateway (E3, P4): the proxy
 //! example runs as its own process with debug logging, takes successful, failing,
 //! failed-over and streamed requests in all three dialects plus the operational and
 //! admin endpoints, and afterwards neither its logs, nor any response (bodies and

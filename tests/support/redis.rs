@@ -3,7 +3,7 @@
 //! [`RedisServer::start`] runs `redis-server` on a free `127.0.0.1` port with no
 //! persistence (`--save "" --appendonly no`) and waits until it answers `PING`; the
 //! process is killed when the value is dropped (also on panic). A test can then play
-//! the faults of SPEC T5 on it: [`kill`](RedisServer::kill) (SIGKILL: every connection
+//! the faults of T5 on it: [`kill`](RedisServer::kill) (SIGKILL: every connection
 //! drops, all state is lost), [`restart`](RedisServer::restart) (a new, empty server on
 //! the same port), [`freeze`](RedisServer::freeze) / [`thaw`](RedisServer::thaw)
 //! (SIGSTOP / SIGCONT: connections stay open, nothing is answered).

@@ -138,7 +138,7 @@ fn main() -> ExitCode {
             let (subscriber, exporter) = {
                 // The exporter's gRPC channel runs on the runtime.
                 let _in_runtime = runtime.enter();
-                match tollgate_proxy::telemetry::Exporter::start(&config.raw.telemetry) {
+                match tollgate_proxy::telemetry::Exporter::start(config.telemetry()) {
                     Ok(e) => (subscriber.with(e.as_ref().map(|e| e.layer())), e),
                     Err(e) => {
                         eprintln!("error: {}: {e}", args.config.display());
@@ -181,7 +181,7 @@ fn check(path: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = tollgate_proxy::store::check_url(&config.raw.store) {
+    if let Err(e) = tollgate_proxy::store::check_url(config.store()) {
         eprintln!("{}: {e}", path.display());
         return ExitCode::FAILURE;
     }
@@ -191,17 +191,16 @@ fn check(path: &Path) -> ExitCode {
         eprintln!("{}: {e}", path.display());
         return ExitCode::FAILURE;
     }
-    let raw = &config.raw;
     println!(
         "ok: {} keys, {} channels, {} models, {} policies, {} tenants ({}; store {}, listen {})",
         config.keys.len(),
         config.channels.len(),
-        raw.models.len(),
-        raw.policies.len(),
-        raw.tenants.len(),
+        config.models().len(),
+        config.policies().len(),
+        config.tenants().len(),
         path.display(),
-        raw.store.url,
-        raw.server.listen,
+        config.store().url,
+        config.server().listen,
     );
     ExitCode::SUCCESS
 }
@@ -212,23 +211,19 @@ const TRACE_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 
 async fn serve(args: ServeArgs, mut config: Config) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(url) = args.store {
-        config.raw.store.url = url;
+        config.set_store_url(url);
     }
-    let listen = args.listen.unwrap_or(config.raw.server.listen);
-    let serving = ServeOptions::from(&config.raw.server);
-    let drain = config.raw.server.drain_timeout.0;
-    let store = open(&config.raw.store).await?;
+    let listen = args.listen.unwrap_or(config.server().listen);
+    let serving = ServeOptions::from(config.server());
+    let drain = config.server().drain_timeout;
+    let store = open(config.store()).await?;
     let what = store.describe();
     let settle_grace = store.settle_grace();
     let mut options = BuildOptions {
         limits: !args.bare,
         fake_upstream: None,
     };
-    let uses_fake = config
-        .channels
-        .iter()
-        .any(|c| c.config.base_url.starts_with("fake://"));
-    let _fake = if uses_fake {
+    let _fake = if config.uses_fake_upstream() {
         let fake = FakeUpstream::start_on(args.fake_upstream).await?;
         tracing::info!(url = %fake.base_url(), "fake upstream started for the fake:// channels");
         options.fake_upstream = Some(fake.base_url());

@@ -1,4 +1,4 @@
-//! The `tollgate` binary as an operator runs it (issue 15, item 4): real processes,
+//! The `tollgate` binary as an operator runs it (P1, P3): real processes,
 //! real sockets, real signals. Every wait is bounded.
 //!
 //! - `tollgate check`: exit 0 on a good file; `file:line: reason` and exit 1 on a bad
@@ -327,7 +327,7 @@ fn line_of(text: &str, needle: &str) -> usize {
 }
 
 #[test]
-fn i15_4_check_accepts_a_good_file_and_exits_0() {
+fn p3_check_accepts_a_good_file_and_exits_0() {
     let d = dir("check-ok");
     let path = d.join("tollgate.toml");
     write(&path, &config(&d, 5, "30s"));
@@ -351,7 +351,7 @@ fn i15_4_check_accepts_a_good_file_and_exits_0() {
 }
 
 #[test]
-fn i15_4_check_reports_file_and_line_of_an_error_and_exits_1() {
+fn p3_check_reports_file_and_line_of_an_error_and_exits_1() {
     let d = dir("check-bad");
     let good = config(&d, 5, "30s");
 
@@ -413,7 +413,7 @@ fn i15_4_check_reports_file_and_line_of_an_error_and_exits_1() {
 }
 
 #[test]
-fn i15_4_usage_errors_exit_2_help_and_version_exit_0() {
+fn p1_usage_errors_exit_2_help_and_version_exit_0() {
     for args in [&["check"][..], &["serve"], &["frobnicate"], &[]] {
         let (status, _, err) = run(args);
         assert_eq!(status.code(), Some(2), "{args:?}: {err}");
@@ -435,7 +435,7 @@ fn i15_4_usage_errors_exit_2_help_and_version_exit_0() {
 }
 
 #[test]
-fn i15_4_serve_answers_healthz_and_usage() {
+fn p1_serve_answers_healthz_and_usage() {
     let d = dir("serve");
     let path = d.join("tollgate.toml");
     write(&path, &config(&d, 5, "30s"));
@@ -451,7 +451,7 @@ fn i15_4_serve_answers_healthz_and_usage() {
 }
 
 #[test]
-fn i15_4_sighup_applies_a_changed_limit_and_keeps_serving_on_a_broken_file() {
+fn p3_sighup_applies_a_changed_limit_and_keeps_serving_on_a_broken_file() {
     let d = dir("sighup");
     let path = d.join("tollgate.toml");
     write(&path, &config(&d, 5, "30s"));
@@ -502,7 +502,7 @@ fn i15_4_sighup_applies_a_changed_limit_and_keeps_serving_on_a_broken_file() {
 }
 
 #[test]
-fn i15_4_sigterm_drains_an_inflight_stream_then_exits_0_and_refuses_new_connections() {
+fn p1_sigterm_drains_an_inflight_stream_then_exits_0_and_refuses_new_connections() {
     let d = dir("sigterm");
     let path = d.join("tollgate.toml");
     write(&path, &config(&d, 100, "20s"));
@@ -557,7 +557,7 @@ fn i15_4_sigterm_drains_an_inflight_stream_then_exits_0_and_refuses_new_connecti
 }
 
 #[test]
-fn i15_4_sigterm_cuts_a_stream_longer_than_the_drain_timeout() {
+fn p1_sigterm_cuts_a_stream_longer_than_the_drain_timeout() {
     let d = dir("drain-timeout");
     let path = d.join("tollgate.toml");
     write(&path, &config(&d, 100, "1s"));
@@ -593,7 +593,7 @@ fn chat(addr: SocketAddr) -> (u16, String) {
 }
 
 #[test]
-fn i16_4_serve_on_redis_keeps_limits_there_and_drains_on_sigterm() {
+fn p1_serve_on_redis_keeps_limits_there_and_drains_on_sigterm() {
     let redis = redis::RedisServer::start();
     let d = dir("redis");
     let path = d.join("tollgate.toml");

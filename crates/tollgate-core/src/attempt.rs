@@ -1,5 +1,5 @@
 //! How one attempt at the provider ended, as the forwarder tells it, and what the
-//! layers that reserved something for it do then (SPEC B4, L5, F2, F5).
+//! layers that reserved something for it do then (B4, L5, F2, F5).
 //!
 //! The forwarder (the innermost service) fails with an [`UpstreamError`] that names
 //! its [`UpstreamFailure`]: the failover layer reads the kind instead of guessing it,

@@ -1,4 +1,4 @@
-//! Money: balances, key spend, budgets and per-attempt settlement (SPEC B1–B7), as a
+//! Money: balances, key spend, budgets and per-attempt settlement (B1–B7), as a
 //! plain ledger that both stores run.
 //!
 //! Eligibility is decided at request start (B1): a tenant whose balance (less what is

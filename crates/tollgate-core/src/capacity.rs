@@ -1,4 +1,4 @@
-//! Per-channel capacity and the fair queue (SPEC Q1–Q5), as plain types.
+//! Per-channel capacity and the fair queue (Q1–Q5), as plain types.
 //!
 //! - [`ChannelRef`], [`Candidates`], [`Chosen`], [`TenantWeight`]: what the capacity
 //!   layer reads from and writes into a request's extensions.

@@ -1,4 +1,4 @@
-//! Failover as plain types and functions (SPEC F1–F11): the classifier of provider
+//! Failover as plain types and functions (F1–F11): the classifier of provider
 //! answers, backoff, per-channel health with a circuit breaker, sticky conversations,
 //! the walk over a request's candidate channels ([`order`](order())) and the next step
 //! after each attempt ([`Attempts::decide`]). No I/O; time is passed in.
@@ -139,7 +139,7 @@ pub struct Verdict {
     /// Counts as "rate limited" for the final answer (F10).
     pub rate_limited: bool,
     /// Other channels of the same paying account must not be tried (F5 spend cap,
-    /// scenario 6).
+    /// S6).
     pub stop_account: bool,
 }
 

@@ -1,4 +1,4 @@
-//! Where provider-side objects live (SPEC P6).
+//! Where provider-side objects live (P6).
 //!
 //! Some provider APIs keep state between requests: an OpenAI Responses API response
 //! (continued with `previous_response_id`, read with `GET /v1/responses/{id}`), a video

@@ -1,7 +1,7 @@
 //! The domain core of tollgate: plain types and functions, no I/O, no async runtime.
 //!
 //! - [`clock`]: time as the limiters see it, with a [`ManualClock`] for tests.
-//! - [`subject`] and [`policy`]: whom we limit and with what (SPEC §0).
+//! - [`subject`] and [`policy`]: whom we limit and with what (the contract's vocabulary).
 //! - [`window`]: anchored-window maths, the amount cap and the rolling window (W*).
 //! - [`slots`]: timestamped slot leases (C*).
 //! - [`capacity`]: per-channel capacity leases and the fair queue (Q*).

@@ -1,4 +1,4 @@
-//! Policies: the limits attached to a subject (SPEC §0, §2, §3).
+//! Policies: the limits attached to a subject (C1–C5, W1–W10).
 
 use crate::clock::Millis;
 use crate::money::Money;
@@ -47,7 +47,7 @@ impl fmt::Display for Dimension {
     }
 }
 
-/// One (window length, limit) pair of a dimension (SPEC §0 "tier").
+/// One (window length, limit) pair of a dimension (a "tier").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tier {
     /// Window length in milliseconds (> 0).

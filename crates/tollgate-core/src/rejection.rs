@@ -50,7 +50,7 @@ impl LayerKind {
 macro_rules! gateway_codes {
     ($( $(#[$doc:meta])* $name:ident = $code:literal, $msg:literal; )*) => {
         /// Gateway error codes. The first three digits are the HTTP status (E1); the
-        /// README lists them all.
+        /// gateway codes guide (`tollgate::docs::guides::codes`) lists them all.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum GatewayCode {
@@ -264,7 +264,7 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
-/// Whole seconds, rounded up, at least 1 (ENGINEERING rule 6).
+/// Whole seconds, rounded up, at least 1 (W9, E2).
 pub fn ceil_secs(d: Duration) -> u64 {
     let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     s.max(1)

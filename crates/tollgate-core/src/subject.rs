@@ -1,4 +1,4 @@
-//! Subjects and policy resolution (SPEC §0, W8).
+//! Subjects and policy resolution (the contract's vocabulary: subject, policy; W8).
 
 use crate::clock::Millis;
 use crate::policy::Policy;
@@ -52,7 +52,7 @@ impl From<String> for SubjectKey {
     }
 }
 
-/// A subscription attached to a subject: its policy beats the key's own (SPEC §0).
+/// A subscription attached to a subject: its policy beats the key's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Subscription {
@@ -135,7 +135,7 @@ impl Subject {
         self
     }
 
-    /// The policies to enforce at `now`, in priority order (SPEC §0, W8).
+    /// The policies to enforce at `now`, in priority order (W8).
     pub fn resolve(&self, now: Millis) -> Resolved<'_> {
         match &self.subscription {
             Some(s) if s.is_active(now) => Resolved {

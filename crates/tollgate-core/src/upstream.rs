@@ -1,4 +1,4 @@
-//! Upstream limits (SPEC U1–U4) as plain types: what a provider allows per credential,
+//! Upstream limits (U1–U4) as plain types: what a provider allows per credential,
 //! per credential and model, and per vendor, compiled into window keys of the
 //! [`WindowStore`](crate::WindowStore); the [`RateCount`] a request is charged with
 //! (U2: the vendors' counting rules live in `tollgate-dialects`, above this crate); the

@@ -1,4 +1,5 @@
-//! `ScopeState::admit` / `settle` / `view` against a reference model of SPEC §3.
+//! `ScopeState::admit` / `settle` / `view` against a reference model of the window
+//! rules (W1–W10).
 //!
 //! The model keeps every admitted request with its time and the units it counts, and
 //! recomputes each tier's count from scratch: the requests admitted under the group's
@@ -961,7 +962,7 @@ fn w10_rolling_and_refund() {
 }
 
 // Zero-token estimates. A real estimate is never 0 (it includes the max output), so the
-// property tests above do not generate one; these two pin the SPEC's behaviour for it.
+// property tests above do not generate one; these two pin the rules' behaviour for it.
 
 /// W4: "admitted only if every tier … has room for its demand"; W5: a window pushed
 /// *over* its limit rejects the next request. A token window at exactly its limit

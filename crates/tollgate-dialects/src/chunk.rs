@@ -1,9 +1,9 @@
 //! What the first frames of a provider's successful answer are, for the failover
 //! layer's first-chunk gate (F4): content commits the stream to its channel, a
 //! preamble is held, an error event before any content is a failover. Each vendor's
-//! events are told apart in its [`vendor`](crate::vendor) module.
+//! events are told apart in its [`providers`](crate::providers) module.
 
-use crate::vendor::{anthropic, gemini, openai};
+use crate::providers::{anthropic, gemini, openai};
 use memchr::memmem::Finder;
 use tollgate_core::Dialect;
 

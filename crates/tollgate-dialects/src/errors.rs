@@ -1,9 +1,9 @@
 //! Reading a provider's error answer into [`ErrorFacts`] for the failover classifier
 //! (F5): the request id and retry hints of the headers here, the type / code / message
-//! fields of each vendor's error body in its [`vendor`](crate::vendor) module.
+//! fields of each vendor's error body in its [`providers`](crate::providers) module.
 
+use crate::providers::{anthropic, gemini, openai};
 use crate::signal::RateSignal;
-use crate::vendor::{anthropic, gemini, openai};
 use http::HeaderMap;
 use serde_json::Value;
 use std::time::SystemTime;
@@ -11,7 +11,7 @@ use tollgate_core::Dialect;
 use tollgate_core::failover::ErrorFacts;
 
 /// Reads an error answer: the injection point's type (the failover layer's
-/// `with_error_reader`); [`error_facts`] is the default.
+/// `error_reader`); [`error_facts`] is the default.
 pub type ErrorReader = fn(Dialect, u16, &HeaderMap, &[u8]) -> ErrorFacts;
 
 /// Where the vendors put their request id (Anthropic's is `request-id`; the gateway's

@@ -32,7 +32,7 @@
 //! roughly one token per character) it is close; text that tokenizes worse than 3
 //! bytes per token (some scripts, emoji runs) and multi-page documents can be
 //! underestimated. It only sizes the *reservation*: settlement replaces it with the
-//! usage the provider reports (SPEC W5, U2), so an error here shifts a window briefly,
+//! usage the provider reports (W5, U2), so an error here shifts a window briefly,
 //! it is never billed.
 
 /// UTF-8 bytes of text per estimated token (a typical English token is ~4 bytes, so

@@ -12,11 +12,11 @@
 //! - [`error_facts`], [`RateSignal`], [`chunk_kind`]: a provider's error body, its
 //!   rate-limit headers and the first frames of its answer, for the `tollgate` layers
 //!   (failover F4 / F5, upstream cooldowns U3), which take them as injected functions.
-//! - [`vendor`]: one module per vendor holding all of the above for its wire format,
+//! - [`providers`]: one module per vendor holding all of the above for its wire format,
 //!   plus its credential headers and the request rewrite that asks for stream usage.
 //!
 //! The input estimate errs high for typical English and code and is only a
-//! reservation: settlement corrects it with the usage the provider reports (SPEC W5).
+//! reservation: settlement corrects it with the usage the provider reports (W5).
 //!
 //! ```
 //! use tollgate_dialects::{inspect_request, rate_count, Dialect, UsageWatcher};
@@ -41,12 +41,12 @@ pub mod errors;
 pub mod estimate;
 mod json;
 pub mod multipart;
+pub mod providers;
 pub mod rate;
 pub mod request;
 pub mod signal;
 mod sse;
 pub mod usage;
-pub mod vendor;
 
 pub use chunk::{ChunkKind, chunk_kind};
 pub use errors::{ErrorReader, error_facts};

@@ -1,6 +1,6 @@
 //! Vendor counting rules for upstream rate limits (U1, U2): which tokens of a usage
 //! count toward a provider's TPM, ITPM and OTPM. The rules live in the
-//! [`vendor`](crate::vendor) modules; this is their dispatch.
+//! [`providers`](crate::providers) modules; this is their dispatch.
 //!
 //! | dialect | itpm | otpm | tpm |
 //! |---|---|---|---|
@@ -8,8 +8,8 @@
 //! | Anthropic | input + cache writes (cache **reads** excluded) | output | itpm + otpm |
 //! | Gemini | input + cached + cache writes | output | itpm (input only) |
 
+use crate::providers::{anthropic, gemini, openai};
 use crate::request::RequestFacts;
-use crate::vendor::{anthropic, gemini, openai};
 pub use tollgate_core::upstream::RateCount;
 use tollgate_core::{Dialect, Usage};
 

@@ -18,10 +18,10 @@
 //!   only with an untagged enum, and that buffers the value first (a 100 MB base64
 //!   `data` would be copied).
 //! - What the vendors' rules make of the values read (maximum output, choices, usage
-//!   reporting, Gemini's model in the path) is in [`vendor`].
+//!   reporting, Gemini's model in the path) is in [`providers`].
 
 use crate::estimate::{self, Tally};
-use crate::vendor;
+use crate::providers;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::error::Category;
@@ -30,7 +30,7 @@ use std::marker::PhantomData;
 use tollgate_core::{Demand, Dialect, Price};
 
 /// What a request asks the provider to do, from its path: it decides what the request
-/// is counted and billed for (SPEC P6).
+/// is counted and billed for (P6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {
@@ -337,7 +337,7 @@ pub fn inspect_request(
 ) -> Result<RequestFacts, RequestError> {
     let gemini = dialect == Dialect::Gemini;
     let target = if gemini {
-        Some(vendor::gemini::target(path)?)
+        Some(providers::gemini::target(path)?)
     } else {
         None
     };
@@ -408,7 +408,7 @@ pub fn inspect_request(
             usage_reported: operation == Operation::Embed && dialect != Dialect::Gemini,
         });
     }
-    let rules = vendor::request_rules(dialect, &ctx, path, stream)?;
+    let rules = providers::request_rules(dialect, &ctx, path, stream)?;
     let max_output_tokens = rules
         .max_output
         .or_else(|| default_max_output(&model))
@@ -446,7 +446,7 @@ enum Seg {
     Index(usize),
 }
 
-/// What the walk read, for the vendor rules ([`vendor`]).
+/// What the walk read, for the vendor rules ([`providers`]).
 pub(crate) type Read = Ctx;
 
 /// State shared by every visitor of one inspection.

@@ -1,12 +1,12 @@
 //! Provider rate signals (U3): the rate-limit headers the vendors send (their names and
-//! reset formats live in [`vendor::openai`](crate::vendor::openai) and
-//! [`vendor::anthropic`](crate::vendor::anthropic); Gemini sends none) and
+//! reset formats live in [`providers::openai`](crate::providers::openai) and
+//! [`providers::anthropic`](crate::providers::anthropic); Gemini sends none) and
 //! `retry-after`, read into one [`RateSignal`]; and the cooldown they call for.
 //!
 //! Every vendor's headers are read on every answer: a header a vendor does not send is
 //! simply absent, and OpenAI-compatible servers of other vendors send OpenAI's.
 
-use crate::vendor::{anthropic, openai};
+use crate::providers::{anthropic, openai};
 use http::{HeaderMap, HeaderName};
 use std::time::SystemTime;
 
@@ -27,7 +27,7 @@ pub struct RateSignal {
 pub const MAX_SIGNAL_MS: u64 = 24 * 3_600_000;
 
 /// Reads a provider answer's rate signal: the injection point's type (the upstream
-/// limit layer's `with_rate_reader`); [`RateSignal::read`] is the default.
+/// limit layer's `rate_reader`); [`RateSignal::read`] is the default.
 pub type RateReader = fn(u16, &HeaderMap, SystemTime) -> RateSignal;
 
 impl RateSignal {

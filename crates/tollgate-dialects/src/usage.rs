@@ -169,7 +169,7 @@ impl UsageWatcher {
     /// A first content chunk was seen — an OpenAI delta with content / refusal /
     /// reasoning / tool calls, an Anthropic `content_block_delta`, a Gemini candidate
     /// part (or, in a non-streamed body, a message / content block / part). This is the
-    /// first-chunk commit point of SPEC F4.
+    /// first-chunk commit point of F4.
     pub fn saw_content(&self) -> bool {
         self.ex.content
     }

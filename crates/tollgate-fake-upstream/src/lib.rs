@@ -1,5 +1,5 @@
 //! A fast, deterministic fake model provider for tollgate's demo, end-to-end tests and
-//! benchmarks (SPEC P5).
+//! benchmarks (P5).
 //!
 //! It speaks the real request/response shapes of three providers on `127.0.0.1`:
 //!

@@ -33,7 +33,7 @@ fn texts(v: &Value, pointer: &str) -> String {
 }
 
 /// Standard base64 (with padding) → bytes.
-fn b64_decode(s: &str) -> Vec<u8> {
+fn decode_b64(s: &str) -> Vec<u8> {
     let val = |c: u8| match c {
         b'A'..=b'Z' => c - b'A',
         b'a'..=b'z' => c - b'a' + 26,
@@ -550,7 +550,7 @@ async fn embeddings_report_prompt_tokens() {
         &json!({"input":"hello","dimensions":5,"encoding_format":"base64"}).to_string(),
     )
     .await;
-    let bytes = b64_decode(&texts(&b64.json(), "/data/0/embedding"));
+    let bytes = decode_b64(&texts(&b64.json(), "/data/0/embedding"));
     assert_eq!(bytes.len(), 5 * 4);
     let decoded: Vec<f32> = bytes
         .chunks(4)
@@ -797,7 +797,7 @@ async fn images_return_n_items() {
     let data = v["data"].as_array().unwrap();
     assert_eq!(data.len(), 3);
     for d in data {
-        let png = b64_decode(d["b64_json"].as_str().unwrap());
+        let png = decode_b64(d["b64_json"].as_str().unwrap());
         assert_eq!(&png[1..4], b"PNG", "a real (tiny) PNG");
     }
     assert_eq!(v["size"], "1024x1024");

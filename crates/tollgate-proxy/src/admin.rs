@@ -1,4 +1,4 @@
-//! Admin endpoints (SPEC P4), guarded by the admin token (`Authorization: Bearer …`,
+//! Admin endpoints (P4), guarded by the admin token (`Authorization: Bearer …`,
 //! compared in constant time), and the reloadable routing behind them (the handlers are
 //! in `routes/admin.rs`, the swapped stack in `running.rs`):
 //!

@@ -1,11 +1,11 @@
-//! The gateway: the layer stack (SPEC P2, P4) assembled from a configuration, the
+//! The gateway: the layer stack (P2, P4) assembled from a configuration, the
 //! routes of the `routes` modules on it, and the layers around the whole router (request
 //! ids, tracing, panics).
 
 use crate::auth::KeyTable;
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::forward::{Forward, HttpClient, http_client};
+use crate::forward::{AllowLists, Forward, HttpClient, http_client};
 use crate::prepare::PrepareLayer;
 use crate::routes::api::{native_for_key, wire_dialect};
 use crate::routes::ops::Ops;
@@ -100,7 +100,7 @@ where
 
     /// With `false`, a bare forwarder: authentication, body inspection and forwarding
     /// only — no slots, windows or billing. The baseline the benchmarks compare the
-    /// full stack against (SPEC T2).
+    /// full stack against (T2).
     pub fn limits(mut self, on: bool) -> Self {
         self.limits = on;
         self
@@ -109,13 +109,13 @@ where
     /// Seeds tenant balances from the configuration (a tenant that already has a
     /// balance keeps it), then builds the router.
     pub async fn build(self) -> Result<Router, String> {
-        for (name, t) in &self.config.raw.tenants {
+        for (name, &balance) in self.config.tenants() {
             let seeded = self
                 .store
-                .seed_balance(name, t.balance)
+                .seed_balance(name, balance)
                 .await
                 .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
-            log_seed(name, t.balance, seeded);
+            log_seed(name, balance, seeded);
         }
         self.router()
     }
@@ -128,6 +128,7 @@ where
         self.seed_balances();
         let running = self.assemble()?;
         let token = self.config.admin_token.clone();
+        let accept_traceparent = self.config.telemetry().accept_traceparent;
         let stack = Arc::new(Stack::new(
             running,
             Box::new(move |config| self.reassemble(config)),
@@ -138,7 +139,7 @@ where
             .fallback_service(Current(stack));
         Ok(app.layer(
             ServiceBuilder::new()
-                // The gateway always makes its own request id (issue 14, item 6): the
+                // The gateway always makes its own request id (E3): the
                 // client's is taken off first and kept apart, capped.
                 .layer(MapRequestLayer::new(
                     take_client_request_id::<axum::body::Body> as fn(Request) -> Request,
@@ -149,7 +150,7 @@ where
                 // (Gemini's `?key=`), and no log line may carry a secret.
                 .layer(
                     TraceLayer::new_for_http()
-                        .make_span_with(request_span)
+                        .make_span_with(move |req: &Request| request_span(req, accept_traceparent))
                         .on_response(crate::telemetry::RecordStatus::default())
                         // A 5xx the gateway answers (a store outage's 503s, a provider's
                         // errors) is counted in the metrics; at error level here it
@@ -164,10 +165,10 @@ where
 
     /// Seeds tenant balances where the store answers at once; spawns the rest.
     pub(crate) fn seed_balances(&self) {
-        for (name, t) in &self.config.raw.tenants {
-            let mut seed = self.store.seed_balance(name, t.balance);
+        for (name, &balance) in self.config.tenants() {
+            let mut seed = self.store.seed_balance(name, balance);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let (name, balance) = (name.clone(), t.balance);
+            let name = name.clone();
             match std::pin::Pin::new(&mut seed).poll(&mut cx) {
                 std::task::Poll::Ready(Ok(seeded)) => log_seed(&name, balance, seeded),
                 std::task::Poll::Ready(Err(e)) => {
@@ -209,7 +210,7 @@ where
     /// Where usage records go: the configured JSON-lines log (or nowhere), counted for
     /// the metrics.
     fn usage_sink(&self) -> Result<Arc<dyn tollgate::UsageSink>, String> {
-        let sink: Arc<dyn tollgate::UsageSink> = match &self.config.raw.server.usage_log {
+        let sink: Arc<dyn tollgate::UsageSink> = match &self.config.server().usage_log {
             Some(path) => Arc::new(
                 crate::sink::JsonLines::open(path)
                     .map_err(|e| format!("usage log {}: {e}", path.display()))?,
@@ -227,10 +228,7 @@ where
         FailoverLayer::with_clock(
             registry,
             tollgate::time::TokioClock::default(),
-            self.config
-                .raw
-                .failover
-                .to_layer(self.config.raw.queue.default_deadline.map(|d| d.0)),
+            self.config.failover().clone(),
             Some(Arc::new(tollgate_dialects::chunk_kind)),
         )
     }
@@ -243,12 +241,12 @@ where
         registry: Arc<tollgate::core::upstream::UpstreamRegistry>,
     ) -> UpstreamLimitLayer<St> {
         let mut config = tollgate::upstream::UpstreamConfig::default();
-        config.failure_mode = self.config.raw.store.windows_failure.into();
+        config.failure_mode = self.config.store().windows_failure.into();
         let upstream = UpstreamLimitLayer::new(self.store.clone(), registry).config(config);
         if <St as tollgate::core::ChannelStore>::SAVES_ROUND_TRIPS {
             // Channel capacity leases live as long as slot leases (`[limits] lease_ttl`):
             // both heal within the same time after a crash.
-            upstream.join_capacity(self.config.raw.limits.lease_ttl.0)
+            upstream.join_capacity(self.config.limits().lease_ttl)
         } else {
             upstream
         }
@@ -258,16 +256,51 @@ where
     /// the windows in one round trip (the window layer sits right below the slot layer
     /// for that).
     fn slot_layer(&self) -> ConcurrencySlotLayer<St> {
-        let limits = &self.config.raw.limits;
+        let limits = self.config.limits();
         let slots = ConcurrencySlotLayer::new(self.store.clone())
-            .lease_ttl(limits.lease_ttl.0)
-            .max_wait(limits.slot_max_wait.0)
-            .failure_mode(self.config.raw.store.slots_failure.into());
+            .lease_ttl(limits.lease_ttl)
+            .max_wait(limits.slot_max_wait)
+            .failure_mode(self.config.store().slots_failure.into());
         if <St as tollgate::core::JointStore>::SAVES_ROUND_TRIPS {
             slots.join_windows()
         } else {
             slots
         }
+    }
+
+    /// The rolling windows (W10: waits for room up to `[limits] rolling_max_wait`).
+    fn window_layer(&self) -> AnchoredWindowLayer<St> {
+        AnchoredWindowLayer::new(self.store.clone())
+            .max_wait(self.config.limits().rolling_max_wait)
+            .failure_mode(self.config.store().windows_failure.into())
+    }
+
+    /// The capacity queue (Q1–Q5): its leases live as long as slot leases.
+    fn capacity_layer(&self) -> CapacityQueueLayer<St> {
+        let queue = self.config.queue();
+        CapacityQueueLayer::new(self.store.clone())
+            .lease_ttl(self.config.limits().lease_ttl)
+            .failure_mode(self.config.store().capacity_failure.into())
+            .max_wait(queue.max_wait)
+            .default_deadline(queue.default_deadline)
+            .abort_grace(queue.abort_grace)
+            .queue_limits(QueueLimits::new(queue.max_depth, queue.max_per_tenant))
+    }
+
+    /// Billing, its usage records going to `sink`.
+    fn billing_layer(&self, sink: Arc<dyn tollgate::UsageSink>) -> BillingGateLayer<St> {
+        BillingGateLayer::new(self.store.clone())
+            .sink(move |r| sink.record(r))
+            .failure_mode(self.config.store().billing_failure.into())
+    }
+
+    /// The stall and lifetime bounds of every proxied response (L3).
+    fn stall_layer(&self) -> crate::stall::StallLayer {
+        let server = self.config.server();
+        crate::stall::StallLayer::new(crate::stall::StallLimits {
+            stall: server.stall_timeout,
+            lifetime: server.max_response_lifetime,
+        })
     }
 
     /// The model and operational routes of the current configuration (no request-id,
@@ -278,15 +311,13 @@ where
         // handles to it.
         crate::metrics::handle();
         let catalog = Arc::new(Catalog::new(&self.config, self.fake_base.as_deref())?);
-        let tasks = self.config.raw.tasks.iter().map(|(n, t)| {
-            let owners = t.owners().map(Into::into).collect();
-            (n.clone(), crate::config::task_budget(n, t), owners)
-        });
+        let tasks = self
+            .config
+            .tasks()
+            .iter()
+            .map(|(n, t)| (n.clone(), t.budget.clone(), t.owners.clone()));
         let keys = KeyTable::with_tasks(self.config.keys.clone(), tasks);
         let sink = self.usage_sink()?;
-        let limits = &self.config.raw.limits;
-        let modes = &self.config.raw.store;
-        let queue = &self.config.raw.queue;
         let auth_keys = keys.clone();
         let native_keys = keys.clone();
         let native = move |r| native_for_key(&native_keys, r);
@@ -300,8 +331,14 @@ where
         // capacity queue (picks the channel among those left; queued
         // requests hold no money, Q5/B3) → billing (needs to know whether the
         // subscription covered the request, W8) → forward.
-        let forward = Forward::new(self.client.clone(), catalog.clone(), self.homes.clone());
-        let response_headers = crate::forward::ResponseHeadersLayer::new(catalog.clone());
+        let allow = Arc::new(AllowLists::new(self.config.forwarding()));
+        let forward = Forward::new(
+            self.client.clone(),
+            catalog.clone(),
+            allow.clone(),
+            self.homes.clone(),
+        );
+        let response_headers = crate::forward::ResponseHeadersLayer::new(allow);
         let live_catalog = catalog.clone();
         let registry = Arc::new(crate::catalog::upstream_registry(&self.config));
         if let Some(hook) = &self.on_registry {
@@ -313,7 +350,7 @@ where
         let slots = self.slot_layer();
         let auth = FilterLayer::new(move |req| auth_keys.authenticate(req));
         // Outermost: a response the client stops reading is cut on a timer (L3).
-        let stall = crate::stall::StallLayer::new(self.config.raw.server.stall_limits());
+        let stall = self.stall_layer();
         // Identify, inspect and trace the request, in the client's dialect, before any
         // limit (the bare gateway has only this in front of the forwarder).
         let front = ServiceBuilder::new()
@@ -331,30 +368,11 @@ where
             crate::routes::api::routes(
                 front
                     .layer(slots)
-                    .layer(
-                        AnchoredWindowLayer::new(self.store.clone())
-                            .max_wait(limits.rolling_max_wait.0)
-                            .failure_mode(modes.windows_failure.into()),
-                    )
+                    .layer(self.window_layer())
                     .layer(failover.clone())
                     .layer(upstream.clone())
-                    .layer(
-                        CapacityQueueLayer::new(self.store.clone())
-                            .lease_ttl(limits.lease_ttl.0)
-                            .failure_mode(modes.capacity_failure.into())
-                            .max_wait(queue.max_wait.0)
-                            .default_deadline(queue.default_deadline.map(|d| d.0))
-                            .abort_grace(queue.abort_grace.0)
-                            .queue_limits(QueueLimits::new(queue.max_depth, queue.max_per_tenant)),
-                    )
-                    .layer(
-                        BillingGateLayer::new(self.store.clone())
-                            .sink({
-                                let sink = sink.clone();
-                                move |r| sink.record(r)
-                            })
-                            .failure_mode(modes.billing_failure.into()),
-                    )
+                    .layer(self.capacity_layer())
+                    .layer(self.billing_layer(sink.clone()))
                     .service(forward),
             )
         } else {
@@ -422,9 +440,10 @@ fn take_client_request_id<B>(mut req: http::Request<B>) -> http::Request<B> {
 
 /// The tracing span of one request: method, path (never the query), the gateway's
 /// request id and the client's own (capped), and the fields `crate::telemetry` records
-/// (OpenTelemetry's GenAI and HTTP attributes, the gateway's decision). Nothing is
-/// looked up when debug spans are off.
-fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
+/// (OpenTelemetry's GenAI and HTTP attributes, the gateway's decision), a child of the
+/// client's `traceparent` when `accept_traceparent`. Nothing is looked up when debug
+/// spans are off.
+fn request_span<B>(req: &http::Request<B>, accept_traceparent: bool) -> tracing::Span {
     if tracing::level_filters::LevelFilter::current() < tracing::Level::DEBUG {
         return tracing::Span::none();
     }
@@ -471,7 +490,7 @@ fn request_span<B>(req: &http::Request<B>) -> tracing::Span {
         tollgate.rejection.code = Empty,
         tollgate.rejection.layer = Empty,
     );
-    crate::telemetry::open_request_span(&span, req.method(), req.headers());
+    crate::telemetry::open_request_span(&span, req.method(), req.headers(), accept_traceparent);
     span
 }
 

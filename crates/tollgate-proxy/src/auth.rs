@@ -1,4 +1,4 @@
-//! Identification: the client's API key → its [`Subject`](tollgate_core::Subject) (SPEC E4, L6).
+//! Identification: the client's API key → its [`Subject`](tollgate_core::Subject) (E4, L6).
 
 use crate::config::KeyEntry;
 use http::{HeaderMap, Request, Uri};
@@ -28,8 +28,7 @@ impl Task {
 }
 
 /// The answer to a task name a key may not use, whether the task is another tenant's or
-/// does not exist: the same status, code and message, so names cannot be probed (issue
-/// 14, item 5).
+/// does not exist: the same status, code and message, so names cannot be probed (E4).
 fn task_refused() -> Rejection {
     Rejection::new(GatewayCode::Forbidden, LayerKind::Request).with_message(format!(
         "This API key may not use the task named in the {TASK_HEADER} header."
@@ -97,7 +96,7 @@ impl KeyTable {
         let entry = self.identify(req.headers(), req.uri())?.clone();
         let mut billing = entry.billing.clone();
         if let Some(task) = req.headers().get(TASK_HEADER) {
-            // Another tenant's task and an unknown name answer alike (issue 14, item 5).
+            // Another tenant's task and an unknown name answer alike (E4).
             let tenant = entry.subject.tenant.as_deref();
             let task = task
                 .to_str()

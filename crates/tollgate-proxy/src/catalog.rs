@@ -1,7 +1,11 @@
 //! Models and channels as the data path uses them: prices, defaults, and the channels
 //! that serve each model.
+//!
+//! Imports go one way: the catalog reads [`crate::config`] (and gives each channel its
+//! [`crate::metrics`] counters); the request path — [`crate::prepare`],
+//! [`crate::forward`], [`crate::telemetry`] — reads the catalog, never the reverse.
 
-use crate::config::{Channel, Config, ModelConfig};
+use crate::config::{Channel, Config, ModelSettings};
 use http::HeaderValue;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,7 +62,7 @@ struct Pick {
 /// Everything the request path needs to know about models and channels.
 #[derive(Debug)]
 pub struct Catalog {
-    models: Map<ModelConfig>,
+    models: Map<ModelSettings>,
     routes: Map<Vec<Arc<Route>>>,
     /// Per model, per client dialect (in [`dialect_index`] order).
     choices: Map<[Choices; 4]>,
@@ -71,12 +75,7 @@ pub struct Catalog {
     pub upstream_idle_timeout: Duration,
     /// Longest time to receive a request body.
     pub body_read_timeout: Duration,
-    /// The header allow-lists of both directions (P2).
-    pub allow: crate::forward::AllowLists,
 }
-
-/// Default max output when neither the request nor the model names one.
-pub const FALLBACK_MAX_OUTPUT: u64 = 4096;
 
 impl Catalog {
     /// Builds the catalog; `fake://` base URLs are pointed at `fake_base` (the bundled
@@ -85,11 +84,8 @@ impl Catalog {
         let mut routes: Map<Vec<Arc<Route>>> = Map::default();
         for ch in &config.channels {
             let route = Arc::new(route(ch, fake_base)?);
-            for m in &ch.config.models {
-                routes
-                    .entry(m.get_ref().clone())
-                    .or_default()
-                    .push(route.clone());
+            for m in &ch.models {
+                routes.entry(m.clone()).or_default().push(route.clone());
             }
         }
         let choices = routes
@@ -99,21 +95,21 @@ impl Catalog {
                 (model.clone(), per_dialect)
             })
             .collect();
+        let server = config.server();
         Ok(Self {
-            models: config.raw.models.clone().into_iter().collect(),
+            models: config.models().clone().into_iter().collect(),
             routes,
             choices,
             next: AtomicUsize::new(0),
-            max_body_bytes: config.raw.server.max_body_bytes,
-            upstream_timeout: config.raw.server.upstream_timeout.0,
-            upstream_idle_timeout: config.raw.server.upstream_idle_timeout.0,
-            body_read_timeout: config.raw.server.body_read_timeout.0,
-            allow: crate::forward::AllowLists::new(&config.raw.forwarding),
+            max_body_bytes: server.max_body_bytes,
+            upstream_timeout: server.upstream_timeout,
+            upstream_idle_timeout: server.upstream_idle_timeout,
+            body_read_timeout: server.body_read_timeout,
         })
     }
 
     /// A configured model.
-    pub fn model(&self, id: &str) -> Option<&ModelConfig> {
+    pub fn model(&self, id: &str) -> Option<&ModelSettings> {
         self.models.get(id)
     }
 
@@ -250,7 +246,7 @@ fn is_loopback(base_url: &str) -> bool {
 }
 
 fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
-    let fake = ch.config.base_url.starts_with("fake://");
+    let fake = ch.is_fake();
     let base_url = if fake {
         fake_base
             .ok_or_else(|| {
@@ -262,9 +258,9 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
             .trim_end_matches('/')
             .to_owned()
     } else {
-        ch.config.base_url.trim_end_matches('/').to_owned()
+        ch.base_url.trim_end_matches('/').to_owned()
     };
-    let dialect = ch.config.vendor.dialect();
+    let dialect = ch.vendor.dialect();
     let credential = ch
         .credential
         .as_deref()
@@ -288,11 +284,11 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         dialect,
         base_url,
         credential,
-        weight: ch.config.weight,
-        capacity: ch.config.capacity,
-        group: Arc::from(ch.config.group.as_str()),
+        weight: ch.weight,
+        capacity: ch.capacity,
+        group: Arc::from(ch.group.as_str()),
         responses: crate::metrics::ResponseCounters::new(&ch.name),
-        fake_controls: fake || is_loopback(&ch.config.base_url),
+        fake_controls: fake || is_loopback(&ch.base_url),
     })
 }
 
@@ -302,18 +298,17 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
 pub fn upstream_registry(config: &Config) -> tollgate_core::upstream::UpstreamRegistry {
     use tollgate_core::upstream::{UpstreamChannel, UpstreamRegistry};
     let mut reg = UpstreamRegistry::new();
-    for (vendor, l) in &config.raw.vendors {
+    for (vendor, l) in config.vendors() {
         reg = reg.with_vendor(vendor.as_str(), *l);
     }
     for ch in &config.channels {
         reg = reg.with_channel(UpstreamChannel {
             name: ch.name.clone(),
-            dialect: ch.config.vendor.dialect(),
-            vendor: ch.config.vendor.as_str().into(),
-            credential: ch.credential_id().into(),
-            limits: ch.config.limits,
+            dialect: ch.vendor.dialect(),
+            vendor: ch.vendor.as_str().into(),
+            credential: ch.credential_id.as_str().into(),
+            limits: ch.limits,
             model_limits: ch
-                .config
                 .model_limits
                 .iter()
                 .map(|(m, l)| (Arc::from(m.as_str()), *l))
@@ -372,7 +367,7 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
     }
 
     #[test]
-    fn i14_1_fake_controls_go_to_loopback_channels_only() {
+    fn p2_fake_controls_go_to_loopback_channels_only() {
         for (url, want) in [
             ("http://127.0.0.1:9100", true),
             ("http://127.8.0.1", true),

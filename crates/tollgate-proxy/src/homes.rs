@@ -1,4 +1,4 @@
-//! The proxy's book of object homes (SPEC P6): which channel created a Responses API
+//! The proxy's book of object homes (P6): which channel created a Responses API
 //! response or a video job, so that a request continuing it (`previous_response_id`)
 //! or about it (`GET /v1/responses/{id}`, `GET /v1/videos/{id}/content`, …) goes to
 //! that channel's credential and nowhere else.

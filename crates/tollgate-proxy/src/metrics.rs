@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC P4) through the `metrics` facade.
+//! Prometheus metrics (P4) through the `metrics` facade.
 //!
 //! | metric | kind | labels |
 //! |---|---|---|

@@ -1,8 +1,12 @@
 //! Reads the request body (bounded), learns the model and the demand, and refuses bad
 //! input with a clear error before anything is counted against the windows.
+//!
+//! Imports go one way: this module reads [`crate::catalog`], [`crate::config`] and
+//! [`crate::homes`]; the forwarder and the telemetry read the [`Facts`] it leaves on the
+//! request, and nothing here reads them.
 
-use crate::catalog::{Catalog, FALLBACK_MAX_OUTPUT};
-use crate::config::{KeyEntry, ModelConfig};
+use crate::catalog::Catalog;
+use crate::config::{KeyEntry, ModelSettings};
 use crate::homes::Homes;
 use bytes::Bytes;
 use http::Request;
@@ -15,6 +19,7 @@ use tollgate::BoxError;
 use tollgate::core::homes::Home;
 use tollgate::failover::{FallbackRequest, ModelFallback};
 use tollgate_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
+use tollgate_dialects::estimate::FALLBACK_MAX_OUTPUT_TOKENS;
 use tollgate_dialects::multipart::inspect_image_edit;
 use tollgate_dialects::{Operation, RequestFacts, inspect_request, object_path};
 use tower::{Layer, Service};
@@ -93,75 +98,8 @@ where
                 .get::<Dialect>()
                 .copied()
                 .unwrap_or_else(|| Dialect::from_path(parts.uri.path()));
-            // Bounded in size and in time: a client trickling its body (slow loris)
-            // gets 408 instead of holding its slot. Not tower-http's
-            // `RequestBodyLimitLayer` / `TimeoutLayer`: those answer 413 / 408 with a
-            // body of their own (plain text, or empty), where the client must get the
-            // gateway's rejection in its own dialect (E1) with the reason; and the
-            // limit is needed here anyway, where the body is collected to be read.
-            let read = tokio::time::timeout(
-                catalog.body_read_timeout,
-                Limited::new(body, catalog.max_body_bytes).collect(),
-            )
-            .await
-            .map_err(|_| {
-                reject(
-                    GatewayCode::RequestTimeout,
-                    format!(
-                        "The request body was not received within {} s.",
-                        catalog.body_read_timeout.as_secs()
-                    ),
-                )
-            })?;
-            let bytes = match read {
-                Ok(c) => c.to_bytes(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                    return Err(reject(
-                        GatewayCode::PayloadTooLarge,
-                        format!(
-                            "The request body is larger than {} bytes.",
-                            catalog.max_body_bytes
-                        ),
-                    ));
-                }
-                Err(_) => {
-                    return Err(reject(
-                        GatewayCode::InvalidRequest,
-                        "The request body could not be read.",
-                    ));
-                }
-            };
-            let object = matches!(dialect, Dialect::OpenAi | Dialect::Native)
-                .then(|| object_path(parts.uri.path()))
-                .flatten();
-            // A request about a provider-side object: no body to read, the model and
-            // the only channel it may go to are the object's home (P6).
-            let (mut facts, home) = match object {
-                Some(id) => {
-                    let home = home_of(&homes, &catalog, id).await?;
-                    (object_facts(&home), Some(home))
-                }
-                None => {
-                    let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
-                    let facts = if parts.uri.path().ends_with("/images/edits") {
-                        // The one multipart route: images to edit are files (P6).
-                        let content_type = parts
-                            .headers
-                            .get(http::header::CONTENT_TYPE)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default();
-                        inspect_image_edit(content_type, &bytes, &default_max)
-                    } else {
-                        inspect_request(dialect, parts.uri.path(), &bytes, &default_max)
-                    }
-                    .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
-                    let home = match &facts.continues {
-                        Some(id) => homes.find(id).await.map_err(home_unreadable)?,
-                        None => None,
-                    };
-                    (facts, home)
-                }
-            };
+            let bytes = read_body(body, &catalog).await?;
+            let (mut facts, home) = inspect(&parts, dialect, &bytes, &catalog, &homes).await?;
             let Some(model) = catalog.model(&facts.model) else {
                 return Err(reject(
                     GatewayCode::NotFound,
@@ -178,7 +116,7 @@ where
             }
             let generate = facts.operation == Operation::Generate;
             if generate && facts.max_output_tokens == 0 {
-                facts.max_output_tokens = FALLBACK_MAX_OUTPUT;
+                facts.max_output_tokens = FALLBACK_MAX_OUTPUT_TOKENS;
             }
             // Per choice: the fallback contract (context window, output limit) applies to
             // each choice; the reservation multiplies it by the choices (W5).
@@ -188,7 +126,7 @@ where
             // be settled at its real cost instead of staying pending (B4). The client
             // then also receives the final usage chunk (`choices: []`), which OpenAI's
             // SDKs accept.
-            let bytes = match tollgate_dialects::vendor::ask_for_stream_usage(
+            let bytes = match tollgate_dialects::providers::ask_for_stream_usage(
                 dialect,
                 facts.stream,
                 facts.usage_reported,
@@ -227,20 +165,8 @@ where
             }
             model_extensions(&mut parts.extensions, &catalog, dialect, facts, demand);
             if let (Some(home), Some(asked)) = (&home, &asked) {
-                // The home channel only: never another credential, where the object
-                // does not exist (no failover across channels, no fallback model).
-                match catalog.home_candidates(asked, &home.channel, dialect) {
-                    Some(c) => parts.extensions.insert(c),
-                    None => {
-                        return Err(reject(
-                            GatewayCode::NoUpstream,
-                            format!(
-                                "The channel that holds this object (`{}`) does not serve `{asked}`.",
-                                home.channel
-                            ),
-                        ));
-                    }
-                };
+                let only = home_only(&catalog, home, asked, dialect)?;
+                parts.extensions.insert(only);
             }
             inner
                 .call(Request::from_parts(parts, Full::new(bytes)))
@@ -248,6 +174,107 @@ where
                 .map_err(Into::into)
         })
     }
+}
+
+/// The request body, whole: bounded in size and in time, so a client trickling its
+/// body (slow loris) gets 408 instead of holding its slot. Not tower-http's
+/// `RequestBodyLimitLayer` / `TimeoutLayer`: those answer 413 / 408 with a body of their
+/// own (plain text, or empty), where the client must get the gateway's rejection in its
+/// own dialect (E1) with the reason; and the limit is needed here anyway, where the body
+/// is collected to be read.
+async fn read_body<B>(body: B, catalog: &Catalog) -> Result<Bytes, BoxError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let read = tokio::time::timeout(
+        catalog.body_read_timeout,
+        Limited::new(body, catalog.max_body_bytes).collect(),
+    )
+    .await
+    .map_err(|_| {
+        reject(
+            GatewayCode::RequestTimeout,
+            format!(
+                "The request body was not received within {} s.",
+                catalog.body_read_timeout.as_secs()
+            ),
+        )
+    })?;
+    match read {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(reject(
+            GatewayCode::PayloadTooLarge,
+            format!(
+                "The request body is larger than {} bytes.",
+                catalog.max_body_bytes
+            ),
+        )),
+        Err(_) => Err(reject(
+            GatewayCode::InvalidRequest,
+            "The request body could not be read.",
+        )),
+    }
+}
+
+/// What the request asks for, read in the client's dialect (400 when malformed), and
+/// the home of the provider-side object it is about or continues, if any (P6).
+async fn inspect(
+    parts: &http::request::Parts,
+    dialect: Dialect,
+    bytes: &Bytes,
+    catalog: &Catalog,
+    homes: &Homes,
+) -> Result<(RequestFacts, Option<Home>), BoxError> {
+    let object = matches!(dialect, Dialect::OpenAi | Dialect::Native)
+        .then(|| object_path(parts.uri.path()))
+        .flatten();
+    // A request about a provider-side object: no body to read, the model and the only
+    // channel it may go to are the object's home (P6).
+    if let Some(id) = object {
+        let home = home_of(homes, catalog, id).await?;
+        return Ok((object_facts(&home), Some(home)));
+    }
+    let default_max = |m: &str| catalog.model(m).and_then(|c| c.max_output_tokens);
+    let facts = if parts.uri.path().ends_with("/images/edits") {
+        // The one multipart route: images to edit are files (P6).
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        inspect_image_edit(content_type, bytes, &default_max)
+    } else {
+        inspect_request(dialect, parts.uri.path(), bytes, &default_max)
+    }
+    .map_err(|e| reject(GatewayCode::InvalidRequest, e.to_string()))?;
+    let home = match &facts.continues {
+        Some(id) => homes.find(id).await.map_err(home_unreadable)?,
+        None => None,
+    };
+    Ok((facts, home))
+}
+
+/// The one candidate a request bound to its object's `home` may go to: the home channel
+/// only, never another credential, where the object does not exist (no failover across
+/// channels, no fallback model); 502 when that channel does not serve `asked`.
+fn home_only(
+    catalog: &Catalog,
+    home: &Home,
+    asked: &str,
+    dialect: Dialect,
+) -> Result<tollgate_core::Candidates, BoxError> {
+    catalog
+        .home_candidates(asked, &home.channel, dialect)
+        .ok_or_else(|| {
+            reject(
+                GatewayCode::NoUpstream,
+                format!(
+                    "The channel that holds this object (`{}`) does not serve `{asked}`.",
+                    home.channel
+                ),
+            )
+        })
 }
 
 /// The home of object `id`, or the client's 404: an object this gateway did not see
@@ -298,7 +325,7 @@ fn object_facts(home: &Home) -> RequestFacts {
 /// store is asked, instead of a store failure later.
 fn demand_within_store_limits(
     facts: &RequestFacts,
-    model: &ModelConfig,
+    model: &ModelSettings,
 ) -> Result<Demand, BoxError> {
     let demand = facts.demand(&model.price);
     if demand.money > MAX_STORABLE_MONEY {

@@ -10,7 +10,7 @@
 //! [`H2_KEEP_ALIVE`] and closed when a ping goes unanswered as long, and every
 //! connection has TCP keepalive on, so a peer that vanished is noticed.
 //!
-//! Connections are bounded (issue 14, item 2): at most `max_connections` are served at
+//! Connections are bounded (P2): at most `max_connections` are served at
 //! once; beyond it the accept loop **waits** (the next connection is accepted and held
 //! unserved, later ones stay in the kernel's listen backlog) until one closes. The
 //! gauge `tollgate_connections_open` and the counter `tollgate_connections_waited_total`
@@ -30,7 +30,7 @@
 //! once), an HTTP/2 connection is sent a GOAWAY and its open streams go on — and it
 //! waits up to the drain timeout for them to end.
 
-use crate::config::ServerConfig;
+use crate::config::ServerSettings;
 use crate::stall::{CutNotice, OnCut};
 use axum::Router;
 use hyper::body::Incoming;
@@ -78,16 +78,16 @@ pub struct ServeOptions {
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        Self::from(&ServerConfig::default())
+        Self::from(&ServerSettings::default())
     }
 }
 
-impl From<&ServerConfig> for ServeOptions {
-    fn from(c: &ServerConfig) -> Self {
+impl From<&ServerSettings> for ServeOptions {
+    fn from(c: &ServerSettings) -> Self {
         Self {
-            header_read_timeout: c.header_read_timeout.0,
+            header_read_timeout: c.header_read_timeout,
             max_connections: c.max_connections,
-            h2_idle_timeout: c.h2_idle_timeout.0,
+            h2_idle_timeout: c.h2_idle_timeout,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Responses a client stops reading are cut on a timer of their own (issue 14, item 3).
+//! Responses a client stops reading are cut on a timer of their own (L3).
 //!
 //! The layers hold a request's slot, channel capacity lease and window and money
 //! reservations until its response body ends (L3), and the upstream idle timer only
@@ -431,7 +431,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn i14_3_an_unread_body_is_cut_after_the_stall_timeout_and_releases() {
+    async fn l3_an_unread_body_is_cut_after_the_stall_timeout_and_releases() {
         let (tx, mut b, released) = fed();
         tx.send(Bytes::from_static(b"a")).await.unwrap();
         let f = b.frame().await.unwrap().unwrap();
@@ -448,7 +448,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn i14_3_waiting_for_the_upstream_is_not_a_stall_and_reading_resets_it() {
+    async fn l3_waiting_for_the_upstream_is_not_a_stall_and_reading_resets_it() {
         let (tx, mut b, released) = fed();
         // The client reads a frame every 50 s: never 60 s unread.
         for _ in 0..4 {
@@ -477,7 +477,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn i14_3_a_stall_after_a_long_wait_for_the_upstream_is_cut_on_time() {
+    async fn l3_a_stall_after_a_long_wait_for_the_upstream_is_cut_on_time() {
         let (tx, b, released) = fed();
         // The client waits 100 s for the upstream's first frame, takes it, then
         // reads nothing more.
@@ -501,7 +501,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn i14_3_a_body_polled_past_its_lifetime_is_cut_and_the_poller_woken() {
+    async fn l3_a_body_polled_past_its_lifetime_is_cut_and_the_poller_woken() {
         let (tx, mut b, released) = fed();
         // Frames every 31 s, read at once: no stall, but the lifetime runs out.
         let reader = tokio::spawn(async move {
@@ -530,7 +530,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn i14_3_a_finished_or_dropped_body_leaves_no_watcher_behind() {
+    async fn l3_a_finished_or_dropped_body_leaves_no_watcher_behind() {
         let alive = || {
             tokio::runtime::Handle::current()
                 .metrics()

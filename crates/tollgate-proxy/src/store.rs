@@ -11,14 +11,14 @@
 //! use tollgate_proxy::Config;
 //! use tollgate_proxy::store::{BuildOptions, open};
 //! let config = Config::load("tollgate.toml".as_ref())?;
-//! let store = open(&config.raw.store).await?;
+//! let store = open(config.store()).await?;
 //! println!("state in the {}", store.describe());
 //! let app = store.build(config, BuildOptions::default()).await?;
 //! # let _ = app;
 //! # Ok(()) }
 //! ```
 
-use crate::config::{Config, StoreConfig};
+use crate::config::{Config, StoreSettings};
 use axum::Router;
 use std::fmt;
 use std::sync::Arc;
@@ -98,7 +98,7 @@ impl Default for BuildOptions {
 /// comma-separated list is a Cluster (D6). When Redis cannot be reached the gateway
 /// still starts, lazily connected, and each layer applies its failure mode until it is
 /// back (D4). An unknown URL, or a malformed Redis URL, is an error.
-pub async fn open(config: &StoreConfig) -> Result<OpenedStore, OpenError> {
+pub async fn open(config: &StoreSettings) -> Result<OpenedStore, OpenError> {
     match check(config)? {
         Kind::Memory => Ok(OpenedStore::Memory(MemoryStore::with_clock_and_capacity(
             SystemClock::new(),
@@ -121,11 +121,11 @@ enum Kind {
 /// Whether [`open`] knows the store `config` names, without connecting to it (what
 /// `tollgate check` runs): `memory`, or a `redis://` / `rediss://` URL (every node of a
 /// comma-separated list) when this build has the `redis` feature.
-pub fn check_url(config: &StoreConfig) -> Result<(), OpenError> {
+pub fn check_url(config: &StoreSettings) -> Result<(), OpenError> {
     check(config).map(drop)
 }
 
-fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
+fn check(config: &StoreSettings) -> Result<Kind, OpenError> {
     let url = config.url.trim();
     if url == "memory" {
         return Ok(Kind::Memory);
@@ -153,19 +153,19 @@ fn check(config: &StoreConfig) -> Result<Kind, OpenError> {
 /// The Redis store's options a `[store]` section sets: key prefix, deadline, quota
 /// blocks (and billing blocks), replica acknowledgements.
 #[cfg(feature = "redis")]
-pub fn redis_options(sc: &StoreConfig) -> tollgate_redis::RedisStoreOptions {
+pub fn redis_options(sc: &StoreSettings) -> tollgate_redis::RedisStoreOptions {
     let blocks = sc
         .blocks
         .then(|| tollgate::core::blocks::BlockSizing::default().with_money(sc.money_blocks_on()));
     tollgate_redis::RedisStoreOptions::default()
         .prefix(sc.prefix.clone())
-        .deadline(sc.deadline.0)
+        .deadline(sc.deadline)
         .blocks(blocks)
         .replica_acks(sc.replica_acks)
 }
 
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenError> {
+async fn open_redis(url: &str, sc: &StoreSettings) -> Result<OpenedRedis, OpenError> {
     use crate::config::FailureModeConfig;
     use tollgate::core::store::fallback::LocalFallback;
     use tollgate_redis::{CooldownSync, RedisStore};
@@ -222,7 +222,7 @@ async fn open_redis(url: &str, sc: &StoreConfig) -> Result<OpenedRedis, OpenErro
         on_registry,
         on_scrape,
         cluster,
-        deadline: sc.deadline.0,
+        deadline: sc.deadline,
     })
 }
 

@@ -1,4 +1,4 @@
-//! Admin endpoints (SPEC P4, issue "operations"): channel live state, re-enabling a
+//! Admin endpoints (P4): channel live state, re-enabling a
 //! disabled channel, config reload that keeps the last good configuration — all behind
 //! the admin token.
 

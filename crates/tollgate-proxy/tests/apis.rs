@@ -1,4 +1,4 @@
-//! The other APIs clients call (SPEC P6), through real sockets and every layer:
+//! The other APIs clients call (P6), through real sockets and every layer:
 //! embeddings (OpenAI and Gemini), token counting (Anthropic and Gemini), and Gemini's
 //! methods under both `/v1beta/models/…` and `/v1/models/…`.
 
@@ -570,7 +570,7 @@ async fn p6_object_homes_are_shared_by_every_instance_on_redis() {
     let mut servers = Vec::new();
     for _ in 0..2 {
         let mut config = tollgate_proxy::Config::parse(&objects_config()).expect("config");
-        config.raw.store.url = redis.url();
+        config.set_store_url(redis.url());
         let (addr, server) = serve_opened(config, fake.base_url()).await;
         addrs.push(addr);
         servers.push(server);

@@ -1,4 +1,4 @@
-//! Billing through the proxy, as a client sees it (SPEC B1–B6, §11 scenario 4).
+//! Billing through the proxy, as a client sees it (B1–B6, S4).
 
 mod common;
 
@@ -62,7 +62,7 @@ async fn b1_balance_at_or_below_zero_is_402_in_each_dialect_and_reaches_no_provi
         );
         assert_eq!(r.header("retry-after"), None);
     }
-    // The dialects' error types (SPEC B1): OpenAI insufficient_quota, Anthropic
+    // The dialects' error types (B1): OpenAI insufficient_quota, Anthropic
     // billing_error, Gemini RESOURCE_EXHAUSTED.
     let v = send(p.addr, &ask(Dialect::OpenAi, "sk-broke", false))
         .await
@@ -140,7 +140,7 @@ async fn b3_scenario_4_budget_short_no_provider_call_budget_exhausted() {
     .await;
     rejection(&r, Dialect::OpenAi, 40203);
     // An unknown task is refused as a task the key may not use (403, the same answer
-    // as another tenant's task: issue 14, item 5).
+    // as another tenant's task: E4).
     let r = send(
         p.addr,
         &ask(Dialect::OpenAi, "sk-rich", false).header("x-tollgate-task", "nope"),

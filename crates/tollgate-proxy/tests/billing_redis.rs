@@ -1,4 +1,4 @@
-//! Billing through the proxy on a Redis store when Redis loses its data (SPEC B7): the
+//! Billing through the proxy on a Redis store when Redis loses its data (B7): the
 //! tenants the configuration names get a fail-closed 503 with their own code (50303),
 //! never a 402 and never a silent re-seed; an operator's explicit balance brings them
 //! back.

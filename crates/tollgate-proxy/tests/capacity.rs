@@ -1,4 +1,4 @@
-//! Channel capacity through the proxy (SPEC Q1–Q3, Q5) against the fake upstream.
+//! Channel capacity through the proxy (Q1–Q3, Q5) against the fake upstream.
 
 mod common;
 

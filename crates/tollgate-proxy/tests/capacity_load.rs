@@ -1,4 +1,4 @@
-//! Load through the proxy (SPEC Q1–Q4, issue "upstream side"): 10,000 requests from
+//! Load through the proxy (Q1–Q4): 10,000 requests from
 //! three tenants of weights 1:2:4 through the gateway to the fake upstream, over three
 //! channels of capacity 2, 3 and 4 (each with its own credential and generous provider
 //! limits, so the upstream limit layer runs too), with random upstream latencies,

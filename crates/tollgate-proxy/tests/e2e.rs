@@ -1,7 +1,7 @@
 //! End-to-end tests of the ready proxy through real sockets:
 //! client (hyper, one HTTP/1.1 connection per request) → the gateway
 //! (`Gateway::router()` served by `axum::serve` on `127.0.0.1:0`) → the bundled
-//! `FakeUpstream`. Each test writes its own small TOML. Test names carry the SPEC rule.
+//! `FakeUpstream`. Each test writes its own small TOML. Test names carry the rule id.
 
 mod common;
 
@@ -86,8 +86,8 @@ async fn passes_through(d: Dialect) {
         cases.push(("JSON-array stream", array.clone(), array));
     }
     if d == Dialect::OpenAi {
-        // Without `stream_options` the gateway asks for the usage chunk itself (README
-        // "Billing in the proxy"): the client gets what the upstream sends for that.
+        // Without `stream_options` the gateway asks for the usage chunk itself (the configuration
+        // reference, "Billing in the proxy"): the client gets what the upstream sends for that.
         let mut v: serde_json::Value = serde_json::from_slice(&stream.body).unwrap();
         v.as_object_mut().unwrap().remove("stream_options");
         let bare = stream.clone().body(v.to_string());
@@ -145,7 +145,7 @@ async fn p2_gemini_json_and_stream() {
 async fn w5_tokens_settled_equal_what_the_upstream_reported() {
     // (dialect, streamed, variant): "" as the SDK sends it; "array" Gemini's stream
     // without `alt=sse`; "no-usage-asked" an OpenAI stream without `stream_options`
-    // (the gateway asks for the usage chunk itself, README "Billing in the proxy").
+    // (the gateway asks for the usage chunk itself: configuration reference, billing).
     let cases = [
         (Dialect::OpenAi, false, ""),
         (Dialect::OpenAi, true, ""),
@@ -372,8 +372,8 @@ fn without_budget_anchor(v: &serde_json::Value) -> serde_json::Value {
 
 /// L5 / B3: a request refused after the billing layer admitted it (here 50201, no
 /// channel for the model) leaves the tenant's budget exactly as it was — including its
-/// period, which starts at the first *use* (README: "periods are anchored at first
-/// use").
+/// period, which starts at the first *use* (B3: periods are anchored at first
+/// use).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l5_refused_request_does_not_start_a_budget_period() {
     let p = Proxy::start(E4).await;
@@ -392,7 +392,7 @@ async fn l5_refused_request_does_not_start_a_budget_period() {
     assert!(same, "before {before}\nafter  {after}");
 }
 
-/// A 4xx refusal must tell SDKs not to retry (README "Headers").
+/// A 4xx refusal must tell SDKs not to retry (E2; the gateway codes guide, "Headers").
 fn assert_no_retry(r: &Resp) {
     assert_eq!(r.header("x-should-retry"), Some("false"), "{:?}", r.headers);
 }
@@ -935,8 +935,8 @@ policy = "one"
 // ------------------------------------------------------------------ E3 (known bugs)
 
 /// E3: a forwarded answer carries the gateway's request id, in every dialect — not the
-/// provider's, and not the client's own `x-request-id` either (issue 14, item 6: the
-/// gateway always makes its own; the client's is kept apart in the usage record).
+/// provider's, and not the client's own `x-request-id` either (the gateway
+/// always makes its own; the client's is kept apart in the usage record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e3_forwarded_answers_carry_the_gateways_request_id() {
     let p = Proxy::start(OPEN).await;

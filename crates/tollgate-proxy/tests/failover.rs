@@ -1,4 +1,4 @@
-//! Failover through the proxy (SPEC F1–F10, scenarios 5–9 of §11) against the fake
+//! Failover through the proxy (F1–F10, S5–S9) against the fake
 //! upstream: two or three OpenAI channels, provider errors scripted per credential.
 
 mod common;
@@ -39,7 +39,7 @@ fn log_lines(log: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario7_overload_fails_over_and_every_attempt_is_recorded_with_its_own_cost() {
+async fn s7_overload_fails_over_and_every_attempt_is_recorded_with_its_own_cost() {
     let log = usage_log("s7");
     let head = format!("[server]\nusage_log = {:?}\n", log.display().to_string());
     let p = Proxy::start(&config(&head, &["one", "two"], "")).await;
@@ -76,7 +76,7 @@ async fn scenario7_overload_fails_over_and_every_attempt_is_recorded_with_its_ow
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario5_provider_retry_after_is_a_floor_and_a_wait_past_the_deadline_stops() {
+async fn s5_provider_retry_after_is_a_floor_and_a_wait_past_the_deadline_stops() {
     let p = Proxy::start(&config("", &["one"], "")).await;
     // First call: 429 with Retry-After 1 s; later calls succeed.
     p.fake.push_script_for(
@@ -121,7 +121,7 @@ async fn scenario5_provider_retry_after_is_a_floor_and_a_wait_past_the_deadline_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario6_provider_spend_cap_is_not_retried_on_the_same_paying_account() {
+async fn s6_provider_spend_cap_is_not_retried_on_the_same_paying_account() {
     // Channels one and two bill the same account; three another one.
     // Weights 10 / 10 / 1: a fresh gateway's first pick is `one`, and the candidate
     // order is one, two, three.
@@ -162,7 +162,7 @@ async fn scenario6_provider_spend_cap_is_not_retried_on_the_same_paying_account(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario6_spend_cap_with_no_other_account_answers_502_without_retry() {
+async fn s6_spend_cap_with_no_other_account_answers_502_without_retry() {
     let p = Proxy::start(&config("", &["one", "two"], "credential_id = \"acct-1\"")).await;
     for c in ["cred-one", "cred-two"] {
         p.fake
@@ -174,7 +174,7 @@ async fn scenario6_spend_cap_with_no_other_account_answers_502_without_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario8_error_after_part_of_a_stream_is_not_replayed_and_stays_pending() {
+async fn s8_error_after_part_of_a_stream_is_not_replayed_and_stays_pending() {
     let p = Proxy::start(&config("", &["one", "two"], "")).await;
     let req = ask(Dialect::OpenAi, "sk-a", true)
         .header("x-fake-chunks", 4)
@@ -311,7 +311,7 @@ async fn f9_conversation_sticks_to_its_channel_and_moves_when_it_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario9_sdk_retries_on_top_of_gateway_retries_stay_within_one_budget() {
+async fn s9_sdk_retries_on_top_of_gateway_retries_stay_within_one_budget() {
     // Every channel fails. A client SDK retries each request 3 times (4 tries);
     // the gateway's own retries come out of one budget (10 % of requests + 1/s).
     // The circuit breaker is held off (it would cut the calls even further): this
@@ -422,7 +422,7 @@ capabilities = [{caps}]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario7_overload_falls_back_to_a_model_that_meets_the_contract_each_attempt_costed() {
+async fn s7_overload_falls_back_to_a_model_that_meets_the_contract_each_attempt_costed() {
     let log = usage_log("f11");
     let head = format!("[server]\nusage_log = {:?}\n", log.display().to_string());
     let p = Proxy::start(&fallback_config(&head, "", "\"tools\"")).await;
@@ -474,7 +474,7 @@ async fn f11_a_fallback_that_breaks_the_contract_is_not_used() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario6_no_switch_to_another_model_on_the_same_paying_account() {
+async fn s6_no_switch_to_another_model_on_the_same_paying_account() {
     // Both models bill the same account: a spend cap on one rules out the other.
     let cfg = fallback_config("", "credential_id = \"acct-1\"", "\"tools\"").replace(
         "models = [\"gpt-4o-mini\"]",

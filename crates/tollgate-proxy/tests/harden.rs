@@ -1,4 +1,4 @@
-//! Hardening rules through real sockets (issue 14): reservations that match the
+//! Hardening rules through real sockets: reservations that match the
 //! request (W5 × choices, a money upper bound no store can hold is a 400).
 
 mod common;
@@ -46,7 +46,7 @@ fn choices_req(dialect: Dialect, max_tokens: u64, choices: u64) -> Req {
     req.key(dialect.key_at(), "sk-small")
 }
 
-/// Item 4: a 4-choice request of 300 tokens each (1 200 output tokens) is refused by a
+/// W5: a 4-choice request of 300 tokens each (1 200 output tokens) is refused by a
 /// 1 000-token tier that one choice fits, with 42905 and before any upstream call; the
 /// same request with one choice passes. In every dialect that has choices (OpenAI `n`,
 /// Gemini `candidateCount`); Anthropic has none, so its request is one choice.
@@ -70,7 +70,7 @@ async fn w5_reservation_multiplies_output_by_the_choices_asked_for() {
     assert_eq!(ok.status, 200, "{}", ok.text());
 }
 
-/// Item 4: a money upper bound above what any store can hold (2^53 − 1 minor units) is
+/// W6: a money upper bound above what any store can hold (2^53 − 1 minor units) is
 /// a 400 with a clear message before any store is asked; `max_tokens` near u64::MAX
 /// times 128 choices saturates instead of overflowing. Nothing is counted or sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

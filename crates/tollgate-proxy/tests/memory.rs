@@ -1,4 +1,4 @@
-//! Memory bounded by what is live, never by requests served (SPEC D7, T1).
+//! Memory bounded by what is live, never by requests served (D7, T1).
 //!
 //! A counting global allocator measures the bytes the whole test process holds (the
 //! gateway, its store, its metrics recorder, the bundled fake upstream and the client
@@ -152,7 +152,7 @@ async fn quiesce() {
 async fn start(store_url: &str) -> (SocketAddr, FakeUpstream, tokio::task::JoinHandle<()>) {
     let fake = FakeUpstream::start().await;
     let mut config = Config::parse(CONFIG).expect("config");
-    config.raw.store.url = store_url.to_owned();
+    config.set_store_url(store_url);
     let (addr, server) = common::serve_opened(config, fake.base_url()).await;
     (addr, fake, server)
 }

@@ -1,5 +1,5 @@
 //! `GET /metrics` after a scripted run finds each metric with the right counts
-//! (SPEC P4). One test in its own binary: the recorder is per process.
+//! (P4). One test in its own binary: the recorder is per process.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Native errors on request (SPEC E1): `/native/<vendor route>` serves the same
+//! Native errors on request (E1): `/native/<vendor route>` serves the same
 //! requests as the vendor route, through real sockets, and answers every rejection in
 //! the native body (`{"code":42906,"message":…}`) with the gateway's 429xx/4xx/5xx
 //! codes, Retry-After and X-RateLimit headers.

@@ -1,4 +1,4 @@
-//! Issue 15, item 5: the request and attempt spans exported over OTLP/gRPC with the
+//! The request and attempt spans exported over OTLP/gRPC with the
 //! GenAI semantic-convention attributes. A fake collector (opentelemetry-proto's
 //! `TraceServiceServer` on tonic) runs in the test on a loopback port; the gateway's
 //! exporter is started on it from a `[telemetry]` table; real clients send a
@@ -135,7 +135,7 @@ fn bool_attr(s: &Span, key: &str) -> Option<bool> {
     }
 }
 
-fn f64_attr(s: &Span, key: &str) -> Option<f64> {
+fn attr_f64(s: &Span, key: &str) -> Option<f64> {
     match attr(s, key)? {
         Any::DoubleValue(v) => Some(*v),
         other => panic!("{key} on {:?} is not a double: {other:?}", s.name),
@@ -362,14 +362,14 @@ fn assert_tokens(s: &Span, record: &Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i15_5_request_and_attempt_spans_reach_the_collector_with_genai_attributes() {
+async fn p4_request_and_attempt_spans_reach_the_collector_with_genai_attributes() {
     let collector = Collector::default();
     let at = collector.start().await;
     let log = usage_log();
     let text = format!("{}\n{CHANNELS}", config(&log, at));
     let config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}"));
     let exporter = Arc::new(
-        Exporter::start(&config.raw.telemetry)
+        Exporter::start(config.telemetry())
             .expect("exporter")
             .expect("an endpoint is configured"),
     );
@@ -498,7 +498,7 @@ async fn i15_5_request_and_attempt_spans_reach_the_collector_with_genai_attribut
     assert_eq!(str_attr(&req, "gen_ai.provider.name"), Some("anthropic"));
     assert_eq!(bool_attr(&req, "gen_ai.request.stream"), Some(true));
     assert_eq!(str_attr(&req, "tollgate.channel"), Some("anthropic-a"));
-    let ttft = f64_attr(&req, "gen_ai.response.time_to_first_chunk")
+    let ttft = attr_f64(&req, "gen_ai.response.time_to_first_chunk")
         .expect("time to first chunk on a stream");
     let whole = (req.end_time_unix_nano - req.start_time_unix_nano) as f64 / 1e9;
     assert!(
@@ -510,7 +510,7 @@ async fn i15_5_request_and_attempt_spans_reach_the_collector_with_genai_attribut
     assert_eq!(attempts.len(), 1);
     let a = &attempts[0];
     let attempt_ttft =
-        f64_attr(a, "gen_ai.response.time_to_first_chunk").expect("on the attempt too");
+        attr_f64(a, "gen_ai.response.time_to_first_chunk").expect("on the attempt too");
     assert!(attempt_ttft > 0.0 && attempt_ttft <= ttft);
     assert_eq!(bool_attr(a, "gen_ai.request.stream"), Some(true));
     assert_tokens(a, &record);
@@ -613,7 +613,7 @@ fn parse_error(table: &str) -> tollgate_proxy::ConfigError {
 }
 
 #[test]
-fn i15_5_a_bad_telemetry_table_is_refused_at_its_line() {
+fn p3_a_bad_telemetry_table_is_refused_at_its_line() {
     let e = parse_error("service_name = \"gw\"\nsampling_ratio = 1.5");
     assert_eq!(e.line, Some(3), "{e}");
     assert!(e.reason.contains("sampling_ratio"), "{e}");
@@ -635,25 +635,22 @@ fn i15_5_a_bad_telemetry_table_is_refused_at_its_line() {
 }
 
 #[test]
-fn i15_5_a_good_telemetry_table_is_read() {
+fn p3_a_good_telemetry_table_is_read() {
     let c = Config::parse(
         "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4317\"\nservice_name = \"gw\"\n\
          sampling_ratio = 0.25\nexport_timeout = \"3s\"\naccept_traceparent = false\n",
     )
     .expect("a good table");
-    let t = &c.raw.telemetry;
-    assert_eq!(
-        t.otlp_endpoint.as_ref().map(|e| e.get_ref().as_str()),
-        Some("http://127.0.0.1:4317")
-    );
+    let t = c.telemetry();
+    assert_eq!(t.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4317"));
     assert_eq!(t.service_name.as_deref(), Some("gw"));
-    assert_eq!(t.ratio(), 0.25);
-    assert_eq!(t.timeout(), Duration::from_secs(3));
+    assert_eq!(t.sampling_ratio, 0.25);
+    assert_eq!(t.export_timeout, Duration::from_secs(3));
     assert!(!t.accept_traceparent);
-    let d = Config::parse("").expect("no table").raw.telemetry;
+    let d = Config::parse("").expect("no table").telemetry().clone();
     assert_eq!(d.otlp_endpoint, None);
-    assert_eq!(d.ratio(), 1.0);
-    assert_eq!(d.timeout(), Duration::from_secs(10));
+    assert_eq!(d.sampling_ratio, 1.0);
+    assert_eq!(d.export_timeout, Duration::from_secs(10));
     assert!(
         d.accept_traceparent,
         "joining the client's trace is the default"

@@ -1,4 +1,4 @@
-//! A store outage an operator can read (SPEC D11): the log tells when the failures
+//! A store outage an operator can read (D11): the log tells when the failures
 //! began (per layer, with the failure mode), not one line per request; the per-request
 //! facts are in the metrics.
 

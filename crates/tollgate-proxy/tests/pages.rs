@@ -1,4 +1,4 @@
-//! The usage and operator pages (issue 15, item 1) in a real headless browser: Debian's
+//! The usage and operator pages (P4) in a real headless browser: Debian's
 //! `chromium`, driven through `chromedriver` (WebDriver, `fantoccini`). Each browser
 //! test starts the proxy in front of the fake upstream, loads a page, types the key or
 //! the admin token, and asserts on the rendered DOM against the gateway's JSON for the
@@ -53,7 +53,7 @@ fn need(names: &[&str], package: &str) -> PathBuf {
 #[should_panic(
     expected = "install Debian's `chromium-driver` (apt-get install -y chromium chromium-driver)"
 )]
-fn i15_a_missing_browser_fails_naming_the_package_to_install() {
+fn a_missing_browser_fails_naming_the_package_to_install() {
     need(&["tollgate-no-such-chromedriver"], "chromium-driver");
 }
 
@@ -417,7 +417,7 @@ return [...document.querySelectorAll('#policies tr.tier')].map(r => {
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i15_usage_page_shows_every_tier_and_number_that_usage_reports_for_the_key() {
+async fn p4_usage_page_shows_every_tier_and_number_that_usage_reports_for_the_key() {
     let _one = ONE_BROWSER.lock().await;
     let p = Proxy::start(USAGE_CONFIG).await;
     let key = "sk-holder-0001";
@@ -729,7 +729,7 @@ async fn provoke(p: &Proxy) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i15_admin_rejections_count_by_code_behind_the_admin_token() {
+async fn p4_admin_rejections_count_by_code_behind_the_admin_token() {
     let p = Proxy::start(ADMIN_CONFIG).await;
     let r = send(p.addr, &Req::get("/admin/rejections")).await;
     assert_eq!(r.status, 401);
@@ -787,7 +787,7 @@ async fn i15_admin_rejections_count_by_code_behind_the_admin_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i15_operator_page_shows_channels_and_rejections_and_enables_a_disabled_channel() {
+async fn p4_operator_page_shows_channels_and_rejections_and_enables_a_disabled_channel() {
     let _one = ONE_BROWSER.lock().await;
     let p = Proxy::start(ADMIN_CONFIG).await;
     provoke(&p).await;

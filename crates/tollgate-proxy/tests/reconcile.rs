@@ -1,9 +1,9 @@
-//! Pending reconciliation through the admin routes, over real sockets (SPEC B7, issue
-//! 14 item 8): attempts left pending by clients that went away mid-stream are listed page
-//! by page, settled at a cost or written off — each exactly once, each leaving a usage
-//! record in the usage log — and afterwards the books add up: balance + settled records +
-//! pending = the starting balance, on the in-memory store and on Redis. `/metrics` shows
-//! the pending amount from the store's counter, behind its token.
+//! Pending reconciliation through the admin routes, over real sockets (B7): attempts
+//! left pending by clients that went away mid-stream are listed page by page, settled
+//! at a cost or written off — each exactly once, each leaving a usage record in the
+//! usage log — and afterwards the books add up: balance + settled records + pending =
+//! the starting balance, on the in-memory store and on Redis. `/metrics` shows the
+//! pending amount from the store's counter, behind its token (P4).
 
 mod common;
 #[path = "../../tollgate-redis/tests/common/mod.rs"]
@@ -311,14 +311,13 @@ async fn settle_and_write_off_leave_the_books_adding_up(s: &Served) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_8_pending_attempt_settled_or_written_off_through_admin_leaves_books_adding_up_memory()
-{
+async fn b7_pending_attempt_settled_or_written_off_through_admin_leaves_books_adding_up_memory() {
     let s = serve(tollgate::core::MemoryStore::new(), "memory").await;
     settle_and_write_off_leave_the_books_adding_up(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_8_pending_attempt_settled_or_written_off_through_admin_leaves_books_adding_up_redis() {
+async fn b7_pending_attempt_settled_or_written_off_through_admin_leaves_books_adding_up_redis() {
     let server = redis_server::RedisServer::start();
     let store = tollgate_redis::RedisStore::connect(
         &server.url(),
@@ -333,7 +332,7 @@ async fn i14_8_pending_attempt_settled_or_written_off_through_admin_leaves_books
 /// Paging: every pending attempt on exactly one page, in a stable order, whatever the
 /// page size; a bad limit or cursor is a clear 400; the routes need the admin token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_8_pending_pages_return_every_attempt_exactly_once() {
+async fn b7_pending_pages_return_every_attempt_exactly_once() {
     let s = serve(tollgate::core::MemoryStore::new(), "pages").await;
     let addr = s.addr;
     for _ in 0..4 {
@@ -425,7 +424,7 @@ fn gauge(text: &str, metric: &str) -> Option<f64> {
 /// rises when an attempt goes pending and falls when an operator reconciles it. (The
 /// only test of this binary that scrapes: the gauges are the process's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_8_metrics_pending_amount_moves_with_the_counter_behind_the_metrics_token() {
+async fn p4_metrics_pending_amount_moves_with_the_counter_behind_the_metrics_token() {
     let s = serve(tollgate::core::MemoryStore::new(), "metrics").await;
     let addr = s.addr;
     let scrape = || async {
@@ -525,7 +524,7 @@ async fn i14_8_metrics_pending_amount_moves_with_the_counter_behind_the_metrics_
 /// changes nothing: no cost on a settlement, a cost out of range, a write-off with a
 /// cost, no books named, a body that is not JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_8_a_malformed_reconciliation_is_a_400_that_changes_nothing() {
+async fn b7_a_malformed_reconciliation_is_a_400_that_changes_nothing() {
     let s = serve(tollgate::core::MemoryStore::new(), "malformed").await;
     let addr = s.addr;
     leave_pending(addr, "sk-acme").await;

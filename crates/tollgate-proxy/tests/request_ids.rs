@@ -1,4 +1,4 @@
-//! Issue 14, item 6: the gateway always makes its own request id — the `x-request-id`
+//! E3: the gateway always makes its own request id — the `x-request-id`
 //! it answers with, the one it sends upstream and the usage record's idempotency key.
 //! A client's `x-request-id` is kept apart, capped, as the record's
 //! `client_request_id`. Through real sockets, with the usage log read back.
@@ -57,7 +57,7 @@ async fn wait_records(log: &Path, n: usize) -> Vec<Value> {
 /// the gateway's id (the client's appears nowhere upstream), the usage record's
 /// idempotency key is the gateway's id, and the client's is kept cut to 128 bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_6_a_huge_client_request_id_is_not_forwarded_nor_the_idempotency_key() {
+async fn e3_a_huge_client_request_id_is_not_forwarded_nor_the_idempotency_key() {
     let log = usage_log("huge");
     let p = Proxy::start(&config(&log)).await;
     let huge: String = "rid-"
@@ -96,7 +96,7 @@ async fn i14_6_a_huge_client_request_id_is_not_forwarded_nor_the_idempotency_key
 /// Two requests with the same client id are two requests: two usage records, two
 /// idempotency keys (the gateway's ids), each record carrying the client's id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_6_one_client_id_twice_gives_two_usage_records() {
+async fn e3_one_client_id_twice_gives_two_usage_records() {
     let log = usage_log("twice");
     let p = Proxy::start(&config(&log)).await;
     let mut ours = Vec::new();
@@ -135,7 +135,7 @@ async fn i14_6_one_client_id_twice_gives_two_usage_records() {
 /// a request without one has none; the gateway's id is there in every case. Several
 /// `x-request-id` headers: the first is kept, none is forwarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_6_only_printable_client_ids_are_kept() {
+async fn e3_only_printable_client_ids_are_kept() {
     let log = usage_log("printable");
     let p = Proxy::start(&config(&log)).await;
     let cases: [(&[&str], Value); 4] = [

@@ -1,8 +1,8 @@
-//! Slow clients are bounded (issue "operations", item 6): a request head trickled
+//! Slow clients are bounded (P2): a request head trickled
 //! slower than `header_read_timeout` loses its connection; a normal request on the
 //! same server is served. A connection that sends nothing, or half the HTTP/2 preface,
 //! is closed within `header_read_timeout` too, and HTTP/2 with prior knowledge is
-//! still served. Connections are bounded (issue 14, item 2): beyond `max_connections`
+//! still served. Connections are bounded: beyond `max_connections`
 //! a connection waits and the metrics say so; an idle HTTP/2 connection is closed after
 //! `h2_idle_timeout`, one with a stream open is not.
 
@@ -199,7 +199,7 @@ fn metric(text: &str, name: &str, label: &str) -> Option<f64> {
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_2_beyond_max_connections_a_connection_waits_and_the_metrics_say_so() {
+async fn p2_beyond_max_connections_a_connection_waits_and_the_metrics_say_so() {
     let fake = FakeUpstream::start().await;
     let options = tollgate_proxy::serve::ServeOptions {
         header_read_timeout: Duration::from_secs(5),
@@ -248,7 +248,7 @@ async fn i14_2_beyond_max_connections_a_connection_waits_and_the_metrics_say_so(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_2_an_idle_http2_connection_is_closed_after_h2_idle_timeout() {
+async fn p2_an_idle_http2_connection_is_closed_after_h2_idle_timeout() {
     let fake = FakeUpstream::start().await;
     let options = tollgate_proxy::serve::ServeOptions {
         header_read_timeout: Duration::from_secs(5),

@@ -1,10 +1,10 @@
-//! A client that stops reading releases what its request holds (issue 14, item 3; SPEC
-//! L3): through real sockets, a client that reads the head and the first chunk of a
-//! long stream and then reads nothing (socket open, small receive buffer, the gateway's
-//! send buffer small too) has its concurrency slot back within `stall_timeout`; the
-//! partial attempt is pending reconciliation (not charged zero, not lost) and the
-//! connection is closed without the rest of the answer. A response read steadily is cut
-//! at `max_response_lifetime` the same way. Over HTTP/2 the stalled stream releases
+//! A client that stops reading releases what its request holds (L3): through real
+//! sockets, a client that reads the head and the first chunk of a long stream and
+//! then reads nothing (socket open, small receive buffer, the gateway's send buffer
+//! small too) has its concurrency slot back within `stall_timeout`; the partial
+//! attempt is pending reconciliation (not charged zero, not lost) and the connection
+//! is closed without the rest of the answer. A response read steadily is cut at
+//! `max_response_lifetime` the same way. Over HTTP/2 the stalled stream releases
 //! the same, and its connection is then closed by the idle timeout.
 
 mod common;
@@ -46,7 +46,7 @@ async fn start(server: &str) -> Served {
          [keys.a]\nkey = \"sk-a\"\ntenant = \"t\"\npolicy = \"one\"\n{CHANNELS}"
     );
     let config = Config::parse(&text).unwrap_or_else(|e| panic!("test config: {e}"));
-    let options = ServeOptions::from(&config.raw.server);
+    let options = ServeOptions::from(config.server());
     let fake = FakeUpstream::start().await;
     let app = Gateway::new(config, MemoryStore::new())
         .fake_upstream(fake.base_url())
@@ -126,7 +126,7 @@ fn metric(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_3_l3_a_client_that_stops_reading_gets_its_slot_back_and_the_attempt_stays_pending() {
+async fn l3_a_client_that_stops_reading_gets_its_slot_back_and_the_attempt_stays_pending() {
     let s = start("stall_timeout = \"500ms\"").await;
     let mut conn = small_client(s.addr).await;
     conn.write_all(&long_stream_request(s.addr, 0))
@@ -197,7 +197,7 @@ async fn i14_3_l3_a_client_that_stops_reading_gets_its_slot_back_and_the_attempt
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_3_a_client_that_reads_steadily_is_not_cut_before_the_stall_timeout() {
+async fn l3_a_client_that_reads_steadily_is_not_cut_before_the_stall_timeout() {
     // Frames every 100 ms for 2 s, read as they come: nothing is ever left unread for
     // the 500 ms stall timeout, so the answer completes.
     let s = start("stall_timeout = \"500ms\"").await;
@@ -216,7 +216,7 @@ async fn i14_3_a_client_that_reads_steadily_is_not_cut_before_the_stall_timeout(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_3_l3_a_response_past_max_response_lifetime_is_cut_and_releases() {
+async fn l3_a_response_past_max_response_lifetime_is_cut_and_releases() {
     let s = start("max_response_lifetime = \"800ms\"").await;
     let mut conn = small_client(s.addr).await;
     // A chunk every 50 ms, read steadily: no stall, but the lifetime runs out.
@@ -245,7 +245,7 @@ async fn i14_3_l3_a_response_past_max_response_lifetime_is_cut_and_releases() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i14_3_an_http2_stream_left_unread_releases_and_its_connection_closes() {
+async fn l3_an_http2_stream_left_unread_releases_and_its_connection_closes() {
     let s = start("stall_timeout = \"500ms\"\nh2_idle_timeout = \"500ms\"").await;
     let tcp = small_client(s.addr).await;
     let (mut send_req, conn) =
@@ -302,14 +302,11 @@ async fn i14_3_an_http2_stream_left_unread_releases_and_its_connection_closes() 
 }
 
 #[test]
-fn i14_3_serving_bounds_default_sanely_and_bad_ones_name_their_line() {
+fn p3_serving_bounds_default_sanely_and_bad_ones_name_their_line() {
     let c = Config::parse(CHANNELS).unwrap();
-    let o = ServeOptions::from(&c.raw.server);
-    assert_eq!(c.raw.server.stall_timeout.0, Duration::from_secs(60));
-    assert_eq!(
-        c.raw.server.max_response_lifetime.0,
-        Duration::from_secs(1800)
-    );
+    let o = ServeOptions::from(c.server());
+    assert_eq!(c.server().stall_timeout, Duration::from_secs(60));
+    assert_eq!(c.server().max_response_lifetime, Duration::from_secs(1800));
     assert_eq!(o.max_connections, 4096);
     assert_eq!(o.h2_idle_timeout, Duration::from_secs(120));
     for (line, reason) in [

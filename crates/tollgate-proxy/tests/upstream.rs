@@ -1,4 +1,4 @@
-//! Provider limits through the proxy (SPEC U1–U4, scenario 1) against the fake
+//! Provider limits through the proxy (U1–U4, S1) against the fake
 //! upstream.
 
 mod common;
@@ -36,7 +36,7 @@ max_output_tokens = 16
 }
 
 #[tokio::test]
-async fn scenario1_rpm_room_tpm_none_is_refused_at_admission_and_the_provider_sees_nothing() {
+async fn s1_rpm_room_tpm_none_is_refused_at_admission_and_the_provider_sees_nothing() {
     let p = Proxy::start(&config("limits = { rpm = 100, tpm = 50 }")).await;
     // 64 output tokens asked: more than either channel's TPM.
     let req = gen_for(Dialect::OpenAi, "gpt-4o-mini", false, Some(64)).key(KeyAt::Bearer, "sk-a");

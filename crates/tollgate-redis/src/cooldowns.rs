@@ -1,4 +1,4 @@
-//! Cooldowns shared by every gateway instance (SPEC D1, F6): a provider's Retry-After,
+//! Cooldowns shared by every gateway instance (D1, F6): a provider's Retry-After,
 //! a "remaining: 0" header or a disabled credential seen by one instance stops sends on
 //! that scope from all of them.
 //!

@@ -58,6 +58,8 @@
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+pub mod docs;
+
 mod batch;
 mod codec;
 mod conn;

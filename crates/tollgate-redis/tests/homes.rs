@@ -1,4 +1,4 @@
-//! Object homes on Redis (SPEC P6): a home one instance learned is found by another,
+//! Object homes on Redis (P6): a home one instance learned is found by another,
 //! expires with its TTL, and a later home replaces the earlier one.
 
 mod common;

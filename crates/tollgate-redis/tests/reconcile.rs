@@ -35,7 +35,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn i14_8_pending_totals_read_one_counter_per_books_not_the_pending_lists() {
+async fn d10_pending_totals_read_one_counter_per_books_not_the_pending_lists() {
     let server = RedisServer::start();
     let s = RedisStore::connect(
         &server.url(),

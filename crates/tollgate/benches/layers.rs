@@ -1,5 +1,5 @@
 //! Cost per request of each layer, of the three user-policy layers stacked and of all
-//! seven stacked, over a no-op service (SPEC T1). In-memory store, one hot key and
+//! seven stacked, over a no-op service (T1). In-memory store, one hot key and
 //! 100k distinct keys, 1 and 2 threads.
 //!
 //! `cargo bench -p tollgate --bench layers`

@@ -1,4 +1,4 @@
-//! Requests each layer holds something for right now (SPEC P4 "in-flight per layer"):
+//! Requests each layer holds something for right now (P4, "in-flight per layer"):
 //! a token every guard carries, counted up when the guard is made and down when it
 //! is dropped. Without the `metrics` feature it is zero-sized and does nothing.
 //!
@@ -76,7 +76,7 @@ pub fn bind_metrics() {
     bound::bind();
 }
 
-/// Records the attempts one request took (retry amplification, SPEC P4).
+/// Records the attempts one request took (retry amplification, P4).
 #[cfg(all(feature = "metrics", feature = "failover"))]
 pub(crate) fn record_attempts(attempts: u32) {
     match bound::get() {

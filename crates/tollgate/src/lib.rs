@@ -13,6 +13,9 @@
 //!
 //! # What the layers read from a request
 //!
+//! Every request extension the layers read or write — who puts it there, who reads it,
+//! and when — is tabled in [`extensions`]. The ones an application supplies:
+//!
 //! - [`Subject`] (request extension): whom to limit and their policies. Put it there
 //!   in an authentication layer of your own, or configure the layer with a
 //!   [`SubjectExtractor`] (for example [`HeaderKey`]) to build it from the request (L6).
@@ -45,7 +48,13 @@
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
+// First: the macros in it are used by the modules below.
+#[macro_use]
+mod macros;
+
 pub mod body;
+pub mod docs;
+pub mod extensions;
 pub mod extract;
 #[cfg(any(
     feature = "slots",

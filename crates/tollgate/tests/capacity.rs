@@ -1,4 +1,4 @@
-//! CapacityQueueLayer (SPEC Q1–Q5, scenarios 2 and 3), on paused tokio time: the
+//! CapacityQueueLayer (Q1–Q5, S2 and S3), on paused tokio time: the
 //! in-memory store reads a `TokioClock`, so lease TTLs follow the paused clock too.
 
 use bytes::Bytes;
@@ -901,11 +901,11 @@ async fn q1_async_store_capacity_never_exceeded_and_all_released() {
 
 // ---------------------------------------------------------------- scenarios
 
-/// Scenario 2: a request at the capacity limit waits in the bounded queue and
+/// S2: a request at the capacity limit waits in the bounded queue and
 /// proceeds when the lease is released; a lease left by a crashed instance expires
 /// and is reclaimed by a waiter's poll.
 #[tokio::test(start_paused = true)]
-async fn scenario_2_waits_and_proceeds_on_release() {
+async fn s2_waits_and_proceeds_on_release() {
     let t = Arc::new(Tracker::default());
     let layer = layer().max_wait(ms(60_000)).lease_ttl(ms(30_000));
     let svc = layer.layer(forwarder(t.clone()));
@@ -939,10 +939,10 @@ async fn scenario_2_waits_and_proceeds_on_release() {
     assert_eq!(in_flight(layer.store(), "a"), 0);
 }
 
-/// Scenario 3: two tenants compete for one model pool; the global cap is never
+/// S3: two tenants compete for one model pool; the global cap is never
 /// exceeded and the low-weight tenant still completes.
 #[tokio::test(start_paused = true)]
-async fn scenario_3_global_cap_never_exceeded_low_weight_completes() {
+async fn s3_global_cap_never_exceeded_low_weight_completes() {
     let t = Arc::new(Tracker::default());
     let layer = layer().max_wait(ms(60_000));
     let svc = layer.layer(forwarder(t.clone()));

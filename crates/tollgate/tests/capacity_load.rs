@@ -1,4 +1,4 @@
-//! Load test of CapacityQueueLayer (SPEC Q1, Q4, T4) on a multi-thread runtime and
+//! Load test of CapacityQueueLayer (Q1, Q4, T4) on a multi-thread runtime and
 //! real time: 10,000 requests from three tenants of weights 1:2:4 over three channels
 //! of small capacity, with random service times, streamed bodies held a random time,
 //! clients that give up while queued or in flight, and bodies dropped mid-stream.

@@ -1,4 +1,4 @@
-//! ErrorMappingLayer, black-box (SPEC §8 E1–E4, L1, L2).
+//! ErrorMappingLayer, black-box (the error rules E1–E4, L1, L2).
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -237,7 +237,7 @@ fn e1_native_body_shape() {
             "{code:?}"
         );
     }
-    // The example of the SPEC, literally.
+    // The native example of E1, literally.
     let r = Rejection::new(GatewayCode::SubscriptionQuota, LayerKind::AnchoredWindow);
     let (_, body) = rendered_json(&r, Dialect::Native);
     assert_eq!(body["code"], 42906);

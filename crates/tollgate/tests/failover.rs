@@ -1,5 +1,5 @@
 //! FailoverLayer with paused tokio time (a manual clock) and a scripted upstream:
-//! SPEC F1, F6, F7 and scenario 5.
+//! F1, F6, F7 and S5.
 
 mod common;
 
@@ -17,7 +17,6 @@ use tollgate::core::{
 };
 use tollgate::failover::{FailoverConfig, FailoverLayer};
 use tollgate::time::TokioClock;
-use tollgate::upstream::UpstreamConfig;
 use tollgate::{DEADLINE_HEADER, UpstreamLimitLayer};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -97,23 +96,17 @@ fn stack(
     let clock = TokioClock::new(1_700_000_000_000);
     let store = MemoryStore::with_clock(clock.clone());
     ServiceBuilder::new()
-        .layer(FailoverLayer::with_clock(
-            reg.clone(),
-            clock.clone(),
-            config,
-            None,
-        ))
-        .layer(UpstreamLimitLayer::with_clock(
-            store,
-            reg.clone(),
-            clock,
-            UpstreamConfig::default(),
-        ))
+        .layer(
+            FailoverLayer::new(reg.clone())
+                .clock(clock.clone())
+                .config(config),
+        )
+        .layer(UpstreamLimitLayer::new(store, reg.clone()).clock(clock))
         .service(upstream(script, seen.clone()))
 }
 
 #[tokio::test(start_paused = true)]
-async fn scenario5_nothing_is_sent_before_the_providers_retry_after() {
+async fn s5_nothing_is_sent_before_the_providers_retry_after() {
     let reg = registry(&["a"]);
     let seen: Seen = Arc::default();
     let svc = stack(&reg, FailoverConfig::default(), vec![(429, Some(7))], &seen);
@@ -136,7 +129,7 @@ async fn scenario5_nothing_is_sent_before_the_providers_retry_after() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn scenario5_a_wait_past_the_deadline_stops() {
+async fn s5_a_wait_past_the_deadline_stops() {
     let reg = registry(&["a"]);
     let seen: Seen = Arc::default();
     let svc = stack(

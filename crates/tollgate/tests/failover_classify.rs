@@ -428,7 +428,7 @@ fn f5_garbage_bodies_never_panic() {
     }
 }
 
-/// F6 (issue 14, item 9): every provider-supplied wait is capped like `Retry-After`
+/// F6: every provider-supplied wait is capped like `Retry-After`
 /// (`MAX_SIGNAL_MS`, 24 h): Gemini's `RetryInfo.retryDelay` from an error body too, so a
 /// garbled or hostile delay cannot park a channel for years.
 #[test]

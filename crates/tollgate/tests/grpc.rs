@@ -1,5 +1,5 @@
 //! A tonic service behind ConcurrencySlotLayer + AnchoredWindowLayer + ErrorMappingLayer,
-//! through real sockets (issue 15 item 2; SPEC E1–E4, L1, L3, C5).
+//! through real sockets (E1–E4, L1, L3, C5).
 //!
 //! A rejection must reach a tonic client as a gRPC status — HTTP 200,
 //! `content-type: application/grpc`, `grpc-status` / `grpc-message` in a trailers-only
@@ -315,7 +315,7 @@ fn assert_gateway_status(
 // ---------------------------------------------------------------- tests
 
 #[tokio::test]
-async fn i15_2_admitted_call_reaches_the_tonic_service() {
+async fn l1_admitted_call_reaches_the_tonic_service() {
     let (addr, _) = memory_server().await;
     let mut c = client(addr).await;
     assert_eq!(
@@ -325,7 +325,7 @@ async fn i15_2_admitted_call_reaches_the_tonic_service() {
 }
 
 #[tokio::test]
-async fn i15_2_e4_client_errors_are_unauthenticated_permission_denied_invalid_argument() {
+async fn e4_client_errors_are_unauthenticated_permission_denied_invalid_argument() {
     let (addr, _) = memory_server().await;
     let mut c = client(addr).await;
 
@@ -368,7 +368,7 @@ async fn i15_2_e4_client_errors_are_unauthenticated_permission_denied_invalid_ar
 }
 
 #[tokio::test]
-async fn i15_2_w7_window_rejection_is_resource_exhausted_with_retry_info() {
+async fn w7_window_rejection_is_resource_exhausted_with_retry_info() {
     let (addr, _) = memory_server().await;
     let mut c = client(addr).await;
     for _ in 0..2 {
@@ -394,7 +394,7 @@ async fn i15_2_w7_window_rejection_is_resource_exhausted_with_retry_info() {
 }
 
 #[tokio::test]
-async fn i15_2_d4_dead_store_failing_closed_is_unavailable() {
+async fn d4_dead_store_failing_closed_is_unavailable() {
     let (addr, _) = serve(common::DeadStore, common::DeadStore).await;
     let mut c = client(addr).await;
     let st = c.complete(Some("Bearer sk-one"), "x").await.unwrap_err();
@@ -416,7 +416,7 @@ async fn i15_2_d4_dead_store_failing_closed_is_unavailable() {
 /// and nothing after them (trailers-only) — where an admitted call has a message and
 /// then trailers.
 #[tokio::test]
-async fn i15_2_e1_rejection_is_a_trailers_only_grpc_response() {
+async fn e1_rejection_is_a_trailers_only_grpc_response() {
     let (addr, _) = memory_server().await;
     let ch = channel(addr).await;
     let raw = |key: &'static str| {
@@ -467,7 +467,7 @@ async fn i15_2_e1_rejection_is_a_trailers_only_grpc_response() {
 /// L3, C5: the open stream holds sk-one's only slot; a second call is refused with
 /// 42901 as RESOURCE_EXHAUSTED; once the stream has ended, the next call is admitted.
 #[tokio::test]
-async fn i15_2_l3_server_stream_keeps_its_slot_until_it_ends() {
+async fn l3_server_stream_keeps_its_slot_until_it_ends() {
     let (addr, gate) = memory_server().await;
     let mut c = client(addr).await;
 
@@ -536,7 +536,7 @@ async fn i15_2_l3_server_stream_keeps_its_slot_until_it_ends() {
 
 /// L3: a client that drops an open stream gives its slot back too.
 #[tokio::test]
-async fn i15_2_l3_dropped_stream_releases_its_slot() {
+async fn l3_dropped_stream_releases_its_slot() {
     let (addr, _gate) = memory_server().await;
     let mut c = client(addr).await;
     let mut stream = c.stream("Bearer sk-one").await.unwrap();
@@ -590,7 +590,7 @@ fn request(path: &str, content_type: Option<&str>) -> Request<Full<Bytes>> {
 }
 
 #[tokio::test]
-async fn i15_2_e1_grpc_form_is_chosen_by_content_type_or_by_configuration() {
+async fn e1_grpc_form_is_chosen_by_content_type_or_by_configuration() {
     let auto = ErrorMappingLayer::new();
 
     // A gRPC request: a gRPC status even on an OpenAI path.
@@ -635,7 +635,7 @@ async fn i15_2_e1_grpc_form_is_chosen_by_content_type_or_by_configuration() {
 }
 
 #[tokio::test]
-async fn i15_2_e3_unexpected_error_is_internal_and_hides_the_error() {
+async fn e3_unexpected_error_is_internal_and_hides_the_error() {
     let res = failing_stack(ErrorMappingLayer::new())
         .oneshot(request("/internal", Some("application/grpc")))
         .await

@@ -1,5 +1,5 @@
-//! Untrusted bytes from providers never panic the parsers the upstream side uses
-//! (issue "operations", item 6): rate-limit headers (U3) and error bodies (F5), for
+//! Untrusted bytes from providers never panic the parsers the upstream side uses:
+//! rate-limit headers (U3) and error bodies (F5), for
 //! every dialect and status, with arbitrary and near-valid input.
 
 use http::{HeaderMap, HeaderName, HeaderValue};

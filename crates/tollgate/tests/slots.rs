@@ -1,4 +1,4 @@
-//! ConcurrencySlotLayer: SPEC C1–C5, L1, L3, D4.
+//! ConcurrencySlotLayer: C1–C5, L1, L3, D4.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! UpstreamLimitLayer: SPEC U1–U4, scenario 1, with paused tokio time.
+//! UpstreamLimitLayer: U1–U4, S1, with paused tokio time.
 
 mod common;
 
@@ -16,7 +16,6 @@ use tollgate::core::{
     Scope, Usage, UsageRecorder, WindowStore,
 };
 use tollgate::time::TokioClock;
-use tollgate::upstream::UpstreamConfig;
 use tollgate::{CapacityQueueLayer, FailureMode, UpstreamLimitLayer};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -45,12 +44,7 @@ fn channel(name: &str, dialect: Dialect, credential: &str, l: RateLimits) -> Ups
 }
 
 fn layer(st: &Store, reg: UpstreamRegistry) -> UpstreamLimitLayer<Store, TokioClock> {
-    UpstreamLimitLayer::with_clock(
-        st.clone(),
-        Arc::new(reg),
-        st.clock().clone(),
-        UpstreamConfig::default(),
-    )
+    UpstreamLimitLayer::new(st.clone(), Arc::new(reg)).clock(st.clock().clone())
 }
 
 fn request(channels: &[&str], tokens: u64) -> Request<()> {
@@ -206,7 +200,7 @@ async fn u1_credential_model_and_vendor_limits_each_skip_a_channel() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn scenario1_rpm_room_but_no_tpm_is_refused_and_provider_sees_zero_calls() {
+async fn s1_rpm_room_but_no_tpm_is_refused_and_provider_sees_zero_calls() {
     let st = store();
     let l = limits(|l| {
         l.rpm = Some(100);
@@ -485,12 +479,7 @@ async fn d4_store_failure_follows_the_layers_mode() {
         )))
     };
     let up = Upstream::ok();
-    let open = UpstreamLimitLayer::with_clock(
-        DeadStore,
-        reg(),
-        TokioClock::default(),
-        UpstreamConfig::default(),
-    );
+    let open = UpstreamLimitLayer::new(DeadStore, reg());
     let res = ServiceBuilder::new()
         .layer(open.clone())
         .service(up.clone())
@@ -498,11 +487,7 @@ async fn d4_store_failure_follows_the_layers_mode() {
         .await;
     assert!(res.is_ok());
     assert_eq!(open.stats().failures.failed_open, 1);
-    let closed = UpstreamLimitLayer::with_clock(DeadStore, reg(), TokioClock::default(), {
-        let mut c = UpstreamConfig::default();
-        c.failure_mode = FailureMode::Closed;
-        c
-    });
+    let closed = UpstreamLimitLayer::new(DeadStore, reg()).failure_mode(FailureMode::Closed);
     let e = ServiceBuilder::new()
         .layer(closed)
         .service(up.clone())
@@ -510,4 +495,37 @@ async fn d4_store_failure_follows_the_layers_mode() {
         .await
         .unwrap_err();
     assert_eq!(rejection(&e).http_status(), 503);
+}
+
+#[tokio::test(start_paused = true)]
+async fn l1_a_builder_method_on_a_shared_layer_changes_that_copy_alone() {
+    let reg = Arc::new(UpstreamRegistry::new().with_channel(channel(
+        "a",
+        Dialect::OpenAi,
+        "k",
+        limits(|l| l.rpm = Some(1)),
+    )));
+    let up = Upstream::ok();
+    let open = UpstreamLimitLayer::new(DeadStore, reg);
+    // A service built before, and the layer it came from, keep failing open …
+    let built = ServiceBuilder::new()
+        .layer(open.clone())
+        .service(up.clone());
+    // … while the copy the builder method changed fails closed: no panic, no surprise.
+    let closed = open.clone().failure_mode(FailureMode::Closed);
+    let refused = ServiceBuilder::new()
+        .layer(closed.clone())
+        .service(up.clone())
+        .oneshot(request(&["a"], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(rejection(&refused).http_status(), 503);
+    assert!(built.oneshot(request(&["a"], 0)).await.is_ok());
+    let later = ServiceBuilder::new().layer(open.clone()).service(up);
+    assert!(later.oneshot(request(&["a"], 0)).await.is_ok());
+    // Every copy counts into one set of counters.
+    for layer in [&open, &closed] {
+        assert_eq!(layer.stats().failures.failed_open, 2);
+        assert_eq!(layer.stats().failures.failed_closed, 1);
+    }
 }

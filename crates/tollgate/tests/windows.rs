@@ -1,4 +1,4 @@
-//! AnchoredWindowLayer: SPEC W1–W10, L5, D4.
+//! AnchoredWindowLayer: W1–W10, L5, D4.
 
 mod common;
 

@@ -1,8 +1,8 @@
 //! The next step of a request after each attempt's outcome (F1, F6, F7, F11) and its
-//! final answer (F10): the seed's `RetryDecision decide(failure, budget, deadline)`
-//! with what the gateway adds to it — the channels left ([`order`]), the fallback
-//! model, the waits for a channel to recover. Plain types: time is passed in (the
-//! shared clock's milliseconds for health and cooldowns, the request's own
+//! final answer (F10): a `decide(failure, budget, deadline)` step with what the
+//! gateway adds to it — the channels left ([`order`]), the fallback model, the waits
+//! for a channel to recover. Plain types: time is passed in (the shared clock's
+//! milliseconds for health and cooldowns, the request's own
 //! [`Timeline`] for its deadline), the retry budget is a trait.
 
 use super::order::{Channels, Next, Order, Tried, order, release_probes};
@@ -122,7 +122,7 @@ pub struct Attempts {
     /// The request was switched to its fallback model.
     switched: bool,
     tried: Vec<Tried>,
-    /// Credential keys of paying accounts ruled out by a spend cap (scenario 6).
+    /// Credential keys of paying accounts ruled out by a spend cap (S6).
     stopped: Vec<String>,
     sent: u32,
     /// Bounded: at most `max_attempts` waits for a channel to recover.
@@ -166,7 +166,7 @@ impl Attempts {
         self.model.as_ref()
     }
 
-    /// The next step (the seed's `decide(failure, budget, deadline)`): at most
+    /// The next step (`decide(failure, budget, deadline)`): at most
     /// `max_attempts`; the channels left in [`order`]; when none is left, the fallback
     /// model or stop; a retry takes one withdrawal from `budget` and, without a
     /// provider Retry-After (or after a refused connection), waits the backoff, unless
@@ -254,7 +254,7 @@ impl Attempts {
     /// The attempt on `channel` failed with `verdict`: the channel is not tried again
     /// for this model (unless its failure may pass, F6), its health and cooldowns
     /// learn of it (F5, F6, F8), and a spend cap rules out its paying account
-    /// (scenario 6). Returns whether the channel's credential was disabled.
+    /// (S6). Returns whether the channel's credential was disabled.
     pub fn failed(
         &mut self,
         ch: Channels<'_>,

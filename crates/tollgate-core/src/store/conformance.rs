@@ -1,10 +1,10 @@
-//! The store conformance suite: every rule of SPEC §2 (C*), §3 (W*) and §4 (B*) that a
-//! store decides, written once against the store traits so every store implementation
-//! is held to the same contract (L4, D1).
+//! The store conformance suite: every slot (C*), window (W*) and billing (B*) rule that
+//! a store decides, written once against the store traits so every store
+//! implementation is held to the same contract (L4, D1).
 //!
 //! A store proves itself by implementing [`Harness`] and calling each public function
 //! of this module from its own test (so a failure names the rule), or [`run_all`].
-//! Functions are named after the SPEC requirement they check.
+//! Functions are named after the rule they check.
 //!
 //! Time: the suite only moves time with [`Harness::advance`], in steps of at least
 //! 500 ms, on windows and budget periods of at least 2 s and lease TTLs of 2 s, so a
@@ -262,7 +262,7 @@ fn exact<H: Harness>() -> bool {
 }
 
 // ---------------------------------------------------------------------------------
-// Concurrency slots (SPEC §2)
+// Concurrency slots (C1–C5)
 
 /// C1, C5: at most `limit` live leases per subject; 0 means unlimited; the in-flight
 /// count is the number of live leases.
@@ -432,7 +432,7 @@ pub async fn slots_are_per_key<H: Harness>(h: &H) {
 }
 
 // ---------------------------------------------------------------------------------
-// Anchored windows (SPEC §3)
+// Anchored windows (W1–W10)
 
 /// W1: every tier of a dimension is enforced, each on its own window.
 pub async fn w1_every_tier_enforced<H: Harness>(h: &H) {
@@ -1417,7 +1417,7 @@ pub async fn windows_are_per_key_and_scope<H: Harness>(h: &H) {
 }
 
 // ---------------------------------------------------------------------------------
-// Billing (SPEC §4)
+// Billing (B1–B7)
 
 fn tenant(s: &str) -> String {
     format!("conformance:tenant:{s}")

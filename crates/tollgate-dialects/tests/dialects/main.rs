@@ -1,5 +1,5 @@
 //! Black-box tests of tollgate-dialects against realistic provider bodies and streams
-//! (the shapes of the providers' API references), named after SPEC ids.
+//! (the shapes of the providers' API references), named after rule ids.
 
 mod props;
 mod request;

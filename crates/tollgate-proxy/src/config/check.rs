@@ -3,9 +3,8 @@
 //! names the setting at fault ([`At`]) and says why; the resolution turns the place into
 //! the line of the file (`super::resolve`), so the checks read no text.
 
-use super::raw::{
-    ChannelConfig, FailureModeConfig, ModelConfig, RawConfig, ServerConfig, Span, UpstreamLimits,
-};
+use super::raw::{ChannelConfig, RawConfig, ServerConfig, Span, TelemetryConfig};
+use super::settings::{FailureModeConfig, ModelSettings, StoreSettings, UpstreamLimits};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
@@ -70,27 +69,27 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
         ),
         (
             "limits.lease_ttl",
-            raw.limits.lease_ttl.0 < Duration::from_secs(1),
+            raw.limits.lease_ttl < Duration::from_secs(1),
             "limits.lease_ttl must be at least 1s",
         ),
         (
             "queue.max_wait",
-            raw.queue.max_wait.0 > too_long,
+            raw.queue.max_wait > too_long,
             "queue.max_wait must be at most 24h",
         ),
         (
             "limits.slot_max_wait",
-            raw.limits.slot_max_wait.0 > too_long,
+            raw.limits.slot_max_wait > too_long,
             "limits.slot_max_wait must be at most 24h",
         ),
         (
             "limits.rolling_max_wait",
-            raw.limits.rolling_max_wait.0 > too_long,
+            raw.limits.rolling_max_wait > too_long,
             "limits.rolling_max_wait must be at most 24h",
         ),
         (
             "store.deadline",
-            raw.store.deadline.0.is_zero() || raw.store.deadline.0 > Duration::from_secs(60),
+            raw.store.deadline.is_zero() || raw.store.deadline > Duration::from_secs(60),
             "store.deadline must be between 1ms and 60s",
         ),
         (
@@ -114,17 +113,21 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             return Err(setting(path, reason));
         }
     }
-    raw.telemetry
-        .check()
-        .map_err(|(at, r)| bad(At::Text(at), r))?;
+    telemetry(&raw.telemetry)?;
     server(&raw.server)?;
-    if raw.queue.default_deadline.is_some_and(|d| d.0 > too_long) {
+    if raw.queue.default_deadline.is_some_and(|d| d > too_long) {
         return Err(setting(
             "queue.default_deadline",
             "queue.default_deadline must be at most 24h",
         ));
     }
-    if raw.store.capacity_failure == FailureModeConfig::Local {
+    failure_modes(&raw.store)
+}
+
+/// The failure modes `[store]` may not take: capacity has no `local` mode, billing only
+/// `closed` (B5).
+fn failure_modes(store: &StoreSettings) -> Result<(), Bad> {
+    if store.capacity_failure == FailureModeConfig::Local {
         return Err(setting(
             "store.capacity_failure",
             "store.capacity_failure cannot be `local`: channel capacity leases have no \
@@ -133,7 +136,7 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     }
     // Billing is fail-closed only (B5): `open` would forward calls that are never
     // settled and leave no usage record; `local` would decide money per instance.
-    match raw.store.billing_failure {
+    match store.billing_failure {
         FailureModeConfig::Closed => Ok(()),
         FailureModeConfig::Open => Err(setting(
             "store.billing_failure",
@@ -180,6 +183,70 @@ fn server(s: &ServerConfig) -> Result<(), Bad> {
         return Err(setting(
             "server.max_connections",
             "server.max_connections must be between 1 and 16777216",
+        ));
+    }
+    Ok(())
+}
+
+/// `[telemetry]`: a ratio and an export timeout in their bounds, a collector address
+/// this build can export to, a service name that says something.
+fn telemetry(t: &TelemetryConfig) -> Result<(), Bad> {
+    let at = |span| At::Text(Some(span));
+    if let Some(r) = &t.sampling_ratio {
+        let v = *r.get_ref();
+        if !(0.0..=1.0).contains(&v) {
+            return Err(bad(
+                at(r.span()),
+                format!("telemetry.sampling_ratio must be between 0 and 1, not {v}"),
+            ));
+        }
+    }
+    if let Some(e) = &t.export_timeout {
+        let d = e.get_ref().0;
+        if d.is_zero() || d > Duration::from_secs(60) {
+            return Err(bad(
+                at(e.span()),
+                "telemetry.export_timeout must be between 1ms and 60s",
+            ));
+        }
+    }
+    if let Some(e) = &t.otlp_endpoint {
+        check_endpoint(e.get_ref())
+            .map_err(|r| bad(at(e.span()), format!("telemetry.otlp_endpoint: {r}")))?;
+        if !cfg!(feature = "otel") {
+            return Err(bad(
+                at(e.span()),
+                "telemetry.otlp_endpoint is set, but this build exports no traces: \
+                 build tollgate with the `otel` feature",
+            ));
+        }
+    }
+    if t.service_name.as_deref().is_some_and(str::is_empty) {
+        return Err(bad(
+            At::Text(None),
+            "telemetry.service_name must not be empty",
+        ));
+    }
+    Ok(())
+}
+
+/// An OTLP/gRPC endpoint: `http://` or `https://`, a host, no path, query or fragment
+/// (gRPC names the service in the path itself). The file's is checked here; the
+/// exporter checks the one it reads from the environment with it too.
+pub fn check_endpoint(e: &str) -> Result<(), String> {
+    let uri: http::Uri = e
+        .parse()
+        .map_err(|err| format!("{e:?} is not a URL ({err})"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("{e:?} must start with http:// or https://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{e:?} names no host"));
+    }
+    if !uri.path().trim_matches('/').is_empty() || uri.query().is_some() {
+        return Err(format!(
+            "{e:?} must be the collector's address only (no path or query)"
         ));
     }
     Ok(())
@@ -247,7 +314,7 @@ pub(super) fn fallbacks(raw: &RawConfig) -> Result<(), Bad> {
 pub(super) fn channel(
     name: &str,
     c: &ChannelConfig,
-    models: &BTreeMap<String, ModelConfig>,
+    models: &BTreeMap<String, ModelSettings>,
 ) -> Result<(), Bad> {
     let at = || At::Entry("channels", name.to_owned());
     limits(&c.limits).map_err(|m| bad(at(), format!("channel {name:?}: limits: {m}")))?;
@@ -347,11 +414,8 @@ mod tests {
             "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 1\n{GOOD}"
         ))
         .unwrap();
-        assert_eq!(c.raw.store.replica_acks, 1);
-        assert_eq!(
-            crate::store::redis_options(&c.raw.store).get_replica_acks(),
-            1
-        );
+        assert_eq!(c.store().replica_acks, 1);
+        assert_eq!(crate::store::redis_options(c.store()).get_replica_acks(), 1);
         let e = Config::parse(&format!(
             "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 17\n{GOOD}"
         ))
@@ -362,13 +426,10 @@ mod tests {
     #[test]
     fn d11_capacity_failure_is_open_or_closed_never_local() {
         let c = Config::parse(&format!("[store]\ncapacity_failure = \"closed\"\n{GOOD}")).unwrap();
-        assert_eq!(
-            c.raw.store.capacity_failure,
-            super::FailureModeConfig::Closed
-        );
+        assert_eq!(c.store().capacity_failure, super::FailureModeConfig::Closed);
         let c = Config::parse(GOOD).unwrap();
         assert_eq!(
-            c.raw.store.capacity_failure,
+            c.store().capacity_failure,
             super::FailureModeConfig::Open,
             "the default"
         );
@@ -377,7 +438,7 @@ mod tests {
         assert!(e.reason.contains("capacity_failure"), "{e}");
     }
 
-    /// Item 7 of issue 14: billing is fail-closed only; `billing_failure = "open"` is
+    /// B5: billing is fail-closed only; `billing_failure = "open"` is
     /// refused at start with the file, the line of the setting and the reason.
     #[test]
     fn b5_billing_failure_open_is_a_config_error() {
@@ -409,15 +470,15 @@ mod tests {
         .unwrap_err();
         assert!(e.reason.contains("money_blocks"), "{e}");
         let c = Config::parse(&format!("[store]\nmoney_blocks = true\n{GOOD}")).unwrap();
-        assert!(c.raw.store.money_blocks_on());
+        assert!(c.store().money_blocks_on());
         let c = Config::parse(GOOD).unwrap();
         assert!(
-            c.raw.store.blocks && c.raw.store.money_blocks_on(),
+            c.store().blocks && c.store().money_blocks_on(),
             "blocks and billing blocks on by default"
         );
         let c = Config::parse(&format!("[store]\nblocks = false\n{GOOD}")).unwrap();
-        assert!(!c.raw.store.money_blocks_on(), "off with quota blocks");
+        assert!(!c.store().money_blocks_on(), "off with quota blocks");
         let c = Config::parse(&format!("[store]\nmoney_blocks = false\n{GOOD}")).unwrap();
-        assert!(c.raw.store.blocks && !c.raw.store.money_blocks_on());
+        assert!(c.store().blocks && !c.store().money_blocks_on());
     }
 }

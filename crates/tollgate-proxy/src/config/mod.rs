@@ -1,33 +1,38 @@
-//! The proxy's configuration file (SPEC P3): TOML, read with serde.
+//! The proxy's configuration file (P3): TOML, read with serde.
 //!
 //! A bad file fails at start with the file, the line and the reason: syntax and type
 //! errors come from the TOML parser with their position; references that do not
 //! resolve (an unknown policy, tenant or model) are reported at the line of the
-//! reference. See `examples/demo.toml` for a complete file and the README for the
-//! reference.
+//! reference. See `examples/demo.toml` for a complete file and the configuration reference
+//! ([`crate::docs::configuration`]) for every setting.
 //!
-//! The file as written is [`RawConfig`] (the serde structs, `raw.rs`); the value checks
-//! are in `check.rs`; `resolve.rs` turns the raw file into the [`Config`] the gateway
-//! runs, with every error at the line of its setting.
+//! The file as written is `raw.rs` (the serde structs, private to this module); the
+//! value checks are in `check.rs`; `resolve.rs` turns the raw file into the [`Config`]
+//! the gateway runs, with every error at the line of its setting; `settings.rs` holds
+//! the resolved settings the rest of the crate reads, through [`Config`]'s accessors
+//! ([`Config::server`], [`Config::store`], …).
+//!
+//! Imports go one way: every other module of the crate may read the configuration, and
+//! the configuration reads none of them.
 
 mod check;
 mod raw;
 mod resolve;
+mod settings;
 
-pub use raw::{
-    BudgetConfig, ChannelConfig, ErrorsConfig, FailoverSettings, FailureModeConfig,
-    ForwardedHeader, ForwardingConfig, KeyConfig, LimitsConfig, ModelConfig, NEVER_FORWARDED,
-    PolicyConfig, QueueConfig, RawConfig, ServerConfig, Span, StoreConfig, SubscriptionConfig,
-    TaskConfig, TelemetryConfig, TenantConfig, TierConfig, UpstreamLimits, Vendor,
+pub use check::check_endpoint;
+pub use settings::{
+    DEFAULT_EXPORT_TIMEOUT, FailureModeConfig, ForwardedHeader, ForwardingSettings, LimitSettings,
+    ModelSettings, NEVER_FORWARDED, QueueSettings, ServerSettings, StoreSettings, TaskEntry,
+    TelemetrySettings, UpstreamLimits, Vendor,
 };
-pub use resolve::{task_budget, tenant_budgets};
 
-use raw::redact;
+use settings::Settings;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tollgate_core::{Money, Policy};
+use tollgate_core::Money;
 
 /// A configuration error: where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,17 +85,34 @@ pub struct KeyEntry {
 pub struct Channel {
     /// Name in the file.
     pub name: Arc<str>,
-    /// The file's settings.
-    pub config: ChannelConfig,
-    /// The credential, read from the environment.
+    /// Provider family; also its API format.
+    pub vendor: Vendor,
+    /// Base URL as written, e.g. `https://api.openai.com`; `fake://` for the bundled
+    /// fake upstream.
+    pub base_url: String,
+    /// Models served.
+    pub models: Vec<String>,
+    /// Failover group.
+    pub group: String,
+    /// Share of new conversations.
+    pub weight: u32,
+    /// Most in-flight requests (0 = unlimited).
+    pub capacity: u32,
+    /// Limits of the credential.
+    pub limits: UpstreamLimits,
+    /// Limits per model on this credential.
+    pub model_limits: BTreeMap<String, UpstreamLimits>,
+    /// The credential, written or read from the environment.
     pub credential: Option<String>,
+    /// The non-secret credential id whose limits this channel shares: the file's
+    /// `credential_id`, else a hash of the credential (channels holding the same secret
+    /// share), else `channel-{name}`.
+    pub credential_id: String,
 }
 
 /// The configuration, checked and resolved.
 #[derive(Clone)]
 pub struct Config {
-    /// The file as written.
-    pub raw: RawConfig,
     /// Keys by secret.
     pub keys: BTreeMap<String, KeyEntry>,
     /// Channels by name.
@@ -101,6 +123,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// The metrics token, read from the environment (`None` = `/metrics` open).
     pub metrics_token: Option<String>,
+    /// The other settings, read through the accessors (`settings.rs`).
+    settings: Settings,
 }
 
 impl Config {
@@ -121,37 +145,19 @@ impl Config {
 
     /// Parses and checks TOML text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+        let raw: raw::RawConfig = toml::from_str(text).map_err(|e| ConfigError {
             file: None,
             line: e.span().map(|s| resolve::line_of(text, s.start)),
             reason: e.message().to_owned(),
         })?;
         resolve::resolve(raw, text)
     }
-
-    /// The policy named `name`.
-    pub fn policy(&self, name: &str) -> Option<Policy> {
-        self.raw.policies.get(name).and_then(|p| p.to_policy().ok())
-    }
 }
 
 impl Channel {
-    /// The non-secret credential id whose limits this channel shares.
-    pub fn credential_id(&self) -> String {
-        if let Some(id) = &self.config.credential_id {
-            return id.clone();
-        }
-        match &self.credential {
-            Some(secret) => {
-                use std::hash::{Hash, Hasher};
-                // SipHash with fixed keys: the same id on every instance, and a
-                // 64-bit digest that does not reveal the secret.
-                let mut h = std::hash::DefaultHasher::new();
-                secret.hash(&mut h);
-                format!("cred-{:016x}", h.finish())
-            }
-            None => format!("channel-{}", self.name),
-        }
+    /// Whether the channel is the bundled fake upstream (`fake://`).
+    pub fn is_fake(&self) -> bool {
+        self.base_url.starts_with("fake://")
     }
 }
 
@@ -159,11 +165,30 @@ impl fmt::Debug for Channel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Channel")
             .field("name", &self.name)
-            .field("config", &self.config)
+            .field("vendor", &self.vendor)
+            .field("base_url", &self.base_url)
+            .field("models", &self.models)
+            .field("group", &self.group)
+            .field("weight", &self.weight)
+            .field("capacity", &self.capacity)
+            .field("limits", &self.limits)
+            .field("model_limits", &self.model_limits)
             .field("credential", &redact(&self.credential))
+            .field("credential_id", &self.credential_id)
             .finish()
     }
 }
+
+/// How a secret appears in `Debug` output: present or not, never its value.
+const REDACTED: &str = "<redacted>";
+
+fn redact(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+// `Debug` of everything holding a client key, a provider credential or the admin token
+// shows the structure but never the secret (E3): a `{:?}` in a log line or a panic
+// message must not leak one.
 
 /// Keys by secret, shown by their entries only (the label names the key).
 pub(crate) struct RedactedKeys<'a, I>(pub(crate) &'a I);
@@ -183,19 +208,18 @@ where
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("raw", &self.raw)
             .field("keys", &RedactedKeys(&self.keys))
             .field("channels", &self.channels)
             .field("source", &self.source)
             .field("admin_token", &redact(&self.admin_token))
             .field("metrics_token", &redact(&self.metrics_token))
+            .field("settings", &self.settings)
             .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::raw::REDACTED;
     use super::*;
 
     /// A small file every setting of which resolves: the tests change one line of it.
@@ -268,9 +292,6 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
             ("config", format!("{c:?}")),
             ("config (alternate)", format!("{c:#?}")),
             ("channel", format!("{:?}", c.channels[0])),
-            ("channel config", format!("{:?}", c.raw.channels["one"])),
-            ("key config", format!("{:?}", c.raw.keys["alice"])),
-            ("server config", format!("{:?}", c.raw.server)),
             ("key table", format!("{table:?}")),
         ] {
             for s in secrets {
@@ -286,7 +307,7 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
             "Config",
             "KeyEntry",
             "label: \"alice\"",
-            "ChannelConfig",
+            "Channel {",
             "http://127.0.0.1:9",
             "admin_token: Some(\"<redacted>\")",
         ] {

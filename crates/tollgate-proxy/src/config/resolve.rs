@@ -1,11 +1,16 @@
 //! From the file as written to the configuration the gateway runs: policies, keys and
-//! their secrets, channels and their credentials, the admin and metrics tokens, with
-//! the value checks of [`super::check`] in between. Every error points at the line of
-//! the setting it is about, found with toml's own spans ([`Spans`]).
+//! their secrets, channels and their credentials, the admin and metrics tokens, and the
+//! settings of `settings.rs`, with the value checks of [`super::check`] in between. Every
+//! error points at the line of the setting it is about, found with toml's own spans
+//! ([`Spans`]).
 
 use super::check::{self, At, Bad, names};
 use super::raw::{
-    ErrorsConfig, PolicyConfig, RawConfig, ServerConfig, TaskConfig, TenantConfig, TierConfig,
+    ChannelConfig, ErrorsConfig, PolicyConfig, RawConfig, ServerConfig, TaskConfig,
+    TelemetryConfig, TenantConfig, TierConfig,
+};
+use super::settings::{
+    DEFAULT_EXPORT_TIMEOUT, ServerSettings, Settings, TaskEntry, TelemetrySettings,
 };
 use super::{Channel, Config, ConfigError, KeyEntry};
 use std::collections::BTreeMap;
@@ -92,40 +97,128 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, ConfigError>
     let mut channels = Vec::new();
     for (name, c) in &raw.channels {
         check::channel(name, c, &raw.models).map_err(|b| src.bad(b))?;
-        let at = src.spans.entry("channels", name);
-        let credential = match (&c.credential, &c.credential_env) {
-            (Some(s), None) => Some(s.clone()),
-            (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
-                src.err(
-                    at.clone(),
-                    format!("channel {name:?}: environment variable {var} is not set"),
-                )
-            })?),
-            (None, None) => None,
-            _ => {
-                return Err(src.err(
-                    at,
-                    format!(
-                        "channel {name:?}: set at most one of `credential` or `credential_env`"
-                    ),
-                ));
-            }
-        };
-        channels.push(Channel {
-            name: name.as_str().into(),
-            config: c.clone(),
-            credential,
-        });
+        channels.push(channel(&src, name, c)?);
     }
     let (admin_token, metrics_token) = tokens(&raw.server, &src)?;
     Ok(Config {
-        raw,
         keys,
         channels,
         source: None,
         admin_token,
         metrics_token,
+        settings: settings(raw, policies),
     })
+}
+
+/// Everything else the gateway runs with, from the checked file.
+fn settings(raw: RawConfig, policies: BTreeMap<String, Arc<Policy>>) -> Settings {
+    Settings {
+        server: server(&raw.server),
+        failover: raw.failover.to_layer(raw.queue.default_deadline),
+        telemetry: telemetry(&raw.telemetry),
+        tenants: raw
+            .tenants
+            .iter()
+            .map(|(name, t)| (name.clone(), t.balance))
+            .collect(),
+        tasks: raw
+            .tasks
+            .iter()
+            .map(|(name, t)| (name.clone(), task(name, t)))
+            .collect(),
+        policies,
+        store: raw.store,
+        limits: raw.limits,
+        queue: raw.queue,
+        forwarding: raw.forwarding,
+        models: raw.models,
+        vendors: raw.vendors,
+    }
+}
+
+/// `[server]` as the gateway serves with it (the tokens are resolved by [`tokens`]).
+pub(super) fn server(s: &ServerConfig) -> ServerSettings {
+    ServerSettings {
+        listen: s.listen,
+        max_body_bytes: s.max_body_bytes,
+        upstream_timeout: s.upstream_timeout.0,
+        upstream_idle_timeout: s.upstream_idle_timeout.0,
+        body_read_timeout: s.body_read_timeout.0,
+        header_read_timeout: s.header_read_timeout.0,
+        usage_log: s.usage_log.clone(),
+        stall_timeout: s.stall_timeout.0,
+        max_response_lifetime: s.max_response_lifetime.0,
+        max_connections: s.max_connections,
+        h2_idle_timeout: s.h2_idle_timeout.0,
+        drain_timeout: s.drain_timeout.0,
+    }
+}
+
+/// `[telemetry]` with its defaults taken: a ratio of 1, [`DEFAULT_EXPORT_TIMEOUT`].
+pub(super) fn telemetry(t: &TelemetryConfig) -> TelemetrySettings {
+    TelemetrySettings {
+        otlp_endpoint: t.otlp_endpoint.as_ref().map(|e| e.get_ref().clone()),
+        service_name: t.service_name.clone(),
+        sampling_ratio: t.sampling_ratio.as_ref().map_or(1.0, |r| *r.get_ref()),
+        export_timeout: t
+            .export_timeout
+            .as_ref()
+            .map_or(DEFAULT_EXPORT_TIMEOUT, |e| e.get_ref().0),
+        accept_traceparent: t.accept_traceparent,
+    }
+}
+
+/// One channel of `[channels]`, its credential written or read from the environment.
+fn channel(src: &Source<'_>, name: &str, c: &ChannelConfig) -> Result<Channel, ConfigError> {
+    let at = src.spans.entry("channels", name);
+    let credential = match (&c.credential, &c.credential_env) {
+        (Some(s), None) => Some(s.clone()),
+        (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+            src.err(
+                at.clone(),
+                format!("channel {name:?}: environment variable {var} is not set"),
+            )
+        })?),
+        (None, None) => None,
+        _ => {
+            return Err(src.err(
+                at,
+                format!("channel {name:?}: set at most one of `credential` or `credential_env`"),
+            ));
+        }
+    };
+    Ok(Channel {
+        name: name.into(),
+        vendor: c.vendor,
+        base_url: c.base_url.clone(),
+        models: c.models.iter().map(|m| m.get_ref().clone()).collect(),
+        group: c.group.clone(),
+        weight: c.weight,
+        capacity: c.capacity,
+        limits: c.limits,
+        model_limits: c.model_limits.clone(),
+        credential_id: credential_id(name, c.credential_id.as_ref(), credential.as_ref()),
+        credential,
+    })
+}
+
+/// The non-secret credential id whose limits a channel shares: written, else a digest
+/// of the credential, else the channel's own.
+fn credential_id(channel: &str, written: Option<&String>, secret: Option<&String>) -> String {
+    if let Some(id) = written {
+        return id.clone();
+    }
+    match secret {
+        Some(secret) => {
+            use std::hash::{Hash, Hasher};
+            // SipHash with fixed keys: the same id on every instance, and a
+            // 64-bit digest that does not reveal the secret.
+            let mut h = std::hash::DefaultHasher::new();
+            secret.hash(&mut h);
+            format!("cred-{:016x}", h.finish())
+        }
+        None => format!("channel-{channel}"),
+    }
 }
 
 /// The policies by name, each checked.
@@ -342,7 +435,7 @@ fn token(
 }
 
 /// The budgets of a tenant, with ids unique across tenants.
-pub fn tenant_budgets(tenant: &str, t: &TenantConfig) -> Vec<tollgate_core::Budget> {
+fn tenant_budgets(tenant: &str, t: &TenantConfig) -> Vec<tollgate_core::Budget> {
     t.budgets
         .iter()
         .map(|b| {
@@ -355,13 +448,16 @@ pub fn tenant_budgets(tenant: &str, t: &TenantConfig) -> Vec<tollgate_core::Budg
         .collect()
 }
 
-/// The budget of a task.
-pub fn task_budget(name: &str, t: &TaskConfig) -> tollgate_core::Budget {
-    tollgate_core::Budget::new(
-        format!("task:{name}"),
-        t.budget,
-        t.period.map(|p| tollgate_core::clock::millis(p.0)),
-    )
+/// A task of `[tasks]`: its budget and the tenants whose keys may name it.
+fn task(name: &str, t: &TaskConfig) -> TaskEntry {
+    TaskEntry {
+        budget: tollgate_core::Budget::new(
+            format!("task:{name}"),
+            t.budget,
+            t.period.map(|p| tollgate_core::clock::millis(p.0)),
+        ),
+        owners: t.owners().map(Into::into).collect(),
+    }
 }
 
 /// Where the keys of the configuration text are, from toml's own parser: an error
@@ -404,7 +500,7 @@ mod tests {
     use crate::config::tests::GOOD;
 
     #[test]
-    fn i14_8_metrics_token_is_checked_like_the_admin_token() {
+    fn p4_metrics_token_is_checked_like_the_admin_token() {
         let c = Config::parse("[server]\nmetrics_token = \"metrics-0123456789\"\n").unwrap();
         assert_eq!(c.metrics_token.as_deref(), Some("metrics-0123456789"));
         assert!(!format!("{c:?}").contains("metrics-0123456789"), "redacted");

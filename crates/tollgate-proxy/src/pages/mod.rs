@@ -1,4 +1,4 @@
-//! Pages in a browser (issue 15): a usage page for key holders and an operator page,
+//! Pages in a browser (P4): a usage page for key holders and an operator page,
 //! static HTML, CSS and JavaScript embedded in the binary (no JavaScript toolchain at
 //! build time), reading the gateway's JSON routes.
 //!

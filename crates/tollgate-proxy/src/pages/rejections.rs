@@ -1,4 +1,4 @@
-//! Rejections by code over the last minutes, for the operator page (issue 15).
+//! Rejections by code over the last minutes, for the operator page (P4).
 //!
 //! [`RejectionRing`] is a plain, fixed-size ring of per-minute counters — one slot per
 //! wall-clock minute for the last [`MINUTES`] minutes, one counter per
@@ -240,7 +240,7 @@ mod tests {
     const T0: Millis = 1_700_000_000_000 - 1_700_000_000_000 % MINUTE_MS;
 
     #[test]
-    fn i15_rejections_are_counted_per_minute_and_code() {
+    fn p4_rejections_are_counted_per_minute_and_code() {
         let mut r = RejectionRing::new();
         r.record(GatewayCode::RpmLimit, T0 + 1_000);
         r.record(GatewayCode::RpmLimit, T0 + 59_999);
@@ -270,7 +270,7 @@ mod tests {
     }
 
     #[test]
-    fn i15_minutes_older_than_the_ring_fall_off_and_their_slot_is_reused() {
+    fn p4_minutes_older_than_the_ring_fall_off_and_their_slot_is_reused() {
         let mut r = RejectionRing::new();
         r.record(GatewayCode::TpmLimit, T0);
         let later = T0 + MINUTES as u64 * MINUTE_MS;
@@ -288,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn i15_a_clock_gone_back_past_a_slot_is_not_counted_into_a_newer_minute() {
+    fn p4_a_clock_gone_back_past_a_slot_is_not_counted_into_a_newer_minute() {
         let mut r = RejectionRing::new();
         let later = T0 + MINUTES as u64 * MINUTE_MS;
         r.record(GatewayCode::RpmLimit, later);
@@ -298,7 +298,7 @@ mod tests {
     }
 
     #[test]
-    fn i15_the_ring_stays_the_same_size_under_a_flood() {
+    fn p4_the_ring_stays_the_same_size_under_a_flood() {
         let mut r = RejectionRing::new();
         let size = std::mem::size_of_val(&r);
         for i in 0..100_000u64 {
@@ -314,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn i15_the_log_reads_its_clock_and_the_observer_counts_the_rejection_in_a_chain() {
+    fn p4_the_log_reads_its_clock_and_the_observer_counts_the_rejection_in_a_chain() {
         let clock = ManualClock::new(T0);
         let log = RejectionLog::with_clock(clock.clone());
         let observe = log.observer();

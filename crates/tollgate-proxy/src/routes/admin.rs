@@ -1,4 +1,4 @@
-//! The admin routes (`/admin/*`, SPEC P4) on the running stack; what each does is told
+//! The admin routes (`/admin/*`, P4) on the running stack; what each does is told
 //! in [`crate::admin`].
 
 use crate::admin::InProcess;
@@ -85,14 +85,9 @@ async fn channels<St: CapacityStore>(
     let now = tollgate::time::TokioClock::default().now();
     let mut out = Vec::new();
     for ch in &live.channels {
-        let cred = ch.credential_id();
-        let mut keys = vec![credential_key(&cred), vendor_key(ch.config.vendor.as_str())];
-        keys.extend(
-            ch.config
-                .models
-                .iter()
-                .map(|m| model_key(&cred, m.get_ref())),
-        );
+        let cred = &ch.credential_id;
+        let mut keys = vec![credential_key(cred), vendor_key(ch.vendor.as_str())];
+        keys.extend(ch.models.iter().map(|m| model_key(cred, m)));
         let cooling = registry.cooldowns().any_until(&keys, now);
         let in_flight = live.store.in_flight(&ch.name).await.ok();
         let (ok, failed) = health.counts(&ch.name, now);
@@ -104,10 +99,10 @@ async fn channels<St: CapacityStore>(
         };
         out.push(json!({
             "name": &*ch.name,
-            "vendor": ch.config.vendor.as_str(),
+            "vendor": ch.vendor.as_str(),
             "credential_id": cred,
-            "models": ch.config.models.iter().map(|m| m.get_ref().as_str()).collect::<Vec<_>>(),
-            "capacity": ch.config.capacity,
+            "models": &ch.models,
+            "capacity": ch.capacity,
             "in_flight": in_flight,
             "disabled": cooling == Some(DISABLED),
             "cooling_until_ms": cooling.filter(|u| *u != DISABLED),
@@ -208,7 +203,7 @@ async fn set_balance<St: BillingStore>(
             format!("The store failed: {e}"),
         );
     }
-    let known = admin.stack.load().config.raw.tenants.contains_key(&tenant);
+    let known = admin.stack.load().config.tenants().contains_key(&tenant);
     tracing::warn!(tenant = %tenant, balance, configured = known, "tenant balance set by an operator");
     axum::Json(json!({ "tenant": tenant, "balance": balance })).into_response()
 }
@@ -515,7 +510,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn i14_8_cursors_round_trip_and_bad_ones_are_refused_without_a_panic() {
+    fn b7_cursors_round_trip_and_bad_ones_are_refused_without_a_panic() {
         for a in [
             AttemptRef {
                 attempt: "att-1".into(),

@@ -1,4 +1,4 @@
-//! The model routes (SPEC P2): the vendors' routes, and the same under `/native` with
+//! The model routes (P2): the vendors' routes, and the same under `/native` with
 //! every rejection in the native body and codes (E1).
 
 use super::ops::{Ops, not_found};
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tollgate::core::Dialect;
 
 /// The model routes on one service stack: only the methods the gateway prices and
-/// limits (SPEC P2, P6):
+/// limits (P2, P6):
 ///
 /// | route | operation |
 /// |---|---|

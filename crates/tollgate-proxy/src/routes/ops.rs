@@ -1,4 +1,4 @@
-//! The operational routes (SPEC P4): `GET /usage`, `GET /healthz`, `GET /metrics`,
+//! The operational routes (P4): `GET /usage`, `GET /healthz`, `GET /metrics`,
 //! `GET /v1/models`, and the answer to an unknown path. The pages in a browser that read
 //! them are [`crate::pages`].
 
@@ -56,7 +56,7 @@ pub(crate) async fn not_found(req: Request) -> Response {
     render(&r, Dialect::from_path(req.uri().path()), "").into_response()
 }
 
-/// `GET /metrics` (SPEC P4): Prometheus text; behind a bearer token when
+/// `GET /metrics` (P4): Prometheus text; behind a bearer token when
 /// `server.metrics_token` is set.
 async fn scrape<St: BillingStore>(State(ops): State<Arc<Ops<St>>>, req: Request) -> Response {
     if let Some(token) = &ops.metrics_token {
@@ -107,7 +107,7 @@ fn limit_json(v: &LimitView) -> Value {
     })
 }
 
-/// `GET /usage` (SPEC P4): the calling key's limits as the gateway sees them — the
+/// `GET /usage` (P4): the calling key's limits as the gateway sees them — the
 /// source of truth rejections point to.
 async fn usage<St: SlotStore + WindowStore + BillingStore>(
     State(ops): State<Arc<Ops<St>>>,

@@ -1,14 +1,12 @@
 //! The OTLP/gRPC exporter (feature `otel`) and W3C trace-context propagation.
 
-use super::request::ACCEPT_TRACEPARENT;
-use super::{TelemetryConfig, check_endpoint};
+use super::{TelemetrySettings, check_endpoint};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tracing::{Level, Span, Subscriber};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -25,7 +23,7 @@ use tracing_subscriber::registry::LookupSpan;
 /// use tracing_subscriber::layer::SubscriberExt;
 /// use tracing_subscriber::util::SubscriberInitExt;
 /// // Inside a Tokio runtime: the gRPC channel runs on it.
-/// let exporter = tollgate_proxy::telemetry::Exporter::start(&config.raw.telemetry)?;
+/// let exporter = tollgate_proxy::telemetry::Exporter::start(config.telemetry())?;
 /// tracing_subscriber::registry()
 ///     .with(exporter.as_ref().map(|e| e.layer()))
 ///     .init();
@@ -77,11 +75,11 @@ fn var(name: &str) -> Option<String> {
 /// The collector: the file's, else the standard variables' as `var` reads them
 /// (`None`: no export).
 pub(super) fn endpoint(
-    cfg: &TelemetryConfig,
+    cfg: &TelemetrySettings,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<String>, String> {
     if let Some(e) = &cfg.otlp_endpoint {
-        return Ok(Some(e.get_ref().clone()));
+        return Ok(Some(e.clone()));
     }
     let Some((name, value)) = ENDPOINT_VARS.iter().find_map(|n| var(n).map(|v| (*n, v))) else {
         return Ok(None);
@@ -101,7 +99,7 @@ impl Exporter {
     /// Starts exporting to the configured collector; `Ok(None)` when none is
     /// configured (nor in the environment) or `OTEL_SDK_DISABLED=true`. Call it
     /// inside a Tokio runtime, which then carries the gRPC connection.
-    pub fn start(cfg: &TelemetryConfig) -> Result<Option<Self>, String> {
+    pub fn start(cfg: &TelemetrySettings) -> Result<Option<Self>, String> {
         if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(None);
         }
@@ -111,7 +109,7 @@ impl Exporter {
         let mut builder = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint.clone())
-            .with_timeout(cfg.timeout());
+            .with_timeout(cfg.export_timeout);
         if endpoint.starts_with("https://") {
             builder = builder.with_tls_config(
                 opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
@@ -133,11 +131,10 @@ impl Exporter {
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                cfg.ratio(),
+                cfg.sampling_ratio,
             ))))
             .with_resource(resource.build())
             .build();
-        ACCEPT_TRACEPARENT.store(cfg.accept_traceparent, Ordering::Relaxed);
         Ok(Some(Self { provider, endpoint }))
     }
 

@@ -24,8 +24,9 @@
 //! | `server.address`, `server.port` | attempt | the channel's host |
 //!
 //! A client's W3C `traceparent` (and `tracestate`) makes the request span a child of
-//! the client's span (`[telemetry] accept_traceparent`); every upstream request carries
-//! a `traceparent` naming its attempt span.
+//! the client's span (`[telemetry] accept_traceparent` of the configuration the router
+//! was built with); every upstream request carries a `traceparent` naming its attempt
+//! span.
 //!
 //! Nothing here runs when the spans are disabled (no subscriber asks for debug spans
 //! of the gateway): the request span is then `Span::none()` and every step below
@@ -40,88 +41,13 @@ pub(crate) use attempt::AttemptTrace;
 pub use request::{RecordStatus, RequestTrace, RequestTraceLayer, RequestTraced};
 pub(crate) use request::{open_request_span, record_request};
 
-use std::time::Duration;
 use tollgate_core::Dialect;
 
 // ------------------------------------------------------------------ configuration
 
-pub use crate::config::TelemetryConfig;
-
-/// The default export timeout.
-pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl TelemetryConfig {
-    /// The sampling ratio (1 when unset).
-    pub fn ratio(&self) -> f64 {
-        self.sampling_ratio.as_ref().map_or(1.0, |r| *r.get_ref())
-    }
-
-    /// The export timeout.
-    pub fn timeout(&self) -> Duration {
-        self.export_timeout
-            .as_ref()
-            .map_or(DEFAULT_EXPORT_TIMEOUT, |t| t.get_ref().0)
-    }
-
-    /// Checks the table: the offending value's place in the file and the reason.
-    pub(crate) fn check(&self) -> Result<(), (Option<std::ops::Range<usize>>, String)> {
-        if let Some(r) = &self.sampling_ratio {
-            let v = *r.get_ref();
-            if !(0.0..=1.0).contains(&v) {
-                return Err((
-                    Some(r.span()),
-                    format!("telemetry.sampling_ratio must be between 0 and 1, not {v}"),
-                ));
-            }
-        }
-        if let Some(t) = &self.export_timeout {
-            let d = t.get_ref().0;
-            if d.is_zero() || d > Duration::from_secs(60) {
-                return Err((
-                    Some(t.span()),
-                    "telemetry.export_timeout must be between 1ms and 60s".into(),
-                ));
-            }
-        }
-        if let Some(e) = &self.otlp_endpoint {
-            check_endpoint(e.get_ref())
-                .map_err(|r| (Some(e.span()), format!("telemetry.otlp_endpoint: {r}")))?;
-            if !cfg!(feature = "otel") {
-                return Err((
-                    Some(e.span()),
-                    "telemetry.otlp_endpoint is set, but this build exports no traces: \
-                     build tollgate with the `otel` feature"
-                        .into(),
-                ));
-            }
-        }
-        if self.service_name.as_deref().is_some_and(str::is_empty) {
-            return Err((None, "telemetry.service_name must not be empty".into()));
-        }
-        Ok(())
-    }
-}
-
-/// An OTLP/gRPC endpoint: `http://` or `https://`, a host, no path, query or fragment
-/// (gRPC names the service in the path itself).
-pub fn check_endpoint(e: &str) -> Result<(), String> {
-    let uri: http::Uri = e
-        .parse()
-        .map_err(|err| format!("{e:?} is not a URL ({err})"))?;
-    match uri.scheme_str() {
-        Some("http" | "https") => {}
-        _ => return Err(format!("{e:?} must start with http:// or https://")),
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("{e:?} names no host"));
-    }
-    if !uri.path().trim_matches('/').is_empty() || uri.query().is_some() {
-        return Err(format!(
-            "{e:?} must be the collector's address only (no path or query)"
-        ));
-    }
-    Ok(())
-}
+/// `[telemetry]` is read by the configuration (`crate::config`), which also checks the
+/// file's collector address; the exporter reads the environment's with the same check.
+pub use crate::config::{DEFAULT_EXPORT_TIMEOUT, TelemetrySettings, check_endpoint};
 
 // ------------------------------------------------------------------ attribute names
 
@@ -209,9 +135,11 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let file: TelemetryConfig =
-            toml::from_str("otlp_endpoint = \"http://127.0.0.1:4317\"").unwrap();
-        let none = TelemetryConfig::default();
+        let file = TelemetrySettings {
+            otlp_endpoint: Some("http://127.0.0.1:4317".to_owned()),
+            ..TelemetrySettings::default()
+        };
+        let none = TelemetrySettings::default();
         let all = env(&[
             (
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

@@ -20,9 +20,15 @@ use tower::{Layer, Service};
 use tracing::Span;
 
 /// Called with the request span as it is made: names it for OpenTelemetry (a SERVER
-/// span named by the method until a model route renames it) and, when allowed, makes
-/// it a child of the client's `traceparent`.
-pub(crate) fn open_request_span(span: &Span, method: &http::Method, headers: &HeaderMap) {
+/// span named by the method until a model route renames it) and, when
+/// `accept_traceparent` (`[telemetry]`), makes it a child of the client's
+/// `traceparent`.
+pub(crate) fn open_request_span(
+    span: &Span,
+    method: &http::Method,
+    headers: &HeaderMap,
+    accept_traceparent: bool,
+) {
     if span.is_disabled() {
         return;
     }
@@ -30,17 +36,13 @@ pub(crate) fn open_request_span(span: &Span, method: &http::Method, headers: &He
     {
         span.record("otel.kind", "server");
         span.record("otel.name", method.as_str());
-        if ACCEPT_TRACEPARENT.load(Ordering::Relaxed) {
+        if accept_traceparent {
             export::join_client_trace(span, headers);
         }
     }
     #[cfg(not(feature = "otel"))]
-    let _ = (method, headers);
+    let _ = (method, headers, accept_traceparent);
 }
-
-/// `[telemetry] accept_traceparent` of the running exporter.
-#[cfg(feature = "otel")]
-pub(super) static ACCEPT_TRACEPARENT: AtomicBool = AtomicBool::new(true);
 
 /// The request span and when the request arrived, for the layers and the forwarder
 /// below (a request extension; one `Arc`, cloned with every attempt's request).

@@ -163,7 +163,7 @@ impl Proxy {
 /// every layer and `fake_base` for `fake://` channels, and serves it on `127.0.0.1:0`.
 pub async fn serve_opened(config: Config, fake_base: String) -> (SocketAddr, JoinHandle<()>) {
     use tollgate_proxy::store::{BuildOptions, open};
-    let app = open(&config.raw.store)
+    let app = open(config.store())
         .await
         .expect("the configured store")
         .build(
@@ -504,7 +504,7 @@ pub fn mask_created(b: &[u8]) -> String {
     out
 }
 
-/// OpenAI `error.type` by status (SPEC E1 and OpenAI's own names).
+/// OpenAI `error.type` by status (E1 and OpenAI's own names).
 fn openai_type(status: u16) -> &'static str {
     match status {
         429 => "rate_limit_exceeded",
@@ -516,7 +516,7 @@ fn openai_type(status: u16) -> &'static str {
     }
 }
 
-/// Anthropic `error.type` by status (SPEC E1 and Anthropic's own names).
+/// Anthropic `error.type` by status (E1 and Anthropic's own names).
 fn anthropic_type(status: u16) -> &'static str {
     match status {
         429 => "rate_limit_error",
@@ -530,7 +530,7 @@ fn anthropic_type(status: u16) -> &'static str {
     }
 }
 
-/// Gemini `error.status` by status (SPEC E1 and google.rpc codes).
+/// Gemini `error.status` by status (E1 and google.rpc codes).
 fn gemini_status(status: u16) -> &'static str {
     match status {
         429 | 402 => "RESOURCE_EXHAUSTED",
@@ -542,7 +542,7 @@ fn gemini_status(status: u16) -> &'static str {
     }
 }
 
-/// Checks that `r` is the gateway's rejection with `code` in `dialect`'s shape (SPEC E1,
+/// Checks that `r` is the gateway's rejection with `code` in `dialect`'s shape (E1,
 /// E3): HTTP status = the code's first three digits, JSON, an `x-request-id`, the
 /// dialect's error type, and — where the dialect has a place for it (OpenAI) — the code.
 /// Returns the message.

@@ -17,7 +17,10 @@ if r[1] ~= 1 then return {r, -1, 0} end
 local now = now_ms(ARGV[1])
 local key = KEYS[#KEYS]
 local n = live_leases(key, now)
-local take = grant(n, tonumber(ARGV[2]), tonumber(ARGV[5]))
+-- Run twice, the first run's leases stand (see lease.lua's held).
+local take = held(key, ARGV[4], tonumber(ARGV[5]))
+if take > 0 then return {r, 1, take} end
+take = grant(n, tonumber(ARGV[2]), tonumber(ARGV[5]))
 if take == 0 then return {r, 0, 0} end
 add_leases(key, now, tonumber(ARGV[3]), ARGV[4], n, take)
 return {r, 1, take}

@@ -16,7 +16,11 @@
 local now = now_ms(ARGV[1])
 local slots = KEYS[1]
 local n = live_leases(slots, now)
-local take = grant(n, tonumber(ARGV[2]), tonumber(ARGV[5]))
+-- Run twice, the first run's leases stand (and its window admission, found by its
+-- record): nothing more is taken.
+local again = held(slots, ARGV[4], tonumber(ARGV[5]))
+local take = again
+if take == 0 then take = grant(n, tonumber(ARGV[2]), tonumber(ARGV[5])) end
 if take == 0 then
   return {0, n}
 end
@@ -27,5 +31,5 @@ if #KEYS >= 4 then
     return {2, w}
   end
 end
-add_leases(slots, now, tonumber(ARGV[3]), ARGV[4], n, take)
+if again == 0 then add_leases(slots, now, tonumber(ARGV[3]), ARGV[4], n, take) end
 return {1, w, take}

@@ -45,3 +45,13 @@ local function add_leases(key, now, ttl, member, n, count)
   redis.call('ZADD', key, unpack(args))
   keep(key, ttl, n)
 end
+
+-- The leases a call with lease `member` already holds in `key` — the same call run
+-- twice (sent again after the connection its first answer came on was lost): 1 for a
+-- lease, `want` for a quota block's (granted whole), 0 for none. The run again grants
+-- what the first granted and takes nothing more (D9).
+local function held(key, member, want)
+  if redis.call('ZSCORE', key, member) then return 1 end
+  if want > 1 and redis.call('ZSCORE', key, member .. ':0') then return want end
+  return 0
+end

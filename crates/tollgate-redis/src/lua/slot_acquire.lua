@@ -5,6 +5,7 @@
 local now = now_ms(ARGV[1])
 local key = KEYS[1]
 local n = live_leases(key, now)
+if held(key, ARGV[4], 1) > 0 then return {1, n} end
 local limit = tonumber(ARGV[2])
 if limit ~= 0 and n >= limit then
   return {0, n}

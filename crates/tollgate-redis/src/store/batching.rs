@@ -119,7 +119,7 @@ impl RedisStore {
             if let redis::Value::ServerError(e) = &v {
                 return Err(protocol(format!("redis: {e:?}")));
             }
-            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
+            super::call::read_reply(v, decode)
         })
     }
 

@@ -93,6 +93,10 @@ impl Inner {
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<StoreResult<redis::Value>> {
         let n = self.replica_acks;
+        #[cfg(test)]
+        if self.sent_twice.load(std::sync::atomic::Ordering::Relaxed) {
+            let _: redis::RedisResult<redis::Value> = cmd.query_async(conn).await;
+        }
         if n == 0 {
             return cmd.query_async::<redis::Value>(conn).await.map(Ok);
         }
@@ -215,7 +219,7 @@ impl RedisStore {
             if let redis::Value::ServerError(e) = &v {
                 return Err(map_err(RedisError::from(e.clone())));
             }
-            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
+            read_reply(v, decode)
         })
     }
 
@@ -269,7 +273,7 @@ impl RedisStore {
             let v = inner
                 .script_call(start, key, script, cmd, &mut conn, true)
                 .await?;
-            decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
+            read_reply(v, decode)
         })
     }
 }
@@ -286,6 +290,14 @@ async fn load(conn: &mut Conn, script: &'static Script) -> redis::RedisResult<()
         .query_async(conn)
         .await?;
     Ok(())
+}
+
+/// A reply read as `R`, then decoded: the one way every call's answer is read.
+pub(super) fn read_reply<R: FromRedisValue, T>(
+    v: redis::Value,
+    decode: impl FnOnce(R) -> StoreResult<T>,
+) -> StoreResult<T> {
+    decode(R::from_redis_value(v).map_err(|e| protocol(format!("redis reply: {e}")))?)
 }
 
 /// The key a plain command works on (its first argument), for routing its liveness.

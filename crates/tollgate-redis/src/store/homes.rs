@@ -1,4 +1,4 @@
-//! Object homes on Redis (SPEC P6): `<prefix>:home:<object id>`, a string
+//! Object homes on Redis (P6): `<prefix>:home:<object id>`, a string
 //! `<channel>\n<model>` with the home's TTL, so every instance sends a request about a
 //! provider-side object (a Responses API response, a video job) to the channel that
 //! created it. One key per object, on its own Cluster slot; each call is one command.

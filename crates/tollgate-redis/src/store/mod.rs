@@ -10,6 +10,8 @@ mod capacity;
 mod homes;
 mod joint;
 mod retry;
+#[cfg(test)]
+mod sent_twice_tests;
 pub use retry::GiveBacks;
 mod slots;
 mod windows;
@@ -109,6 +111,10 @@ struct Inner {
     /// Borrowing calls ended so far, and the count at the last one that failed.
     borrow_gen: std::sync::atomic::AtomicU64,
     borrow_failed: std::sync::atomic::AtomicU64,
+    /// Tests: every command is sent twice and the second answer taken, as a client does
+    /// that sends a command again after losing the connection the first answer was on.
+    #[cfg(test)]
+    sent_twice: std::sync::atomic::AtomicBool,
 }
 
 /// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
@@ -392,6 +398,8 @@ impl RedisStore {
                 borrows: Arc::new(tokio::sync::Notify::new()),
                 borrow_gen: std::sync::atomic::AtomicU64::new(0),
                 borrow_failed: std::sync::atomic::AtomicU64::new(0),
+                #[cfg(test)]
+                sent_twice: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }

@@ -1,5 +1,5 @@
+use super::decide::decide;
 use super::layer::Shared;
-use super::service::decide;
 use super::{BillingGuard, Settlement};
 use crate::BoxError;
 use crate::body::HoldBody;

@@ -1,4 +1,4 @@
-//! Balance and spend-cap gate, money budgets and per-attempt settlement (SPEC B1–B6).
+//! Balance and spend-cap gate, money budgets and per-attempt settlement (B1–B6).
 //!
 //! At `call` the layer asks the [`BillingStore`] once whether the request may run
 //! (B1: balance > 0, key spend below its cap) and reserves its money upper bound in
@@ -78,12 +78,15 @@
 //! [`UsageReport`]: tollgate_core::UsageReport
 //! [`UsageRecorder`]: tollgate_core::UsageRecorder
 
+mod decide;
 mod durable;
 mod future;
 mod layer;
 mod reconcile;
 mod service;
 
+// The request extensions the billing layer reads and writes (defined with the others).
+pub use crate::extensions::{Attempt, BillingProfile, ClientRequestId, NotBilled};
 pub use durable::{FIRST_BACKOFF, MAX_BACKOFF, MAX_WAITING_SETTLEMENTS, SettlementStats};
 pub use future::ResponseFuture;
 pub use layer::BillingGateLayer;
@@ -95,62 +98,9 @@ use durable::{Job, Settler};
 use std::sync::Arc;
 use tollgate_core::attempt::{CallEnd, Settle, settle};
 use tollgate_core::{
-    AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Budget, Millis, Money,
-    SubjectKey, Usage, UsageRecorder, UsageReport,
+    AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Millis, Money, SubjectKey,
+    Usage, UsageRecorder, UsageReport,
 };
-
-/// Per-request billing settings (request extension): the key's spend cap and the
-/// budgets the request draws on.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct BillingProfile {
-    /// The key's spend cap.
-    pub spend_cap: Option<Money>,
-    /// Budgets to reserve the upper bound in (B3).
-    pub budgets: Arc<[Budget]>,
-    /// The tenant is expected to have a billing record (the configuration names it with
-    /// a balance): a missing record is a 503 (50303), never a 402 (B7).
-    pub tenant_expected: bool,
-}
-
-impl BillingProfile {
-    /// No spend cap, no budgets, no record expected: the same as `default()`.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Sets the key's spend cap.
-    pub fn with_spend_cap(mut self, cap: Option<Money>) -> Self {
-        self.spend_cap = cap;
-        self
-    }
-    /// Sets the budgets to reserve in (B3).
-    pub fn with_budgets(mut self, budgets: impl Into<Arc<[Budget]>>) -> Self {
-        self.budgets = budgets.into();
-        self
-    }
-    /// Says whether the tenant is expected to have a billing record (B7).
-    pub fn with_tenant_expected(mut self, expected: bool) -> Self {
-        self.tenant_expected = expected;
-        self
-    }
-}
-
-/// The request id the client sent, kept apart from the gateway's own (request
-/// extension, set by the application): never an idempotency key, only a field of the
-/// usage record for the client's own correlation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientRequestId(pub Arc<str>);
-
-/// The attempt a request is billed as (request extension, set by the layer).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attempt(pub AttemptId);
-
-/// Request extension: the request is free (token counting, SPEC P6). The gate lets it
-/// through with nothing reserved, settled or recorded, whatever the balance or spend
-/// cap — its key still needs a [`Subject`](tollgate_core::Subject) (401 without one),
-/// and the other layers still count it as a request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NotBilled;
 
 /// One settled or pending attempt (B6). Made by the billing layer; new fields may be
 /// added, so match it with `..`.

@@ -1,9 +1,8 @@
-use super::queue::{CapacityGuard, Channel, Counters, QueueTicket, Shared};
-use super::{DEADLINE_HEADER, QUEUED_MS_HEADER, busy, deadline_exceeded};
+use super::choose::{Expiry, Probe, on_answer, probe, shortest_wait, tenant_of, wait_budget};
+use super::queue::{CapacityGuard, Counters, QueueTicket, Shared};
+use super::{QUEUED_MS_HEADER, busy, deadline_exceeded};
 use crate::BoxError;
 use crate::body::{Hold, HoldBody};
-use crate::joint::Prefetched;
-use crate::spawn::poll_now;
 use crate::time::ms;
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
@@ -14,113 +13,8 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
-use tollgate_core::capacity::expected_wait_us;
-use tollgate_core::{
-    Candidates, CapacityStore, ChannelRef, Chosen, LayerKind, LeaseId, Millis, Rejection,
-    StoreResult, Subject, TenantWeight,
-};
+use tollgate_core::{Candidates, CapacityStore, ChannelRef, Chosen, LeaseId, Millis, Rejection};
 use tower_service::Service;
-
-/// Where the search for a channel stands.
-pub(crate) enum Probe<St: CapacityStore> {
-    /// Admitted on candidate `index`; `guard` is `None` for an unlimited channel (or a
-    /// store failure with the layer failing open).
-    Admit {
-        index: usize,
-        guard: Option<CapacityGuard<St>>,
-    },
-    /// The store is still deciding candidate `index`.
-    Ask {
-        index: usize,
-        answer: St::Future<Option<LeaseId>>,
-    },
-    /// Every candidate is full: queue.
-    AllFull,
-    /// Refused (store failure with the layer failing closed).
-    Refuse(Rejection),
-}
-
-/// Tries the candidates from `from` on, in order (Q2). A channel whose queue has
-/// waiters counts as full: a newcomer never jumps the queue. A lease the upstream layer
-/// `prefetched` with the channel's windows (see `crate::joint`) is held as taken here,
-/// and a channel it found full is not asked again.
-pub(crate) fn probe<St: CapacityStore>(
-    shared: &Arc<Shared<St>>,
-    candidates: &[ChannelRef],
-    from: usize,
-    prefetched: Option<&Prefetched>,
-) -> Probe<St> {
-    for (index, c) in candidates.iter().enumerate().skip(from) {
-        if c.is_unlimited() {
-            return Probe::Admit { index, guard: None };
-        }
-        let ch = shared.channel(c);
-        let known = prefetched.filter(|p| p.channel() == &*c.name);
-        if ch.queued() > 0 {
-            // Given back through a guard, so the waiters see it free.
-            if let Some(lease) = known.and_then(Prefetched::take_lease) {
-                drop(CapacityGuard::new(shared.clone(), ch.clone(), lease).start());
-            }
-            continue;
-        }
-        if let Some(p) = known {
-            if let Some(lease) = p.take_lease() {
-                return Probe::Admit {
-                    index,
-                    guard: Some(CapacityGuard::new(shared.clone(), ch.clone(), lease).start()),
-                };
-            }
-            if p.was_full() {
-                continue;
-            }
-        }
-        let mut answer = shared.store.try_acquire(&c.name, c.capacity, shared.ttl);
-        match poll_now(&mut answer) {
-            Some(a) => {
-                if let Some(p) = on_answer(shared, &ch, index, a) {
-                    return p;
-                }
-            }
-            None => return Probe::Ask { index, answer },
-        }
-    }
-    Probe::AllFull
-}
-
-/// The store's answer for candidate `index`; `None` = full, try the next.
-fn on_answer<St: CapacityStore>(
-    shared: &Arc<Shared<St>>,
-    ch: &Arc<Channel<St>>,
-    index: usize,
-    answer: StoreResult<Option<LeaseId>>,
-) -> Option<Probe<St>> {
-    shared.failures.answered(LayerKind::CapacityQueue, &answer);
-    match answer {
-        Ok(Some(lease)) => Some(Probe::Admit {
-            index,
-            guard: Some(CapacityGuard::new(shared.clone(), ch.clone(), lease).start()),
-        }),
-        Ok(None) => None,
-        Err(e) => Some(
-            match shared
-                .failures
-                .on_error(shared.config.failure_mode, LayerKind::CapacityQueue, &e)
-            {
-                None => Probe::Admit { index, guard: None },
-                Some(r) => Probe::Refuse(r),
-            },
-        ),
-    }
-}
-
-/// What the end of the wait answers.
-#[derive(Clone, Copy)]
-enum Expiry {
-    /// `max_wait` binds: 42910.
-    Busy,
-    /// The request's deadline binds: 50401.
-    Deadline,
-}
 
 /// A request not admitted at once: asking an asynchronous store, or queued.
 pub(crate) struct Pending<S, ReqB, St: CapacityStore> {
@@ -148,18 +42,7 @@ impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
     ) -> Box<Self> {
         let started = shared.now();
         let (tenant, weight) = tenant_of(&req);
-        let max_wait = shared.config.max_wait;
-        let deadline = req
-            .headers()
-            .get(DEADLINE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis)
-            .or(shared.config.default_deadline);
-        let (budget, on_expiry) = match deadline {
-            Some(d) if d < max_wait => (d, Expiry::Deadline),
-            _ => (max_wait, Expiry::Busy),
-        };
+        let (budget, on_expiry) = wait_budget(req.headers(), &shared.config);
         Box::new(Self {
             req: Some(req),
             svc,
@@ -174,21 +57,6 @@ impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
             polls: 0,
         })
     }
-}
-
-/// The request's tenant for the fair queue: `Subject.tenant`, else the subject key,
-/// else one shared anonymous tenant; and its weight (default 1).
-fn tenant_of<B>(req: &Request<B>) -> (Arc<str>, u32) {
-    let ext = req.extensions();
-    let tenant = match ext.get::<Subject>() {
-        Some(s) => s
-            .tenant
-            .clone()
-            .unwrap_or_else(|| Arc::from(s.key.as_str())),
-        None => Arc::from(""),
-    };
-    let weight = ext.get::<TenantWeight>().copied().unwrap_or_default();
-    (tenant, weight.effective())
 }
 
 pin_project! {
@@ -346,30 +214,7 @@ where
     if now >= p.wait_until {
         return expire(&p);
     }
-    let channels: Vec<(usize, Arc<Channel<St>>)> = p
-        .candidates
-        .0
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| !c.is_unlimited())
-        .map(|(i, c)| (i, p.shared.channel(c)))
-        .collect();
-    // A channel with no history yet is assumed as fast as the known ones on average.
-    let known: Vec<u64> = channels
-        .iter()
-        .filter_map(|(_, c)| c.avg_service_us())
-        .collect();
-    let default_us = match known.len() {
-        0 => 1,
-        n => known.iter().sum::<u64>() / n as u64,
-    };
-    let Some((index, ch)) = channels.into_iter().min_by_key(|(_, c)| {
-        expected_wait_us(
-            c.queued(),
-            c.capacity(),
-            c.avg_service_us().unwrap_or(default_us),
-        )
-    }) else {
+    let Some((index, ch)) = shortest_wait(&p.shared, &p.candidates.0) else {
         return expire(&p);
     };
     let (tx, rx) = oneshot::channel();

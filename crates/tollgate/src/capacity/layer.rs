@@ -11,19 +11,14 @@ use tower_layer::Layer;
 /// bounded, tenant-fair queue (Q1–Q5).
 ///
 /// The queues live in the layer, created once when it is built: every clone of the
-/// layer and every service it builds — every route of an axum router — shares them
-/// (ENGINEERING rule 2). Configure it before use: each setter starts from fresh queues.
+/// layer and every service it builds — every route of an axum router, which calls
+/// `layer()` once per route — shares them. Configure it before use: each setter starts
+/// from fresh queues.
 pub struct CapacityQueueLayer<St: CapacityStore> {
     shared: Arc<Shared<St>>,
 }
 
-impl<St: CapacityStore> Clone for CapacityQueueLayer<St> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
-    }
-}
+handle_clone!(impl<St: CapacityStore> Clone for CapacityQueueLayer<St> { shared });
 
 impl<St: CapacityStore> CapacityQueueLayer<St> {
     /// A capacity layer on `store` with the default [`CapacityConfig`].

@@ -1,4 +1,4 @@
-//! Per-channel in-flight capacity with a bounded, tenant-fair queue (SPEC Q1–Q5).
+//! Per-channel in-flight capacity with a bounded, tenant-fair queue (Q1–Q5).
 //!
 //! The request carries its [`Candidates`] (channels in order of preference) in its
 //! extensions. In `call` the layer tries them in order and takes a capacity lease on
@@ -78,6 +78,7 @@
 //! [`Rejection`]: tollgate_core::Rejection
 //! [`expected_wait_us`]: tollgate_core::capacity::expected_wait_us
 
+mod choose;
 #[cfg(test)]
 mod clock_tests;
 mod future;

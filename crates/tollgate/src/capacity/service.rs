@@ -1,4 +1,5 @@
-use super::future::{Pending, Probe, ResponseFuture, probe};
+use super::choose::{Probe, probe};
+use super::future::{Pending, ResponseFuture};
 use super::no_upstream;
 use super::queue::{CapacityGuard, Counters, Shared};
 use crate::BoxError;
@@ -16,29 +17,7 @@ pub struct CapacityQueue<S, St: CapacityStore> {
     pub(crate) shared: Arc<Shared<St>>,
 }
 
-impl<S: Clone, St: CapacityStore> Clone for CapacityQueue<S, St> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl<S, St: CapacityStore> CapacityQueue<S, St> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+layer_service!(impl<S, St: CapacityStore> CapacityQueue<S, St>);
 
 impl<S, St, ReqB, ResB> Service<Request<ReqB>> for CapacityQueue<S, St>
 where
@@ -52,7 +31,7 @@ where
     type Future = ResponseFuture<S, ReqB, St>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Capacity is decided in `call`: readiness reserves nothing (ENGINEERING rule 1).
+        // Capacity is decided in `call`: readiness reserves nothing (L1).
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -65,7 +44,9 @@ where
         }
         // The in-memory store answers at once: a channel with room is decided here,
         // with no state machine and no service clone.
-        let prefetched = req.extensions_mut().remove::<crate::joint::Prefetched>();
+        let prefetched = req
+            .extensions_mut()
+            .remove::<crate::extensions::Prefetched>();
         match probe(&self.shared, &candidates.0, 0, prefetched.as_ref()) {
             Probe::Admit { index, guard } => {
                 Counters::bump(&self.shared.counters.admitted);

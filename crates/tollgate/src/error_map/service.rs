@@ -48,22 +48,9 @@ impl<S> ErrorMapping<S> {
             failed: None,
         }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
+
+inner_service!(impl<S> ErrorMapping<S>);
 
 impl<S: Clone> Clone for ErrorMapping<S> {
     fn clone(&self) -> Self {

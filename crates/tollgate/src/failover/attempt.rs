@@ -95,8 +95,12 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         // The request's usage recorder and a channel chosen above are taken out of the
         // head that every attempt clones (as the candidates were): each attempt gets
         // its own.
-        shared.counters.requests.fetch_add(1, Ordering::Relaxed);
-        shared.budget.deposit();
+        shared
+            .state
+            .counters
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
+        shared.state.budget.deposit();
         let outer = parts
             .extensions
             .remove::<UsageRecorder>()
@@ -160,7 +164,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             let decision = self.attempts.decide(
                 shared.channels(),
                 &shared.limits,
-                &|| shared.budget.withdraw(),
+                &|| shared.state.budget.withdraw(),
                 self.timeline(),
                 seed,
                 shared.clock.now(),
@@ -182,6 +186,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
                 RetryDecision::Stop(why) => {
                     if why == Stop::Budget {
                         shared
+                            .state
                             .counters
                             .budget_refused
                             .fetch_add(1, Ordering::Relaxed);
@@ -259,7 +264,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         }
         .or_else(|| current.as_ref().and_then(|c| c.recorder.channel()));
         if let Some(c) = &current {
-            release_probes(&self.shared.health, &c.probes, served.as_deref());
+            release_probes(&self.shared.state.health, &c.probes, served.as_deref());
         }
         let latency_ms = self
             .sent_at
@@ -347,6 +352,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     pub(crate) fn answered(&mut self) {
         self.attempts.count_sent();
         self.shared
+            .state
             .counters
             .attempts
             .fetch_add(1, Ordering::Relaxed);
@@ -436,7 +442,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     pub(crate) fn stop(&mut self) -> BoxError {
         record_attempts(self.attempts.sent());
         let shared = &*self.shared;
-        shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+        shared.state.counters.failed.fetch_add(1, Ordering::Relaxed);
         let (rejection, _after_attempts) = self
             .attempts
             .final_failure(shared.channels(), shared.clock.now());

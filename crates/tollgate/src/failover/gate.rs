@@ -64,7 +64,7 @@ where
             held_bytes: 0,
             dialect,
             timer: None,
-            broken: sse.then(|| shared.counters.broken_streams.clone()),
+            broken: sse.then(|| shared.state.counters.broken_streams.clone()),
         }
     }
 

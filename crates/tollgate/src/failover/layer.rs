@@ -1,16 +1,17 @@
-use super::{ChunkClassifier, ErrorReader, Failover, error_facts};
+use super::{ChunkClassifier, ChunkKind, ErrorReader, Failover, error_facts};
 use crate::time::TokioClock;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tollgate_core::Clock;
 use tollgate_core::failover::{Channels, HealthBook, HealthConfig, RetryLimits, StickyMap};
 use tollgate_core::upstream::UpstreamRegistry;
+use tollgate_core::{Clock, Dialect};
 use tower::retry::budget::TpsBudget;
 use tower_layer::Layer;
 
-/// Failover settings: start from `FailoverConfig::default()` and set the fields you
-/// need (the struct may gain fields; it cannot be built by a literal outside this crate).
+/// Failover settings, given to the layer by [`FailoverLayer::config`]: start from
+/// `FailoverConfig::default()` and set the fields you need (the struct may gain fields;
+/// it cannot be built by a literal outside this crate).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct FailoverConfig {
@@ -88,66 +89,18 @@ pub(crate) struct Counters {
     pub(crate) broken_streams: Arc<AtomicU64>,
 }
 
-/// What every request of one layer shares.
-pub(crate) struct Shared<C> {
-    pub(crate) registry: Arc<UpstreamRegistry>,
+/// What one layer learns across its requests: channel health (F8), conversation pins
+/// (F9), the retry budget (F7) and the counters. Built from the settings' health, pin
+/// and budget parts.
+pub(crate) struct State {
     pub(crate) health: HealthBook,
     pub(crate) sticky: StickyMap,
     pub(crate) budget: TpsBudget,
-    pub(crate) clock: C,
-    pub(crate) config: FailoverConfig,
-    pub(crate) limits: RetryLimits,
-    pub(crate) chunks: Option<ChunkClassifier>,
-    /// Reads an error answer for the classifier (F5); [`error_facts`] by default.
-    pub(crate) error_reader: ErrorReader,
     pub(crate) counters: Counters,
 }
 
-impl<C> Shared<C> {
-    /// What the decisions read and write of the channels.
-    pub(crate) fn channels(&self) -> Channels<'_> {
-        Channels {
-            health: &self.health,
-            sticky: &self.sticky,
-            registry: &self.registry,
-        }
-    }
-}
-
-/// Applies [`Failover`] to a service. See the [module docs](super).
-pub struct FailoverLayer<C = TokioClock> {
-    shared: Arc<Shared<C>>,
-}
-
-impl<C> Clone for FailoverLayer<C> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl FailoverLayer<TokioClock> {
-    /// Failover over the channels of `registry` (shared with the upstream limit layer,
-    /// whose cooldowns it writes).
-    pub fn new(registry: Arc<UpstreamRegistry>) -> Self {
-        Self::with_clock(
-            registry,
-            TokioClock::default(),
-            FailoverConfig::default(),
-            None,
-        )
-    }
-}
-
-impl<C: Clock> FailoverLayer<C> {
-    /// With a clock (health, cooldowns, pins), settings and a first-chunk classifier.
-    pub fn with_clock(
-        registry: Arc<UpstreamRegistry>,
-        clock: C,
-        config: FailoverConfig,
-        chunks: Option<ChunkClassifier>,
-    ) -> Self {
+impl State {
+    fn new(config: &FailoverConfig) -> Arc<Self> {
         let budget = TpsBudget::new(
             config
                 .budget_ttl
@@ -155,44 +108,149 @@ impl<C: Clock> FailoverLayer<C> {
             config.budget_min_per_sec,
             config.budget_retry_ratio.clamp(0.0, 1000.0),
         );
-        let limits = RetryLimits {
-            max_attempts: config.max_attempts,
-            backoff_base_ms: config.backoff_base.as_millis() as u64,
-            backoff_cap_ms: config.backoff_cap.as_millis() as u64,
-            max_wait: config.max_wait,
-        };
+        Arc::new(Self {
+            health: HealthBook::new(config.health),
+            sticky: StickyMap::new(config.sticky_ttl.as_millis() as u64, config.sticky_max),
+            budget,
+            counters: Counters::default(),
+        })
+    }
+}
+
+/// What every request of one layer shares: the settings, and the [`State`] behind its
+/// own `Arc`. Copied only when a builder method changes a layer whose settings are
+/// already shared (see [`FailoverLayer`]).
+#[derive(Clone)]
+pub(crate) struct Shared<C> {
+    pub(crate) registry: Arc<UpstreamRegistry>,
+    pub(crate) clock: C,
+    pub(crate) config: FailoverConfig,
+    pub(crate) limits: RetryLimits,
+    pub(crate) chunks: Option<ChunkClassifier>,
+    /// Reads an error answer for the classifier (F5); [`error_facts`] by default.
+    pub(crate) error_reader: ErrorReader,
+    pub(crate) state: Arc<State>,
+}
+
+impl<C> Shared<C> {
+    /// What the decisions read and write of the channels.
+    pub(crate) fn channels(&self) -> Channels<'_> {
+        Channels {
+            health: &self.state.health,
+            sticky: &self.state.sticky,
+            registry: &self.registry,
+        }
+    }
+}
+
+/// The attempt limits `config` sets (F1, F6).
+fn retry_limits(config: &FailoverConfig) -> RetryLimits {
+    RetryLimits {
+        max_attempts: config.max_attempts,
+        backoff_base_ms: config.backoff_base.as_millis() as u64,
+        backoff_cap_ms: config.backoff_cap.as_millis() as u64,
+        max_wait: config.max_wait,
+    }
+}
+
+/// Applies [`Failover`] to a service. See the [module docs](super).
+///
+/// Built with [`new`](Self::new) and the builder methods. Every clone of the layer and
+/// every service it builds shares one set of settings and one [`health`](Self::health)
+/// book, sticky map, retry budget and [`stats`](Self::stats). A builder method is copy
+/// on write: called on a layer that was cloned or has built services, it changes that
+/// layer alone, and services built before keep what they had. [`config`](Self::config)
+/// also starts the health book, pins, budget and counters afresh (they are built from
+/// it); the other builder methods keep them shared.
+pub struct FailoverLayer<C = TokioClock> {
+    shared: Arc<Shared<C>>,
+}
+
+handle_clone!(impl<C> Clone for FailoverLayer<C> { shared });
+
+impl FailoverLayer<TokioClock> {
+    /// Failover over the channels of `registry` (shared with the upstream limit layer,
+    /// whose cooldowns it writes), with the default [`FailoverConfig`], tokio's clock,
+    /// every data frame taken for content and the vendors' error bodies read by
+    /// [`error_facts`].
+    pub fn new(registry: Arc<UpstreamRegistry>) -> Self {
+        let config = FailoverConfig::default();
         Self {
             shared: Arc::new(Shared {
                 registry,
-                health: HealthBook::new(config.health),
-                sticky: StickyMap::new(config.sticky_ttl.as_millis() as u64, config.sticky_max),
-                budget,
-                clock,
+                clock: TokioClock::default(),
+                limits: retry_limits(&config),
+                state: State::new(&config),
                 config,
-                limits,
-                chunks,
+                chunks: None,
                 error_reader: error_facts,
-                counters: Counters::default(),
             }),
         }
+    }
+}
+
+impl<C: Clock> FailoverLayer<C> {
+    /// `new(registry).clock(clock).config(config)` with `chunks` as the first-chunk
+    /// classifier, in one call (the proxy builds its layer this way).
+    pub fn with_clock(
+        registry: Arc<UpstreamRegistry>,
+        clock: C,
+        config: FailoverConfig,
+        chunks: Option<ChunkClassifier>,
+    ) -> Self {
+        let mut layer = FailoverLayer::new(registry).clock(clock).config(config);
+        layer.settings().chunks = chunks;
+        layer
+    }
+
+    /// This layer's own settings, copied first if they are shared (copy on write).
+    fn settings(&mut self) -> &mut Shared<C> {
+        Arc::make_mut(&mut self.shared)
+    }
+
+    /// Uses another clock for health, cooldowns, pins and deadlines.
+    pub fn clock<C2: Clock>(self, clock: C2) -> FailoverLayer<C2> {
+        let s = Arc::unwrap_or_clone(self.shared);
+        FailoverLayer {
+            shared: Arc::new(Shared {
+                registry: s.registry,
+                clock,
+                config: s.config,
+                limits: s.limits,
+                chunks: s.chunks,
+                error_reader: s.error_reader,
+                state: s.state,
+            }),
+        }
+    }
+    /// The settings (attempts, timeouts, backoff, retry budget, health, pins). The
+    /// health book, pins, retry budget and counters are built afresh from them.
+    pub fn config(mut self, config: FailoverConfig) -> Self {
+        let s = self.settings();
+        s.limits = retry_limits(&config);
+        s.state = State::new(&config);
+        s.config = config;
+        self
+    }
+    /// Tells what the first frames of a successful answer are (F4); by default every
+    /// data frame is content. The proxy uses [`tollgate_dialects::chunk_kind`], which
+    /// knows each vendor's event-stream events.
+    pub fn chunk_classifier(
+        mut self,
+        classify: impl Fn(Dialect, &[u8]) -> ChunkKind + Send + Sync + 'static,
+    ) -> Self {
+        self.settings().chunks = Some(Arc::new(classify));
+        self
     }
     /// Reads error answers with `reader` instead of [`error_facts`] (which knows the
     /// OpenAI, Anthropic and Gemini error bodies): for a provider of another vendor.
-    /// Must be called before the layer is cloned.
-    pub fn with_error_reader(self, reader: ErrorReader) -> Self {
-        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
-            panic!("FailoverLayer::with_error_reader must be called before the layer is cloned")
-        });
-        Self {
-            shared: Arc::new(Shared {
-                error_reader: reader,
-                ..s
-            }),
-        }
+    pub fn error_reader(mut self, reader: ErrorReader) -> Self {
+        self.settings().error_reader = reader;
+        self
     }
     /// Per-channel health (F8).
     pub fn health(&self) -> &HealthBook {
-        &self.shared.health
+        &self.shared.state.health
     }
     /// The registry (cooldowns, disabled credentials).
     pub fn registry(&self) -> &Arc<UpstreamRegistry> {
@@ -202,12 +260,12 @@ impl<C: Clock> FailoverLayer<C> {
     /// or disablement of its credential and its credential + model scopes (operator
     /// action).
     pub fn reenable(&self, channel: &str) {
-        self.shared.health.reset(channel);
+        self.shared.state.health.reset(channel);
         self.shared.registry.clear_credential(channel);
     }
     /// Counters so far.
     pub fn stats(&self) -> FailoverStats {
-        let c = &self.shared.counters;
+        let c = &self.shared.state.counters;
         FailoverStats {
             requests: c.requests.load(Ordering::Relaxed),
             attempts: c.attempts.load(Ordering::Relaxed),

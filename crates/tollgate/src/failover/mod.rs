@@ -1,4 +1,4 @@
-//! Attempts across channels (SPEC F1–F10): provider-error classification, bounded
+//! Attempts across channels (F1–F10): provider-error classification, bounded
 //! attempts with a retry budget, the first-chunk gate for streams, per-channel health
 //! and sticky conversations.
 //!
@@ -25,7 +25,7 @@
 //! provider's Retry-After cools the (credential, model) scope and nothing is sent there
 //! before it ends (F6); a bad credential or a spend cap disables the credential until
 //! an operator re-enables it, and a spend cap also rules out every other channel of the
-//! same paying account for the request (scenario 6). Between attempts without a
+//! same paying account for the request (S6). Between attempts without a
 //! Retry-After the layer backs off exponentially with jitter; a wait that would pass
 //! the request's deadline (`x-tollgate-deadline-ms`) stops (F6). Retries are allowed
 //! only while tower's [`TpsBudget`] has room (F7): every request deposits, every retry
@@ -111,6 +111,8 @@ mod service;
 mod tests;
 
 pub use body::FailoverBody;
+// The request extension failover reads (defined with the others).
+pub use crate::extensions::{FallbackRequest, ModelFallback};
 pub use facts::{ErrorReader, error_facts};
 pub use future::ResponseFuture;
 pub use layer::{FailoverConfig, FailoverLayer, FailoverStats};
@@ -119,63 +121,6 @@ pub use service::Failover;
 use http::HeaderName;
 use std::sync::Arc;
 use tollgate_core::Dialect;
-
-/// Request extension: the same request for a fallback model (F11), offered by whoever
-/// knows the request's contract. The proxy offers one only when the fallback model
-/// meets it: tools, structured output, context window, modality, max output, a channel
-/// speaking the client's dialect. Failover switches to it when every channel of the
-/// first model has been tried, nothing has been streamed, attempts remain, and the
-/// fallback's own admission passes (its channels' limits have room; its money upper
-/// bound fits the remaining budget — a refusal there ends the request with the first
-/// model's failure). Channels of a paying account stopped by a spend cap stay excluded
-/// after the switch (scenario 6).
-///
-/// The request is rewritten for the fallback model only when failover switches to it,
-/// so requests that never fall back pay nothing for the offer.
-#[derive(Clone)]
-pub struct ModelFallback<B> {
-    /// The fallback model.
-    pub model: Arc<str>,
-    build: Arc<dyn Fn() -> Option<FallbackRequest<B>> + Send + Sync>,
-}
-
-impl<B> ModelFallback<B> {
-    /// Offers `model`; `build` rewrites the request for it when failover switches
-    /// (`None`: it cannot be rewritten after all, and the first model's failure stands).
-    pub fn new(
-        model: impl Into<Arc<str>>,
-        build: impl Fn() -> Option<FallbackRequest<B>> + Send + Sync + 'static,
-    ) -> Self {
-        Self {
-            model: model.into(),
-            build: Arc::new(build),
-        }
-    }
-    /// The request rewritten for the fallback model.
-    pub fn build(&self) -> Option<FallbackRequest<B>> {
-        (self.build)()
-    }
-}
-
-impl<B> std::fmt::Debug for ModelFallback<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelFallback")
-            .field("model", &self.model)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A request rewritten for a fallback model (F11).
-#[derive(Debug)]
-pub struct FallbackRequest<B> {
-    /// The request's URI for it (Gemini names the model in the path).
-    pub uri: http::Uri,
-    /// The request's body for it.
-    pub body: B,
-    /// Extensions replacing the first model's: its `ModelId`, `Candidates`, `Demand`,
-    /// `RateCount` and whatever the inner stack reads.
-    pub extensions: http::Extensions,
-}
 
 /// Request header naming a conversation, pinned to one channel (F9).
 pub const CONVERSATION_HEADER: &str = "x-tollgate-conversation";

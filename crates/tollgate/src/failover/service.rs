@@ -19,29 +19,7 @@ pub struct Failover<S, C> {
     pub(crate) shared: Arc<Shared<C>>,
 }
 
-impl<S: Clone, C> Clone for Failover<S, C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl<S, C> Failover<S, C> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+layer_service!(impl<S, C> Failover<S, C>);
 
 impl<S, C, ReqB, ResB> Service<Request<ReqB>> for Failover<S, C>
 where
@@ -59,7 +37,7 @@ where
     type Future = ResponseFuture<S, C, ReqB, ResB>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Decided in `call`; readiness is the inner service's (ENGINEERING rule 1).
+        // Decided in `call`; readiness is the inner service's (L1).
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 

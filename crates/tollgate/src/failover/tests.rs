@@ -1,9 +1,8 @@
 //! The forwarder's typed answer through failover and the provider limits (F2, F5, B4,
 //! L5), on paused tokio time with a scripted forwarder.
 
-use crate::failover::{FailoverConfig, FailoverLayer};
+use crate::failover::FailoverLayer;
 use crate::time::TokioClock;
-use crate::upstream::UpstreamConfig;
 use crate::{BoxError, ErrorMappingLayer, UpstreamLimitLayer};
 use bytes::Bytes;
 use http::{Request, Response};
@@ -84,18 +83,8 @@ fn stack(
     let clock = TokioClock::new(1_700_000_000_000);
     let store = MemoryStore::with_clock(clock.clone());
     ServiceBuilder::new()
-        .layer(FailoverLayer::with_clock(
-            reg.clone(),
-            clock.clone(),
-            FailoverConfig::default(),
-            None,
-        ))
-        .layer(UpstreamLimitLayer::with_clock(
-            store,
-            reg.clone(),
-            clock,
-            UpstreamConfig::default(),
-        ))
+        .layer(FailoverLayer::new(reg.clone()).clock(clock.clone()))
+        .layer(UpstreamLimitLayer::new(store, reg.clone()).clock(clock))
         .service(forwarder(failure, seen.clone()))
 }
 
@@ -195,16 +184,16 @@ fn other_vendor(
     }
 }
 
-/// The status the client gets when channel `a` answers 400 `{"fault":"busy"}` and `b`
-/// answers 200, read by `reader` (the default without one).
-async fn status_with(reader: Option<super::ErrorReader>) -> u16 {
-    let reg = registry();
+/// A failover layer over channels `a` and `b`, with the default error reader.
+fn failover_over_a_and_b() -> FailoverLayer {
+    FailoverLayer::new(registry()).clock(TokioClock::new(1_700_000_000_000))
+}
+
+/// The status the client gets through `failover` when channel `a` answers 400
+/// `{"fault":"busy"}` and `b` answers 200.
+async fn status_with(failover: FailoverLayer) -> u16 {
+    let reg = failover.registry().clone();
     let clock = TokioClock::new(1_700_000_000_000);
-    let mut failover =
-        FailoverLayer::with_clock(reg.clone(), clock.clone(), FailoverConfig::default(), None);
-    if let Some(reader) = reader {
-        failover = failover.with_error_reader(reader);
-    }
     let forwarder = tower::service_fn(|r: Request<()>| async move {
         let ch = r.extensions().get::<Chosen>().unwrap().0.name.to_string();
         let rec = r.extensions().get::<UsageRecorder>().unwrap().clone();
@@ -221,12 +210,7 @@ async fn status_with(reader: Option<super::ErrorReader>) -> u16 {
     });
     let svc = ServiceBuilder::new()
         .layer(failover)
-        .layer(UpstreamLimitLayer::with_clock(
-            MemoryStore::with_clock(clock.clone()),
-            reg,
-            clock,
-            UpstreamConfig::default(),
-        ))
+        .layer(UpstreamLimitLayer::new(MemoryStore::with_clock(clock.clone()), reg).clock(clock))
         .service(forwarder);
     svc.oneshot(request(&["a", "b"]))
         .await
@@ -238,7 +222,29 @@ async fn status_with(reader: Option<super::ErrorReader>) -> u16 {
 #[tokio::test(start_paused = true)]
 async fn f5_the_error_reader_is_injected_and_defaults_to_the_vendors_bodies() {
     // By default the body is read as OpenAI's: a 400 goes to the client as it is.
-    assert_eq!(status_with(None).await, 400);
+    assert_eq!(status_with(failover_over_a_and_b()).await, 400);
     // An injected reader knows the other vendor's overload: failed over to `b`.
-    assert_eq!(status_with(Some(other_vendor)).await, 200);
+    let injected = failover_over_a_and_b().error_reader(other_vendor);
+    assert_eq!(status_with(injected).await, 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn l1_a_builder_method_on_a_shared_layer_changes_that_copy_alone() {
+    let base = failover_over_a_and_b();
+    let cloned_before = base.clone();
+    // No panic on a layer already cloned: the builder method changes its own copy …
+    let other = base.clone().error_reader(other_vendor);
+    assert_eq!(status_with(other.clone()).await, 200);
+    // … and the layer it came from, and its earlier clone, read as before.
+    assert_eq!(status_with(base.clone()).await, 400);
+    assert_eq!(status_with(cloned_before).await, 400);
+    // The copies still share one health book and one set of counters …
+    assert!(std::ptr::eq(base.health(), other.health()));
+    assert_eq!(base.stats().requests, 3);
+    assert_eq!(other.stats().requests, 3);
+    // … except after `config`, which builds them afresh for the copy it changes.
+    let fresh = base.clone().config(super::FailoverConfig::default());
+    assert!(!std::ptr::eq(base.health(), fresh.health()));
+    assert_eq!(fresh.stats().requests, 0);
+    assert_eq!(base.stats().requests, 3);
 }

@@ -2,7 +2,7 @@ use super::layer::Shared;
 use super::{Answer, SlotGuard, backoff, busy};
 use crate::BoxError;
 use crate::body::{Hold, HoldBody};
-use crate::joint::SlotClaim;
+use crate::extensions::SlotClaim;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;

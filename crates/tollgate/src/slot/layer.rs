@@ -26,7 +26,7 @@ pub(crate) struct Shared<St, X, C> {
 ///
 /// The limit state lives in the store, which every clone of the layer and every
 /// service it builds — every route of an axum router — shares: one limiter, however
-/// many times `layer()` runs (ENGINEERING rule 2).
+/// many times `layer()` runs (axum calls it once per route).
 #[derive(Clone)]
 pub struct ConcurrencySlotLayer<St, X = FromExtensions, C = SystemClock> {
     store: St,
@@ -39,7 +39,7 @@ pub struct ConcurrencySlotLayer<St, X = FromExtensions, C = SystemClock> {
 
 impl<St> ConcurrencySlotLayer<St> {
     /// A slot layer on `store`, reading the [`Subject`](tollgate_core::Subject) from the
-    /// request extensions, with the default settings (no wait, 600 s leases, failing open).
+    /// request extensions, with the default settings (no wait, 60 s leases renewed every 20 s, failing open).
     pub fn new(store: St) -> Self {
         Self {
             store,

@@ -1,4 +1,4 @@
-//! Per-subject in-flight slots (SPEC C1–C5).
+//! Per-subject in-flight slots (C1–C5).
 //!
 //! A slot is taken when the request is called (not in `poll_ready`), from the
 //! [`SlotStore`], as a timestamped lease. The lease is held
@@ -36,13 +36,14 @@ pub use service::ConcurrencySlot;
 use crate::body::Hold;
 use crate::spawn::{Registration, Renew, Renewals, detach};
 use crate::time::ms;
+use std::future::Future;
 use std::sync::Arc;
 use std::task::Context;
 use std::time::Duration;
-use tollgate_core::{LeaseId, Millis, SlotStore, SubjectKey};
+use tollgate_core::{GatewayCode, LayerKind, LeaseId, Millis, Rejection, SlotStore, SubjectKey};
 
 /// Default lease TTL (C4): 60 s. A lease in use is renewed every third of it, so a
-/// crashed instance's slots come back within a minute (the source's 600 s, with no
+/// crashed instance's slots come back within a minute (600 s, with no
 /// renewal, stays a valid setting).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
@@ -185,6 +186,3 @@ pub(crate) fn busy() -> Rejection {
     Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot)
         .with_retry_after(Some(Duration::from_secs(1)))
 }
-
-use std::future::Future;
-use tollgate_core::{GatewayCode, LayerKind, Rejection};

@@ -3,8 +3,8 @@ use super::layer::Shared;
 use super::{Answer, SlotGuard, busy};
 use crate::BoxError;
 use crate::body::HoldBody;
+use crate::extensions::SlotClaim;
 use crate::extract::SubjectExtractor;
-use crate::joint::SlotClaim;
 use crate::spawn::poll_now;
 use http::{Request, Response};
 use std::sync::Arc;
@@ -19,29 +19,7 @@ pub struct ConcurrencySlot<S, St, X, C> {
     pub(crate) shared: Arc<Shared<St, X, C>>,
 }
 
-impl<S: Clone, St, X, C> Clone for ConcurrencySlot<S, St, X, C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl<S, St, X, C> ConcurrencySlot<S, St, X, C> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+layer_service!(impl<S, St, X, C> ConcurrencySlot<S, St, X, C>);
 
 impl<S, St, X, C, ReqB, ResB> Service<Request<ReqB>> for ConcurrencySlot<S, St, X, C>
 where
@@ -58,7 +36,7 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Readiness is the inner service's alone: the slot is decided in `call`, so an
-        // idle connection polled for readiness holds nothing (ENGINEERING rule 1).
+        // idle connection polled for readiness holds nothing (L1).
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 

@@ -5,7 +5,7 @@
 use super::layer::{ChannelFuture, Shared};
 use super::{Held, UpstreamGuard};
 use crate::time::ms;
-use http::Request;
+use http::{Request, Response};
 use std::sync::Arc;
 use tollgate_core::upstream::{RateCount, ScopeWindow, Skip, TokenMeasure, no_channel_left};
 use tollgate_core::{
@@ -31,7 +31,7 @@ pub(crate) struct Plan {
     kept: Option<Vec<ChannelRef>>,
     reserved: Option<(Arc<str>, Vec<Held>, Dialect)>,
     /// What the reservation learnt of the reserved channel's capacity.
-    prefetched: Option<crate::joint::Prefetched>,
+    prefetched: Option<crate::extensions::Prefetched>,
 }
 
 /// The question out for one channel's windows.
@@ -49,9 +49,9 @@ struct Asked {
 /// counted on the first channel with limits that has room, later channels with limits
 /// are dropped.
 pub(crate) struct Walk<St, C> {
-    pub(crate) shared: Arc<Shared<St, C>>,
+    shared: Arc<Shared<St, C>>,
     candidates: Candidates,
-    pub(crate) model: Option<Arc<str>>,
+    model: Option<Arc<str>>,
     estimate: RateCount,
     /// The channel being looked at.
     at: usize,
@@ -60,17 +60,17 @@ pub(crate) struct Walk<St, C> {
     kept: Option<Vec<ChannelRef>>,
     skips: Vec<Skip>,
     reserved: Option<(Arc<str>, Vec<Held>, Dialect)>,
-    prefetched: Option<crate::joint::Prefetched>,
+    prefetched: Option<crate::extensions::Prefetched>,
     asked: Option<Asked>,
 }
 
 /// What the response future needs once the inner service answers.
 pub(crate) struct After<St, C> {
-    pub(crate) shared: Arc<Shared<St, C>>,
-    pub(crate) model: Option<Arc<str>>,
-    pub(crate) recorder: UsageRecorder,
+    shared: Arc<Shared<St, C>>,
+    model: Option<Arc<str>>,
+    recorder: UsageRecorder,
     /// The first channel left: the one served, unless the answer says otherwise.
-    pub(crate) first: Option<Arc<str>>,
+    first: Option<Arc<str>>,
 }
 
 impl<St: WindowStore, C: Clock> Walk<St, C> {
@@ -208,7 +208,7 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
             Ok((JointAdmission::Admitted(tickets), take)) => {
                 if asked.joined {
                     self.prefetched = shared.capacity.as_ref().and_then(|j| {
-                        crate::joint::Prefetched::of(c.name.clone(), take, j.release.clone())
+                        crate::extensions::Prefetched::of(c.name.clone(), take, j.release.clone())
                     });
                 }
                 let held = asked
@@ -291,6 +291,28 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
             first,
         };
         (guard, after)
+    }
+}
+
+impl<St: WindowStore, C: Clock> After<St, C> {
+    /// The inner service answered with `res`: the channel that served it (the answer's
+    /// [`Chosen`], else the one the forwarder recorded, else the first kept) calibrates
+    /// the local model (U3), and the guard learns the call was answered — and whether
+    /// on another channel than the one it reserved, whose reservation then goes back.
+    pub(crate) fn answered<B>(self, res: &Response<B>, guard: Option<&mut UpstreamGuard<St>>) {
+        let served = res
+            .extensions()
+            .get::<Chosen>()
+            .map(|c| c.0.name.clone())
+            .or_else(|| self.recorder.channel())
+            .or(self.first);
+        if let Some(ch) = &served {
+            self.shared.calibrate(ch, self.model.as_deref(), res);
+        }
+        if let Some(g) = guard {
+            g.end = tollgate_core::CallEnd::Answered;
+            g.moved = served.as_ref().is_some_and(|s| *s != g.channel);
+        }
     }
 }
 

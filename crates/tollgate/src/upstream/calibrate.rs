@@ -1,19 +1,58 @@
 //! Provider rate signals (U3): the vendors' rate-limit headers and `retry-after`, read
-//! into one [`RateSignal`], and the cooldown they call for. The headers and their
+//! into one [`RateSignal`], and the cooldown they call for, set here on the scope of
+//! the channel that answered. The headers and their
 //! formats are known in `tollgate-dialects` (`tollgate_dialects::vendor`), on which
 //! this crate depends: a user of `tollgate` alone reads them by default, and
-//! [`UpstreamLimitLayer::with_rate_reader`] injects another reader.
+//! [`UpstreamLimitLayer::rate_reader`] injects another reader.
 //!
-//! [`UpstreamLimitLayer::with_rate_reader`]: super::UpstreamLimitLayer::with_rate_reader
+//! [`UpstreamLimitLayer::rate_reader`]: super::UpstreamLimitLayer::rate_reader
 
 pub use tollgate_dialects::{MAX_SIGNAL_MS, RateReader, RateSignal};
+
+use super::layer::Shared;
+use http::Response;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+use tollgate_core::Clock;
+
+impl<St, C: Clock> Shared<St, C> {
+    /// U3: the provider's answer on `channel` updates the cooldown table.
+    pub(crate) fn calibrate<B>(&self, channel: &str, model: Option<&str>, res: &Response<B>) {
+        let shared = self;
+        let signal = (shared.rate_reader)(res.status().as_u16(), res.headers(), SystemTime::now());
+        let Some(cool_ms) = signal.cooldown_ms(shared.config.default_cooldown.as_millis() as u64)
+        else {
+            return;
+        };
+        let Some(key) = shared.registry.signal_key(channel, model) else {
+            return;
+        };
+        let now = shared.clock.now();
+        shared
+            .registry
+            .cooldowns()
+            .cool(&key, now.saturating_add(cool_ms), now);
+        shared.counters.cooldowns.fetch_add(1, Ordering::Relaxed);
+        if signal.status == 429 {
+            shared.counters.deviations.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+        metrics::counter!("tollgate_upstream_deviations_total", "channel" => channel.to_owned())
+            .increment(1);
+        }
+        tracing::info!(
+            channel,
+            status = signal.status,
+            cool_ms,
+            "provider rate signal: channel scope cools down"
+        );
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::UpstreamLimitLayer;
     use crate::time::TokioClock;
-    use crate::upstream::UpstreamConfig;
     use http::{HeaderMap, Request, Response};
     use std::sync::Arc;
     use std::time::SystemTime;
@@ -46,14 +85,10 @@ mod tests {
             },
             model_limits: vec![],
         });
-        let mut layer = UpstreamLimitLayer::with_clock(
-            st.clone(),
-            Arc::new(reg),
-            st.clock().clone(),
-            UpstreamConfig::default(),
-        );
+        let mut layer =
+            UpstreamLimitLayer::new(st.clone(), Arc::new(reg)).clock(st.clock().clone());
         if let Some(reader) = reader {
-            layer = layer.with_rate_reader(reader);
+            layer = layer.rate_reader(reader);
         }
         let mut r = Request::new(());
         r.extensions_mut()

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tollgate_core::{
-    CallEnd, CapacityTake, Chosen, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore,
+    CallEnd, CapacityTake, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore,
 };
 use tower_service::Service;
 
@@ -150,19 +150,7 @@ where
                     return Poll::Ready(match res {
                         Ok(res) => {
                             if let Some(a) = after.take() {
-                                let served = res
-                                    .extensions()
-                                    .get::<Chosen>()
-                                    .map(|c| c.0.name.clone())
-                                    .or_else(|| a.recorder.channel())
-                                    .or(a.first);
-                                if let Some(ch) = &served {
-                                    a.shared.calibrate(ch, a.model.as_deref(), &res);
-                                }
-                                if let Some(g) = guard.as_mut() {
-                                    g.end = CallEnd::Answered;
-                                    g.moved = served.as_ref().is_some_and(|s| *s != g.channel);
-                                }
+                                a.answered(&res, guard.as_mut());
                             }
                             Ok(res.map(|b| HoldBody::holding(b, guard)))
                         }

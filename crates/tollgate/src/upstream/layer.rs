@@ -3,18 +3,20 @@ use super::calibrate::{RateReader, RateSignal};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use crate::spawn::detach;
 use crate::time::TokioClock;
-use http::Response;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tollgate_core::upstream::UpstreamRegistry;
 use tollgate_core::{CapacityTake, Clock, JointAdmission, JointItem, StoreError, WindowStore};
 use tower_layer::Layer;
 
-/// Settings of the upstream limit layer: start from `UpstreamConfig::default()` and set
-/// the fields you need (the struct may gain fields).
+/// Settings of the upstream limit layer, set one by one with its builder methods
+/// ([`failure_mode`](UpstreamLimitLayer::failure_mode),
+/// [`default_cooldown`](UpstreamLimitLayer::default_cooldown)) or all at once with
+/// [`config`](UpstreamLimitLayer::config): start from `UpstreamConfig::default()` and
+/// set the fields you need (the struct may gain fields).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
@@ -49,19 +51,22 @@ pub struct UpstreamStats {
 
 #[derive(Default)]
 pub(crate) struct Counters {
-    deviations: AtomicU64,
-    cooldowns: AtomicU64,
+    pub(crate) deviations: AtomicU64,
+    pub(crate) cooldowns: AtomicU64,
     pub(crate) refused: AtomicU64,
 }
 
-/// What every request of one layer shares.
+/// What every request of one layer shares. Copied only when a builder method changes a
+/// layer whose settings are already shared (see [`UpstreamLimitLayer`]); the counters
+/// are behind their own `Arc`s, so the copies still count together.
+#[derive(Clone)]
 pub(crate) struct Shared<St, C> {
     pub(crate) store: St,
     pub(crate) registry: Arc<UpstreamRegistry>,
     pub(crate) clock: C,
     pub(crate) config: UpstreamConfig,
-    pub(crate) failures: FailureCounters,
-    pub(crate) counters: Counters,
+    pub(crate) failures: Arc<FailureCounters>,
+    pub(crate) counters: Arc<Counters>,
     /// Set by [`UpstreamLimitLayer::join_capacity`].
     pub(crate) capacity: Option<CapacityJoin>,
     /// Reads a provider answer's rate headers (U3); [`RateSignal::read`] by default.
@@ -76,97 +81,104 @@ pub(crate) type ChannelFuture =
 type ChannelJoinFn = dyn Fn(&[JointItem], &str, u32) -> ChannelFuture + Send + Sync;
 
 /// What [`UpstreamLimitLayer::join_capacity`] sets.
+#[derive(Clone)]
 pub(crate) struct CapacityJoin {
     pub(crate) join: Arc<ChannelJoinFn>,
     pub(crate) release: Arc<crate::joint::ReleaseChannel>,
 }
 
 /// Applies [`UpstreamLimit`] to a service. See the [module docs](super).
+///
+/// Built with [`new`](Self::new) and the builder methods. Every clone of the layer and
+/// every service it builds shares one set of settings and one set of counters. A
+/// builder method is copy on write: called on a layer that was cloned or has built
+/// services, it changes that layer alone, and services built before keep their
+/// settings; all of them still count into the same [`stats`](Self::stats).
 pub struct UpstreamLimitLayer<St, C = TokioClock> {
     shared: Arc<Shared<St, C>>,
 }
 
-impl<St, C> Clone for UpstreamLimitLayer<St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
-    }
-}
+handle_clone!(impl<St, C> Clone for UpstreamLimitLayer<St, C> { shared });
 
 impl<St: WindowStore> UpstreamLimitLayer<St, TokioClock> {
-    /// Provider limits of the channels in `registry`, counted in `store`.
+    /// Provider limits of the channels in `registry`, counted in `store`, with the
+    /// default [`UpstreamConfig`], tokio's clock for cooldowns and the vendors' rate
+    /// headers read by [`RateSignal::read`].
     pub fn new(store: St, registry: Arc<UpstreamRegistry>) -> Self {
-        Self::with_clock(
-            store,
-            registry,
-            TokioClock::default(),
-            UpstreamConfig::default(),
-        )
-    }
-}
-
-impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
-    /// With an explicit clock (for cooldowns) and settings.
-    pub fn with_clock(
-        store: St,
-        registry: Arc<UpstreamRegistry>,
-        clock: C,
-        config: UpstreamConfig,
-    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 store,
                 registry,
-                clock,
-                config,
-                failures: FailureCounters::default(),
-                counters: Counters::default(),
+                clock: TokioClock::default(),
+                config: UpstreamConfig::default(),
+                failures: Arc::default(),
+                counters: Arc::default(),
                 capacity: None,
                 rate_reader: RateSignal::read,
             }),
         }
     }
-    /// Changes the settings.
-    pub fn config(self, config: UpstreamConfig) -> Self {
-        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
-            panic!("UpstreamLimitLayer::config must be called before the layer is cloned")
-        });
-        Self {
-            shared: Arc::new(Shared { config, ..s }),
+}
+
+impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
+    /// This layer's own settings, copied first if they are shared (copy on write).
+    fn settings(&mut self) -> &mut Shared<St, C> {
+        Arc::make_mut(&mut self.shared)
+    }
+
+    /// Uses another clock for cooldowns (the store keeps its own time).
+    pub fn clock<C2: Clock>(self, clock: C2) -> UpstreamLimitLayer<St, C2> {
+        let s = Arc::unwrap_or_clone(self.shared);
+        UpstreamLimitLayer {
+            shared: Arc::new(Shared {
+                store: s.store,
+                registry: s.registry,
+                clock,
+                config: s.config,
+                failures: s.failures,
+                counters: s.counters,
+                capacity: s.capacity,
+                rate_reader: s.rate_reader,
+            }),
         }
+    }
+    /// Failure mode when the store cannot answer (D4); default open.
+    pub fn failure_mode(mut self, m: FailureMode) -> Self {
+        self.settings().config.failure_mode = m;
+        self
+    }
+    /// Cooldown after a provider 429 that names no Retry-After or reset (U3); default
+    /// 1 s.
+    pub fn default_cooldown(mut self, d: Duration) -> Self {
+        self.settings().config.default_cooldown = d;
+        self
+    }
+    /// Every setting of [`UpstreamConfig`] at once.
+    pub fn config(mut self, config: UpstreamConfig) -> Self {
+        self.settings().config = config;
+        self
     }
     /// Reads provider answers' rate signals with `reader` instead of
     /// [`RateSignal::read`] (which knows OpenAI's and Anthropic's rate-limit headers and
-    /// `retry-after`): for a provider of another vendor. Must be called before the layer
-    /// is cloned.
-    pub fn with_rate_reader(self, reader: RateReader) -> Self {
-        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
-            panic!("UpstreamLimitLayer::with_rate_reader must be called before the layer is cloned")
-        });
-        Self {
-            shared: Arc::new(Shared {
-                rate_reader: reader,
-                ..s
-            }),
-        }
+    /// `retry-after`): for a provider of another vendor.
+    pub fn rate_reader(mut self, reader: RateReader) -> Self {
+        self.settings().rate_reader = reader;
+        self
     }
     /// Takes, with the provider windows of the channel a request is counted on, a
     /// capacity lease on that channel in the same store call (one Redis script where
     /// the keys share a slot), for a
     /// [`CapacityQueueLayer`](crate::CapacityQueueLayer) below on the same store to
     /// hold (D2, T3; see [`ChannelStore`](tollgate_core::ChannelStore)). `lease_ttl` is
-    /// the capacity layer's lease TTL. Must be called before the layer is cloned.
-    pub fn join_capacity(self, lease_ttl: std::time::Duration) -> Self
+    /// the capacity layer's lease TTL.
+    pub fn join_capacity(mut self, lease_ttl: Duration) -> Self
     where
         St: tollgate_core::ChannelStore,
     {
-        let s = Arc::try_unwrap(self.shared).unwrap_or_else(|_| {
-            panic!("UpstreamLimitLayer::join_capacity must be called before the layer is cloned")
-        });
+        let s = self.settings();
         let ttl = tollgate_core::clock::millis(lease_ttl);
         let (joiner, releaser) = (s.store.clone(), s.store.clone());
-        let capacity = Some(CapacityJoin {
+        s.capacity = Some(CapacityJoin {
             join: Arc::new(move |items: &[JointItem], channel: &str, capacity: u32| {
                 Box::pin(joiner.admit_all_and_acquire(items, channel, capacity, ttl))
             }),
@@ -177,9 +189,7 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
                 );
             }),
         });
-        Self {
-            shared: Arc::new(Shared { capacity, ..s }),
-        }
+        self
     }
     /// The registry (channels, limits, cooldowns).
     pub fn registry(&self) -> &Arc<UpstreamRegistry> {
@@ -204,38 +214,5 @@ impl<S, St, C> Layer<S> for UpstreamLimitLayer<St, C> {
             inner,
             shared: self.shared.clone(),
         }
-    }
-}
-
-impl<St, C: Clock> Shared<St, C> {
-    /// U3: the provider's answer on `channel` updates the cooldown table.
-    pub(crate) fn calibrate<B>(&self, channel: &str, model: Option<&str>, res: &Response<B>) {
-        let shared = self;
-        let signal = (shared.rate_reader)(res.status().as_u16(), res.headers(), SystemTime::now());
-        let Some(cool_ms) = signal.cooldown_ms(shared.config.default_cooldown.as_millis() as u64)
-        else {
-            return;
-        };
-        let Some(key) = shared.registry.signal_key(channel, model) else {
-            return;
-        };
-        let now = shared.clock.now();
-        shared
-            .registry
-            .cooldowns()
-            .cool(&key, now.saturating_add(cool_ms), now);
-        shared.counters.cooldowns.fetch_add(1, Ordering::Relaxed);
-        if signal.status == 429 {
-            shared.counters.deviations.fetch_add(1, Ordering::Relaxed);
-            #[cfg(feature = "metrics")]
-        metrics::counter!("tollgate_upstream_deviations_total", "channel" => channel.to_owned())
-            .increment(1);
-        }
-        tracing::info!(
-            channel,
-            status = signal.status,
-            cool_ms,
-            "provider rate signal: channel scope cools down"
-        );
     }
 }

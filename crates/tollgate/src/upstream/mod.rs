@@ -1,5 +1,5 @@
 //! Provider limits per channel: RPM, RPH, RPD, TPM, ITPM, OTPM at credential,
-//! credential + model and vendor granularity (SPEC U1–U4).
+//! credential + model and vendor granularity (U1–U4).
 //!
 //! The request carries its [`Candidates`] (channels in order of preference), and
 //! optionally its [`ModelId`], [`Demand`] and a [`RateCount`] estimate. In `call` the

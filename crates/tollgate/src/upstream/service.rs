@@ -9,7 +9,7 @@ use http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tollgate_core::upstream::RateCount;
-use tollgate_core::{Candidates, CapacityTake, Clock, Demand, ModelId, UsageRecorder, WindowStore};
+use tollgate_core::{Candidates, CapacityTake, Clock, ModelId, UsageRecorder, WindowStore};
 use tower_service::Service;
 
 /// Provider limits around a service (U1–U4). Built by
@@ -19,29 +19,7 @@ pub struct UpstreamLimit<S, St, C> {
     pub(crate) shared: Arc<Shared<St, C>>,
 }
 
-impl<S: Clone, St, C> Clone for UpstreamLimit<S, St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl<S, St, C> UpstreamLimit<S, St, C> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+layer_service!(impl<S, St, C> UpstreamLimit<S, St, C>);
 
 impl<S, St, C, ReqB, ResB> Service<Request<ReqB>> for UpstreamLimit<S, St, C>
 where
@@ -56,7 +34,7 @@ where
     type Future = ResponseFuture<S, ReqB, St, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Decided in `call`; readiness is the inner service's (ENGINEERING rule 1).
+        // Decided in `call`; readiness is the inner service's (L1).
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -70,13 +48,8 @@ where
             .extensions()
             .get::<RateCount>()
             .copied()
-            .unwrap_or_else(|| {
-                RateCount::all(req.extensions().get::<Demand>().map_or(0, |d| d.tokens))
-            });
-        let recorder = req
-            .extensions_mut()
-            .get_or_insert_with(UsageRecorder::new)
-            .clone();
+            .unwrap_or_else(|| RateCount::all(crate::extensions::demand(&req).tokens));
+        let recorder = crate::extensions::usage_recorder(&mut req);
         let (mut walk, mut step) = Walk::start(self.shared.clone(), candidates, model, estimate);
         // The in-memory store answers at once: decide here. A pending answer (Redis)
         // continues in the future.

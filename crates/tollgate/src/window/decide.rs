@@ -3,7 +3,8 @@
 
 use super::WindowGuard;
 use super::layer::Shared;
-use crate::joint::{JointFuture, SlotClaim};
+use crate::extensions::SlotClaim;
+use crate::joint::JointFuture;
 use crate::time::ms;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Per-subject anchored-window quotas, the cumulative amount cap and the rolling
-//! 60 s window (SPEC W1–W10).
+//! 60 s window (W1–W10).
 //!
 //! At `call` the layer resolves the subject's policy (an active subscription beats
 //! the key's own policy, W8), reads the request's [`Demand`] and makes one

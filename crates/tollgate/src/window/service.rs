@@ -9,7 +9,7 @@ use crate::spawn::poll_now;
 use http::{Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tollgate_core::{Clock, Demand, UsageRecorder, WindowStore};
+use tollgate_core::{Clock, WindowStore};
 use tower_service::Service;
 
 /// Anchored-window quotas around a service (W1–W10). Built by
@@ -19,29 +19,7 @@ pub struct AnchoredWindow<S, St, X, C> {
     pub(crate) shared: Arc<Shared<St, X, C>>,
 }
 
-impl<S: Clone, St, X, C> Clone for AnchoredWindow<S, St, X, C> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl<S, St, X, C> AnchoredWindow<S, St, X, C> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
+layer_service!(impl<S, St, X, C> AnchoredWindow<S, St, X, C>);
 
 impl<S, St, X, C, ReqB, ResB> Service<Request<ReqB>> for AnchoredWindow<S, St, X, C>
 where
@@ -57,7 +35,7 @@ where
     type Future = ResponseFuture<S, ReqB, St, X, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Decided in `call`; readiness is the inner service's (ENGINEERING rule 1).
+        // Decided in `call`; readiness is the inner service's (L1).
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
@@ -66,23 +44,20 @@ where
             Ok(s) => s,
             Err(r) => return ResponseFuture::rejected(r),
         };
-        let demand = req
+        let demand = crate::extensions::demand(&req);
+        let recorder = crate::extensions::usage_recorder(&mut req);
+        let claim = req
             .extensions()
-            .get::<Demand>()
-            .copied()
-            .unwrap_or_default();
-        let recorder = req
-            .extensions_mut()
-            .get_or_insert_with(UsageRecorder::new)
-            .clone();
-        let claim = req.extensions().get::<crate::joint::SlotClaim>().cloned();
+            .get::<crate::extensions::SlotClaim>()
+            .cloned();
         let Some((mut admit, mut step)) =
             Admit::start(&self.shared, subject, demand, recorder, claim)
         else {
             return ResponseFuture::called(self.inner.call(req), None);
         };
         if admit.has_claim() {
-            req.extensions_mut().remove::<crate::joint::SlotClaim>();
+            req.extensions_mut()
+                .remove::<crate::extensions::SlotClaim>();
         }
         // The in-memory store answers at once: decide here. Anything that must wait
         // (a Redis answer, a W10 sleep) continues in the future.

@@ -191,6 +191,9 @@ impl RedisStore {
         ttl: Millis,
     ) -> RedisStoreFuture<bool> {
         let now = self.local_now();
+        // As for a plain lease (see `SlotStore::renew`): leases a failover may have lost
+        // are put back by their renewal (D10).
+        let restore = self.slot_moved_within(&slots, ttl);
         let Some(answer) = self.blocks().map(|mut b| b.renew(&slots, lease, ttl, now)) else {
             return RedisStoreFuture::ready(Ok(false));
         };
@@ -198,11 +201,14 @@ impl RedisStore {
             RenewLocal::Gone => RedisStoreFuture::ready(Ok(false)),
             RenewLocal::Alive => RedisStoreFuture::ready(Ok(true)),
             RenewLocal::Member { shared, index } => {
-                let args = vec![
+                let mut args = vec![
                     self.time(),
                     ttl.to_string(),
                     format!("{}:{index}", self.member(shared)),
                 ];
+                if restore {
+                    args.push("1".to_owned());
+                }
                 self.eval(&scripts().renew, vec![slots], args, None, |r: i64| {
                     Ok(r == 1)
                 })
@@ -212,12 +218,15 @@ impl RedisStore {
                 shared,
                 size,
             } => {
-                let args = vec![
+                let mut args = vec![
                     self.time(),
                     ttl.to_string(),
                     self.member(shared),
                     size.to_string(),
                 ];
+                if restore {
+                    args.push("1".to_owned());
+                }
                 let call = self.eval(
                     &scripts().renew_block,
                     vec![slots.clone()],

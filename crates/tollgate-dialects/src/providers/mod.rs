@@ -1,4 +1,5 @@
-//! Each vendor's wire knowledge in one module: [`openai`] (which the native format
+//! Each provider's wire knowledge in one module (first-party code, one file per
+//! provider API): [`openai`] (which the native format
 //! shares), [`anthropic`] and [`gemini`]. A module holds, for its vendor:
 //!
 //! | knowledge | used by |
@@ -17,8 +18,8 @@
 //! `tollgate` (the layers), and `tollgate` depends on it (no cycle: this crate depends
 //! on core only). That way a user of the `tollgate` crate alone gets the vendors'
 //! error bodies and rate headers by default, and the layers still take the functions
-//! as injected values (`FailoverLayer::with_error_reader`,
-//! `UpstreamLimitLayer::with_rate_reader`, the failover `ChunkClassifier`) so a
+//! as injected values (`FailoverLayer::error_reader`,
+//! `UpstreamLimitLayer::rate_reader`, the failover `ChunkClassifier`) so a
 //! gateway for another vendor can plug in its own.
 //!
 //! The request walk itself ([`request`](crate::request)) is shared: every dialect's
