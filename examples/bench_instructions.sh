@@ -5,15 +5,22 @@
 # then 3N small OpenAI chat requests (concurrency 8) from the fake upstream; the
 # difference divided by 2N leaves start-up and shutdown out.
 #
-#   bash examples/bench_instructions.sh [N]
+#   bash examples/bench_instructions.sh [N] [DIR]
+#
+# DIR holds `proxy`, `load` and `fake_upstream` release binaries of another build (for
+# example a copy of `target/release/examples` taken before a change); without it, this
+# checkout's are built and counted.
 #
 # Needs valgrind (Debian: apt-get install valgrind). Loopback only; ~2 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
+BIN=${2:-}
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
-cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
-BIN=target/release/examples
+if [ -z "$BIN" ]; then
+  cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
+  BIN=target/release/examples
+fi
 source examples/bench_ports.sh
 OUT=$(mktemp -d)
 pids=()

@@ -52,7 +52,13 @@ impl Frame {
 
     /// Whether this level is the object key `k`.
     pub(crate) fn is_key(&self, k: &str) -> bool {
-        !self.array && !self.long && &self.key[..usize::from(self.len)] == k.as_bytes()
+        self.key() == Some(k.as_bytes())
+    }
+
+    /// This level's object key (`None` for an array element or a key longer than
+    /// [`KEY_CAP`]).
+    pub(crate) fn key(&self) -> Option<&[u8]> {
+        (!self.array && !self.long).then(|| &self.key[..usize::from(self.len)])
     }
 
     fn push_key(&mut self, bytes: &[u8]) {
@@ -209,16 +215,17 @@ impl Scanner {
                 St::Invalid => return,
                 St::Str => i = self.string(b, i, sink),
                 St::Num => {
-                    let c = b[i];
-                    if matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
-                        if self.num_len < NUM_CAP {
-                            self.num[self.num_len] = c;
-                            self.num_len += 1;
-                        } else {
-                            self.num_over = true;
-                        }
-                        i += 1;
-                    } else {
+                    // The whole run of number bytes in this chunk at once.
+                    let run = b[i..]
+                        .iter()
+                        .position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                        .unwrap_or(b.len() - i);
+                    let keep = run.min(NUM_CAP - self.num_len);
+                    self.num[self.num_len..self.num_len + keep].copy_from_slice(&b[i..i + keep]);
+                    self.num_len += keep;
+                    self.num_over |= keep < run;
+                    i += run;
+                    if i < b.len() {
                         // The byte that ends a number is read again as structure.
                         self.end_number(sink);
                     }

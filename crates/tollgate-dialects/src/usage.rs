@@ -342,6 +342,28 @@ fn set_vec(v: &mut Vec<u8>, b: &[u8]) {
     v.extend_from_slice(&b[..b.len().min(json::STR_CAP)]);
 }
 
+/// An OpenAI `usage` object's field (`rest` is the path below `usage`).
+fn openai_usage(d: &mut Doc, rest: &[Frame], v: Scalar<'_>) {
+    if let Scalar::Num(Some(n)) = v {
+        if key1(rest, &["prompt_tokens", "input_tokens"]) {
+            d.raw.prompt = Some(n);
+        } else if key1(rest, &["completion_tokens", "output_tokens"]) {
+            d.raw.output = Some(n);
+        } else if at(rest, &["prompt_tokens_details", "cached_tokens"])
+            || at(rest, &["input_tokens_details", "cached_tokens"])
+        {
+            d.raw.cached = Some(n);
+        }
+    }
+}
+
+/// The document's object id, kept only when it is whole and not too long.
+fn set_id(d: &mut Doc, s: &[u8], len: u64) {
+    if (1..=OBJECT_ID_CAP as u64).contains(&len) && s.len() as u64 == len {
+        d.id.set(s);
+    }
+}
+
 /// `path` equals `pat`, where `"*"` matches an array element.
 fn at(path: &[Frame], pat: &[&str]) -> bool {
     path.len() == pat.len()
@@ -444,59 +466,63 @@ impl Extractor {
         });
     }
 
+    /// Dispatches on the first key once, so that the many scalars no rule reads (`object`,
+    /// `created`, `model`, `finish_reason` …) cost one comparison, not a dozen.
     fn openai_scalar(&mut self, path: &[Frame], v: Scalar<'_>) {
         let d = &mut self.doc;
-        let usage = under(path, &["usage"]).or_else(|| under(path, &["response", "usage"]));
-        if let Some(rest) = usage {
-            if let Scalar::Num(Some(n)) = v {
-                if key1(rest, &["prompt_tokens", "input_tokens"]) {
-                    d.raw.prompt = Some(n);
-                } else if key1(rest, &["completion_tokens", "output_tokens"]) {
-                    d.raw.output = Some(n);
-                } else if at(rest, &["prompt_tokens_details", "cached_tokens"])
-                    || at(rest, &["input_tokens_details", "cached_tokens"])
-                {
-                    d.raw.cached = Some(n);
-                }
-            }
+        let Some((first, rest)) = path.split_first() else {
             return;
+        };
+        let first = first.key().unwrap_or_default();
+        if first == b"usage" {
+            return openai_usage(d, rest, v);
+        }
+        if first == b"response" && rest.first().is_some_and(|f| f.is_key("usage")) {
+            return openai_usage(d, &rest[1..], v);
         }
         match v {
-            Scalar::Str(s, len) => {
-                if len > 0
-                    && path.len() == 4
-                    && at(&path[..3], &["choices", "*", "delta"])
-                    && ["content", "refusal", "reasoning_content", "reasoning"]
-                        .iter()
-                        .any(|k| path[3].is_key(k))
-                    || len > 0 && at(path, &["choices", "*", "text"])
+            Scalar::Str(s, len) => match first {
+                b"choices"
+                    if len > 0
+                        && (rest.len() == 3
+                            && at(&rest[..2], &["*", "delta"])
+                            && ["content", "refusal", "reasoning_content", "reasoning"]
+                                .iter()
+                                .any(|k| rest[2].is_key(k))
+                            || at(rest, &["*", "text"])) =>
                 {
                     d.content = true;
-                } else if at(path, &["error"]) {
-                    d.error = true;
-                    set_vec(&mut d.err_msg, s);
-                } else if at(path, &["error", "message"])
-                    || at(path, &["response", "error", "message"])
-                {
-                    set_vec(&mut d.err_msg, s);
-                } else if at(path, &["error", "type"]) {
-                    d.err_type.set(s);
-                } else if at(path, &["error", "code"]) || at(path, &["response", "error", "code"]) {
-                    d.err_code.set(s);
-                } else if at(path, &["message"]) {
-                    set_vec(&mut d.root_msg, s);
-                } else if at(path, &["code"]) {
-                    d.root_code.set(s);
-                } else if at(path, &["data", "*", "b64_json"]) || at(path, &["data", "*", "url"]) {
-                    d.images = d.images.saturating_add(1);
-                } else if (at(path, &["id"]) || at(path, &["response", "id"]))
-                    && (1..=OBJECT_ID_CAP as u64).contains(&len)
-                    && s.len() as u64 == len
-                {
-                    d.id.set(s);
                 }
-            }
-            Scalar::Num(Some(n)) if at(path, &["error", "code"]) => {
+                b"error" => {
+                    if rest.is_empty() {
+                        d.error = true;
+                        set_vec(&mut d.err_msg, s);
+                    } else if at(rest, &["message"]) {
+                        set_vec(&mut d.err_msg, s);
+                    } else if at(rest, &["type"]) {
+                        d.err_type.set(s);
+                    } else if at(rest, &["code"]) {
+                        d.err_code.set(s);
+                    }
+                }
+                b"response" => {
+                    if at(rest, &["error", "message"]) {
+                        set_vec(&mut d.err_msg, s);
+                    } else if at(rest, &["error", "code"]) {
+                        d.err_code.set(s);
+                    } else if at(rest, &["id"]) {
+                        set_id(d, s, len);
+                    }
+                }
+                b"message" if rest.is_empty() => set_vec(&mut d.root_msg, s),
+                b"code" if rest.is_empty() => d.root_code.set(s),
+                b"data" if at(rest, &["*", "b64_json"]) || at(rest, &["*", "url"]) => {
+                    d.images = d.images.saturating_add(1);
+                }
+                b"id" if rest.is_empty() => set_id(d, s, len),
+                _ => {}
+            },
+            Scalar::Num(Some(n)) if first == b"error" && at(rest, &["code"]) => {
                 d.err_code.set(n.to_string().as_bytes());
             }
             _ => {}
