@@ -1,4 +1,4 @@
-//! Stack the tollgate layers in axum.
+//! Stack the portcullis layers in axum.
 //!
 //! ErrorMappingLayer (outermost: the stack becomes `Infallible`) → an auth step that
 //! turns `Authorization: Bearer <key>` into a `Subject` → ConcurrencySlotLayer →
@@ -6,7 +6,7 @@
 //! ONE `MemoryStore`, so every route draws on the same limits.
 //!
 //! ```sh
-//! cargo run -p tollgate-examples --example axum_stack   # PORT=8080 to change the port
+//! cargo run -p portcullis-examples --example axum_stack   # PORT=8080 to change the port
 //! ```
 #![deny(unreachable_pub)]
 
@@ -15,11 +15,11 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::header::AUTHORIZATION;
 use axum::routing::{get, post};
+use portcullis::core::{GatewayCode, LayerKind, MemoryStore, Policy, Rejection, Subject, Tier};
+use portcullis::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::core::{GatewayCode, LayerKind, MemoryStore, Policy, Rejection, Subject, Tier};
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 

@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 C=${2:-32}
-cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
+cargo build --release -q -p portcullis-examples --example proxy --example load --example fake_upstream
 BIN=target/release/examples
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -18,7 +18,7 @@ N=${1:-2000}
 BIN=${2:-}
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
 if [ -z "$BIN" ]; then
-  cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
+  cargo build --release -q -p portcullis-examples --example proxy --example load --example fake_upstream
   BIN=target/release/examples
 fi
 source examples/bench_ports.sh

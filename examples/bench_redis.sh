@@ -25,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
-cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
+cargo build --release -q -p portcullis-examples --example proxy --example load --example fake_upstream
 BIN=target/release/examples
 pids=()
 dirs=()
@@ -126,7 +126,7 @@ for c in 16 64; do
     out=$($BIN/load --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench \
       --requests "$N" --concurrency "$c")
     failures=$(curl -s "http://127.0.0.1:$port/metrics" \
-      | awk '/^tollgate_store_failures_total/ { s += $2 } END { print s+0 }')
+      | awk '/^portcullis_store_failures_total/ { s += $2 } END { print s+0 }')
     rps=$(echo "$out" | sed -n 's/.*rps=\([0-9]*\).*/\1/p')
     p50=$(echo "$out" | sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p')
     p99=$(echo "$out" | sed -n 's/.*p99_ms=\([0-9.]*\).*/\1/p')

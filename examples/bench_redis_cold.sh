@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
-LUA=crates/tollgate-redis/src/lua
+LUA=crates/portcullis-redis/src/lua
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 D=$(mktemp -d)
 redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$D" > /dev/null 2>&1 &
@@ -31,7 +31,7 @@ per_call() { cli info commandstats | sed -n 's/^cmdstat_\(evalsha\|fcall\):.*use
 printf 'return 1' > "$D/empty.lua"
 { cat "$LUA/time.lua" "$LUA/billing_prelude.lua"; printf 'local now = now_ms(ARGV[1])\nreturn {0}\n'; } > "$D/prelude.lua"
 
-{ echo "#!lua name=tollgate_cold"
+{ echo "#!lua name=portcullis_cold"
   sed 's/^local floor = math.floor/local function floor(x) return math.floor(x) end/' \
     "$LUA/time.lua" "$LUA/billing_prelude.lua"
   echo "redis.register_function('cold_prelude', function(KEYS, ARGV)"

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 command -v wrk > /dev/null || { echo "wrk is not on PATH (apt-get install wrk)" >&2; exit 1; }
-cargo build --release -q -p tollgate-examples --example proxy --example fake_upstream
+cargo build --release -q -p portcullis-examples --example proxy --example fake_upstream
 BIN=target/release/examples
 pids=()
 dirs=()
@@ -56,7 +56,7 @@ for target in memory:all redis:none redis:blocks redis:all; do
   bad=$(echo "$out" | awk '/Non-2xx/ { print $5 }'); bad=${bad:-0}
   errs=$(echo "$out" | awk '/Socket errors/ { print $0 }')
   failures=$(curl -s "http://127.0.0.1:$port/metrics" \
-    | awk '/^tollgate_store_failures_total/ { s += $2 } END { print s+0 }')
+    | awk '/^portcullis_store_failures_total/ { s += $2 } END { print s+0 }')
   printf '%-16s %10s %10s %12s %10s %s\n' "$target" "$total" "$rps" "$bad" "$failures" "$errs"
   kill "$gw"; wait "$gw" 2>/dev/null || true
 done

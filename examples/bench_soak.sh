@@ -18,7 +18,7 @@ REQUESTS=${1:-1000000}
 CONNS=${2:-64}
 command -v wrk > /dev/null || { echo "wrk is not on PATH (apt-get install wrk)" >&2; exit 1; }
 command -v redis-server > /dev/null || { echo "redis-server is not on PATH (apt-get install redis-server)" >&2; exit 1; }
-cargo build --release -q -p tollgate-examples --example proxy --example fake_upstream
+cargo build --release -q -p portcullis-examples --example proxy --example fake_upstream
 BIN=target/release/examples
 pids=()
 dirs=()

@@ -21,7 +21,7 @@ RATE=${1:-4000}
 C=${2:-8}
 STALL=${3:-3}
 N=$((RATE * (STALL + 3)))
-cargo build --release -q -p tollgate-examples --example proxy --example load --example fake_upstream
+cargo build --release -q -p portcullis-examples --example proxy --example load --example fake_upstream
 BIN=target/release/examples
 pids=()
 dirs=()
@@ -61,5 +61,5 @@ out=$($BIN/load --url "http://127.0.0.1:$PORT/v1/chat/completions" --key sk-benc
   --requests "$N" --concurrency "$C" --rate "$RATE" --seconds 60)
 wait "$stall"
 failures=$(curl -s "http://127.0.0.1:$PORT/metrics" \
-  | awk '/^tollgate_store_failures_total/ { s += $2 } END { print s+0 }')
+  | awk '/^portcullis_store_failures_total/ { s += $2 } END { print s+0 }')
 echo "busy=${BUSY:-0} connections=$C stall=${STALL}s $out store_failures=$failures"

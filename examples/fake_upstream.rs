@@ -1,7 +1,7 @@
 //! The bundled fake model provider (P5), on its own.
 //!
 //! ```text
-//! cargo run -p tollgate-examples --example fake_upstream -- --port 9100
+//! cargo run -p portcullis-examples --example fake_upstream -- --port 9100
 //! curl -s localhost:9100/v1/chat/completions -d '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
 //! curl -sN localhost:9100/v1/messages -H 'x-fake-chunk-interval-ms: 200' \
 //!      -d '{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
@@ -13,7 +13,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use tollgate_fake_upstream::{FakeUpstream, behavior};
+use portcullis_fake_upstream::{FakeUpstream, behavior};
 
 fn usage() -> ! {
     eprintln!("usage: fake_upstream [--port PORT]   (binds 127.0.0.1, default port 9100)");

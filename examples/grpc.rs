@@ -1,4 +1,4 @@
-//! The tollgate layers in front of a tonic service.
+//! The portcullis layers in front of a tonic service.
 //!
 //! `Server::builder().layer(…)` takes the same stack as axum: ErrorMappingLayer
 //! (outermost) → ConcurrencySlotLayer → AnchoredWindowLayer → the service. The key comes
@@ -14,19 +14,19 @@
 //! the same way.
 //!
 //! ```sh
-//! cargo run -p tollgate-examples --example grpc              # serve, run the demo client, exit
-//! cargo run -p tollgate-examples --example grpc -- --serve   # then keep serving (PORT, default 50051)
+//! cargo run -p portcullis-examples --example grpc              # serve, run the demo client, exit
+//! cargo run -p portcullis-examples --example grpc -- --serve   # then keep serving (PORT, default 50051)
 //! ```
 #![deny(unreachable_pub)]
 
 use bytes::Bytes;
+use portcullis::core::{GatewayCode, LayerKind, MemoryStore, Policy, Rejection, Subject, Tier};
+use portcullis::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate::core::{GatewayCode, LayerKind, MemoryStore, Policy, Rejection, Subject, Tier};
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use tonic::codec::ProstCodec;
 use tonic::server::{Grpc, NamedService};
 use tonic::transport::{Channel, Server, server::TcpIncoming};
@@ -76,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .add_service(Generate);
     let serving = tokio::spawn(server.serve_with_incoming(TcpIncoming::from(listener)));
-    println!("serving tollgate.example.v1.Generate on {addr}");
+    println!("serving portcullis.example.v1.Generate on {addr}");
 
     demo(addr).await?;
 
@@ -149,8 +149,8 @@ fn describe(status: &tonic::Status) -> String {
 
 // ---------------------------------------------------------------- the service
 
-const COMPLETE: &str = "/tollgate.example.v1.Generate/Complete";
-const STREAM: &str = "/tollgate.example.v1.Generate/Stream";
+const COMPLETE: &str = "/portcullis.example.v1.Generate/Complete";
+const STREAM: &str = "/portcullis.example.v1.Generate/Stream";
 
 /// `message Prompt { string text = 1; }`
 #[derive(Clone, PartialEq, prost::Message)]
@@ -174,13 +174,13 @@ type Tokens = Pin<Box<dyn futures_util::Stream<Item = Result<Token, tonic::Statu
 struct Generate;
 
 impl NamedService for Generate {
-    const NAME: &'static str = "tollgate.example.v1.Generate";
+    const NAME: &'static str = "portcullis.example.v1.Generate";
 }
 
 impl<B> tower::Service<http::Request<B>> for Generate
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<tollgate::BoxError> + Send + 'static,
+    B::Error: Into<portcullis::BoxError> + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;

@@ -5,7 +5,7 @@
 //! behind shows it in its percentiles instead of hiding it (no coordinated omission).
 //!
 //! ```sh
-//! cargo run --release -p tollgate-examples --example load -- \
+//! cargo run --release -p portcullis-examples --example load -- \
 //!     --url http://127.0.0.1:8080/v1/chat/completions --key sk-demo-pro \
 //!     --requests 20000 --concurrency 32 [--stream] [--rate 5000]
 //! ```

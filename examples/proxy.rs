@@ -1,8 +1,8 @@
 //! The ready gateway.
 //!
 //! ```sh
-//! cargo run -p tollgate-examples --example proxy                      # demo: bundled config + fake upstream
-//! cargo run -p tollgate-examples --example proxy -- --config my.toml  # your configuration
+//! cargo run -p portcullis-examples --example proxy                      # demo: bundled config + fake upstream
+//! cargo run -p portcullis-examples --example proxy -- --config my.toml  # your configuration
 //! ```
 //!
 //! Flags: `--config PATH` (default: the bundled `examples/demo.toml`), `--listen
@@ -12,13 +12,13 @@
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
 #![deny(unreachable_pub)]
 
+use portcullis_fake_upstream::FakeUpstream;
+use portcullis_proxy::Config;
+use portcullis_proxy::serve::ServeOptions;
+use portcullis_proxy::store::{BuildOptions, open};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tollgate_fake_upstream::FakeUpstream;
-use tollgate_proxy::Config;
-use tollgate_proxy::serve::ServeOptions;
-use tollgate_proxy::store::{BuildOptions, open};
 
 const DEMO: &str = include_str!("demo.toml");
 
@@ -114,7 +114,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let app = store.build(config, options).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let url = format!("http://{}", listener.local_addr()?);
-    println!("tollgate listening on {url} ({what})");
+    println!("portcullis listening on {url} ({what})");
     if args.config.is_none() {
         println!("demo keys: sk-demo-free, sk-demo-pro, sk-demo-plan, sk-demo-payg (see README)");
         println!(
@@ -122,7 +122,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
              -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'"
         );
     }
-    tollgate_proxy::serve::serve_with(listener, app, serving, async {
+    portcullis_proxy::serve::serve_with(listener, app, serving, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;

@@ -1,4 +1,4 @@
-//! Stack the upstream-side tollgate layers in axum: failover across channels, provider
+//! Stack the upstream-side portcullis layers in axum: failover across channels, provider
 //! limits per channel, per-channel capacity — over a stand-in "provider" whose first
 //! channel is overloaded half the time.
 //!
@@ -8,7 +8,7 @@
 //! the client's dialect.
 //!
 //! ```sh
-//! cargo run -p tollgate-examples --example upstream_stack   # PORT=8080 to change the port
+//! cargo run -p portcullis-examples --example upstream_stack   # PORT=8080 to change the port
 //! ```
 #![deny(unreachable_pub)]
 
@@ -18,14 +18,14 @@ use axum::extract::Request;
 use axum::http;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use portcullis::core::upstream::{RateLimits, UpstreamChannel, UpstreamRegistry};
+use portcullis::core::{
+    Candidates, ChannelRef, Chosen, Dialect, MemoryStore, ModelId, UsageRecorder,
+};
+use portcullis::{CapacityQueueLayer, ErrorMappingLayer, FailoverLayer, UpstreamLimitLayer};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate::core::upstream::{RateLimits, UpstreamChannel, UpstreamRegistry};
-use tollgate::core::{
-    Candidates, ChannelRef, Chosen, Dialect, MemoryStore, ModelId, UsageRecorder,
-};
-use tollgate::{CapacityQueueLayer, ErrorMappingLayer, FailoverLayer, UpstreamLimitLayer};
 use tower::{ServiceBuilder, ServiceExt};
 
 /// The two channels serving the one model: `flaky` is preferred but overloaded on
@@ -54,7 +54,7 @@ async fn main() -> std::io::Result<()> {
     let calls = Arc::new(AtomicU64::new(0));
 
     // The stand-in provider: answers as the channel the layers chose. A real gateway
-    // forwards to the channel's base URL here (see tollgate-proxy's forwarder).
+    // forwards to the channel's base URL here (see portcullis-proxy's forwarder).
     let provider = tower::service_fn(move |req: http::Request<Full<Bytes>>| {
         let channel = req.extensions().get::<Chosen>().map(|c| c.0.name.clone());
         let flaky = channel.as_deref() == Some("flaky");

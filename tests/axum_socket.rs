@@ -1,7 +1,7 @@
-//! Black-box tests of the tollgate stack mounted in axum with `Router::layer`, driven
+//! Black-box tests of the portcullis stack mounted in axum with `Router::layer`, driven
 //! through a real TCP socket on 127.0.0.1 (L2, L3, L5, W4, C2, E1–E4).
 //!
-//! The stack (see `tollgate_tests::with_gateway`): ErrorMappingLayer (outermost) →
+//! The stack (see `portcullis_tests::with_gateway`): ErrorMappingLayer (outermost) →
 //! auth (`Authorization: Bearer`, unknown key → 40101) → ConcurrencySlotLayer →
 //! AnchoredWindowLayer → the route's handler, one `MemoryStore` shared by everything.
 //! Routes use the native error dialect except `/v1/chat/completions` (OpenAI).
@@ -10,17 +10,17 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
-use std::collections::HashSet;
-use std::convert::Infallible;
-use std::time::Duration;
-use tollgate::core::{
+use portcullis::core::{
     Dimension, ManualClock, MemoryStore, Policy, Scope, SubjectKey, Tier, Usage, UsageRecorder,
 };
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
-use tollgate_tests::{
+use portcullis::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use portcullis_tests::{
     Conn, Keys, Reply, TestApp, echo, fetch, next_chunk, read_reply, read_to_end, request, serve,
     used,
 };
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::time::Duration;
 use tower::filter::FilterLayer;
 use tower::{Service, ServiceBuilder};
 
@@ -56,7 +56,7 @@ async fn open_stream(
     app: &mut TestApp,
     key: &str,
     tokens: Option<u64>,
-) -> (Conn, hyper::body::Incoming, tollgate_tests::Feed) {
+) -> (Conn, hyper::body::Incoming, portcullis_tests::Feed) {
     let mut conn = Conn::open(app.addr()).await;
     let mut req = request("/stream").bearer(key);
     if let Some(t) = tokens {
@@ -85,7 +85,7 @@ async fn l2_error_mapping_outermost_is_infallible_and_mounts_with_router_layer()
     // Type-level: over an Infallible handler service, the whole stack's error is
     // Infallible (no HandleErrorLayer needed).
     fn assert_infallible<S: Service<Request<Body>, Error = Infallible>>(_: &S) {}
-    let store = MemoryStore::with_clock(ManualClock::new(tollgate_tests::START_MS));
+    let store = MemoryStore::with_clock(ManualClock::new(portcullis_tests::START_MS));
     let keys = Keys::new([("k", Policy::default())]);
     let stack = ServiceBuilder::new()
         .layer(ErrorMappingLayer::new())
@@ -256,7 +256,7 @@ async fn l3_client_disconnect_mid_stream_frees_slot() {
     );
     // … and with it the slot.
     assert!(
-        tollgate_tests::eventually(Duration::from_secs(2), || app.in_flight("k") == 0).await,
+        portcullis_tests::eventually(Duration::from_secs(2), || app.in_flight("k") == 0).await,
         "slot still held 2 s after the client left: {}",
         app.in_flight("k")
     );
@@ -274,7 +274,7 @@ async fn l3_stream_error_frees_slot() {
     feed.fail().await;
     // The server aborts the chunked body; the client sees an error or a cut, never a
     // clean end.
-    let end = tollgate_tests::bounded(tollgate_tests::WAIT, "body end", async {
+    let end = portcullis_tests::bounded(portcullis_tests::WAIT, "body end", async {
         use http_body_util::BodyExt;
         loop {
             match body.frame().await {
@@ -288,7 +288,7 @@ async fn l3_stream_error_frees_slot() {
     assert!(end.is_err(), "a failed stream ended like a complete one");
     drop(conn);
     assert!(
-        tollgate_tests::eventually(Duration::from_secs(2), || app.in_flight("k") == 0).await,
+        portcullis_tests::eventually(Duration::from_secs(2), || app.in_flight("k") == 0).await,
         "slot still held after the stream failed"
     );
     assert_ok(&app.get("/a", "k").await, "/a");
@@ -406,7 +406,7 @@ async fn w5_usage_recorded_by_the_handler_is_what_the_window_counts() {
     let policy = Policy::default()
         .with_requests(Tier::per_minute(10))
         .with_tokens(Tier::per_minute(1_000));
-    let store = MemoryStore::with_clock(ManualClock::new(tollgate_tests::START_MS));
+    let store = MemoryStore::with_clock(ManualClock::new(portcullis_tests::START_MS));
     let router = Router::new().route(
         "/chat",
         get(|req: Request<Body>| async move {
@@ -421,7 +421,7 @@ async fn w5_usage_recorded_by_the_handler_is_what_the_window_counts() {
         }),
     );
     let keys = Keys::new([("k", policy.clone())]);
-    let server = serve(tollgate_tests::with_gateway(router, store.clone(), keys)).await;
+    let server = serve(portcullis_tests::with_gateway(router, store.clone(), keys)).await;
 
     let reply = fetch(
         server.addr,

@@ -6,14 +6,14 @@
 //! The curl lines are read from `README.md` itself (the ```sh block after "Then, from
 //! another terminal"), so the README and this test cannot drift apart. Each line runs
 //! with `curl` when it is installed, else the same request is made with a hyper client
-//! (`TOLLGATE_README_NO_CURL=1` forces that path).
+//! (`PORTCULLIS_README_NO_CURL=1` forces that path).
 //!
 //! Deviations from typing the README by hand, all for running unattended:
-//! - The README starts the gateway with `cargo run -p tollgate-examples --example
+//! - The README starts the gateway with `cargo run -p portcullis-examples --example
 //!   proxy`. Inside `cargo test` another cargo would wait on the build-directory lock,
 //!   so the test runs the binary that command builds, `target/<profile>/examples/proxy`
 //!   (`cargo test --workspace` builds it before running tests); if it is missing or
-//!   older than the sources it first runs `cargo build -p tollgate-examples --example
+//!   older than the sources it first runs `cargo build -p portcullis-examples --example
 //!   proxy`.
 //! - The README's command listens on the default `127.0.0.1:8080`; the test passes
 //!   `--listen 127.0.0.1:<free port>` (a flag of the example) so it never collides
@@ -29,13 +29,13 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use portcullis_tests::example::{proxy_example_binary, workspace_root};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::{sleep, timeout};
-use tollgate_tests::example::{proxy_example_binary, workspace_root};
 
 /// Bound of one request or one curl run.
 const STEP: Duration = Duration::from_secs(15);
@@ -119,7 +119,7 @@ async fn request(
             .method(method)
             .uri(path)
             .header("host", addr.to_string())
-            .header("user-agent", "curl/8 (tollgate readme_demo)")
+            .header("user-agent", "curl/8 (portcullis readme_demo)")
             .header("accept", "*/*");
         for (k, v) in headers {
             b = b.header(k.as_str(), v.as_str());
@@ -429,7 +429,7 @@ async fn run_hyper(c: &Curl, addr: SocketAddr) -> Printed {
 }
 
 fn use_curl() -> bool {
-    if std::env::var_os("TOLLGATE_README_NO_CURL").is_some() {
+    if std::env::var_os("PORTCULLIS_README_NO_CURL").is_some() {
         return false;
     }
     std::process::Command::new("curl")

@@ -2,8 +2,8 @@
 //! rules D1–D11, C4, T4, T5): N instances enforce one set of limits, not N of them.
 //!
 //! Every test starts its own `redis-server` on a free 127.0.0.1 port
-//! ([`tollgate_tests::redis::RedisServer`]), the bundled fake upstream, and gateway
-//! instances — `tollgate_proxy::Gateway` routers served on their own ports, each with
+//! ([`portcullis_tests::redis::RedisServer`]), the bundled fake upstream, and gateway
+//! instances — `portcullis_proxy::Gateway` routers served on their own ports, each with
 //! its **own** `RedisStore` (own connection, own instance id) — or the `proxy` example
 //! as a separate process. Clients are real HTTP/1.1 clients on real sockets.
 //!
@@ -23,8 +23,8 @@
 //! The figures (throughput, added latency, recovery times) are printed with
 //! `eprintln!`; run with `-- --nocapture` to see them.
 //!
-//! `TOLLGATE_LOAD_REQUESTS` sets the size of the T4 load (default 100 000),
-//! `TOLLGATE_LOAD_SEED` its random seed (printed by every run, so a run can be replayed
+//! `PORTCULLIS_LOAD_REQUESTS` sets the size of the T4 load (default 100 000),
+//! `PORTCULLIS_LOAD_SEED` its random seed (printed by every run, so a run can be replayed
 //! as far as the scheduling allows).
 
 use bytes::Bytes;
@@ -33,6 +33,18 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use portcullis::core::{
+    BillingStore, Demand, ManualClock, MemoryStore, Policy, Scope, SlotDecision, SlotStore,
+    SubjectKey, Tier, WindowStore,
+};
+use portcullis::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
+use portcullis_fake_upstream::FakeUpstream;
+use portcullis_proxy::store::Split;
+use portcullis_proxy::{Config, Gateway};
+use portcullis_redis::{RedisStore, RedisStoreOptions};
+use portcullis_tests::example::proxy_example_binary;
+use portcullis_tests::redis::{RedisServer, free_port};
+use portcullis_tests::{Keys, bounded, echo, fetch, request};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -45,18 +57,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout};
-use tollgate::core::{
-    BillingStore, Demand, ManualClock, MemoryStore, Policy, Scope, SlotDecision, SlotStore,
-    SubjectKey, Tier, WindowStore,
-};
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
-use tollgate_fake_upstream::FakeUpstream;
-use tollgate_proxy::store::Split;
-use tollgate_proxy::{Config, Gateway};
-use tollgate_redis::{RedisStore, RedisStoreOptions};
-use tollgate_tests::example::proxy_example_binary;
-use tollgate_tests::redis::{RedisServer, free_port};
-use tollgate_tests::{Keys, bounded, echo, fetch, request};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 
@@ -155,7 +155,7 @@ impl Drop for Instance {
 /// Its own `RedisStore` — own connection, instance id `id` — with the configuration's
 /// prefix and deadline (as the `proxy` example builds it).
 fn redis_store(config: &Config, url: &str, id: &str) -> RedisStore {
-    let opts = tollgate_proxy::store::redis_options(config.store()).instance_id(id);
+    let opts = portcullis_proxy::store::redis_options(config.store()).instance_id(id);
     // Lazy, as the example: an instance starts while Redis is down (D4).
     RedisStore::connect_lazy(url, opts).expect("a redis:// URL")
 }
@@ -185,16 +185,16 @@ async fn instance_on<St>(
     store: impl FnOnce(RedisStore) -> St,
 ) -> Instance
 where
-    St: tollgate::core::JointStore
-        + tollgate::core::ChannelStore
+    St: portcullis::core::JointStore
+        + portcullis::core::ChannelStore
         + BillingStore
-        + tollgate::core::CapacityStore,
+        + portcullis::core::CapacityStore,
 {
     let config = Config::parse(text).unwrap_or_else(|e| panic!("test config: {e}\n{text}"));
     let redis = redis_store(&config, url, id);
     // As the example: provider cooldowns reach every instance (D1, F6).
     let sync = Arc::new(
-        tollgate_redis::CooldownSync::start_url(url, &config.store().prefix, id)
+        portcullis_redis::CooldownSync::start_url(url, &config.store().prefix, id)
             .expect("a redis:// URL"),
     );
     let app = Gateway::new(config, store(redis))
@@ -384,7 +384,7 @@ async fn call(
     }
     if shape.kind == Kind::Disconnect {
         // Counted apart at the fake (see the T4 concurrency check).
-        headers.push((tollgate_fake_upstream::behavior::H_CLIENT_LEAVES, 1));
+        headers.push((portcullis_fake_upstream::behavior::H_CLIENT_LEAVES, 1));
     }
     let req = chat(addr, i, stream, &headers);
     let sent = Instant::now();
@@ -690,28 +690,28 @@ const T4_CLIENTS: usize = 64;
 #[test]
 fn t4_two_instances_share_one_set_of_limits_under_load() {
     serial(async {
-        let total = env_u64("TOLLGATE_LOAD_REQUESTS").unwrap_or(100_000);
+        let total = env_u64("PORTCULLIS_LOAD_REQUESTS").unwrap_or(100_000);
         let redis = RedisServer::start();
         t4_two_instances(&redis.url(), total).await;
     });
 }
 
 /// D6, T4: the same run on a 3-master Redis Cluster (20,000 requests unless
-/// `TOLLGATE_CLUSTER_LOAD_REQUESTS` says otherwise): the instances reach it through the
+/// `PORTCULLIS_CLUSTER_LOAD_REQUESTS` says otherwise): the instances reach it through the
 /// comma-separated list of its masters.
 #[test]
 fn t4_two_instances_share_one_set_of_limits_on_a_redis_cluster() {
     serial(async {
-        let total = env_u64("TOLLGATE_CLUSTER_LOAD_REQUESTS").unwrap_or(20_000);
-        let cluster = tollgate_tests::cluster::RedisCluster::start(3, 0);
+        let total = env_u64("PORTCULLIS_CLUSTER_LOAD_REQUESTS").unwrap_or(20_000);
+        let cluster = portcullis_tests::cluster::RedisCluster::start(3, 0);
         t4_two_instances(&cluster.comma_urls(), total).await;
     });
 }
 
 async fn t4_two_instances(url: &str, total: u64) {
     {
-        let seed = env_u64("TOLLGATE_LOAD_SEED").unwrap_or_else(|| Wall::new().us);
-        eprintln!("T4: {total} requests, seed {seed} (TOLLGATE_LOAD_SEED={seed} to replay)");
+        let seed = env_u64("PORTCULLIS_LOAD_SEED").unwrap_or_else(|| Wall::new().us);
+        eprintln!("T4: {total} requests, seed {seed} (PORTCULLIS_LOAD_SEED={seed} to replay)");
 
         let fake = FakeUpstream::builder()
             .recent_capacity(0)
@@ -1482,9 +1482,9 @@ async fn start_proxy_process(text: &str, url: &str) -> ProxyProcess {
         .expect("the proxy example");
     let dir = std::env::temp_dir();
     let tag = format!("{}-{}", std::process::id(), free_port());
-    let config = dir.join(format!("tollgate-dist-{tag}.toml"));
+    let config = dir.join(format!("portcullis-dist-{tag}.toml"));
     std::fs::write(&config, text).expect("write the config");
-    let log = dir.join(format!("tollgate-dist-{tag}.log"));
+    let log = dir.join(format!("portcullis-dist-{tag}.log"));
     let client = http_client();
     for _attempt in 0..3 {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -1929,7 +1929,7 @@ fn d2_instances_with_disagreeing_clocks_make_the_same_decisions() {
                 )
                 .await
                 .expect("admit");
-            if matches!(r, tollgate::core::Admission::Admitted(_)) {
+            if matches!(r, portcullis::core::Admission::Admitted(_)) {
                 admitted += 1;
             }
         }
@@ -1970,7 +1970,7 @@ fn d4_local_mode_keeps_per_instance_limits_while_redis_is_down() {
         let head = "[store]\ndeadline = \"20ms\"\nslots_failure = \"local\"\nwindows_failure = \"local\"\ninstances = 2\n";
         let text = config_text(head, &KEYS, "fake://");
         let gw = instance_on(&text, &redis.url(), "gw-local", &fake, |r| Split {
-            limits: tollgate::core::store::fallback::LocalFallback::new(r, 2, true, true),
+            limits: portcullis::core::store::fallback::LocalFallback::new(r, 2, true, true),
             // Money in this instance's memory, as the `proxy` example keeps it: billing is
             // fail-closed only (B5), so with money in Redis every request would be a 503.
             billing: MemoryStore::new(),
@@ -2094,8 +2094,10 @@ fn f6_a_provider_retry_after_seen_by_one_instance_holds_for_all() {
             + "\n[channels.ch-0b]\nvendor = \"openai\"\nbase_url = \"fake://\"\ncredential = \"cred-0b\"\nmodels = [\"m-0\"]\n";
         fake.set_default_for(
             &credential(0),
-            tollgate_fake_upstream::Behavior::error(tollgate_fake_upstream::ErrorKind::RateLimit)
-                .with_retry_after(30),
+            portcullis_fake_upstream::Behavior::error(
+                portcullis_fake_upstream::ErrorKind::RateLimit,
+            )
+            .with_retry_after(30),
         );
         let a = instance(&text, &redis.url(), "gw-a", &fake).await;
         let b = instance(&text, &redis.url(), "gw-b", &fake).await;
@@ -2331,7 +2333,7 @@ fn t3_full_stack_redis_calls_per_request_are_counted_and_bounded() {
     });
 }
 
-/// T3 with quota blocks (`tollgate_core::blocks`): the full stack of
+/// T3 with quota blocks (`portcullis_core::blocks`): the full stack of
 /// [`full_stack_config`] with limits far from exhausted — as `examples/bench.toml` —
 /// and billing blocks on decides hot requests from blocks borrowed in Redis: the server
 /// counts a small fraction of a script call per request, and the usage view and the

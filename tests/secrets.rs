@@ -8,11 +8,11 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use portcullis_tests::example::{proxy_example_binary, workspace_root};
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::{Child, Command};
-use tollgate_tests::example::{proxy_example_binary, workspace_root};
 
 const OPENAI: &str = "sk-secret-upstream-openai-7f3a9c";
 const ANTHROPIC: &str = "sk-ant-secret-upstream-41be07";
@@ -22,7 +22,7 @@ const CLIENT: &str = "sk-client-secret-key-5566";
 
 const CONFIG: &str = r#"
 [server]
-admin_token_env = "TOLLGATE_TEST_ADMIN"
+admin_token_env = "PORTCULLIS_TEST_ADMIN"
 
 [policies.open]
 
@@ -30,14 +30,14 @@ admin_token_env = "TOLLGATE_TEST_ADMIN"
 balance = 1_000_000_000_000
 
 [keys.client]
-key_env = "TOLLGATE_TEST_CLIENT"
+key_env = "PORTCULLIS_TEST_CLIENT"
 policy = "open"
 tenant = "t"
 
 [channels.openai-a]
 vendor = "openai"
 base_url = "fake://"
-credential_env = "TOLLGATE_TEST_OPENAI"
+credential_env = "PORTCULLIS_TEST_OPENAI"
 models = ["gpt-4o-mini"]
 
 [channels.openai-b]
@@ -49,13 +49,13 @@ models = ["gpt-4o-mini"]
 [channels.anthropic-a]
 vendor = "anthropic"
 base_url = "fake://"
-credential_env = "TOLLGATE_TEST_ANTHROPIC"
+credential_env = "PORTCULLIS_TEST_ANTHROPIC"
 models = ["claude-sonnet-4-5"]
 
 [channels.gemini-a]
 vendor = "gemini"
 base_url = "fake://"
-credential_env = "TOLLGATE_TEST_GEMINI"
+credential_env = "PORTCULLIS_TEST_GEMINI"
 models = ["gemini-2.5-flash"]
 
 [models.gpt-4o-mini]
@@ -140,7 +140,7 @@ fn strip_ansi(s: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_credential_in_logs_responses_or_metrics() {
-    let dir = std::env::temp_dir().join(format!("tollgate-secrets-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("portcullis-secrets-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("gateway.toml");
     std::fs::write(&config, CONFIG).unwrap();
@@ -161,12 +161,12 @@ async fn no_credential_in_logs_responses_or_metrics() {
             &addr.to_string(),
         ])
         .current_dir(workspace_root())
-        .env("RUST_LOG", "debug,tollgate=trace,tollgate_proxy=trace")
-        .env("TOLLGATE_TEST_OPENAI", OPENAI)
-        .env("TOLLGATE_TEST_ANTHROPIC", ANTHROPIC)
-        .env("TOLLGATE_TEST_GEMINI", GEMINI)
-        .env("TOLLGATE_TEST_ADMIN", ADMIN)
-        .env("TOLLGATE_TEST_CLIENT", CLIENT)
+        .env("RUST_LOG", "debug,portcullis=trace,portcullis_proxy=trace")
+        .env("PORTCULLIS_TEST_OPENAI", OPENAI)
+        .env("PORTCULLIS_TEST_ANTHROPIC", ANTHROPIC)
+        .env("PORTCULLIS_TEST_GEMINI", GEMINI)
+        .env("PORTCULLIS_TEST_ADMIN", ADMIN)
+        .env("PORTCULLIS_TEST_CLIENT", CLIENT)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(&err_path).unwrap())
@@ -279,7 +279,7 @@ async fn no_credential_in_logs_responses_or_metrics() {
     );
     let metrics = fetch(addr, "GET", "/metrics", &[], "").await;
     assert!(
-        metrics.contains("tollgate_upstream_responses_total"),
+        metrics.contains("portcullis_upstream_responses_total"),
         "{metrics}"
     );
     answers.push(metrics);
@@ -302,7 +302,7 @@ async fn no_credential_in_logs_responses_or_metrics() {
         .expect("a billing attempt was logged");
     assert!(
         attempt_line.contains("request{method=POST path=\"/v1/")
-            && attempt_line.contains("id=\"tg-")
+            && attempt_line.contains("id=\"pc-")
             && attempt_line.contains("attempt{n=1 attempt_id=\"att-"),
         "{attempt_line}"
     );

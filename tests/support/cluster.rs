@@ -182,7 +182,7 @@ impl Node {
                 continue;
             }
             let dir = std::env::temp_dir().join(format!(
-                "tollgate-cluster-{}-{}-{port}",
+                "portcullis-cluster-{}-{}-{port}",
                 std::process::id(),
                 SEQ.fetch_add(1, Ordering::Relaxed)
             ));
@@ -478,7 +478,7 @@ impl RedisCluster {
             .expect("no node of the cluster reports itself master")
     }
 
-    /// [`urls`](Self::urls) joined with `,` (for a `TOLLGATE_REDIS_URL`-style setting).
+    /// [`urls`](Self::urls) joined with `,` (for a `PORTCULLIS_REDIS_URL`-style setting).
     pub fn comma_urls(&self) -> String {
         self.urls().join(",")
     }
@@ -1329,7 +1329,7 @@ mod tests {
         // key_slot against the server.
         let keys: [&[u8]; 9] = [
             b"foo",
-            b"tollgate:rl:tenant-a",
+            b"portcullis:rl:tenant-a",
             b"{tenant-a}:tokens",
             b"{tenant-a}:requests",
             b"a{}{b}",

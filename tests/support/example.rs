@@ -66,7 +66,7 @@ pub fn newest_source() -> SystemTime {
 /// `target/<profile>/examples/proxy`, next to this test's own `target/<profile>/deps/`.
 /// `cargo test --workspace` builds it before running the tests; when it is missing or
 /// older than the sources (this test run alone), the README's build runs first:
-/// `cargo build -p tollgate-examples --example proxy`, same target directory and
+/// `cargo build -p portcullis-examples --example proxy`, same target directory and
 /// profile, bounded to 10 minutes. (Cargo does not hold the build lock while tests
 /// run, so this does not wait on the outer `cargo test`.)
 pub fn proxy_example_binary() -> PathBuf {
@@ -85,7 +85,7 @@ pub fn proxy_example_binary() -> PathBuf {
     let target_dir = profile_dir.parent().expect("target dir");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "tollgate-examples", "--example", "proxy"])
+    cmd.args(["build", "-p", "portcullis-examples", "--example", "proxy"])
         .current_dir(workspace_root())
         .env("CARGO_TARGET_DIR", target_dir)
         .stdin(Stdio::null());

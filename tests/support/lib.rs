@@ -1,6 +1,6 @@
 //! Helpers for the black-box tests that go through a real TCP socket on 127.0.0.1.
 //!
-//! - [`TestApp`]: an axum app with the tollgate stack mounted by `Router::layer`
+//! - [`TestApp`]: an axum app with the portcullis stack mounted by `Router::layer`
 //!   (ErrorMappingLayer → [`Keys`] auth → ConcurrencySlotLayer → AnchoredWindowLayer),
 //!   one shared [`MemoryStore`] on a [`ManualClock`], served on `127.0.0.1:0`.
 //! - [`Conn`]: one HTTP/1.1 client connection (hyper), so a test decides when a
@@ -22,6 +22,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use portcullis::core::{
+    Demand, GatewayCode, LayerKind, LimitView, ManualClock, MemoryStore, Policy, Rejection, Scope,
+    Subject, SubjectKey,
+};
+use portcullis::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,11 +37,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
-use tollgate::core::{
-    Demand, GatewayCode, LayerKind, LimitView, ManualClock, MemoryStore, Policy, Rejection, Scope,
-    Subject, SubjectKey,
-};
-use tollgate::{AnchoredWindowLayer, ConcurrencySlotLayer, ErrorMappingLayer};
 use tower::ServiceBuilder;
 use tower::filter::FilterLayer;
 
@@ -312,7 +312,7 @@ impl TestApp {
 }
 
 /// The `used` of the view line for `dimension` with window `window_ms`.
-pub fn used(view: &[LimitView], dimension: tollgate::core::Dimension, window_ms: u64) -> u64 {
+pub fn used(view: &[LimitView], dimension: portcullis::core::Dimension, window_ms: u64) -> u64 {
     view.iter()
         .find(|l| l.dimension == dimension && l.tier.window_ms == window_ms)
         .unwrap_or_else(|| panic!("no {dimension:?} tier of {window_ms} ms in {view:?}"))

@@ -59,8 +59,10 @@ impl RedisServer {
                 port,
                 child: None,
                 frozen: false,
-                log: std::env::temp_dir()
-                    .join(format!("tollgate-redis-{}-{port}.log", std::process::id())),
+                log: std::env::temp_dir().join(format!(
+                    "portcullis-redis-{}-{port}.log",
+                    std::process::id()
+                )),
             };
             match s.spawn() {
                 // The server answering must be ours, not a parallel test's that took

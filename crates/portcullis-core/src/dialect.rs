@@ -1,0 +1,47 @@
+//! The API format a client speaks; errors are rendered in it (E1).
+
+/// A client dialect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// OpenAI chat completions.
+    OpenAi,
+    /// Anthropic messages.
+    Anthropic,
+    /// Gemini generateContent.
+    Gemini,
+    /// The gateway's own format (the default).
+    #[default]
+    Native,
+}
+
+impl Dialect {
+    /// The dialect a request path implies: `/v1/chat/completions` (and OpenAI's
+    /// other model APIs: embeddings, Responses, images, videos) → OpenAI,
+    /// `/v1/messages` → Anthropic, `/v1beta/models/...` → Gemini, else native.
+    ///
+    /// ```
+    /// use portcullis_core::Dialect;
+    /// assert_eq!(Dialect::from_path("/v1beta/models/gemini-2.5-pro:generateContent"), Dialect::Gemini);
+    /// assert_eq!(Dialect::from_path("/v1/messages"), Dialect::Anthropic);
+    /// assert_eq!(Dialect::from_path("/usage"), Dialect::Native);
+    /// ```
+    pub fn from_path(path: &str) -> Self {
+        if path.starts_with("/v1/chat/completions")
+            || path.starts_with("/v1/completions")
+            || path.starts_with("/v1/embeddings")
+            || path.starts_with("/v1/responses")
+            || path.starts_with("/v1/images/")
+            || path.starts_with("/v1/videos")
+        {
+            Dialect::OpenAi
+        } else if path.starts_with("/v1/messages") {
+            Dialect::Anthropic
+        } else if path.starts_with("/v1beta/")
+            || path.starts_with("/v1/models/") && path.contains(':')
+        {
+            Dialect::Gemini
+        } else {
+            Dialect::Native
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! Models and channels as the data path uses them: prices, defaults, and the channels
+//! that serve each model.
+//!
+//! Imports go one way: the catalog reads [`crate::config`] (and gives each channel its
+//! [`crate::metrics`] counters); the request path — [`crate::prepare`],
+//! [`crate::forward`], [`crate::telemetry`] — reads the catalog, never the reverse.
+
+use crate::config::{Channel, Config, ModelSettings};
+use http::HeaderValue;
+use portcullis_core::capacity::ChannelRef;
+use portcullis_core::{Candidates, Dialect};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A channel ready to forward to.
+#[derive(Debug)]
+pub struct Route {
+    /// Channel name.
+    pub name: Arc<str>,
+    /// The API format the channel speaks.
+    pub dialect: Dialect,
+    /// Base URL without a trailing slash.
+    pub base_url: String,
+    /// Credential header value, ready to inject.
+    pub credential: Option<HeaderValue>,
+    /// Share of traffic.
+    pub weight: u32,
+    /// Most in-flight requests (0 = unlimited).
+    pub capacity: u32,
+    /// Failover group: a request's candidates all share its first choice's group.
+    pub group: Arc<str>,
+    /// Its `portcullis_upstream_responses_total` counters.
+    pub responses: crate::metrics::ResponseCounters,
+    /// The channel is the bundled fake upstream (`fake://`) or on a loopback address,
+    /// where the fake runs: the fake's `x-fake-*` control headers are forwarded to it.
+    pub fake_controls: bool,
+}
+
+/// Maps looked up by model name on every request (names come from configuration).
+type Map<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
+/// The weighted round-robin choices for one model and client dialect, built once so
+/// a request takes a reference-counted list instead of building one.
+#[derive(Debug, Default)]
+struct Choices {
+    total: u64,
+    picks: Vec<Pick>,
+}
+
+/// One channel a request may be sent to first: its route, its weight, and the
+/// candidates it heads (itself, then the others of its failover group, in channel
+/// order; F1, Q2) as the layers read them.
+#[derive(Debug)]
+struct Pick {
+    first: Arc<Route>,
+    weight: u64,
+    list: Candidates,
+}
+
+/// Everything the request path needs to know about models and channels.
+#[derive(Debug)]
+pub struct Catalog {
+    models: Map<ModelSettings>,
+    routes: Map<Vec<Arc<Route>>>,
+    /// Per model, per client dialect (in [`dialect_index`] order).
+    choices: Map<[Choices; 4]>,
+    next: AtomicUsize,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Upstream response-head timeout.
+    pub upstream_timeout: Duration,
+    /// Longest silence of an upstream body.
+    pub upstream_idle_timeout: Duration,
+    /// Longest time to receive a request body.
+    pub body_read_timeout: Duration,
+}
+
+impl Catalog {
+    /// Builds the catalog; `fake://` base URLs are pointed at `fake_base` (the bundled
+    /// fake upstream of the demo).
+    pub fn new(config: &Config, fake_base: Option<&str>) -> Result<Self, String> {
+        let mut routes: Map<Vec<Arc<Route>>> = Map::default();
+        for ch in &config.channels {
+            let route = Arc::new(route(ch, fake_base)?);
+            for m in &ch.models {
+                routes.entry(m.clone()).or_default().push(route.clone());
+            }
+        }
+        let choices = routes
+            .iter()
+            .map(|(model, rs)| {
+                let per_dialect = DIALECTS.map(|d| choices(rs, d));
+                (model.clone(), per_dialect)
+            })
+            .collect();
+        let server = config.server();
+        Ok(Self {
+            models: config.models().clone().into_iter().collect(),
+            routes,
+            choices,
+            next: AtomicUsize::new(0),
+            max_body_bytes: server.max_body_bytes,
+            upstream_timeout: server.upstream_timeout,
+            upstream_idle_timeout: server.upstream_idle_timeout,
+            body_read_timeout: server.body_read_timeout,
+        })
+    }
+
+    /// A configured model.
+    pub fn model(&self, id: &str) -> Option<&ModelSettings> {
+        self.models.get(id)
+    }
+
+    /// Every configured model id.
+    pub fn model_ids(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
+    /// Whether a channel serves `model` for a `dialect` client. Takes no round-robin
+    /// turn (a check must not shift which channel the next request gets).
+    pub fn serves(&self, model: &str, dialect: Dialect) -> bool {
+        self.choices
+            .get(model)
+            .is_some_and(|c| c[dialect_index(dialect)].total > 0)
+    }
+
+    /// The channels that may serve `model` for a `dialect` client, in order of
+    /// preference: the weighted round-robin pick first, then the others of the same
+    /// failover group (Q2, F1). Built once: no allocation per request.
+    pub fn candidate_list(&self, model: &str, dialect: Dialect) -> Option<Candidates> {
+        self.choose(model, dialect).map(|p| p.list.clone())
+    }
+
+    /// The one candidate `channel`, if it serves `model` to a `dialect` client: where a
+    /// request about a provider-side object must go (P6).
+    pub fn home_candidates(
+        &self,
+        model: &str,
+        channel: &str,
+        dialect: Dialect,
+    ) -> Option<Candidates> {
+        let r = self.route(model, channel)?;
+        (r.dialect == dialect).then(|| {
+            Candidates::new([ChannelRef {
+                name: r.name.clone(),
+                capacity: r.capacity,
+            }])
+        })
+    }
+
+    /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
+    pub fn pick(&self, model: &str, dialect: Dialect) -> Option<Arc<Route>> {
+        self.choose(model, dialect).map(|p| p.first.clone())
+    }
+
+    /// The next weighted round-robin turn for `model` and `dialect`.
+    fn choose(&self, model: &str, dialect: Dialect) -> Option<&Pick> {
+        let c = &self.choices.get(model)?[dialect_index(dialect)];
+        if c.total == 0 {
+            return None;
+        }
+        let mut ticket = self.next.fetch_add(1, Ordering::Relaxed) as u64 % c.total;
+        c.picks.iter().find(|p| {
+            let hit = ticket < p.weight;
+            ticket = ticket.saturating_sub(p.weight);
+            hit
+        })
+    }
+
+    /// The route of a channel by name, among those serving `model`.
+    pub fn route(&self, model: &str, name: &str) -> Option<Arc<Route>> {
+        self.routes
+            .get(model)?
+            .iter()
+            .find(|r| &*r.name == name)
+            .cloned()
+    }
+}
+
+const DIALECTS: [Dialect; 4] = [
+    Dialect::OpenAi,
+    Dialect::Anthropic,
+    Dialect::Gemini,
+    Dialect::Native,
+];
+
+pub(crate) fn dialect_index(d: Dialect) -> usize {
+    match d {
+        Dialect::OpenAi => 0,
+        Dialect::Anthropic => 1,
+        Dialect::Gemini => 2,
+        Dialect::Native => 3,
+    }
+}
+
+/// The round-robin choices among `routes` for a `dialect` client.
+fn choices(routes: &[Arc<Route>], dialect: Dialect) -> Choices {
+    let eligible: Vec<&Arc<Route>> = routes
+        .iter()
+        .filter(|r| r.dialect == dialect && r.weight > 0)
+        .collect();
+    let picks = eligible
+        .iter()
+        .map(|first| {
+            let list = std::iter::once(*first)
+                .chain(
+                    eligible
+                        .iter()
+                        .copied()
+                        .filter(|r| r.group == first.group && !Arc::ptr_eq(r, first)),
+                )
+                .map(|r| ChannelRef {
+                    name: r.name.clone(),
+                    capacity: r.capacity,
+                })
+                .collect::<Vec<_>>();
+            Pick {
+                first: Arc::clone(first),
+                weight: u64::from(first.weight),
+                list: Candidates(list.into()),
+            }
+        })
+        .collect::<Vec<_>>();
+    Choices {
+        total: picks.iter().map(|p| p.weight).sum(),
+        picks,
+    }
+}
+
+/// Whether `base_url` is on this machine's loopback interface.
+fn is_loopback(base_url: &str) -> bool {
+    let Ok(uri) = base_url.parse::<http::Uri>() else {
+        return false;
+    };
+    match uri.host() {
+        Some("localhost") => true,
+        Some(h) => h
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
+}
+
+fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
+    let fake = ch.is_fake();
+    let base_url = if fake {
+        fake_base
+            .ok_or_else(|| {
+                format!(
+                    "channel {:?} uses fake:// but no fake upstream runs",
+                    ch.name
+                )
+            })?
+            .trim_end_matches('/')
+            .to_owned()
+    } else {
+        ch.base_url.trim_end_matches('/').to_owned()
+    };
+    let dialect = ch.vendor.dialect();
+    let credential = ch
+        .credential
+        .as_deref()
+        .map(|c| {
+            let v = match dialect {
+                Dialect::OpenAi => format!("Bearer {c}"),
+                _ => c.to_owned(),
+            };
+            let mut v = HeaderValue::try_from(v).map_err(|_| {
+                format!(
+                    "channel {:?}: credential is not a valid header value",
+                    ch.name
+                )
+            })?;
+            v.set_sensitive(true);
+            Ok::<_, String>(v)
+        })
+        .transpose()?;
+    Ok(Route {
+        name: ch.name.clone(),
+        dialect,
+        base_url,
+        credential,
+        weight: ch.weight,
+        capacity: ch.capacity,
+        group: Arc::from(ch.group.as_str()),
+        responses: crate::metrics::ResponseCounters::new(&ch.name),
+        fake_controls: fake || is_loopback(&ch.base_url),
+    })
+}
+
+/// The channels' provider limits for the upstream limit layer (U1): per credential
+/// (shared by channels with the same credential id), per credential and model, and per
+/// vendor.
+pub fn upstream_registry(config: &Config) -> portcullis_core::upstream::UpstreamRegistry {
+    use portcullis_core::upstream::{UpstreamChannel, UpstreamRegistry};
+    let mut reg = UpstreamRegistry::new();
+    for (vendor, l) in config.vendors() {
+        reg = reg.with_vendor(vendor.as_str(), *l);
+    }
+    for ch in &config.channels {
+        reg = reg.with_channel(UpstreamChannel {
+            name: ch.name.clone(),
+            dialect: ch.vendor.dialect(),
+            vendor: ch.vendor.as_str().into(),
+            credential: ch.credential_id.as_str().into(),
+            limits: ch.limits,
+            model_limits: ch
+                .model_limits
+                .iter()
+                .map(|(m, l)| (Arc::from(m.as_str()), *l))
+                .collect(),
+        });
+    }
+    reg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> Catalog {
+        let text = r#"
+[keys.k]
+key = "sk-k"
+tenant = "t"
+
+[tenants.t]
+balance = 1000
+
+[channels.a]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+weight = 2
+group = "g1"
+
+[channels.b]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+group = "g1"
+
+[channels.c]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+group = "g2"
+
+[channels.d]
+vendor = "anthropic"
+base_url = "http://127.0.0.1:9"
+models = ["m"]
+
+[models.m]
+price = { input_per_mtok = 1, output_per_mtok = 1 }
+"#;
+        let config = Config::parse(text).expect("test config");
+        Catalog::new(&config, None).expect("catalog")
+    }
+
+    fn names(c: &Candidates) -> Vec<String> {
+        c.channels().iter().map(|r| r.name.to_string()).collect()
+    }
+
+    #[test]
+    fn p2_fake_controls_go_to_loopback_channels_only() {
+        for (url, want) in [
+            ("http://127.0.0.1:9100", true),
+            ("http://127.8.0.1", true),
+            ("http://localhost:8080/", true),
+            ("http://[::1]:9", true),
+            ("https://api.openai.com", false),
+            ("http://10.0.0.1:80", false),
+            ("http://127.0.0.1.example.com", false),
+        ] {
+            assert_eq!(is_loopback(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn f1_q2_prebuilt_candidate_lists_follow_weights_groups_and_dialect() {
+        let cat = catalog();
+        // Weights 2 / 1 / 1 over a, b, c: a twice, then b, then c; each list is the
+        // pick, then the others of its group in channel order.
+        let seen: Vec<Vec<String>> = (0..8)
+            .map(|_| names(&cat.candidate_list("m", Dialect::OpenAi).expect("a list")))
+            .collect();
+        let (ab, ba, c) = (vec!["a", "b"], vec!["b", "a"], vec!["c"]);
+        let expect = [&ab, &ab, &ba, &c, &ab, &ab, &ba, &c];
+        for (got, want) in seen.iter().zip(expect) {
+            assert_eq!(got, want, "{seen:?}");
+        }
+        // The forwarder's own pick (no capacity layer) takes the same turns.
+        let picked = catalog();
+        let firsts: Vec<String> = (0..8)
+            .map(|_| picked.pick("m", Dialect::OpenAi).unwrap().name.to_string())
+            .collect();
+        assert_eq!(firsts, ["a", "a", "b", "c", "a", "a", "b", "c"]);
+        // Checking whether a model is served takes no turn.
+        assert!(cat.serves("m", Dialect::OpenAi) && !cat.serves("m", Dialect::Gemini));
+        assert_eq!(
+            names(&cat.candidate_list("m", Dialect::OpenAi).unwrap()),
+            ["a", "b"]
+        );
+        assert_eq!(
+            names(&cat.candidate_list("m", Dialect::Anthropic).unwrap()),
+            ["d"]
+        );
+        assert!(cat.candidate_list("m", Dialect::Gemini).is_none());
+        assert!(cat.candidate_list("unknown", Dialect::OpenAi).is_none());
+    }
+}

@@ -1,0 +1,484 @@
+//! The value checks of the file as written: bounds a layer could not run with, settings
+//! that may not be set, references between sections that do not resolve. Each check
+//! names the setting at fault ([`At`]) and says why; the resolution turns the place into
+//! the line of the file (`super::resolve`), so the checks read no text.
+
+use super::raw::{ChannelConfig, RawConfig, ServerConfig, Span, TelemetryConfig};
+use super::settings::{FailureModeConfig, ModelSettings, StoreSettings, UpstreamLimits};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::Duration;
+
+/// Where a bad value is written.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum At {
+    /// A setting, by its path (`"queue.max_wait"`: the key `max_wait` of `[queue]`).
+    Setting(String),
+    /// A whole entry of a table (`[channels.one]`): the table and the entry's name.
+    Entry(&'static str, String),
+    /// A place in the text known from the value's own span (`toml::Spanned`).
+    Text(Option<Range<usize>>),
+}
+
+/// A value the gateway cannot run with: where, and why.
+#[derive(Debug)]
+pub(super) struct Bad {
+    pub(super) at: At,
+    pub(super) reason: String,
+}
+
+fn bad(at: At, reason: impl Into<String>) -> Bad {
+    Bad {
+        at,
+        reason: reason.into(),
+    }
+}
+
+fn setting(path: &str, reason: impl Into<String>) -> Bad {
+    bad(At::Setting(path.to_owned()), reason)
+}
+
+/// Longest wait or timeout most settings take.
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The settings of the layers, the server, the telemetry export and the store, in the
+/// order they are reported.
+pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
+    let too_long = DAY;
+    let f = &raw.failover;
+    let checks: [(&str, bool, &str); 12] = [
+        (
+            "failover.max_attempts",
+            f.max_attempts == 0 || f.max_attempts > 10,
+            "failover.max_attempts must be between 1 and 10",
+        ),
+        (
+            "failover.retry_ratio",
+            !(0.0..=1000.0).contains(&f.retry_ratio) || f.retry_ratio.is_nan(),
+            "failover.retry_ratio must be between 0 and 1000",
+        ),
+        (
+            "failover.budget_ttl",
+            f.budget_ttl.0 < Duration::from_secs(1) || f.budget_ttl.0 > Duration::from_secs(60),
+            "failover.budget_ttl must be between 1s and 60s",
+        ),
+        (
+            "failover.first_chunk_timeout",
+            f.first_chunk_timeout.0.is_zero() || f.first_chunk_timeout.0 > too_long,
+            "failover.first_chunk_timeout must be between 1ms and 24h",
+        ),
+        (
+            "limits.lease_ttl",
+            raw.limits.lease_ttl < Duration::from_secs(1),
+            "limits.lease_ttl must be at least 1s",
+        ),
+        (
+            "queue.max_wait",
+            raw.queue.max_wait > too_long,
+            "queue.max_wait must be at most 24h",
+        ),
+        (
+            "limits.slot_max_wait",
+            raw.limits.slot_max_wait > too_long,
+            "limits.slot_max_wait must be at most 24h",
+        ),
+        (
+            "limits.rolling_max_wait",
+            raw.limits.rolling_max_wait > too_long,
+            "limits.rolling_max_wait must be at most 24h",
+        ),
+        (
+            "store.deadline",
+            raw.store.deadline.is_zero() || raw.store.deadline > Duration::from_secs(60),
+            "store.deadline must be between 1ms and 60s",
+        ),
+        (
+            "store.money_blocks",
+            raw.store.money_blocks == Some(true) && !raw.store.blocks,
+            "store.money_blocks needs store.blocks = true",
+        ),
+        (
+            "store.replica_acks",
+            raw.store.replica_acks > 0 && !raw.store.url.starts_with("redis"),
+            "store.replica_acks needs a Redis store (store.url = \"redis://…\")",
+        ),
+        (
+            "store.replica_acks",
+            raw.store.replica_acks > 16,
+            "store.replica_acks must be at most 16",
+        ),
+    ];
+    for (path, is_bad, reason) in checks {
+        if is_bad {
+            return Err(setting(path, reason));
+        }
+    }
+    telemetry(&raw.telemetry)?;
+    server(&raw.server)?;
+    if raw.queue.default_deadline.is_some_and(|d| d > too_long) {
+        return Err(setting(
+            "queue.default_deadline",
+            "queue.default_deadline must be at most 24h",
+        ));
+    }
+    failure_modes(&raw.store)
+}
+
+/// The failure modes `[store]` may not take: capacity has no `local` mode, billing only
+/// `closed` (B5).
+fn failure_modes(store: &StoreSettings) -> Result<(), Bad> {
+    if store.capacity_failure == FailureModeConfig::Local {
+        return Err(setting(
+            "store.capacity_failure",
+            "store.capacity_failure cannot be `local`: channel capacity leases have no \
+             in-process fallback; write `open` (admit without a lease) or `closed` (503)",
+        ));
+    }
+    // Billing is fail-closed only (B5): `open` would forward calls that are never
+    // settled and leave no usage record; `local` would decide money per instance.
+    match store.billing_failure {
+        FailureModeConfig::Closed => Ok(()),
+        FailureModeConfig::Open => Err(setting(
+            "store.billing_failure",
+            "store.billing_failure cannot be `open`: billing is fail-closed only (B5); \
+             with the store down a request would be sent unbilled, with no settlement \
+             and no usage record. Remove the setting or write `closed`",
+        )),
+        FailureModeConfig::Local => Err(setting(
+            "store.billing_failure",
+            "store.billing_failure cannot be `local`: money must not be decided per \
+             instance (B5)",
+        )),
+    }
+}
+
+/// The first bad serving bound of `[server]`.
+fn server(s: &ServerConfig) -> Result<(), Bad> {
+    let day = DAY;
+    let spans = [
+        ("stall_timeout", s.stall_timeout, day, "24h"),
+        (
+            "max_response_lifetime",
+            s.max_response_lifetime,
+            7 * day,
+            "7d",
+        ),
+        ("h2_idle_timeout", s.h2_idle_timeout, day, "24h"),
+    ];
+    for (key, Span(d), most, written) in spans {
+        if d.is_zero() || d > most {
+            return Err(setting(
+                &format!("server.{key}"),
+                format!("server.{key} must be between 1ms and {written}"),
+            ));
+        }
+    }
+    if s.drain_timeout.0 > day {
+        return Err(setting(
+            "server.drain_timeout",
+            "server.drain_timeout must be at most 24h",
+        ));
+    }
+    if s.max_connections == 0 || s.max_connections > 1 << 24 {
+        return Err(setting(
+            "server.max_connections",
+            "server.max_connections must be between 1 and 16777216",
+        ));
+    }
+    Ok(())
+}
+
+/// `[telemetry]`: a ratio and an export timeout in their bounds, a collector address
+/// this build can export to, a service name that says something.
+fn telemetry(t: &TelemetryConfig) -> Result<(), Bad> {
+    let at = |span| At::Text(Some(span));
+    if let Some(r) = &t.sampling_ratio {
+        let v = *r.get_ref();
+        if !(0.0..=1.0).contains(&v) {
+            return Err(bad(
+                at(r.span()),
+                format!("telemetry.sampling_ratio must be between 0 and 1, not {v}"),
+            ));
+        }
+    }
+    if let Some(e) = &t.export_timeout {
+        let d = e.get_ref().0;
+        if d.is_zero() || d > Duration::from_secs(60) {
+            return Err(bad(
+                at(e.span()),
+                "telemetry.export_timeout must be between 1ms and 60s",
+            ));
+        }
+    }
+    if let Some(e) = &t.otlp_endpoint {
+        check_endpoint(e.get_ref())
+            .map_err(|r| bad(at(e.span()), format!("telemetry.otlp_endpoint: {r}")))?;
+        if !cfg!(feature = "otel") {
+            return Err(bad(
+                at(e.span()),
+                "telemetry.otlp_endpoint is set, but this build exports no traces: \
+                 build portcullis with the `otel` feature",
+            ));
+        }
+    }
+    if t.service_name.as_deref().is_some_and(str::is_empty) {
+        return Err(bad(
+            At::Text(None),
+            "telemetry.service_name must not be empty",
+        ));
+    }
+    Ok(())
+}
+
+/// An OTLP/gRPC endpoint: `http://` or `https://`, a host, no path, query or fragment
+/// (gRPC names the service in the path itself). The file's is checked here; the
+/// exporter checks the one it reads from the environment with it too.
+pub fn check_endpoint(e: &str) -> Result<(), String> {
+    let uri: http::Uri = e
+        .parse()
+        .map_err(|err| format!("{e:?} is not a URL ({err})"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("{e:?} must start with http:// or https://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{e:?} names no host"));
+    }
+    if !uri.path().trim_matches('/').is_empty() || uri.query().is_some() {
+        return Err(format!(
+            "{e:?} must be the collector's address only (no path or query)"
+        ));
+    }
+    Ok(())
+}
+
+/// Every tenant a task names is a tenant of the file; a task that names none is shared
+/// (allowed, with a warning in the log).
+pub(super) fn tasks(raw: &RawConfig) -> Result<(), Bad> {
+    for (name, task) in &raw.tasks {
+        for t in task.tenant.iter().chain(&task.tenants) {
+            if !raw.tenants.contains_key(t.get_ref()) {
+                return Err(bad(
+                    At::Text(Some(t.span())),
+                    format!(
+                        "task {name:?}: unknown tenant {:?} (defined: {})",
+                        t.get_ref(),
+                        names(raw.tenants.keys())
+                    ),
+                ));
+            }
+        }
+        if task.owners().next().is_none() {
+            tracing::warn!(
+                task = %name,
+                "task names no tenant: any key may name it in x-portcullis-task; give it \
+                 `tenant = \"…\"` or `tenants = [\"…\"]`"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `[vendors.*]`: a known vendor each, with limits that admit something.
+pub(super) fn vendors(raw: &RawConfig) -> Result<(), Bad> {
+    for (vendor, l) in &raw.vendors {
+        let at = || At::Entry("vendors", vendor.clone());
+        if !matches!(vendor.as_str(), "openai" | "anthropic" | "gemini") {
+            return Err(bad(
+                at(),
+                format!("[vendors.{vendor}]: unknown vendor (openai, anthropic or gemini)"),
+            ));
+        }
+        limits(l).map_err(|m| bad(at(), format!("[vendors.{vendor}]: {m}")))?;
+    }
+    Ok(())
+}
+
+/// A model's `fallback` names another `[models]` entry.
+pub(super) fn fallbacks(raw: &RawConfig) -> Result<(), Bad> {
+    for (id, m) in &raw.models {
+        if let Some(to) = &m.fallback {
+            if to == id || !raw.models.contains_key(to) {
+                return Err(bad(
+                    At::Entry("models", id.clone()),
+                    format!("[models.{id}]: fallback {to:?} must name another [models] entry"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A channel's limits, the models it serves (each with a `[models]` entry) and its base
+/// URL.
+pub(super) fn channel(
+    name: &str,
+    c: &ChannelConfig,
+    models: &BTreeMap<String, ModelSettings>,
+) -> Result<(), Bad> {
+    let at = || At::Entry("channels", name.to_owned());
+    limits(&c.limits).map_err(|m| bad(at(), format!("channel {name:?}: limits: {m}")))?;
+    for (model, l) in &c.model_limits {
+        if !c.models.iter().any(|m| m.get_ref() == model) {
+            return Err(bad(
+                at(),
+                format!(
+                    "channel {name:?}: model_limits names {model:?}, which the channel does not serve"
+                ),
+            ));
+        }
+        limits(l).map_err(|m| bad(at(), format!("channel {name:?}: model_limits.{model}: {m}")))?;
+    }
+    for m in &c.models {
+        if !models.contains_key(m.get_ref()) {
+            return Err(bad(
+                At::Text(Some(m.span())),
+                format!(
+                    "channel {name:?}: model {:?} has no [models] entry (price and capabilities)",
+                    m.get_ref()
+                ),
+            ));
+        }
+    }
+    let ok_scheme = c.base_url.starts_with("http://")
+        || c.base_url.starts_with("https://")
+        || c.base_url.starts_with("fake://");
+    if !ok_scheme {
+        return Err(bad(
+            at(),
+            format!("channel {name:?}: base_url must be http(s)://…"),
+        ));
+    }
+    Ok(())
+}
+
+/// A limit of 0 would refuse every request: almost certainly a mistake.
+fn limits(l: &UpstreamLimits) -> Result<(), String> {
+    for (name, v) in [
+        ("rpm", l.rpm),
+        ("rph", l.rph),
+        ("rpd", l.rpd),
+        ("tpm", l.tpm),
+        ("itpm", l.itpm),
+        ("otpm", l.otpm),
+    ] {
+        if v == Some(0) {
+            return Err(format!(
+                "{name} = 0 would refuse every request; leave it out for no limit"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The names of a table's entries, for an error about a reference to none of them.
+pub(super) fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<&str> = it.map(String::as_str).collect();
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::config::tests::GOOD;
+
+    #[test]
+    fn p3_channel_model_needs_a_price_entry() {
+        let e = Config::parse(&GOOD.replace("models = [\"gpt-x\"]", "models = [\"gpt-y\"]"))
+            .unwrap_err();
+        assert!(e.reason.contains("gpt-y"), "{e}");
+        assert_eq!(e.line, Some(20));
+    }
+
+    #[test]
+    fn p3_values_that_would_break_limits_are_refused() {
+        let e = Config::parse(&format!("[limits]\nlease_ttl = \"0s\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("lease_ttl"), "{e}");
+        assert_eq!(e.line, Some(2));
+        let e = Config::parse(&format!("[queue]\nmax_wait = \"1000000h\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("max_wait"), "{e}");
+        let e =
+            Config::parse(&format!("[store]\nbilling_failure = \"local\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("billing_failure"), "{e}");
+    }
+
+    #[test]
+    fn d10_replica_acks_need_a_redis_store() {
+        let e = Config::parse(&format!("[store]\nreplica_acks = 1\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("replica_acks needs a Redis store"), "{e}");
+        let c = Config::parse(&format!(
+            "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 1\n{GOOD}"
+        ))
+        .unwrap();
+        assert_eq!(c.store().replica_acks, 1);
+        assert_eq!(crate::store::redis_options(c.store()).get_replica_acks(), 1);
+        let e = Config::parse(&format!(
+            "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 17\n{GOOD}"
+        ))
+        .unwrap_err();
+        assert!(e.reason.contains("at most 16"), "{e}");
+    }
+
+    #[test]
+    fn d11_capacity_failure_is_open_or_closed_never_local() {
+        let c = Config::parse(&format!("[store]\ncapacity_failure = \"closed\"\n{GOOD}")).unwrap();
+        assert_eq!(c.store().capacity_failure, super::FailureModeConfig::Closed);
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(
+            c.store().capacity_failure,
+            super::FailureModeConfig::Open,
+            "the default"
+        );
+        let e =
+            Config::parse(&format!("[store]\ncapacity_failure = \"local\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("capacity_failure"), "{e}");
+    }
+
+    /// B5: billing is fail-closed only; `billing_failure = "open"` is
+    /// refused at start with the file, the line of the setting and the reason.
+    #[test]
+    fn b5_billing_failure_open_is_a_config_error() {
+        let dir = std::env::temp_dir().join(format!("portcullis-cfg-b5-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("open.toml");
+        std::fs::write(
+            &f,
+            format!("[store]\ndeadline = \"20ms\"\nbilling_failure = \"open\"\n{GOOD}"),
+        )
+        .unwrap();
+        let e = Config::load(&f).unwrap_err();
+        assert_eq!(e.file.as_deref(), Some(f.as_path()));
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.reason.contains("billing_failure"), "{e}");
+        assert!(e.reason.contains("fail-closed"), "{e}");
+        let s = e.to_string();
+        assert!(s.starts_with(&format!("{}:3: ", f.display())), "{s}");
+        // `closed`, written or by default, is accepted.
+        Config::parse(&format!("[store]\nbilling_failure = \"closed\"\n{GOOD}")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn d2_billing_blocks_need_quota_blocks() {
+        let e = Config::parse(&format!(
+            "[store]\nblocks = false\nmoney_blocks = true\n{GOOD}"
+        ))
+        .unwrap_err();
+        assert!(e.reason.contains("money_blocks"), "{e}");
+        let c = Config::parse(&format!("[store]\nmoney_blocks = true\n{GOOD}")).unwrap();
+        assert!(c.store().money_blocks_on());
+        let c = Config::parse(GOOD).unwrap();
+        assert!(
+            c.store().blocks && c.store().money_blocks_on(),
+            "blocks and billing blocks on by default"
+        );
+        let c = Config::parse(&format!("[store]\nblocks = false\n{GOOD}")).unwrap();
+        assert!(!c.store().money_blocks_on(), "off with quota blocks");
+        let c = Config::parse(&format!("[store]\nmoney_blocks = false\n{GOOD}")).unwrap();
+        assert!(c.store().blocks && !c.store().money_blocks_on());
+    }
+}

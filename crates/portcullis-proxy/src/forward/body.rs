@@ -1,0 +1,123 @@
+//! The answer's body on its way to the client: passed on frame by frame, watched for
+//! usage (`usage.rs`), and cut when the provider goes silent for too long.
+
+use super::usage::Watch;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use portcullis::BoxError;
+use portcullis_core::{UpstreamError, UpstreamFailure};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+pin_project! {
+    /// The upstream's response body, passed through frame by frame (backpressure is
+    /// the client's), watched for usage which is recorded before the end is yielded.
+    ///
+    /// An upstream that sends nothing for `idle` ends the body with an error (the
+    /// attempt's outcome becomes unknown): a stalled provider connection must not hold
+    /// a slot, a capacity lease and a money reservation forever. Its errors are
+    /// [`UpstreamError`]s: [`Idle`](UpstreamFailure::Idle), or
+    /// [`Cut`](UpstreamFailure::Cut) when the provider's body broke off.
+    pub struct ForwardBody {
+        #[pin]
+        inner: hyper::body::Incoming,
+        // Boxed: the usage watcher is most of a kilobyte, and every layer above moves
+        // the response (and this body in it) at least once.
+        watch: Option<Box<Watch>>,
+        idle: Duration,
+        #[pin]
+        silence: tokio::time::Sleep,
+    }
+}
+
+impl ForwardBody {
+    /// The provider's body `inner`, cut after `idle` of silence, its usage recorded
+    /// through `watch` (none for an attempt nobody records).
+    pub(super) fn new(
+        inner: hyper::body::Incoming,
+        idle: Duration,
+        watch: Option<Box<Watch>>,
+    ) -> Self {
+        let mut body = Self {
+            inner,
+            idle,
+            silence: tokio::time::sleep(idle),
+            watch,
+        };
+        // An empty answer is over before anyone polls it, and the layers outside
+        // release at once: record now.
+        if body.inner.is_end_stream() {
+            if let Some(w) = body.watch.as_mut() {
+                w.record(true);
+            }
+        }
+        body
+    }
+}
+
+impl Body for ForwardBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        let mut inner = this.inner;
+        let Poll::Ready(res) = inner.as_mut().poll_frame(cx) else {
+            if this.silence.as_mut().poll(cx).is_ready() {
+                if let Some(w) = this.watch.as_mut() {
+                    w.record(false);
+                }
+                tracing::warn!(
+                    idle_ms = this.idle.as_millis() as u64,
+                    "upstream sent nothing for the idle timeout"
+                );
+                return Poll::Ready(Some(Err(Box::new(UpstreamError::new(
+                    UpstreamFailure::Idle,
+                )))));
+            }
+            return Poll::Pending;
+        };
+        this.silence
+            .as_mut()
+            .reset(tokio::time::Instant::now() + *this.idle);
+        let res = res.map(|r| {
+            r.map_err(|e| {
+                tracing::debug!(error = %e, "upstream answer broke off");
+                Box::new(UpstreamError::new(UpstreamFailure::Cut)) as BoxError
+            })
+        });
+        if let Some(w) = this.watch.as_mut() {
+            match &res {
+                Some(Ok(frame)) => {
+                    if let (Some(d), Some(watcher)) = (frame.data_ref(), w.watcher.as_mut()) {
+                        watcher.observe(d);
+                    }
+                    if let (true, Some(t)) = (frame.is_data(), w.trace.as_mut()) {
+                        t.chunk();
+                    }
+                    // Outer layers settle as soon as the end is visible: record first.
+                    if inner.is_end_stream() {
+                        w.record(true);
+                    }
+                }
+                None => w.record(true),
+                Some(Err(_)) => w.record(false),
+            }
+        }
+        Poll::Ready(res)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

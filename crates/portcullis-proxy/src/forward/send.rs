@@ -1,0 +1,193 @@
+//! The forwarder ([`Forward`]): the innermost service of the proxy. It sends one
+//! attempt to its channel within `upstream_timeout` and hands back the answer's head
+//! as the client gets it, with a body that records the usage (`body.rs`, `usage.rs`).
+
+use super::body::ForwardBody;
+use super::client::HttpClient;
+use super::error::{not_answered, timed_out};
+use super::headers::{AllowLists, answer_headers};
+use super::request::{
+    creates_object, gemini_method_served, unserved_gemini_method, upstream_request,
+};
+use super::usage::{Unreported, Watch};
+use crate::catalog::{Catalog, Route};
+use crate::homes::Homes;
+use crate::prepare::Facts;
+use crate::telemetry::AttemptTrace;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use portcullis::BoxError;
+use portcullis::core::homes::Home;
+use portcullis_core::{Dialect, GatewayCode, LayerKind, Rejection, UsageRecorder};
+use portcullis_dialects::UsageWatcher;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::Service;
+
+/// The innermost service of the proxy: forwards to a channel.
+///
+/// One `Arc` inside: the layers above clone their inner service for every request (the
+/// router once, each layer whose future calls later once more), and the pooled
+/// client alone holds several reference counts that both cores would bounce.
+#[derive(Clone)]
+pub struct Forward(Arc<Shared>);
+
+struct Shared {
+    client: HttpClient,
+    catalog: Arc<Catalog>,
+    allow: Arc<AllowLists>,
+    homes: Arc<Homes>,
+}
+
+impl Forward {
+    /// A forwarder on `client` and `catalog`, sending on the request headers `allow`
+    /// lets through and remembering in `homes` the channel of every provider-side
+    /// object an answer creates (P6).
+    pub fn new(
+        client: HttpClient,
+        catalog: Arc<Catalog>,
+        allow: Arc<AllowLists>,
+        homes: Arc<Homes>,
+    ) -> Self {
+        Self(Arc::new(Shared {
+            client,
+            catalog,
+            allow,
+            homes,
+        }))
+    }
+}
+
+impl Service<Request<Full<Bytes>>> for Forward {
+    type Response = Response<ForwardBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ForwardBody>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // The pooled client is always ready; connections are made per request.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
+        let shared = self.0.clone();
+        // Taken here, inside the attempt span (the future runs in it too).
+        let trace = AttemptTrace::of(&req);
+        Box::pin(async move { shared.attempt(req, trace).await })
+    }
+}
+
+impl Shared {
+    /// One attempt: the request rewritten for its channel and sent, and the answer as
+    /// the client gets it.
+    async fn attempt(
+        &self,
+        req: Request<Full<Bytes>>,
+        trace: Option<AttemptTrace>,
+    ) -> Result<Response<ForwardBody>, BoxError> {
+        let (mut parts, body) = req.into_parts();
+        let facts = parts
+            .extensions
+            .get::<Facts>()
+            .cloned()
+            .ok_or("forwarder called without prepared facts")?;
+        let dialect = parts
+            .extensions
+            .get::<Dialect>()
+            .copied()
+            .unwrap_or(Dialect::Native);
+        let model = &facts.0.model;
+        let route = self.route(&parts.extensions, model, dialect)?;
+        let price = self
+            .catalog
+            .model(model)
+            .map(|m| m.price)
+            .unwrap_or_default();
+        let recorder = parts.extensions.get::<UsageRecorder>().cloned();
+        // The last guard of "only what is priced is sent" (the route table refuses
+        // other Gemini methods first).
+        if route.dialect == Dialect::Gemini && !gemini_method_served(parts.uri.path()) {
+            return Err(unserved_gemini_method());
+        }
+        let creates = creates_object(facts.0.operation, parts.uri.path());
+        let mut up = upstream_request(&self.allow, &route, &mut parts, body)?;
+        if let Some(t) = &trace {
+            let uri = up.uri().clone();
+            t.sending(&route, model, &uri, up.headers_mut());
+        }
+        if let Some(r) = &recorder {
+            r.set_channel(route.name.clone());
+            // From here on the provider may see the request (B4).
+            r.mark_unknown();
+        }
+        // Not tower-http's timeout layer: a timed-out attempt must come back as the
+        // typed `UpstreamFailure::Timeout` (failover classifies it, F2), not as a
+        // 408 answer a provider could have sent.
+        let sent = self.client.request(up);
+        let res = match tokio::time::timeout(self.catalog.upstream_timeout, sent).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(not_answered(&e, &route, trace, recorder)),
+            Err(_) => return Err(timed_out(&route, trace)),
+        };
+        route.responses.answered(res.status().as_u16());
+        let (mut rparts, incoming) = res.into_parts();
+        answer_headers(&mut rparts.headers);
+        let success = rparts.status.is_success();
+        if let Some(t) = &trace {
+            t.answered(
+                &route,
+                &Arc::from(model.as_str()),
+                rparts.status,
+                &mut rparts.extensions,
+            );
+        }
+        let watch = recorder.map(|recorder| {
+            Box::new(Watch {
+                // A provider error answer is not billed and uses no tokens.
+                watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
+                unreported: Unreported::of(&facts.0),
+                home: (success && creates).then(|| self.home(&route, model)),
+                recorder,
+                price,
+                done: false,
+                trace,
+            })
+        });
+        let body = ForwardBody::new(incoming, self.catalog.upstream_idle_timeout, watch);
+        Ok(Response::from_parts(rparts, body))
+    }
+
+    /// The channel of the attempt: the one the capacity queue chose (Q2); without
+    /// it, one picked here.
+    fn route(
+        &self,
+        extensions: &http::Extensions,
+        model: &str,
+        dialect: Dialect,
+    ) -> Result<Arc<Route>, BoxError> {
+        let chosen = extensions
+            .get::<portcullis_core::capacity::Chosen>()
+            .and_then(|c| self.catalog.route(model, &c.0.name));
+        chosen
+            .or_else(|| self.catalog.pick(model, dialect))
+            .ok_or_else(|| {
+                Box::new(Rejection::new(
+                    GatewayCode::NoUpstream,
+                    LayerKind::UpstreamLimit,
+                )) as BoxError
+            })
+    }
+
+    /// Where the object an answer from `route` creates is remembered, and its home.
+    fn home(&self, route: &Route, model: &str) -> (Arc<Homes>, Home) {
+        (
+            self.homes.clone(),
+            Home {
+                channel: route.name.clone(),
+                model: Arc::from(model),
+            },
+        )
+    }
+}

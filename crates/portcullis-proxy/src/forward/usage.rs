@@ -1,0 +1,133 @@
+//! What an answer used (W5, B4): recorded once, at the end of the body or when it is
+//! dropped before its end, priced with the model's price; and the home of the object a
+//! successful answer created (P6).
+
+use crate::homes::Homes;
+use crate::telemetry::AttemptTrace;
+use portcullis::core::homes::Home;
+use portcullis_core::{Price, Usage, UsageRecorder};
+use portcullis_dialects::{Operation, RequestFacts, UsageWatcher};
+use std::sync::Arc;
+
+/// What an answer the provider reported no usage in is recorded at.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Unreported {
+    /// Unknown: pending reconciliation (B4).
+    Unknown,
+    /// Free whatever happened (token counting): nothing to reconcile.
+    Free,
+    /// The gateway's own estimate at the end of a successful answer: embeddings, whose
+    /// only tokens are the input (Gemini's embeddings report no usage).
+    Estimate(Usage),
+}
+
+impl Unreported {
+    pub(super) fn of(facts: &RequestFacts) -> Self {
+        match facts.operation {
+            // A request about an object is free, whatever usage its answer shows (a
+            // retrieved response repeats the usage it was billed for).
+            Operation::CountTokens | Operation::Object => Unreported::Free,
+            // A video job is billed its one video at creation (`per_video`).
+            Operation::Video => Unreported::Estimate(Usage {
+                videos: 1,
+                ..Usage::default()
+            }),
+            Operation::Embed => Unreported::Estimate(Usage {
+                input_tokens: facts.input_tokens,
+                ..Usage::default()
+            }),
+            _ => Unreported::Unknown,
+        }
+    }
+}
+
+/// Watches one answer for its usage and records it once.
+pub(super) struct Watch {
+    /// `None` for a provider error answer.
+    pub(super) watcher: Option<UsageWatcher>,
+    pub(super) unreported: Unreported,
+    /// Where to remember the object the answer creates, and its home (P6).
+    pub(super) home: Option<(Arc<Homes>, Home)>,
+    pub(super) recorder: UsageRecorder,
+    pub(super) price: Price,
+    pub(super) done: bool,
+    /// The attempt's span attributes (time to first chunk, tokens), when traced.
+    pub(super) trace: Option<AttemptTrace>,
+}
+
+impl Watch {
+    /// Records what is known once, at the end of the body or when it is dropped
+    /// before its end (client gone, stream cut).
+    pub(super) fn record(&mut self, at_end: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        if let (Some((homes, home)), Some(id)) = (
+            self.home.take(),
+            self.watcher.as_ref().and_then(UsageWatcher::object_id),
+        ) {
+            homes.remember(id, home);
+        }
+        if let Unreported::Free = self.unreported {
+            self.recorder.record(Usage {
+                cost: Some(0),
+                ..Usage::default()
+            });
+            return;
+        }
+        let Some(w) = self.watcher.as_mut() else {
+            if at_end {
+                self.recorder.record(Usage {
+                    cost: Some(0),
+                    ..Usage::default()
+                });
+            } else {
+                self.recorder.mark_unknown();
+            }
+            return;
+        };
+        let priced = |mut u: Usage| {
+            u.cost = Some(self.price.cost(&u));
+            u
+        };
+        let seen = match (at_end, at_end.then(|| w.finish()).flatten()) {
+            (true, Some(u)) => {
+                self.recorder.record(priced(u));
+                Some(u)
+            }
+            // Ended, but the provider reported no usage: the gateway's estimate where
+            // the operation has one, else the cost is unknown.
+            (true, None) => match self.unreported {
+                Unreported::Estimate(u) => {
+                    self.recorder.record(priced(u));
+                    Some(u)
+                }
+                _ => {
+                    self.recorder.mark_unknown();
+                    None
+                }
+            },
+            (false, _) => match w.usage_so_far() {
+                Some(u) => {
+                    self.recorder.record_partial(priced(u));
+                    Some(u)
+                }
+                None => {
+                    self.recorder.mark_unknown();
+                    None
+                }
+            },
+        };
+        if let (Some(t), Some(u)) = (self.trace.as_mut(), seen) {
+            t.usage(&u);
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // A body dropped before its end (client gone, stream cut): what was seen.
+        self.record(false);
+    }
+}

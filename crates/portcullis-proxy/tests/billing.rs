@@ -1,0 +1,310 @@
+//! Billing through the proxy, as a client sees it (B1–B6, S4).
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const KEYS: &str = r#"
+[policies.open]
+
+[tenants.rich]
+balance = 1_000_000_000
+budgets = [{ name = "monthly", limit = 1_000_000_000, period = "30d" }]
+
+[tenants.broke]
+balance = 0
+
+[tenants.tight]
+balance = 1_000_000_000
+budgets = [{ name = "small", limit = 100 }]
+
+[tasks.eval]
+budget = 1
+
+[keys.rich]
+key = "sk-rich"
+tenant = "rich"
+policy = "open"
+
+[keys.capped]
+key = "sk-capped"
+tenant = "rich"
+policy = "open"
+spend_cap = 1
+
+[keys.broke]
+key = "sk-broke"
+tenant = "broke"
+policy = "open"
+
+[keys.tight]
+key = "sk-tight"
+tenant = "tight"
+policy = "open"
+"#;
+
+fn money(v: &serde_json::Value) -> &serde_json::Value {
+    &v["money"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b1_balance_at_or_below_zero_is_402_in_each_dialect_and_reaches_no_provider() {
+    let p = Proxy::start(KEYS).await;
+    for d in DIALECTS {
+        let r = send(p.addr, &ask(d, "sk-broke", false)).await;
+        let msg = rejection(&r, d, 40201);
+        assert_eq!(msg, "Insufficient balance. Top up at the dashboard.");
+        assert_eq!(
+            r.header("x-should-retry"),
+            Some("false"),
+            "never retried (B1)"
+        );
+        assert_eq!(r.header("retry-after"), None);
+    }
+    // The dialects' error types (B1): OpenAI insufficient_quota, Anthropic
+    // billing_error, Gemini RESOURCE_EXHAUSTED.
+    let v = send(p.addr, &ask(Dialect::OpenAi, "sk-broke", false))
+        .await
+        .json();
+    assert_eq!(v["error"]["type"], "insufficient_quota");
+    let v = send(p.addr, &ask(Dialect::Anthropic, "sk-broke", false))
+        .await
+        .json();
+    assert_eq!(v["error"]["type"], "billing_error");
+    let v = send(p.addr, &ask(Dialect::Gemini, "sk-broke", false))
+        .await
+        .json();
+    assert_eq!(v["error"]["status"], "RESOURCE_EXHAUSTED");
+    assert_eq!(p.fake.stats().total_calls, 0, "no provider call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b1_spend_cap_reached_is_402() {
+    let p = Proxy::start(KEYS).await;
+    let r = send(p.addr, &ask(Dialect::OpenAi, "sk-capped", false)).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    let r = send(p.addr, &ask(Dialect::OpenAi, "sk-capped", false)).await;
+    let msg = rejection(&r, Dialect::OpenAi, 40202);
+    assert_eq!(msg, "This API key has reached its spend limit.");
+    assert_eq!(p.fake.stats().total_calls, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b2_settled_cost_is_the_price_of_the_reported_usage() {
+    let p = Proxy::start(KEYS).await;
+    let before = usage(p.addr, "sk-rich").await;
+    let start = money(&before)["balance"].as_i64().unwrap();
+    let req = ask(Dialect::Anthropic, "sk-rich", false)
+        .header("x-fake-input-tokens", 1000)
+        .header("x-fake-output-tokens", 200)
+        .header("x-fake-cached-tokens", 300);
+    let r = send(p.addr, &req).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    let v = r.json();
+    let u = &v["usage"];
+    let (input, cached, write, output) = (
+        u["input_tokens"].as_i64().unwrap(),
+        u["cache_read_input_tokens"].as_i64().unwrap(),
+        u["cache_creation_input_tokens"].as_i64().unwrap(),
+        u["output_tokens"].as_i64().unwrap(),
+    );
+    // claude-sonnet-4-5 in CHANNELS: 3_000_000 / 300_000 / 3_750_000 / 15_000_000 per Mtok.
+    let micro = input * 3_000_000 + cached * 300_000 + write * 3_750_000 + output * 15_000_000;
+    let cost = (micro + 999_999) / 1_000_000;
+    let ok = eventually(WAIT, || async {
+        money(&usage(p.addr, "sk-rich").await)["key_spent"].as_i64() == Some(cost)
+    })
+    .await;
+    assert!(ok, "key spend = price × reported usage = {cost}");
+    let after = usage(p.addr, "sk-rich").await;
+    assert_eq!(money(&after)["balance"].as_i64().unwrap(), start - cost);
+    assert_eq!(money(&after)["tenant_pending_reconciliation"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b3_scenario_4_budget_short_no_provider_call_budget_exhausted() {
+    let p = Proxy::start(KEYS).await;
+    // The tenant budget (100 micro-units) cannot hold claude's upper bound.
+    for d in DIALECTS {
+        let r = send(p.addr, &ask(d, "sk-tight", false)).await;
+        let msg = rejection(&r, d, 40203);
+        assert_eq!(msg, "BUDGET_EXHAUSTED");
+        assert_eq!(r.header("x-should-retry"), Some("false"));
+    }
+    // A task budget named by header applies on top of the tenant's.
+    let r = send(
+        p.addr,
+        &ask(Dialect::OpenAi, "sk-rich", false).header("x-portcullis-task", "eval"),
+    )
+    .await;
+    rejection(&r, Dialect::OpenAi, 40203);
+    // An unknown task is refused as a task the key may not use (403, the same answer
+    // as another tenant's task: E4).
+    let r = send(
+        p.addr,
+        &ask(Dialect::OpenAi, "sk-rich", false).header("x-portcullis-task", "nope"),
+    )
+    .await;
+    rejection(&r, Dialect::OpenAi, 40301);
+    assert_eq!(p.fake.stats().total_calls, 0, "the provider saw 0 calls");
+    let v = usage(p.addr, "sk-tight").await;
+    let b = &money(&v)["budgets"][0];
+    assert_eq!(
+        (b["spent"].as_i64(), b["reserved"].as_i64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b4_stream_cut_before_usage_stays_pending_reconciliation() {
+    let p = Proxy::start(KEYS).await;
+    // The client reads one chunk of a slow stream and leaves: the provider may have
+    // produced (and billed) more; the attempt is never written as zero.
+    let req = ask(Dialect::OpenAi, "sk-rich", true).header("x-fake-chunk-interval-ms", 200);
+    let mut o = open(p.addr, &req).await;
+    assert!(o.next_data().await.is_some());
+    o.disconnect();
+    let ok = eventually(WAIT, || async {
+        money(&usage(p.addr, "sk-rich").await)["key_pending_reconciliation"]
+            .as_i64()
+            .is_some_and(|m| m > 0)
+    })
+    .await;
+    assert!(ok, "the cut attempt is pending reconciliation");
+    let v = usage(p.addr, "sk-rich").await;
+    assert_eq!(money(&v)["key_spent"], 0);
+    assert!(money(&v)["tenant_pending_reconciliation"].as_i64().unwrap() > 0);
+    // The monthly budget keeps the reservation until reconciled.
+    assert!(money(&v)["budgets"][0]["reserved"].as_i64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b4_provider_error_answer_costs_nothing() {
+    let p = Proxy::start(KEYS).await;
+    let req = ask(Dialect::OpenAi, "sk-rich", false)
+        .header("x-fake-status", 400)
+        .header("x-fake-error", "invalid_request_error");
+    let r = send(p.addr, &req).await;
+    assert_eq!(
+        r.status.as_u16(),
+        400,
+        "the provider's answer passes through"
+    );
+    let ok = eventually(Duration::from_secs(2), || async {
+        let v = usage(p.addr, "sk-rich").await;
+        money(&v)["key_spent"] == 0
+            && money(&v)["key_pending_reconciliation"] == 0
+            && money(&v)["budgets"][0]["reserved"] == 0
+    })
+    .await;
+    assert!(
+        ok,
+        "a known provider error is settled at zero, not left pending"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b6_usage_log_has_one_line_per_attempt() {
+    let dir = std::env::temp_dir().join(format!("portcullis-usage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("usage.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[server]\nusage_log = {:?}\n{KEYS}",
+        log.display().to_string()
+    );
+    let p = Proxy::start(&toml).await;
+    for d in DIALECTS {
+        let r = send(p.addr, &ask(d, "sk-rich", false)).await;
+        assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    }
+    let lines = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(WAIT, || async { lines().len() == 3 }).await,
+        "{:?}",
+        lines()
+    );
+    let recs = lines();
+    let spent: i64 = recs.iter().map(|r| r["amount"].as_i64().unwrap()).sum();
+    let v = usage(p.addr, "sk-rich").await;
+    assert_eq!(
+        money(&v)["key_spent"].as_i64().unwrap(),
+        spent,
+        "the log adds up"
+    );
+    for r in &recs {
+        assert_eq!(r["key"], "rich", "the label, never the secret");
+        assert_eq!(r["tenant"], "rich");
+        assert_eq!(r["outcome"], "settled");
+        assert!(r["channel"].is_string() && r["model"].is_string() && r["attempt"].is_string());
+        assert!(r["idempotency_key"].is_string());
+        assert!(r["output_tokens"].as_u64().unwrap() > 0);
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("sk-rich"), "no secret in the usage log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b2_answers_are_asked_for_uncompressed_so_usage_can_be_read() {
+    let p = Proxy::start(KEYS).await;
+    let r = send(
+        p.addr,
+        &ask(Dialect::OpenAi, "sk-rich", false).header("accept-encoding", "gzip, deflate, br"),
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+    let stats = p.fake.stats();
+    let seen = &stats
+        .recent_requests
+        .last()
+        .expect("one upstream call")
+        .headers;
+    assert!(seen.get("accept-encoding").is_none(), "{seen:?}");
+    let ok = eventually(WAIT, || async {
+        let v = usage(p.addr, "sk-rich").await;
+        money(&v)["key_spent"].as_i64().is_some_and(|m| m > 0)
+            && money(&v)["key_pending_reconciliation"] == 0
+    })
+    .await;
+    assert!(ok, "settled from the usage it could read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b4_a_stalled_upstream_stream_is_cut_and_left_pending() {
+    let toml = format!("[server]\nupstream_idle_timeout = \"300ms\"\n{KEYS}");
+    let p = Proxy::start(&toml).await;
+    let req = ask(Dialect::OpenAi, "sk-rich", true).header("x-fake-chunk-interval-ms", 3000);
+    let mut o = open(p.addr, &req).await;
+    let started = std::time::Instant::now();
+    let _first = o.next_data().await;
+    // The next chunk would come in 3 s; the gateway gives up after 300 ms of silence.
+    // Content already reached the client, so there is no replay (F3): the stream ends
+    // with an error event in the client's dialect.
+    let rest = bounded(WAIT, "the cut stream", o.rest()).await;
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.contains("\n\ndata: {\"error\":{\"code\":\"50202\"") && text.ends_with("}}\n\n"),
+        "{text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let ok = eventually(WAIT, || async {
+        let v = usage(p.addr, "sk-rich").await;
+        in_flight(&v) == 0
+            && money(&v)["key_pending_reconciliation"]
+                .as_i64()
+                .is_some_and(|m| m > 0)
+    })
+    .await;
+    assert!(ok, "the slot is free and the attempt awaits reconciliation");
+}

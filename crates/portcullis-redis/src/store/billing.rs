@@ -1,0 +1,690 @@
+//! [`BillingStore`] for [`RedisStore`]: the decisions of
+//! [`Ledger`](portcullis_core::Ledger) in Lua (B1–B7, D1–D3, D7). The design — keys, one
+//! hash tag per tenant's books, expiries, number handling — is documented on
+//! [`RedisStore`](crate::RedisStore#billing).
+//!
+//! [`ReconcileStore`] for an operator's reconciliation (B7): each books keeps a pending
+//! counter in two fields of its pending list (`<books>pending`) that no attempt id is
+//! named, `"\0n"` (attempts) and `"\0m"` (money), removed when nothing is pending,
+//! moved by the settle script and the sweep in the same script as the attempt it counts,
+//! so [`pending_totals`](ReconcileStore::pending_totals) reads two fields per books named
+//! in the pending registry instead of every pending attempt. An attempt record
+//! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
+
+use crate::batch::Code;
+use crate::scripts::SCRIPTS;
+use crate::store::{RedisStore, RedisStoreFuture};
+use portcullis_core::billing::BudgetView;
+use portcullis_core::{
+    AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
+    BillingRequest, BillingStore, Books, Budget, MAX_PENDING_PAGE, Millis, Money, PendingAttempt,
+    PendingTotal, Reconcile, ReconcileStore, Reconciled, Refusal, StoreError, StoreErrorKind,
+    StoreResult, SubjectKey,
+};
+
+/// Largest amount, in minor units, that the Redis store keeps exactly: 2^53 − 1
+/// (9 007 199 254 740 991; about 9 billion currency units at micro-unit resolution).
+///
+/// The billing scripts compute on Lua numbers (doubles), which hold every integer up to
+/// 2^53 exactly. An amount given to the store beyond ±`MAX_EXACT_MONEY` (a money upper
+/// bound, a cost, a credit, a seed) is refused with a [`StoreError`] before anything is
+/// sent, and a script whose result would leave the range (a balance, spend or budget
+/// total) changes nothing and fails: the billing layer then fails closed (B5) instead
+/// of keeping a rounded amount. Limits (spend caps, budget limits) are only compared
+/// and may be any `i64`.
+pub const MAX_EXACT_MONEY: Money = portcullis_core::MAX_STORABLE_MONEY;
+
+/// The field of a books' pending list (`<books>pending`) holding how many attempts are
+/// pending: a NUL-led name, never an attempt id the layers make.
+pub(crate) const PENDING_COUNT_FIELD: &str = "\0n";
+/// The field of a books' pending list holding the money pending.
+pub(crate) const PENDING_MONEY_FIELD: &str = "\0m";
+
+/// True for a field of a pending list that names an attempt (not the counter).
+fn is_attempt_field(field: &str) -> bool {
+    field != PENDING_COUNT_FIELD && field != PENDING_MONEY_FIELD
+}
+
+fn protocol(what: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Protocol, what)
+}
+
+fn exact(v: Money, what: &str) -> StoreResult<String> {
+    if v.unsigned_abs() <= MAX_EXACT_MONEY.unsigned_abs() {
+        Ok(v.to_string())
+    } else {
+        Err(protocol(format!(
+            "{what} {v} is beyond the exact range of the Redis store (|x| <= 2^53 - 1)"
+        )))
+    }
+}
+
+/// A budget's period as the scripts take it: ms, or -1 for none.
+fn period(b: &Budget) -> StoreResult<String> {
+    match b.period_ms {
+        None => Ok("-1".to_owned()),
+        Some(p) if p <= MAX_EXACT_MONEY.unsigned_abs() => Ok(p.to_string()),
+        Some(p) => Err(protocol(format!(
+            "budget {}: period {p} ms is beyond 2^53 - 1",
+            b.id
+        ))),
+    }
+}
+
+fn flag(b: bool) -> String {
+    if b { "1" } else { "0" }.to_owned()
+}
+
+fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
+    RedisStoreFuture::new(std::future::ready(Err(e)))
+}
+
+impl RedisStore {
+    /// The start of every key of `books` (D3): `<prefix>:{tenant:<tenant>}:billing:` for a
+    /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
+    /// slot is its own slots' and windows').
+    pub fn books_base(&self, books: &Books) -> String {
+        self.keys().books(books)
+    }
+
+    /// The key of a tenant's balance: `<tenant base>tenant` (HASH: `bal`, `pend`).
+    pub fn tenant_key(&self, tenant: &str) -> String {
+        self.keys().tenant(tenant)
+    }
+
+    /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
+    /// `spent`, `pend`).
+    pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
+        self.keys().spend(books, key)
+    }
+
+    /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
+    /// `spent`, `res`).
+    pub fn budget_key(&self, books: &Books, id: &str) -> String {
+        self.keys().budget(books, id)
+    }
+
+    /// The key of an attempt's record: `<books base>attempt:<id>`.
+    pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
+        self.keys().attempt(attempt)
+    }
+
+    /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
+    pub fn open_key(&self, books: &Books) -> String {
+        self.keys().open(books)
+    }
+
+    /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
+    /// attempt id → amount).
+    pub fn pending_key(&self, books: &Books) -> String {
+        self.keys().pending(books)
+    }
+
+    /// The key of the registry of books that have had attempts pending reconciliation:
+    /// `<prefix>:{<billing tag>}:pending-books` (SET of `t:<tenant>` / `k:<key>`). The one
+    /// billing key shared by every tenant, written only when an attempt becomes pending;
+    /// it holds one member per such books (bounded by tenants and keys, like balances).
+    pub fn pending_registry_key(&self) -> String {
+        self.keys().pending_registry()
+    }
+
+    pub(crate) fn budget_ttl(&self) -> String {
+        self.amount_ttl_ms().to_string()
+    }
+
+    /// Registers `books` as having pending work (before the attempt becomes pending, so
+    /// a listing never misses it).
+    fn register_pending(&self, books: &Books) -> RedisStoreFuture<()> {
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(self.pending_registry_key())
+            .arg(registry_member(books));
+        self.write_command(cmd, |_: i64| Ok(()))
+    }
+}
+
+impl RedisStore {
+    /// The keys of the settle script for `attempt`: its record, its books' pending list
+    /// (and counter), open attempts and tombstones.
+    pub(crate) fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
+        self.keys().settle(attempt)
+    }
+
+    /// The books named in the pending registry, in books order.
+    fn pending_books(&self) -> RedisStoreFuture<Vec<Books>> {
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(self.pending_registry_key());
+        self.command(cmd, |m: Vec<String>| {
+            let mut books: Vec<Books> = m.iter().filter_map(|m| registry_books(m)).collect();
+            books.sort();
+            Ok(books)
+        })
+    }
+
+    /// What an operator sees of a pending attempt of `amount`, from its record's
+    /// fields `k`, `kk`, `ps`.
+    fn pending_of(
+        &self,
+        attempt: AttemptRef,
+        amount: Money,
+    ) -> RedisStoreFuture<Option<(String, PendingAttempt)>> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.attempt_key(&attempt))
+            .arg(&["s", "k", "kk", "ps"]);
+        self.command(cmd, move |f: Vec<Option<String>>| {
+            let [s, k, kk, ps] = <[Option<String>; 4]>::try_from(f)
+                .map_err(|f| protocol(format!("attempt record: unexpected reply {f:?}")))?;
+            let Some(s) = s else { return Ok(None) };
+            let key = k.map(SubjectKey::from).or_else(|| match &attempt.books {
+                Books::Key(k) => Some(k.clone()),
+                Books::Tenant(_) => None,
+            });
+            Ok(Some((
+                s,
+                PendingAttempt {
+                    attempt,
+                    amount,
+                    key,
+                    billed_to_balance: kk.is_some(),
+                    since: ps.and_then(|v| v.parse().ok()),
+                },
+            )))
+        })
+    }
+}
+
+impl ReconcileStore for RedisStore {
+    fn pending_page(
+        &self,
+        after: Option<&AttemptRef>,
+        limit: usize,
+    ) -> Self::Future<Vec<PendingAttempt>> {
+        // The registry's books in order, from the cursor's; each one's pending list read
+        // (and sorted) until the page is full; then each listed attempt's record, all in
+        // flight at once. Operator work: a few round trips, bounded by the page.
+        let limit = limit.min(MAX_PENDING_PAGE);
+        let after = after.cloned();
+        let books = self.pending_books();
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let mut page: Vec<(AttemptRef, Money)> = Vec::new();
+            for b in books.await? {
+                if page.len() >= limit {
+                    break;
+                }
+                if after.as_ref().is_some_and(|c| b < c.books) {
+                    continue;
+                }
+                let mut cmd = redis::cmd("HGETALL");
+                cmd.arg(store.pending_key(&b));
+                let mut list: Vec<(String, Money)> =
+                    store.command(cmd, |r: Vec<(String, Money)>| Ok(r)).await?;
+                list.retain(|(id, _)| is_attempt_field(id));
+                list.sort();
+                for (id, m) in list {
+                    let a = AttemptRef {
+                        attempt: AttemptId::from(id),
+                        books: b.clone(),
+                    };
+                    if !portcullis_core::billing::listed_after(&a, after.as_ref()) {
+                        continue;
+                    }
+                    page.push((a, m));
+                    if page.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            let records: Vec<_> = page
+                .into_iter()
+                .map(|(a, m)| store.pending_of(a, m))
+                .collect();
+            let mut out = Vec::with_capacity(records.len());
+            for r in futures_util::future::join_all(records).await {
+                // Listed but its record gone: reconciled meanwhile.
+                if let Some((_, p)) = r? {
+                    out.push(p);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> Self::Future<Reconciled> {
+        let (code, cost) = match how {
+            Reconcile::Settle(c) => ("s", c.max(0)),
+            Reconcile::WriteOff => ("r", 0),
+        };
+        let cost = match exact(cost, "cost") {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        };
+        // Its record first (what the usage record names), then the settle script for a
+        // pending attempt only: one reconciled meanwhile answers "nothing done".
+        let mut amount = redis::cmd("HGET");
+        amount
+            .arg(self.pending_key(&attempt.books))
+            .arg(&*attempt.attempt);
+        let amount = self.command(amount, |m: Option<Money>| Ok(m));
+        let store = self.clone();
+        let attempt = attempt.clone();
+        RedisStoreFuture::new(async move {
+            let amount = amount.await?;
+            let Some((state, was)) = store
+                .pending_of(attempt.clone(), amount.unwrap_or(0))
+                .await?
+            else {
+                return Ok(Reconciled::NotPending);
+            };
+            match (state.as_str(), amount) {
+                ("p", Some(_)) => {}
+                ("o", _) => return Ok(Reconciled::InFlight),
+                _ => return Ok(Reconciled::NotPending),
+            }
+            let args = vec![
+                store.time(),
+                code.to_owned(),
+                cost,
+                store.budget_ttl(),
+                attempt.attempt.to_string(),
+                "1".to_owned(),
+            ];
+            let keys = store.settle_keys(&attempt);
+            store
+                .eval(
+                    &SCRIPTS.settle_attempt,
+                    keys,
+                    args,
+                    None,
+                    move |r: Vec<i64>| match r.as_slice() {
+                        [1, c] => Ok(Reconciled::Settled {
+                            attempt: was,
+                            cost: *c,
+                        }),
+                        [3] => Ok(Reconciled::WrittenOff { attempt: was }),
+                        [4] => Ok(Reconciled::InFlight),
+                        [0] => Ok(Reconciled::NotPending),
+                        _ => Err(reply_err("reconcile", &r)),
+                    },
+                )
+                .await
+        })
+    }
+
+    fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>> {
+        let books = self.pending_books();
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let books = books.await?;
+            let reads: Vec<_> = books
+                .iter()
+                .map(|b| {
+                    let mut cmd = redis::cmd("HMGET");
+                    cmd.arg(store.pending_key(b))
+                        .arg(&[PENDING_COUNT_FIELD, PENDING_MONEY_FIELD]);
+                    store.command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
+                })
+                .collect();
+            let mut out = Vec::new();
+            for (b, r) in books
+                .into_iter()
+                .zip(futures_util::future::join_all(reads).await)
+            {
+                let (n, m) = r?;
+                let t = PendingTotal {
+                    attempts: n.unwrap_or(0),
+                    amount: m.unwrap_or(0),
+                };
+                if t != PendingTotal::default() {
+                    out.push((b, t));
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+fn registry_member(books: &Books) -> String {
+    match books {
+        Books::Tenant(t) => format!("t:{t}"),
+        Books::Key(k) => format!("k:{}", k.as_str()),
+    }
+}
+
+fn registry_books(member: &str) -> Option<Books> {
+    if let Some(t) = member.strip_prefix("t:") {
+        Some(Books::Tenant(t.into()))
+    } else {
+        member.strip_prefix("k:").map(|k| Books::Key(k.into()))
+    }
+}
+
+fn reply_err(what: &str, r: &[i64]) -> StoreError {
+    protocol(format!("{what}: unexpected reply {r:?}"))
+}
+
+impl RedisStore {
+    /// Keys and arguments of `billing_reserve.lua` for `req`, reserving `money` under
+    /// attempt `attempt` for `lifetime_ms`; `mode` as the script's last argument ('' =
+    /// a plain reservation).
+    pub(crate) fn reserve_args(
+        &self,
+        req: &BillingRequest,
+        attempt: &AttemptId,
+        money: Money,
+        lifetime_ms: Millis,
+        mode: &str,
+    ) -> StoreResult<(Vec<String>, Vec<String>)> {
+        let money = exact(money.max(0), "money upper bound")?;
+        let books = req.books();
+        let base = self.books_base(&books);
+        let record = format!("{base}attempt:{attempt}");
+        let spend = format!("{base}key:{}", req.key.as_str());
+        let tenant = req.tenant.is_some().then(|| format!("{base}tenant"));
+        let mut keys = Vec::with_capacity(5 + req.budgets.len());
+        keys.push(record.clone());
+        keys.push(tenant.unwrap_or(record));
+        keys.push(spend);
+        keys.push(format!("{base}open"));
+        keys.push(format!("{base}pending"));
+        let mut args = Vec::with_capacity(11 + 2 * req.budgets.len());
+        args.extend([
+            self.time(),
+            flag(req.bill_balance),
+            flag(req.tenant.is_some()),
+            req.spend_cap.map_or_else(String::new, |c| c.to_string()),
+            money,
+            self.budget_ttl(),
+            lifetime_ms.max(1).to_string(),
+            flag(req.tenant_expected),
+        ]);
+        for b in req.budgets.iter() {
+            keys.push(format!("{base}budget:{}", b.id));
+        }
+        args.push(base);
+        args.push(attempt.to_string());
+        for b in req.budgets.iter() {
+            args.push(b.limit.to_string());
+            args.push(period(b)?);
+        }
+        // Kept with the attempt: an operator's reconciliation names the key in its record.
+        args.push(req.key.as_str().to_owned());
+        if !mode.is_empty() {
+            args.push(mode.to_owned());
+        }
+        Ok((keys, args))
+    }
+
+    /// `req` reserved on its own in Redis, in the batch.
+    pub(crate) fn reserve_shared(&self, req: &BillingRequest) -> RedisStoreFuture<BillingDecision> {
+        let (keys, args) =
+            match self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "") {
+                Ok(call) => call,
+                Err(e) => return failed(e),
+            };
+        let decode = self.reserve_decoder(req);
+        // In the batch, sent at once: the settlements and releases queued before it ride
+        // in the same call instead of one of their own.
+        let args = args.into_iter().map(String::into_bytes).collect();
+        self.batched_now(Code::BillingReserve, keys, args, decode)
+    }
+
+    /// Reads `billing_reserve.lua`'s reply for `req`.
+    pub(crate) fn reserve_decoder(
+        &self,
+        req: &BillingRequest,
+    ) -> impl FnOnce(Vec<i64>) -> StoreResult<BillingDecision> + Send + 'static {
+        let budgets = req.budgets.clone();
+        let books = req.books();
+        let store = self.clone();
+        move |r: Vec<i64>| {
+            let (swept, d) = r
+                .split_first()
+                .ok_or_else(|| reply_err("check_and_reserve", &r))?;
+            if *swept > 0 {
+                // Open attempts of a dead instance went pending: list them (B7). Off
+                // the decision; rare.
+                tracing::warn!(
+                    swept,
+                    "billing: open attempts past their lifetime swept into pending reconciliation"
+                );
+                let reg = store.register_pending(&books);
+                tokio::spawn(async move {
+                    if let Err(e) = reg.await {
+                        tracing::error!(error = %e, "billing: registering swept pending attempts failed");
+                    }
+                });
+            }
+            match d {
+                [1] => Ok(BillingDecision::Admitted),
+                [0, 1] => Ok(BillingDecision::Refused(Refusal::InsufficientBalance)),
+                [0, 2] => Ok(BillingDecision::Refused(Refusal::SpendCap)),
+                [0, 4] => Ok(BillingDecision::Refused(Refusal::RecordMissing)),
+                [0, 3, i] => usize::try_from(*i - 1)
+                    .ok()
+                    .and_then(|i| budgets.get(i))
+                    .map(|b| BillingDecision::Refused(Refusal::Budget(b.id.clone())))
+                    .ok_or_else(|| reply_err("check_and_reserve", &r)),
+                _ => Err(reply_err("check_and_reserve", &r)),
+            }
+        }
+    }
+
+    /// Settles `attempt` in Redis (the store's own path, not a block's).
+    pub(crate) fn settle_shared(
+        &self,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> RedisStoreFuture<Option<AttemptState>> {
+        let (code, cost) = match outcome {
+            BillingOutcome::Settled(c) => ("s", c.max(0)),
+            BillingOutcome::Pending => ("p", 0),
+            BillingOutcome::Refund => ("r", 0),
+        };
+        let cost = match exact(cost, "cost") {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        };
+        let keys = self.settle_keys(attempt);
+        // A settlement of this attempt failed before (its answer never came): this is a
+        // retry, which must tell "already final" from "lost" (D10).
+        let retry = self.failed_settles().was_failed(&keys[0]);
+        let args = vec![
+            self.time(),
+            code.to_owned(),
+            cost,
+            self.budget_ttl(),
+            attempt.attempt.to_string(),
+            "0".to_owned(),
+            if retry { "1" } else { "0" }.to_owned(),
+        ];
+        let decode = |r: Vec<i64>| match r.as_slice() {
+            [0] => Ok(None),
+            [1, c] => Ok(Some(AttemptState::Settled(*c))),
+            [2, m] => Ok(Some(AttemptState::Pending(*m))),
+            [3] => Ok(Some(AttemptState::Refunded)),
+            _ => Err(reply_err("settle_attempt", &r)),
+        };
+        let attempt_key = keys[0].clone();
+        let sent = if outcome != BillingOutcome::Pending && !retry {
+            // In the batch, with the request's other settlements and releases.
+            let args = args.into_iter().map(String::into_bytes).collect();
+            self.batched(Code::BillingSettle, keys, args, decode)
+        } else {
+            // Becoming pending (or maybe, on a retry): registered first (its own slot,
+            // so its own command), then settled; each under its own deadline. Off the
+            // response path, and rare.
+            let reg = self.register_pending(&attempt.books);
+            let store = self.clone();
+            RedisStoreFuture::new(async move {
+                reg.await?;
+                store
+                    .eval(&SCRIPTS.settle_attempt, keys, args, None, decode)
+                    .await
+            })
+        };
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let r = sent.await;
+            store.failed_settles().note(attempt_key, r.is_ok());
+            r
+        })
+    }
+}
+
+impl BillingStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
+        if let Some(answer) = self.reserve_from_block(req, true) {
+            return answer;
+        }
+        self.reserve_shared(req)
+    }
+
+    fn settle_attempt(
+        &self,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> Self::Future<Option<AttemptState>> {
+        if let Some(answer) = self.settle_from_block(attempt, outcome) {
+            return answer;
+        }
+        self.settle_shared(attempt, outcome)
+    }
+
+    fn account(
+        &self,
+        tenant: Option<&str>,
+        key: &SubjectKey,
+        budgets: &[Budget],
+    ) -> Self::Future<AccountView> {
+        let base = self.books_base(&Books::of(tenant, key));
+        let spend = format!("{base}key:{}", key.as_str());
+        let mut keys = Vec::with_capacity(2 + budgets.len());
+        keys.push(tenant.map_or_else(|| spend.clone(), |_| format!("{base}tenant")));
+        keys.push(spend);
+        let mut args = Vec::with_capacity(2 + budgets.len());
+        args.extend([self.time(), flag(tenant.is_some())]);
+        for b in budgets {
+            keys.push(format!("{base}budget:{}", b.id));
+            match period(b) {
+                Ok(p) => args.push(p),
+                Err(e) => return failed(e),
+            }
+        }
+        let has_tenant = tenant.is_some();
+        let budgets: Vec<Budget> = budgets.to_vec();
+        let (store, owner, subject) = (self.clone(), tenant.map(str::to_owned), key.clone());
+        self.eval(&SCRIPTS.account, keys, args, None, move |r: Vec<i64>| {
+            if r.len() != 4 + 3 * budgets.len() {
+                return Err(reply_err("account", &r));
+            }
+            let mut view = AccountView {
+                balance: has_tenant.then_some(r[0]),
+                tenant_pending: r[1],
+                key_spent: r[2],
+                key_pending: r[3],
+                budgets: budgets
+                    .into_iter()
+                    .zip(r[4..].chunks_exact(3))
+                    .map(|(b, v)| BudgetView {
+                        id: b.id,
+                        limit: b.limit,
+                        spent: v[0],
+                        reserved: v[1],
+                        resets_at: Millis::try_from(v[2]).ok(),
+                    })
+                    .collect(),
+            };
+            // Costs settled in this instance's billing blocks are not in Redis yet.
+            if let Some(b) = store.blocks() {
+                b.correct_account(owner.as_deref(), &subject, &mut view);
+            }
+            Ok(view)
+        })
+    }
+
+    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
+        let amount = match exact(amount, "seed balance") {
+            Ok(a) => a,
+            Err(e) => return failed(e),
+        };
+        self.eval(
+            &SCRIPTS.seed,
+            vec![self.tenant_key(tenant)],
+            vec![amount],
+            None,
+            |r: i64| Ok(r == 1),
+        )
+    }
+
+    fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+        let amount = match exact(amount, "balance") {
+            Ok(a) => a,
+            Err(e) => return failed(e),
+        };
+        // One field of one hash: no script needed.
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.tenant_key(tenant)).arg("bal").arg(amount);
+        self.write_command(cmd, |_: i64| Ok(()))
+    }
+
+    fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
+        let amount = match exact(amount, "credit") {
+            Ok(a) => a,
+            Err(e) => return failed(e),
+        };
+        self.eval(
+            &SCRIPTS.credit,
+            vec![self.tenant_key(tenant)],
+            vec![amount],
+            None,
+            Ok,
+        )
+    }
+
+    fn reconciler(&self) -> Option<std::sync::Arc<dyn portcullis_core::DynReconcile>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
+    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
+        // The registry names the books with pending work; one HGETALL per books, all in
+        // flight at once (each on its own slot).
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(self.pending_registry_key());
+        let members = self.command(cmd, |m: Vec<String>| Ok(m));
+        let store = self.clone();
+        RedisStoreFuture::new(async move {
+            let books: Vec<Books> = members
+                .await?
+                .iter()
+                .filter_map(|m| registry_books(m))
+                .collect();
+            let lists: Vec<_> = books
+                .iter()
+                .map(|b| {
+                    let mut cmd = redis::cmd("HGETALL");
+                    cmd.arg(store.pending_key(b));
+                    store.command(cmd, |r: Vec<(String, Money)>| Ok(r))
+                })
+                .collect();
+            let mut v = Vec::new();
+            for (b, list) in books
+                .into_iter()
+                .zip(futures_util::future::join_all(lists).await)
+            {
+                for (id, m) in list?.into_iter().filter(|(id, _)| is_attempt_field(id)) {
+                    v.push((
+                        AttemptRef {
+                            attempt: AttemptId::from(id),
+                            books: b.clone(),
+                        },
+                        m,
+                    ));
+                }
+            }
+            v.sort();
+            Ok(v)
+        })
+    }
+}

@@ -1,0 +1,279 @@
+//! Billing quota blocks (see [`portcullis_core::blocks`]): a books' reservations taken
+//! from money an instance reserved in one attempt, and settled as one.
+//!
+//! A block is an attempt of its own in Redis (`blk-<instance>-<n>`) whose upper bound —
+//! up to 256 requests' worth, at most 1/64 of each budget — is reserved in the request's
+//! budgets, granted only while the balance (less pending) and the key's spend cap have
+//! 64 times the block's money to spare. Requests then reserve from it in memory and
+//! settle here; the block settles once, at the sum of their costs, when its last
+//! request has ended (retried until it lands: settlement is idempotent per attempt). A
+//! request whose result is unknown is moved to an attempt of its own in Redis and left
+//! pending there for reconciliation, as without blocks. An instance that dies holding a
+//! block leaves its attempt open: the sweep takes it into pending reconciliation after
+//! its lifetime, as any attempt of a dead instance.
+
+use crate::batch::Code;
+use crate::store::{RedisStore, RedisStoreFuture};
+use portcullis_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
+use portcullis_core::{
+    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore,
+    StoreError, StoreErrorKind, StoreResult,
+};
+use std::time::Duration;
+
+/// Spacing of the retries of a block's settlement: doubling from the first to the
+/// last, for about an hour in all; after that the sweep takes the block into pending.
+const BACK_FIRST: Duration = Duration::from_millis(50);
+const BACK_LAST: Duration = Duration::from_secs(30);
+const BACK_RETRIES: u32 = 130;
+
+impl RedisStore {
+    /// `req` decided from a billing block, or by borrowing one; `None`: the request
+    /// reserves on its own.
+    /// `may_wait`: while a block for it is being borrowed, wait for that once (single
+    /// node) instead of reserving alone.
+    pub(crate) fn reserve_from_block(
+        &self,
+        req: &BillingRequest,
+        may_wait: bool,
+    ) -> Option<RedisStoreFuture<BillingDecision>> {
+        let key = money_key(req);
+        let asked_at = self.local_now();
+        let mut blocks = self.blocks()?;
+        let ask = match blocks.decide_money(&key, req, asked_at) {
+            MoneyLocal::Admitted => {
+                return Some(RedisStoreFuture::ready(Ok(BillingDecision::Admitted)));
+            }
+            MoneyLocal::Wait if may_wait && !self.is_cluster() => {
+                let seen = self.borrows_ended();
+                drop(blocks);
+                let (store, req) = (self.clone(), req.clone());
+                return Some(RedisStoreFuture::new(async move {
+                    store.wait_for_borrow(seen).await?;
+                    match store.reserve_from_block(&req, false) {
+                        Some(answer) => answer.await,
+                        None => store.reserve_shared(&req).await,
+                    }
+                }));
+            }
+            MoneyLocal::Shared | MoneyLocal::Wait => return None,
+            MoneyLocal::Borrow(ask) => ask,
+        };
+        let max_age = blocks.sizing().max_age_ms;
+        drop(blocks);
+        let block = portcullis_core::id::with_counter(
+            &format!("blk-{}-", self.instance_id()),
+            self.next_block_attempt(),
+        );
+        let lifetime = req.lifetime_ms.saturating_add(max_age);
+        let call = match self.block_reserve_call(req, &block, ask, lifetime) {
+            Ok(call) => call,
+            Err(e) => {
+                if let Some(mut b) = self.blocks() {
+                    b.abandon_money(&key);
+                }
+                return Some(RedisStoreFuture::ready(Err(e)));
+            }
+        };
+        let (req, books, mine) = (req.clone(), req.books(), req.attempt_ref());
+        Some(self.borrowing(
+            call,
+            move |store, r: StoreResult<(bool, BillingDecision)>| {
+                let Some(mut blocks) = store.blocks() else {
+                    return r.map(|(_, d)| d);
+                };
+                match r {
+                    Ok((true, BillingDecision::Admitted)) => {
+                        let attempt = AttemptRef {
+                            attempt: block,
+                            books,
+                        };
+                        let retire = blocks.install_money(&key, &req, attempt, ask, asked_at);
+                        drop(blocks);
+                        store.schedule_retire(vec![retire]);
+                        Ok(BillingDecision::Admitted)
+                    }
+                    Err(e) => {
+                        blocks.abandon_money(&key);
+                        drop(blocks);
+                        // The call may still run in Redis (late, after a stall) and
+                        // reserve the block for nobody: its attempt is refunded — after
+                        // it on the same connection, idempotent per attempt, and sent
+                        // again until it lands (D9).
+                        let attempt = AttemptRef {
+                            attempt: block,
+                            books,
+                        };
+                        drop(store.settle_shared(&attempt, BillingOutcome::Refund));
+                        Err(e)
+                    }
+                    other => {
+                        blocks.abandon_money(&key);
+                        other.map(|(_, d)| d)
+                    }
+                }
+            },
+            // The request went away before its answer: whatever admitted it (the new
+            // block, or Redis) gives it back.
+            move |store, d| {
+                if d == BillingDecision::Admitted {
+                    crate::store::spawn_quietly(BillingStore::settle_attempt(
+                        store,
+                        &mine,
+                        BillingOutcome::Refund,
+                    ));
+                }
+            },
+        ))
+    }
+
+    /// The batch op (`bb`) that reserves `ask` for `req` as block attempt `block` (for
+    /// `lifetime` ms) — or, when the block does not fit, `req` alone — and answers
+    /// whether the block was reserved, and the decision.
+    fn block_reserve_call(
+        &self,
+        req: &BillingRequest,
+        block: &portcullis_core::AttemptId,
+        ask: portcullis_core::blocks::MoneyAsk,
+        lifetime: portcullis_core::Millis,
+    ) -> StoreResult<RedisStoreFuture<(bool, BillingDecision)>> {
+        let head = format!("h{}", ask.headroom);
+        let (kb, ab) = self.reserve_args(req, block, ask.money, lifetime, &head)?;
+        let (ks, as_) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "")?;
+        let mut args: Vec<Vec<u8>> = vec![
+            kb.len().to_string().into_bytes(),
+            ab.len().to_string().into_bytes(),
+        ];
+        args.extend(ab.into_iter().chain(as_).map(String::into_bytes));
+        let keys = kb.into_iter().chain(ks).collect();
+        let decode = self.reserve_decoder(req);
+        Ok(
+            self.batched_now(Code::BillingBlock, keys, args, move |r: redis::Value| {
+                let bad = || {
+                    StoreError::new(
+                        StoreErrorKind::Protocol,
+                        format!("check_and_reserve (block): unexpected reply {r:?}"),
+                    )
+                };
+                let redis::Value::Array(parts) = &r else {
+                    return Err(bad());
+                };
+                let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1))
+                else {
+                    return Err(bad());
+                };
+                let inner: Vec<i64> =
+                    redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+                Ok((*took == 1, decode(inner)?))
+            }),
+        )
+    }
+
+    /// Settles an attempt admitted from a billing block; `None` if it is not one.
+    pub(crate) fn settle_from_block(
+        &self,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> Option<RedisStoreFuture<Option<AttemptState>>> {
+        let settled = self.blocks()?.settle_money(attempt, outcome)?;
+        match settled {
+            MoneySettled::Done(state, back) => {
+                if let Some(back) = back {
+                    self.money_back(back);
+                }
+                Some(RedisStoreFuture::ready(Ok(state)))
+            }
+            MoneySettled::ToPending(req, back) => {
+                // Its own attempt in Redis (its block already holds its money, so no
+                // check), pending — retried until it lands; only then does the block
+                // settle, so the budgets hold its money throughout. If it never lands the
+                // block is not settled either: the sweep takes the block's whole money
+                // into pending reconciliation, and nothing is charged as zero (B4).
+                let store = self.clone();
+                let moved = RedisStoreFuture::new(async move {
+                    let mut wait = BACK_FIRST;
+                    let mut last = None;
+                    for _ in 0..BACK_RETRIES {
+                        match store.move_to_pending(&req).await {
+                            Ok(state) => {
+                                if let Some(back) = back {
+                                    store.money_back(back);
+                                }
+                                return Ok(state);
+                            }
+                            Err(e) => {
+                                tracing::debug!(error = %e, attempt = %req.attempt,
+                                    "billing: moving an attempt of a quota block to pending failed; retrying");
+                                last = Some(e);
+                            }
+                        }
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(BACK_LAST);
+                    }
+                    tracing::error!(attempt = %req.attempt,
+                        "billing: an attempt of a quota block never reached pending; its block is left to the sweep");
+                    Err(last.unwrap_or_else(|| {
+                        StoreError::new(StoreErrorKind::Unavailable, "never moved to pending")
+                    }))
+                });
+                Some(self.borrowing(moved, |_, r| r, |_, _| {}))
+            }
+        }
+    }
+
+    /// An attempt of a block whose result is unknown, as its own attempt in Redis,
+    /// pending (both steps are idempotent per attempt, so a retry is safe).
+    async fn move_to_pending(&self, req: &BillingRequest) -> StoreResult<Option<AttemptState>> {
+        let (keys, args) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "f")?;
+        let args = args.into_iter().map(String::into_bytes).collect();
+        self.batched_now(Code::BillingReserve, keys, args, self.reserve_decoder(req))
+            .await?;
+        self.settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
+            .await
+    }
+
+    /// Charges a part of a billing block still in use: the costs of its ended requests
+    /// so far (cumulative, so a part sent twice or late charges nothing twice), in the
+    /// batch; keyed by the block's attempt and sent again until it lands (D9).
+    pub(crate) fn money_part(&self, part: MoneyBack) {
+        let keys = self.settle_keys(&part.attempt);
+        let args = [
+            self.time(),
+            "c".to_owned(),
+            part.cost.max(0).to_string(),
+            self.budget_ttl(),
+            part.attempt.attempt.to_string(),
+            "0".to_owned(),
+            "0".to_owned(),
+        ];
+        let args = args.into_iter().map(String::into_bytes).collect();
+        drop(self.batched(Code::BillingSettle, keys, args, |_: redis::Value| Ok(())));
+    }
+
+    /// Settles a spent billing block at its requests' costs, retrying until it lands.
+    pub(crate) fn money_back(&self, back: MoneyBack) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        rt.spawn(async move {
+            let mut wait = BACK_FIRST;
+            for _ in 0..BACK_RETRIES {
+                match store
+                    .settle_shared(&back.attempt, BillingOutcome::Settled(back.cost))
+                    .await
+                {
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, attempt = %back.attempt.attempt,
+                            "billing: settling a quota block failed; retrying");
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(BACK_LAST);
+            }
+            tracing::error!(attempt = %back.attempt.attempt,
+                "billing: a quota block never settled; the sweep takes it into pending reconciliation");
+        });
+    }
+}

@@ -1,0 +1,588 @@
+//! [`RedisStore`]: the store traits of portcullis-core on Redis.
+
+mod batching;
+mod billing;
+pub use billing::MAX_EXACT_MONEY;
+mod blocks;
+mod call;
+pub(crate) use blocks::spawn_quietly;
+mod capacity;
+mod homes;
+mod joint;
+mod retry;
+#[cfg(test)]
+mod sent_twice_tests;
+pub use retry::GiveBacks;
+mod slots;
+mod windows;
+
+use crate::batch::Batcher;
+use crate::codec::Doubles;
+use crate::conn::{Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, says_cluster, watch_topology};
+use crate::keys::Keys;
+use crate::options::{RedisStoreOptions, TimeSource};
+use crate::scripts::{CLUSTER_SCRIPTS, SCRIPTS, Scripts, cluster_source, for_cluster};
+use portcullis_core::id;
+use portcullis_core::{
+    LeaseId, Millis, Scope, StoreError, StoreErrorKind, StoreResult, SubjectKey,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The future of every [`RedisStore`] call: one round trip bounded by the store's
+/// deadline. `Send`, `Unpin` and `'static`, so a layer can poll it in place or spawn it.
+/// A decision taken from a quota block is ready at once, without an allocation.
+#[must_use = "futures do nothing unless polled"]
+pub struct RedisStoreFuture<T>(Call<T>);
+
+enum Call<T> {
+    Pending(Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'static>>),
+    Ready(Option<StoreResult<T>>),
+}
+
+impl<T> RedisStoreFuture<T> {
+    pub(crate) fn new(f: impl Future<Output = StoreResult<T>> + Send + 'static) -> Self {
+        Self(Call::Pending(Box::pin(f)))
+    }
+    /// An answer known without a call.
+    pub(crate) fn ready(r: StoreResult<T>) -> Self {
+        Self(Call::Ready(Some(r)))
+    }
+}
+
+// Never pinned structurally: the ready value is moved out, the pending future is boxed.
+impl<T> Unpin for RedisStoreFuture<T> {}
+
+impl<T> Future for RedisStoreFuture<T> {
+    type Output = StoreResult<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            Call::Pending(f) => f.as_mut().poll(cx),
+            Call::Ready(r) => Poll::Ready(
+                r.take()
+                    .expect("RedisStoreFuture polled after it completed"),
+            ),
+        }
+    }
+}
+
+impl<T> fmt::Debug for RedisStoreFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RedisStoreFuture")
+    }
+}
+
+struct Inner {
+    conn: Conn,
+    /// Every key name (see [`crate::keys`]).
+    keys: Keys,
+    instance: String,
+    next_lease: id::Sequence,
+    deadline: Duration,
+    busy_limit: Duration,
+    connect_timeout: Duration,
+    amount_ttl_ms: Millis,
+    /// Replicas that acknowledge every script's writes (`WAIT`) before it is answered.
+    pub(super) replica_acks: u32,
+    time: TimeSource,
+    breaker: Breaker,
+    /// When a single node last answered.
+    liveness: Liveness,
+    /// On a Cluster: which node owns each slot, and when each node last answered.
+    nodes: Option<Arc<Nodes>>,
+    /// Settlements and releases waiting to go out together.
+    batcher: Batcher,
+    /// Give-backs whose call failed, sent again until they land.
+    retries: retry::Retries,
+    /// Attempts whose settlement call failed: their next settlement is a retry (D10).
+    failed_settles: retry::FailedSettles,
+    /// Quota blocks borrowed, when on (see [`portcullis_core::blocks`]).
+    blocks: Option<std::sync::Mutex<portcullis_core::blocks::Blocks>>,
+    /// Origin of this process's block clock.
+    origin: std::time::Instant,
+    /// Woken when a borrowing call ends (see `blocks::wait_for_borrow`).
+    borrows: Arc<tokio::sync::Notify>,
+    /// Borrowing calls ended so far, and the count at the last one that failed.
+    borrow_gen: std::sync::atomic::AtomicU64,
+    borrow_failed: std::sync::atomic::AtomicU64,
+    /// Tests: every command is sent twice and the second answer taken, as a client does
+    /// that sends a command again after losing the connection the first answer was on.
+    #[cfg(test)]
+    sent_twice: std::sync::atomic::AtomicBool,
+}
+
+/// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
+/// that uses the same server (D1–D5). Cheap to clone.
+///
+/// Every decision is one round trip: one Lua script called by SHA (`EVALSHA`), reloaded
+/// transparently after `NOSCRIPT`, reading the time from the server (`TIME`).
+/// Settlements and releases are queued and sent together as one batch script (see the
+/// `batch` module): at a slot release at once, otherwise at the store's next call or
+/// within a millisecond. Every call fails with a [`StoreError`] —
+/// [`Timeout`](StoreErrorKind::Timeout) or [`Unavailable`](StoreErrorKind::Unavailable)
+/// — once the server (on a Cluster, the node the call went to) has been silent for the
+/// deadline, instead of waiting on a dead or stalled server; the connection is
+/// re-established in the background.
+///
+/// Keys, hash-tagged per subject so each script touches one Cluster slot:
+///
+/// | key | type | holds | expires |
+/// |---|---|---|---|
+/// | `<prefix>:{<subject>}:slots` | ZSET | one member `<instance-id>:<lease>` per slot, score = expiry (ms) | 1 s after its longest lease |
+/// | `<prefix>:{<subject>}:win:<scope>` | string (little-endian doubles) | window state of the `key` or `sub` (subscription) policy: anchors, per-tier window index and count, spend, reservations, pending count | see below |
+/// | `<prefix>:{<subject>}:win:<scope>:roll` | ZSET | rolling-window starts (W10), score = start time | at least 65 s after the last start (renewed to 120 s about once a minute) |
+///
+/// Window state is deleted as soon as it is idle (dropping it changes no decision) and
+/// otherwise expires 5 s after the longest window it counts in (at least 5 s after its
+/// last rolling start leaves the 60 s window); while any money is spent or reserved
+/// under an amount cap it lives [`amount_ttl`](RedisStoreOptions::amount_ttl) after its
+/// last change instead.
+///
+/// The subject key appears in Redis key names as given: have the extractor use a key
+/// id rather than a secret.
+///
+/// # Billing
+///
+/// [`BillingStore`](portcullis_core::BillingStore) makes the decisions of
+/// [`Ledger`](portcullis_core::Ledger), rule for rule (B1–B7): each call — reserve,
+/// settle, account, seed, credit — is one Lua script by SHA, on the server's `TIME`
+/// (budget periods, attempt deadlines); setting a balance is one `HSET`.
+///
+/// **One hash tag per tenant's books (D3).** One decision reads and writes the tenant's
+/// balance, the key's spend, every budget of the request and the attempt. They are the
+/// tenant's *books* ([`Books`](portcullis_core::Books)) and all carry the tenant's tag,
+/// `{tenant:<tenant>}`, so every script touches one Cluster slot and tenants spread over
+/// the nodes; a request with no tenant keeps its books under its key's own tag
+/// (`{<subject>}`, the slot of its slots and windows). Settling names the attempt with
+/// its books ([`AttemptRef`](portcullis_core::AttemptRef)), which the billing layer has
+/// from the request, so a settlement is one round trip too. A budget is kept in the
+/// books of the request that draws on it: a budget id named by requests of two tenants
+/// is two budgets, one per tenant, in both stores (give budgets ids unique across
+/// tenants, as the proxy does). The settlement script finds the tenant, key and budget
+/// keys in the attempt's record; they share the declared key's tag, hence its slot.
+///
+/// | key | type | holds | expires |
+/// |---|---|---|---|
+/// | `<prefix>:{tenant:<t>}:billing:tenant` | HASH | `bal` balance, `pend` pending reconciliation, `blk` money of open billing blocks | never |
+/// | `<books>key:<subject>` | HASH | `spent` key spend, `pend` pending, `blk` money of open billing blocks | never |
+/// | `<books>budget:<id>` | HASH | `start` period anchor, `spent` in the period, `res` reserved | [`amount_ttl`](RedisStoreOptions::amount_ttl) after its last change |
+/// | `<books>attempt:<id>` | HASH | state, money upper bound, deadline, the keys it charges, its subject key (`k`), when it went pending (`ps`) | open: two lifetimes after its reservation; pending: never; settled or refunded: deleted |
+/// | `<books>open` | ZSET | open attempt id → deadline | with its newest attempt |
+/// | `<books>done` | ZSET | attempt id → when it was settled or refunded: tombstones that let a retried settlement tell "already final" from "lost" (D10) | two minutes after the newest; older members are dropped as new ones come |
+/// | `<books>pending` | HASH | attempt id → amount pending reconciliation; two reserved fields `"\0n"` / `"\0m"` hold the books' pending counter (attempts, amount), which `/metrics` reads instead of the list | never (gone with the last pending attempt) |
+/// | `<prefix>:{billing}:pending-books` | SET | books that have had pending attempts | never (one member per books) |
+///
+/// `<books>` is `<prefix>:{tenant:<t>}:billing:` for a tenant and
+/// `<prefix>:{<subject>}:keybilling:` for a key with no tenant.
+///
+/// **Bounded memory (D7, B7).** A settled or refunded attempt is deleted: settling it
+/// again finds no attempt and does nothing, which is the idempotent answer (the
+/// reservation it would release is gone with it). Its id stays two minutes in the
+/// books' tombstones, so a settlement retried after a call whose answer never came
+/// learns that it landed; a retry that finds neither the attempt nor its tombstone —
+/// the attempt was lost, say with writes a failover did not replicate — records an
+/// unknown outcome: pending reconciliation of its cost, listed, never "settled" (D10). An open attempt carries a deadline,
+/// its request's longest life ([`BillingRequest::lifetime_ms`](portcullis_core::BillingRequest));
+/// a reservation in the same books first sweeps up to
+/// [`SWEEP_BATCH`](portcullis_core::billing::SWEEP_BATCH) open attempts past their deadline
+/// (their instance died) into pending reconciliation and releases their budget
+/// reservations — inside the same script, no extra round trip. The record is kept for
+/// a second lifetime so the sweep finds it; books that see no reservation in that time
+/// lose the record (the budget reservation then lapses with the budget's expiry). A
+/// pending attempt stays until it is reconciled: what the store keeps is proportional
+/// to tenants, keys and attempts in flight or pending, not to requests served.
+///
+/// **Listing pending work.** [`pending`](portcullis_core::BillingStore::pending) reads the
+/// registry `<prefix>:{billing}:pending-books` (the tag is
+/// [`billing_tag`](RedisStoreOptions::billing_tag)) and then each listed books' pending
+/// hash — no `KEYS` or `SCAN`. The registry is the only cross-tenant key and is written
+/// only on the rare path: before an attempt is settled as pending (its own `SADD`, then
+/// the settlement) and after a sweep moved attempts to pending.
+///
+/// **Missing records (B7).** A request that expects its tenant's record
+/// ([`tenant_expected`](portcullis_core::BillingRequest)) and finds no tenant hash (a
+/// Redis restarted without its data) is refused as
+/// [`Refusal::RecordMissing`](portcullis_core::Refusal) — the billing layer answers 503,
+/// never 402 — and nothing re-seeds it silently: an operator sets the balance
+/// ([`set_balance`](portcullis_core::BillingStore::set_balance)). Billing needs a
+/// persistent Redis (AOF, `appendonly yes`, `appendfsync everysec`).
+///
+/// **Numbers.** Money is stored as decimal integer strings (readable, `HINCRBY`-able)
+/// and computed on Lua numbers, which are doubles: exact up to 2^53 − 1
+/// ([`MAX_EXACT_MONEY`](crate::MAX_EXACT_MONEY)). Amounts beyond that are refused with a
+/// [`StoreError`] and a script whose result would leave the range changes nothing and
+/// fails, so money is never rounded; the billing layer fails closed instead (B5).
+///
+/// A billing call that times out may still have been carried out: settlement is
+/// idempotent per attempt, so repeating it is safe; a repeated reservation of an
+/// attempt still open or pending reserves nothing twice.
+///
+/// Must be created and used inside a Tokio runtime.
+///
+/// ```no_run
+/// use portcullis_core::{SlotDecision, SlotStore, SubjectKey};
+/// use portcullis_redis::{RedisStore, RedisStoreOptions};
+/// # async fn run() -> Result<(), portcullis_core::StoreError> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379", RedisStoreOptions::default()).await?;
+/// let key = SubjectKey::from("api-key-1");
+/// if let SlotDecision::Acquired(lease) = store.acquire(&key, 3, 600_000).await? {
+///     store.release(&key, lease).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.keys.prefix())
+            .field("instance", &self.inner.instance)
+            .field("deadline", &self.inner.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+fn scripts() -> &'static Scripts {
+    &SCRIPTS
+}
+
+impl RedisStore {
+    /// Connects to `url`, loads the scripts and returns the store. Fails if Redis cannot
+    /// be reached within the options' connect timeout; use
+    /// [`connect_lazy`](Self::connect_lazy) to start while Redis is down.
+    ///
+    /// `url` is one node (`redis://host:port/db`, `rediss://…` for TLS) or a
+    /// comma-separated list of the nodes of a Redis Cluster (D6). One node that belongs
+    /// to a Cluster (`INFO cluster` says `cluster_enabled:1`) is used as the Cluster's
+    /// seed: the store learns the other nodes from it.
+    pub async fn connect(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
+        let nodes = match Endpoint::parse(url).map_err(protocol)? {
+            Endpoint::Cluster(nodes) => nodes,
+            Endpoint::Detect(url) if Self::is_cluster_node(&url, &options).await? => vec![url],
+            Endpoint::Detect(url) => {
+                let store = Self::connect_lazy(&url, options)?;
+                store.load_scripts().await?;
+                return Ok(store);
+            }
+        };
+        let store = Self::cluster_lazy(&nodes, options)?;
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// Asks the node at `url` whether it runs in Cluster mode, within the connect
+    /// timeout.
+    async fn is_cluster_node(url: &str, options: &RedisStoreOptions) -> StoreResult<bool> {
+        let client =
+            redis::Client::open(url).map_err(|e| protocol(format!("redis url {url:?}: {e}")))?;
+        let limit = options.connect_timeout.max(options.deadline);
+        let ask = async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("INFO")
+                .arg("cluster")
+                .query_async::<String>(&mut c)
+                .await
+        };
+        match tokio::time::timeout(limit, ask).await {
+            Err(_) => Err(timeout(limit)),
+            Ok(r) => Ok(says_cluster(&r.map_err(map_err)?)),
+        }
+    }
+
+    /// A store that connects on first use and reconnects by itself; no I/O here. Calls
+    /// fail with [`StoreError`] until Redis answers. Must be called inside a Tokio
+    /// runtime.
+    ///
+    /// A comma-separated list of URLs is a Redis Cluster; one URL is a single node here
+    /// (telling a Cluster node apart needs I/O: use [`connect`](Self::connect), or
+    /// [`cluster_lazy`](Self::cluster_lazy) with that one URL).
+    pub fn connect_lazy(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
+        match Endpoint::parse(url).map_err(protocol)? {
+            Endpoint::Cluster(nodes) => Self::cluster_lazy(&nodes, options),
+            Endpoint::Detect(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| protocol(format!("redis url: {e}")))?;
+                Self::from_client(client, options)
+            }
+        }
+    }
+
+    /// A store on the Redis Cluster that `nodes` belong to (any reachable one is enough
+    /// to find the rest), connecting in the background; no I/O here. `MOVED` / `ASK`
+    /// redirections and topology changes (a failover, a resharded slot) are followed by
+    /// the client; a call in flight during one fails at its deadline at worst. Must be
+    /// called inside a Tokio runtime.
+    pub fn cluster_lazy(nodes: &[String], options: RedisStoreOptions) -> StoreResult<Self> {
+        in_runtime()?;
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+            .connection_timeout(options.connect_timeout)
+            // Our own deadline bounds each call; the client's retries follow redirections
+            // and reconnect, each wait short so a call can still land within it.
+            .retries(4)
+            .min_retry_wait(2)
+            .max_retry_wait(options.reconnect_max_delay.as_millis().max(2) as u64)
+            .build()
+            .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
+        let config =
+            redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
+        let conn = client.get_pending_async_connection_with_config(config);
+        Ok(Self::with_conn(Conn::Cluster(conn), options))
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) with a single-node client configured by the
+    /// caller (TLS, credentials, RESP version). Must be called inside a Tokio runtime.
+    pub fn from_client(client: redis::Client, options: RedisStoreOptions) -> StoreResult<Self> {
+        in_runtime()?;
+        let config = ConnectionManagerConfig::new()
+            .set_min_delay(Duration::from_millis(10))
+            .set_exponent_base(2.0)
+            .set_max_delay(options.reconnect_max_delay)
+            .set_number_of_retries(8)
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_pipeline_buffer_size(options.pipeline_buffer);
+        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
+        Ok(Self::with_conn(Conn::Node(conn), options))
+    }
+
+    fn with_conn(conn: Conn, options: RedisStoreOptions) -> Self {
+        let nodes = match &conn {
+            Conn::Node(_) => None,
+            Conn::Cluster(c) => {
+                let nodes = Arc::new(Nodes::new(options.deadline));
+                watch_topology(
+                    c.clone(),
+                    Arc::downgrade(&nodes),
+                    TOPOLOGY_EVERY,
+                    options.connect_timeout,
+                );
+                Some(nodes)
+            }
+        };
+        let instance = options
+            .instance_id
+            .unwrap_or_else(|| format!("{:016x}", id::random_u64()));
+        Self {
+            inner: Arc::new(Inner {
+                conn,
+                keys: Keys::new(options.prefix, &options.billing_tag),
+                instance,
+                // A random start in [1, 2^61): two stores never hand out the same id, so
+                // a lease released through the wrong store frees nothing; and no count
+                // reaches bit 62, which marks a lease of a quota block.
+                next_lease: id::Sequence::starting_at((id::random_u64() >> 3).max(1)),
+                deadline: options.deadline,
+                busy_limit: options.busy_limit,
+                connect_timeout: options.connect_timeout,
+                amount_ttl_ms: portcullis_core::clock::millis(options.amount_ttl),
+                replica_acks: options.replica_acks,
+                time: options.time,
+                breaker: Breaker::new(options.deadline),
+                liveness: Liveness::new(),
+                nodes,
+                batcher: Batcher::default(),
+                retries: retry::Retries::default(),
+                failed_settles: retry::FailedSettles::default(),
+                blocks: options
+                    .blocks
+                    .map(|s| std::sync::Mutex::new(portcullis_core::blocks::Blocks::new(s))),
+                origin: std::time::Instant::now(),
+                borrows: Arc::new(tokio::sync::Notify::new()),
+                borrow_gen: std::sync::atomic::AtomicU64::new(0),
+                borrow_failed: std::sync::atomic::AtomicU64::new(0),
+                #[cfg(test)]
+                sent_twice: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// True when the store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.conn.is_cluster()
+    }
+
+    /// Loads every script into the server's script cache (`SCRIPT LOAD`; on a Cluster,
+    /// on every master), bounded by the connect timeout. [`connect`](Self::connect)
+    /// does it; calls also reload a missing script by themselves (after a restart,
+    /// `SCRIPT FLUSH` or a failover to a replica that never saw it).
+    pub async fn load_scripts(&self) -> StoreResult<()> {
+        let s = scripts();
+        let mut conn = self.inner.conn.clone();
+        let limit = self.inner.connect_timeout.max(self.inner.deadline);
+        let load = async {
+            if conn.is_cluster() {
+                // One command per script: the Cluster client sends `SCRIPT LOAD` to every
+                // master (a pipeline would go to one node).
+                let mut hashes = Vec::with_capacity(s.sources.len());
+                for src in &s.sources {
+                    let h: String = redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(cluster_source(src))
+                        .query_async(&mut conn)
+                        .await?;
+                    hashes.push(h);
+                }
+                Ok(hashes)
+            } else {
+                let mut pipe = redis::pipe();
+                for src in &s.sources {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(src.as_str());
+                }
+                pipe.query_async::<Vec<String>>(&mut conn).await
+            }
+        };
+        let hashes: Vec<String> = match tokio::time::timeout(limit, load).await {
+            Err(_) => return Err(timeout(limit)),
+            Ok(r) => r.map_err(map_err)?,
+        };
+        let expected: Vec<&str> = if self.is_cluster() {
+            CLUSTER_SCRIPTS.iter().map(Script::get_hash).collect()
+        } else {
+            s.hashes().to_vec()
+        };
+        if hashes.iter().map(String::as_str).ne(expected) {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                format!("SCRIPT LOAD returned unexpected hashes {hashes:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The id of this instance in lease members.
+    pub fn instance_id(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// The per-call deadline.
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline
+    }
+
+    /// The key of `key`'s slot leases: `<prefix>:{<subject>}:slots`.
+    pub fn slots_key(&self, key: &SubjectKey) -> String {
+        self.inner.keys.slots(key)
+    }
+
+    /// The key of `key`'s window state under `scope`: `<prefix>:{<subject>}:win:<scope>`
+    /// (`key` or `sub`).
+    pub fn window_key(&self, key: &SubjectKey, scope: Scope) -> String {
+        self.inner.keys.window(key, scope)
+    }
+
+    /// The key of the rolling log (W10) of `key` under `scope`:
+    /// `<prefix>:{<subject>}:win:<scope>:roll`.
+    pub fn rolling_key(&self, key: &SubjectKey, scope: Scope) -> String {
+        let mut k = self.window_key(key, scope);
+        k.push_str(":roll");
+        k
+    }
+
+    /// The keys of every window script: the state, its rolling log and its admission
+    /// records (`<state>:adm`).
+    fn window_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
+        Keys::window_script(self.window_key(key, scope))
+    }
+
+    /// True on a Cluster when the owner of `key`'s slot changed within `ttl_ms`.
+    pub(crate) fn slot_moved_within(&self, key: &str, ttl_ms: Millis) -> bool {
+        self.inner
+            .nodes
+            .as_ref()
+            .is_some_and(|n| n.moved_within(key.as_bytes(), Duration::from_millis(ttl_ms)))
+    }
+
+    /// The store's key names.
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// The member of the admission record of the call `id` (D9): the id alone, so any
+    /// instance can settle what another admitted (ids start at random, 2^61 apart).
+    fn record_member(id: u64) -> String {
+        id.to_string()
+    }
+
+    /// The lease member of `lease`: `<instance-id>:<lease>`.
+    fn member(&self, lease: LeaseId) -> String {
+        format!("{}:{lease}", self.inner.instance)
+    }
+
+    /// The scripts' time argument (ARGV[1]).
+    pub(crate) fn time(&self) -> String {
+        self.inner.time.arg()
+    }
+
+    /// Life of amount-cap and budget state after its last change, in ms.
+    pub(crate) fn amount_ttl_ms(&self) -> Millis {
+        self.inner.amount_ttl_ms
+    }
+}
+
+/// How often a Cluster store rereads the slot owners.
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
+
+fn in_runtime() -> StoreResult<()> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                "RedisStore must be created inside a Tokio runtime",
+            )
+        })
+}
+
+fn protocol(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Protocol, message)
+}
+
+fn timeout(limit: Duration) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Timeout,
+        format!("no answer from redis within {} ms", limit.as_millis()),
+    )
+}
+
+/// Classifies a client error: connection trouble is `Unavailable`, an I/O timeout is
+/// `Timeout`, anything the server or a script answered wrongly is `Protocol`.
+fn map_err(e: RedisError) -> StoreError {
+    let kind = if e.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        StoreErrorKind::Unavailable
+    } else {
+        match e.kind() {
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::ReadOnly,
+            )
+            | ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::AuthenticationFailed => StoreErrorKind::Unavailable,
+            _ => StoreErrorKind::Protocol,
+        }
+    };
+    StoreError::new(kind, format!("redis: {e}"))
+}
+
+fn count(v: i64, what: &str) -> StoreResult<u32> {
+    u32::try_from(v).map_err(|_| {
+        StoreError::new(
+            StoreErrorKind::Protocol,
+            format!("{what}: unexpected count {v}"),
+        )
+    })
+}

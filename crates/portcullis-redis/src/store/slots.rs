@@ -1,0 +1,78 @@
+//! [`SlotStore`] on Redis: per-subject in-flight slots as leases in a ZSET (C1–C5).
+
+use super::*;
+use portcullis_core::blocks::borrowed_lease;
+use portcullis_core::{
+    LeaseId, Millis, SlotDecision, SlotStore, StoreError, StoreErrorKind, SubjectKey,
+};
+
+impl SlotStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
+        let id = self.inner.next_lease.next();
+        let args = vec![
+            self.time(),
+            limit.to_string(),
+            ttl.to_string(),
+            self.member(id),
+        ];
+        let decided = self.eval(
+            &scripts().acquire,
+            vec![self.slots_key(key)],
+            args,
+            None,
+            move |r: (i64, i64)| match r {
+                (1, _) => Ok(SlotDecision::Acquired(id)),
+                (0, n) => Ok(SlotDecision::Full {
+                    in_flight: count(n, "acquire")?,
+                }),
+                r => Err(StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("acquire: unexpected reply {r:?}"),
+                )),
+            },
+        );
+        self.removing_late_lease(self.slots_key(key), self.member(id), decided)
+    }
+
+    fn renew(&self, key: &SubjectKey, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        if borrowed_lease(lease).is_some() {
+            return self.renew_borrowed(self.slots_key(key), lease, ttl);
+        }
+        let slots = self.slots_key(key);
+        // Its slot changed owner within a lease TTL: a lease the old owner had not
+        // replicated is restored (and counted) rather than reported gone (D10).
+        let restore = self.slot_moved_within(&slots, ttl);
+        let mut args = vec![self.time(), ttl.to_string(), self.member(lease)];
+        if restore {
+            args.push("1".to_owned());
+        }
+        self.eval(&scripts().renew, vec![slots], args, None, |r: i64| {
+            Ok(r == 1)
+        })
+    }
+
+    fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
+        // The next request of this subject — maybe on another instance, which cannot
+        // flush this one's batch — waits for this release: it goes out at once, with
+        // whatever the request queued before it (its settlements, its capacity lease).
+        self.release_lease(key, lease, true)
+    }
+
+    fn in_flight(&self, key: &SubjectKey) -> Self::Future<u32> {
+        let slots = self.slots_key(key);
+        let store = self.clone();
+        self.eval(
+            &scripts().in_flight,
+            vec![slots.clone()],
+            vec![self.time()],
+            None,
+            move |r: i64| {
+                // Leases this instance borrowed and did not hand out are not in flight.
+                let unused = store.blocks().map_or(0, |b| b.unused_slots(&slots));
+                Ok(count(r, "in_flight")?.saturating_sub(unused))
+            },
+        )
+    }
+}

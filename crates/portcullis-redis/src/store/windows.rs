@@ -1,0 +1,268 @@
+//! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
+
+use super::batching::Undo;
+use super::joint::joint_reply_granted;
+use super::*;
+use crate::batch::Code;
+use crate::codec::Doubles;
+use crate::codec::{self, AdmitReply};
+use crate::conn::hash_slot;
+use portcullis_core::blocks::{BlockAsk, GiveBack};
+use portcullis_core::{
+    Admission, Demand, Dimension, JointAdmission, JointItem, JointSettle, LimitView, Outcome,
+    Policy, Scope, SubjectKey, WindowStore, WindowTicket,
+};
+use std::sync::Arc;
+
+impl WindowStore for RedisStore {
+    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+
+    fn admit(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+        demand: &Demand,
+    ) -> Self::Future<Admission> {
+        let blob = codec::admit_args(self.inner.amount_ttl_ms, policy, demand);
+        let id = self.inner.next_lease.next();
+        let keys = self.window_keys(key, scope);
+        let undo = vec![Undo::Window {
+            keys: keys.clone(),
+            blob: codec::undo_args(self.inner.amount_ttl_ms, policy, demand, None),
+            id,
+        }];
+        let (policy, demand) = (policy.clone(), *demand);
+        let decided = self.eval_blobs(
+            &scripts().admit,
+            keys,
+            vec![self.time()],
+            vec![blob, Doubles::text(Self::record_member(id))],
+            move |r: Vec<i64>| {
+                Ok(match codec::admit_reply(&r, &policy, &demand, id)? {
+                    AdmitReply::Admitted(t) => Admission::Admitted(t),
+                    AdmitReply::Exceeded(e) => Admission::Exceeded(e),
+                })
+            },
+        );
+        self.undoing(undo, decided)
+    }
+
+    fn settle(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        ticket: WindowTicket,
+        outcome: Outcome,
+    ) -> Self::Future<()> {
+        if ticket.borrowed != 0 {
+            return self.settle_borrowed(key, scope, &ticket, outcome);
+        }
+        let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
+        self.settle_window(self.window_keys(key, scope), &blob, ticket.id, false)
+    }
+
+    fn view(
+        &self,
+        key: &SubjectKey,
+        scope: Scope,
+        policy: &Arc<Policy>,
+    ) -> Self::Future<Vec<LimitView>> {
+        let blob = codec::admit_args(0, policy, &Demand::default());
+        let policy = policy.clone();
+        let state = self.window_key(key, scope);
+        let store = self.clone();
+        self.eval(
+            &scripts().view,
+            self.window_keys(key, scope),
+            vec![self.time()],
+            Some(blob),
+            move |r: Vec<i64>| {
+                let mut lines = codec::view_reply(&r, &policy)?;
+                // What this instance borrowed and did not use is not used.
+                let now = store.local_now();
+                let (requests, tokens) = store
+                    .blocks()
+                    .map_or((0, 0), |b| b.unused_window(&state, now));
+                for l in &mut lines {
+                    match l.dimension {
+                        Dimension::Requests => l.used = l.used.saturating_sub(requests),
+                        Dimension::Tokens => l.used = l.used.saturating_sub(tokens),
+                        _ => {}
+                    }
+                }
+                Ok(lines)
+            },
+        )
+    }
+
+    fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
+        let decided = self.admit_all_counted(items, &vec![None; items.len()]);
+        RedisStoreFuture::new(async move { decided.await.map(|(a, _)| a) })
+    }
+
+    fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()> {
+        // Each a window settlement of the batch: they go out in one call with the
+        // request's other settlements.
+        let calls: Vec<_> = items
+            .into_iter()
+            .map(|it| WindowStore::settle(self, &it.key, it.scope, it.ticket, it.outcome))
+            .collect();
+        RedisStoreFuture::new(async move {
+            for r in futures_util::future::join_all(calls).await {
+                r?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl RedisStore {
+    /// Queues the settlement `blob` of the admission recorded under `id` (a quota
+    /// block's when `block`), on the window script keys `keys`: keyed, so it counts
+    /// once and only if Redis counted the admission, and sent again until it lands
+    /// (D9); `id` 0: unkeyed, sent once.
+    pub(super) fn settle_window(
+        &self,
+        keys: Vec<String>,
+        blob: &Doubles,
+        id: u64,
+        block: bool,
+    ) -> RedisStoreFuture<()> {
+        let mut args = vec![self.time().into_bytes(), blob.bytes().to_vec()];
+        let code = if id == 0 {
+            Code::WindowCorrect
+        } else {
+            let mut member = Self::record_member(id);
+            if block {
+                member.push_str(":b");
+            }
+            args.push(member.into_bytes());
+            Code::WindowSettle
+        };
+        self.batched(code, keys, args, |_: i64| Ok(()))
+    }
+
+    /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
+    /// script may touch any key there), one per slot change on a Cluster.
+    pub(super) fn slot_groups(
+        &self,
+        keys: impl Iterator<Item = String>,
+    ) -> Vec<std::ops::Range<usize>> {
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        let cluster = self.is_cluster();
+        let mut last = None;
+        for (i, k) in keys.enumerate() {
+            let slot = if cluster { hash_slot(k.as_bytes()) } else { 0 };
+            match groups.last_mut() {
+                Some(g) if last == Some(slot) => g.end = i + 1,
+                _ => groups.push(i..i + 1),
+            }
+            last = Some(slot);
+        }
+        groups
+    }
+
+    /// [`WindowStore::admit_all`] asking item `i` for the quota block `asks[i]` too;
+    /// answers the requests each item counted (its block's, or 1). On a Cluster, items
+    /// on different slots (a vendor-wide window beside a credential's) are one script
+    /// per slot, in order; a refusal gives back what the groups before it counted.
+    pub(super) fn admit_all_counted(
+        &self,
+        items: &[JointItem],
+        asks: &[Option<BlockAsk>],
+    ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
+        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
+        if groups.len() <= 1 {
+            return self.admit_group(items.to_vec(), asks.to_vec(), 0);
+        }
+        let store = self.clone();
+        let (items, asks) = (items.to_vec(), asks.to_vec());
+        RedisStoreFuture::new(async move {
+            let mut tickets = Vec::with_capacity(items.len());
+            let mut counted = Vec::with_capacity(items.len());
+            for range in groups {
+                let start = range.start;
+                let answer = store
+                    .admit_group(items[range.clone()].to_vec(), asks[range].to_vec(), start)
+                    .await;
+                match answer {
+                    Ok((JointAdmission::Admitted(t), c)) => {
+                        tickets.extend(t);
+                        counted.extend(c);
+                    }
+                    other => {
+                        for ((it, mut ticket), (n, ask)) in
+                            items.iter().zip(tickets).zip(counted.iter().zip(&asks))
+                        {
+                            let state = store.window_key(&it.key, it.scope);
+                            match ask.filter(|_| *n > 1) {
+                                // A block counted whole: given back whole.
+                                Some(a) => {
+                                    ticket.demand.tokens = a.tokens;
+                                    store.give_back(GiveBack::Window {
+                                        key: state,
+                                        ticket,
+                                        requests: *n,
+                                        used: 0,
+                                        outcome: Outcome::Refund,
+                                    });
+                                }
+                                None => {
+                                    let r = WindowStore::settle(
+                                        &store,
+                                        &it.key,
+                                        it.scope,
+                                        ticket,
+                                        Outcome::Refund,
+                                    );
+                                    tokio::spawn(r);
+                                }
+                            }
+                        }
+                        return other;
+                    }
+                }
+            }
+            Ok((JointAdmission::Admitted(tickets), counted))
+        })
+    }
+
+    /// One script admitting `items` (all on one slot) all or nothing, item `i` asking
+    /// for the block `asks[i]` too; a refusal's index is offset by `first`, the position
+    /// of `items[0]` in the whole request.
+    pub(super) fn admit_group(
+        &self,
+        items: Vec<JointItem>,
+        asks: Vec<Option<BlockAsk>>,
+        first: usize,
+    ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
+        let id = self.inner.next_lease.next();
+        let mut keys = Vec::with_capacity(3 * items.len());
+        let mut blobs = Vec::with_capacity(items.len());
+        let mut undo = Vec::with_capacity(items.len());
+        for (it, ask) in items.iter().zip(&asks) {
+            let ks = self.window_keys(&it.key, it.scope);
+            undo.push(Undo::Window {
+                keys: ks.clone(),
+                blob: codec::undo_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask),
+                id,
+            });
+            keys.extend(ks);
+            blobs.push(codec::admit_block_args(
+                self.inner.amount_ttl_ms,
+                &it.policy,
+                &it.demand,
+                *ask,
+            ));
+        }
+        let decided = self.eval_blobs(
+            &scripts().admit_all,
+            keys,
+            vec![self.time(), Self::record_member(id)],
+            blobs,
+            move |r: redis::Value| joint_reply_granted(r, &items, first, id),
+        );
+        self.undoing(undo, decided)
+    }
+}

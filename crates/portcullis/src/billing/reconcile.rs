@@ -1,0 +1,95 @@
+//! An operator's reconciliation of an attempt left pending (B7): settle it at its real
+//! cost or write it off, and leave a usage record through the same sink as every other
+//! record.
+
+use super::{UsageRecord, UsageSink};
+use portcullis_core::{
+    AttemptRef, AttemptState, Books, DynReconcile, Millis, Money, PendingAttempt, Reconcile,
+    Reconciled, StoreResult, Usage,
+};
+
+/// How an operator closed a pending attempt, on its usage record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconciliation {
+    /// Settled at the record's cost (its `outcome` is [`AttemptState::Settled`]).
+    Settled {
+        /// The upper bound that was pending.
+        pending: Money,
+    },
+    /// Written off: nothing charged (its `outcome` is [`AttemptState::Refunded`]).
+    WrittenOff {
+        /// The upper bound that was pending and is released.
+        pending: Money,
+    },
+}
+
+/// Reconciles `attempt` in `store` (a [`ReconcileStore`], or what
+/// [`BillingStore::reconciler`] hands out) as `how` (B7) and, when it was pending, passes
+/// one usage record to `sink`: the settlement at its cost with the `usage` the operator
+/// reports, or the write-off. Answers as [`ReconcileStore::reconcile`]: reconciling an
+/// attempt twice changes nothing and records nothing the second time.
+///
+/// [`ReconcileStore`]: portcullis_core::ReconcileStore
+/// [`ReconcileStore::reconcile`]: portcullis_core::ReconcileStore::reconcile
+/// [`BillingStore::reconciler`]: portcullis_core::BillingStore::reconciler
+///
+/// `now` stamps the record (ms, the same clock as the billing layer's records).
+pub async fn reconcile<St: DynReconcile + ?Sized>(
+    store: &St,
+    sink: &dyn UsageSink,
+    attempt: &AttemptRef,
+    how: Reconcile,
+    usage: Option<Usage>,
+    now: Millis,
+) -> StoreResult<Reconciled> {
+    let answer = DynReconcile::reconcile(store, attempt, how).await?;
+    let record = |p: &PendingAttempt, outcome, reconciliation| UsageRecord {
+        at: now,
+        key: p.key.clone().unwrap_or_else(|| match &p.attempt.books {
+            Books::Key(k) => k.clone(),
+            Books::Tenant(_) => "".into(),
+        }),
+        tenant: match &p.attempt.books {
+            Books::Tenant(t) => Some(t.clone()),
+            Books::Key(_) => None,
+        },
+        model: None,
+        channel: None,
+        attempt: p.attempt.attempt.clone(),
+        idempotency_key: None,
+        client_request_id: None,
+        usage,
+        outcome,
+        billed_to_balance: p.billed_to_balance,
+        reconciliation: Some(reconciliation),
+    };
+    match &answer {
+        Reconciled::Settled { attempt: p, cost } => {
+            tracing::info!(
+                attempt_id = &*p.attempt.attempt,
+                cost,
+                pending = p.amount,
+                "pending attempt settled by an operator (B7)"
+            );
+            sink.record(record(
+                p,
+                AttemptState::Settled(*cost),
+                Reconciliation::Settled { pending: p.amount },
+            ));
+        }
+        Reconciled::WrittenOff { attempt: p } => {
+            tracing::warn!(
+                attempt_id = &*p.attempt.attempt,
+                pending = p.amount,
+                "pending attempt written off by an operator (B7)"
+            );
+            sink.record(record(
+                p,
+                AttemptState::Refunded,
+                Reconciliation::WrittenOff { pending: p.amount },
+            ));
+        }
+        Reconciled::InFlight | Reconciled::NotPending => {}
+    }
+    Ok(answer)
+}

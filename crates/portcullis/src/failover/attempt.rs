@@ -1,0 +1,502 @@
+//! One request's attempts as the layer drives them: building each attempt, reading its
+//! outcome, and the side effects (counters, logs, metrics) of the decisions, which
+//! are portcullis-core's ([`Attempts`]).
+
+use super::gate::read_prefix;
+use super::layer::Shared;
+use super::{CONVERSATION, DEADLINE, FailoverBody, ModelFallback};
+use crate::BoxError;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use portcullis_core::failover::{
+    Attempts, Reason, Refused, RetryDecision, Stop, Timeline, Transport, Verdict, classify,
+    release_probes, transport_verdict,
+};
+use portcullis_core::{
+    Candidates, Chosen, Clock, Dialect, Millis, ModelId, Rejection, UpstreamError, UsageRecorder,
+};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tower::retry::budget::Budget;
+use tracing::Span;
+
+/// The request's state across its attempts.
+pub(crate) struct Run<S, C, ReqB> {
+    pub(crate) shared: Arc<Shared<C>>,
+    /// The inner stack, driven to readiness before each retry.
+    pub(crate) inner: S,
+    parts: http::request::Parts,
+    body: ReqB,
+    pub(crate) dialect: Dialect,
+    fallback: Option<ModelFallback<ReqB>>,
+    /// The request's own recorder; each attempt records into a child of it.
+    outer: UsageRecorder,
+    attempts: Attempts,
+    /// When failover took the request (the origin of its timeline, on the layer's
+    /// clock) and the deadline from then; `None` without a deadline (the clock is then
+    /// not read for it).
+    deadline: Option<(Millis, Duration)>,
+    /// When the last attempt was sent, on the layer's clock (its latency).
+    sent_at: Option<Millis>,
+    /// The attempt under way.
+    current: Option<Current>,
+    in_flight: Option<crate::gauge::InFlight>,
+}
+
+/// The attempt under way.
+struct Current {
+    recorder: UsageRecorder,
+    probes: Vec<Arc<str>>,
+}
+
+/// What is known of an attempt as soon as its answer (or failure) is in.
+#[derive(Clone, Debug)]
+pub(crate) struct Landed {
+    /// The channel that served it.
+    pub(crate) served: Option<Arc<str>>,
+    pub(crate) latency_ms: u64,
+}
+
+/// Where the request goes after an attempt's outcome.
+pub(crate) enum After<B: Body> {
+    /// Decide the next step.
+    Next,
+    /// Wait this long for a channel to recover, then decide again.
+    Wait(Duration),
+    /// The final failure.
+    Stop,
+    /// Done: this is the client's answer.
+    Done(Result<Response<FailoverBody<B>>, BoxError>),
+}
+
+/// The next step, with its plumbing done.
+pub(crate) enum Planned {
+    /// Send an attempt to these candidates after the wait.
+    Send(Duration, Candidates),
+    /// The final failure.
+    Stop(BoxError),
+}
+
+impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
+    /// Takes a request and the candidates [`take_candidates`] took out of it.
+    pub(crate) fn start(
+        shared: Arc<Shared<C>>,
+        inner: S,
+        req: Request<ReqB>,
+        candidates: Candidates,
+        in_flight: crate::gauge::InFlight,
+    ) -> Box<Self> {
+        let (mut parts, body) = req.into_parts();
+        let dialect = request_dialect(&parts.extensions);
+        let fallback = parts.extensions.remove::<ModelFallback<ReqB>>();
+        // The request's usage recorder and a channel chosen above are taken out of the
+        // head that every attempt clones (as the candidates were): each attempt gets
+        // its own.
+        shared
+            .state
+            .counters
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
+        shared.state.budget.deposit();
+        let outer = parts
+            .extensions
+            .remove::<UsageRecorder>()
+            .unwrap_or_default();
+        parts.extensions.remove::<Chosen>();
+        let model = parts.extensions.get::<ModelId>().map(|m| m.0.clone());
+        let conversation: Option<Arc<str>> = parts
+            .headers
+            .get(CONVERSATION)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 256)
+            .map(Arc::from);
+        let deadline = parts
+            .headers
+            .get(DEADLINE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .or(shared.config.default_deadline)
+            .map(|d| (shared.clock.now(), d));
+        let attempts = Attempts::new(candidates, model, conversation, fallback.is_some());
+        Box::new(Self {
+            shared,
+            inner,
+            parts,
+            body,
+            dialect,
+            fallback,
+            outer,
+            attempts,
+            deadline,
+            sent_at: None,
+            current: None,
+            in_flight: Some(in_flight),
+        })
+    }
+
+    fn timeline(&self) -> Timeline {
+        match self.deadline {
+            Some((start, deadline)) => Timeline {
+                now: Duration::from_millis(self.shared.clock.now().saturating_sub(start)),
+                deadline: Some(deadline),
+            },
+            None => Timeline::default(),
+        }
+    }
+
+    /// The next step: an attempt to send, or the final failure.
+    pub(crate) fn plan(&mut self) -> Planned {
+        loop {
+            // The backoff's jitter: random bits, so that requests failing together
+            // do not come back together. Drawn only once something was sent: the
+            // first attempt never backs off (and stays off the hash and the clock).
+            let sent = u64::from(self.attempts.sent());
+            let seed = if sent == 0 {
+                0
+            } else {
+                portcullis_core::id::random_u64() ^ sent
+            };
+            let shared = &*self.shared;
+            let decision = self.attempts.decide(
+                shared.channels(),
+                &shared.limits,
+                &|| shared.state.budget.withdraw(),
+                self.timeline(),
+                seed,
+                shared.clock.now(),
+            );
+            match decision {
+                RetryDecision::Send { wait, mut order } => {
+                    let candidates = order.candidates(self.attempts.candidates());
+                    self.current = Some(Current {
+                        recorder: UsageRecorder::child_of(&self.outer),
+                        probes: order.probes,
+                    });
+                    return Planned::Send(wait, candidates);
+                }
+                RetryDecision::Switch => {
+                    if !self.switch() {
+                        return Planned::Stop(self.stop());
+                    }
+                }
+                RetryDecision::Stop(why) => {
+                    if why == Stop::Budget {
+                        shared
+                            .state
+                            .counters
+                            .budget_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                        #[cfg(feature = "metrics")]
+                        metrics::counter!("portcullis_retry_budget_refused_total").increment(1);
+                    }
+                    return Planned::Stop(self.stop());
+                }
+            }
+        }
+    }
+
+    /// F11: every channel of this model tried; switch to the fallback model. False
+    /// when the request cannot be rewritten for it after all.
+    fn switch(&mut self) -> bool {
+        let Some((fb, next)) = self.fallback.take().and_then(|fb| {
+            let next = fb.build()?;
+            Some((fb, next))
+        }) else {
+            return false;
+        };
+        tracing::info!(
+            from = self.attempts.model().map_or("?", |m| &**m),
+            to = %fb.model,
+            "failover switches to the fallback model"
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!("portcullis_model_fallbacks_total").increment(1);
+        self.parts.uri = next.uri;
+        self.body = next.body;
+        self.parts.extensions.extend(next.extensions);
+        let candidates = self
+            .parts
+            .extensions
+            .remove::<Candidates>()
+            .unwrap_or_else(|| Candidates::new([]));
+        self.parts.extensions.remove::<Chosen>();
+        self.attempts.switch(fb.model, candidates);
+        true
+    }
+
+    /// The attempt's request (its own recorder and candidates) and its span: its
+    /// number, the channel that served it, the billing attempt id (recorded by the
+    /// billing layer inside it) and the outcome.
+    pub(crate) fn attempt(&mut self, candidates: Candidates) -> (Request<ReqB>, Span) {
+        let mut attempt = Request::from_parts(self.parts.clone(), self.body.clone());
+        if let Some(c) = &self.current {
+            attempt.extensions_mut().insert(c.recorder.clone());
+        }
+        attempt.extensions_mut().insert(candidates);
+        self.sent_at = Some(self.shared.clock.now());
+        // Signed numbers: the OpenTelemetry bridge exports unsigned ones as text. An
+        // exporter may name the span and give its kind (`otel.name`, e.g.
+        // `chat {model}`, and `otel.kind`: the client side of the provider call); left
+        // empty, they are not logged.
+        let span = tracing::debug_span!(
+            "attempt",
+            n = i64::from(self.attempts.sent()) + 1,
+            channel = tracing::field::Empty,
+            attempt_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+        );
+        (attempt, span)
+    }
+
+    /// The attempt's answer (or failure) is in: probes it did not use go back, its
+    /// span learns the channel and the outcome.
+    pub(crate) fn landed<B>(&mut self, res: &Result<Response<B>, BoxError>, span: &Span) -> Landed {
+        let current = self.current.take();
+        let served = match res {
+            Ok(r) => r.extensions().get::<Chosen>().map(|c| c.0.name.clone()),
+            Err(_) => None,
+        }
+        .or_else(|| current.as_ref().and_then(|c| c.recorder.channel()));
+        if let Some(c) = &current {
+            release_probes(&self.shared.state.health, &c.probes, served.as_deref());
+        }
+        let latency_ms = self
+            .sent_at
+            .map_or(0, |t| self.shared.clock.now().saturating_sub(t));
+        if !span.is_disabled() {
+            if let Some(ch) = served.as_deref() {
+                span.record("channel", ch);
+            }
+            let outcome = match res {
+                // The provider's status, or the gateway code that refused the attempt.
+                Ok(r) => i64::from(r.status().as_u16()),
+                Err(e) => e
+                    .downcast_ref::<Rejection>()
+                    .or_else(|| UpstreamError::find(&**e).map(UpstreamError::rejection))
+                    .map_or(0, |r| i64::from(r.code().code())),
+            };
+            span.record("outcome", outcome);
+        }
+        Landed { served, latency_ms }
+    }
+
+    /// The attempt failed with `verdict` on the channel that served it.
+    pub(crate) fn failed(&mut self, landed: Landed, verdict: Verdict) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!("portcullis_failover_attempt_failures_total", "reason" => verdict.reason.as_str())
+            .increment(1);
+        let shared = &*self.shared;
+        let channel = landed.served.clone();
+        let disabled = self.attempts.failed(
+            shared.channels(),
+            landed.served,
+            verdict,
+            landed.latency_ms,
+            shared.clock.now(),
+        );
+        if disabled {
+            tracing::warn!(
+                channel = channel.as_deref().unwrap_or("?"),
+                reason = verdict.reason.as_str(),
+                "credential disabled until an operator re-enables it"
+            );
+        }
+    }
+
+    /// The attempt's call failed.
+    pub(crate) fn on_error<B: Body>(&mut self, e: BoxError, landed: Landed) -> After<B> {
+        // The forwarder could not get an answer: it says how (connect, timeout, …).
+        if let Some(u) = UpstreamError::find(&*e) {
+            self.attempts.count_sent();
+            let verdict = transport_verdict(self.dialect, u.failure().transport());
+            self.failed(landed, verdict);
+            return After::Next;
+        }
+        let Some(r) = e.downcast_ref::<Rejection>() else {
+            return After::Done(Err(e));
+        };
+        let refused = self.attempts.refused(
+            r.code(),
+            r.layer(),
+            r.retry_after(),
+            &self.shared.limits,
+            self.timeline(),
+        );
+        match refused {
+            // An upstream failure that comes as a rejection (not the forwarder's typed
+            // error): of unknown result.
+            Refused::Failed(transport) => {
+                self.attempts.count_sent();
+                self.failed(landed, transport_verdict(self.dialect, transport));
+                After::Next
+            }
+            Refused::Wait(w) => {
+                tracing::debug!(
+                    wait_ms = w.as_millis() as u64,
+                    "failover waits for a channel to recover"
+                );
+                After::Wait(w)
+            }
+            Refused::Stop => After::Stop,
+            Refused::PassOn => After::Done(Err(e)),
+        }
+    }
+
+    /// An answer arrived: counted as an attempt.
+    pub(crate) fn answered(&mut self) {
+        self.attempts.count_sent();
+        self.shared
+            .state
+            .counters
+            .attempts
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The successful answer committed (F4): the client's answer.
+    pub(crate) fn committed<B: Body>(
+        &mut self,
+        res: Response<FailoverBody<B>>,
+        landed: &Landed,
+    ) -> Response<FailoverBody<B>> {
+        let shared = &*self.shared;
+        self.attempts.committed(
+            shared.channels(),
+            landed.served.as_ref(),
+            landed.latency_ms,
+            shared.clock.now(),
+        );
+        self.finish(res)
+    }
+
+    /// The successful answer failed before its first content chunk (F4).
+    pub(crate) fn gate_failed(&mut self, landed: Landed) {
+        let verdict = transport_verdict(self.dialect, Transport::StreamBeforeFirstChunk);
+        self.failed(landed, verdict);
+    }
+
+    /// An error answer: read and classified (F5); the client gets it when it is not
+    /// one to fail over on (F3).
+    pub(crate) async fn error_answer<B>(&mut self, res: Response<B>, landed: Landed) -> After<B>
+    where
+        B: Body,
+        B::Data: From<Bytes>,
+    {
+        let config = &self.shared.config;
+        let status = res.status().as_u16();
+        let (rparts, rbody) = res.into_parts();
+        let (head, rest) =
+            read_prefix(rbody, config.error_body_limit, config.first_chunk_timeout).await;
+        let f = (self.shared.error_reader)(self.dialect, status, &rparts.headers, &head);
+        let verdict = classify(self.dialect, &f);
+        tracing::info!(
+            channel = landed.served.as_deref().unwrap_or("?"),
+            status,
+            reason = verdict.reason.as_str(),
+            failover = verdict.failover,
+            provider_request_id = f.request_id.as_deref().unwrap_or(""),
+            "upstream attempt failed"
+        );
+        if !verdict.failover {
+            // F3: the request itself is at fault (or the error is unknown): the
+            // provider's answer goes to the client as it was.
+            if verdict.reason == Reason::Unknown {
+                tracing::warn!(
+                    status,
+                    body = %String::from_utf8_lossy(&head[..head.len().min(2048)]),
+                    "unclassified provider error; not retried"
+                );
+            }
+            let mut prefix = VecDeque::new();
+            if !head.is_empty() {
+                prefix.push_back(Frame::data(B::Data::from(head)));
+            }
+            let res =
+                Response::from_parts(rparts, FailoverBody::new(prefix, rest, self.dialect, None));
+            return After::Done(Ok(self.finish(res)));
+        }
+        drop(rest);
+        self.failed(landed, verdict);
+        After::Next
+    }
+
+    /// The client's answer: the attempts it took are recorded, and the layer counts
+    /// the request in flight until its body ends.
+    pub(crate) fn finish<B: Body>(
+        &mut self,
+        res: Response<FailoverBody<B>>,
+    ) -> Response<FailoverBody<B>> {
+        record_attempts(self.attempts.sent());
+        match self.in_flight.take() {
+            Some(t) => res.map(|b| b.counting(t)),
+            None => res,
+        }
+    }
+
+    /// The final failure (F10), counted.
+    pub(crate) fn stop(&mut self) -> BoxError {
+        record_attempts(self.attempts.sent());
+        let shared = &*self.shared;
+        shared.state.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let (rejection, _after_attempts) = self
+            .attempts
+            .final_failure(shared.channels(), shared.clock.now());
+        #[cfg(feature = "metrics")]
+        if _after_attempts {
+            metrics::counter!("portcullis_failover_final_total", "code" => rejection.code().code().to_string())
+                .increment(1);
+        }
+        rejection.into()
+    }
+}
+
+/// Retry amplification: the attempts one request took.
+fn record_attempts(_attempts: u32) {
+    #[cfg(feature = "metrics")]
+    if _attempts > 0 {
+        crate::gauge::record_attempts(_attempts);
+    }
+}
+
+/// The dialect the client speaks (error events are written in it).
+fn request_dialect(extensions: &http::Extensions) -> Dialect {
+    extensions
+        .get::<Dialect>()
+        .copied()
+        .unwrap_or(Dialect::Native)
+}
+
+/// Takes the request's candidates out of it. A request without any has nothing to fail
+/// over between: it gets one call, without the fallback offer (only failover reads
+/// it), and its dialect is returned instead.
+pub(crate) fn take_candidates<ReqB: Send + 'static>(
+    req: &mut Request<ReqB>,
+) -> Result<Candidates, Dialect> {
+    match req.extensions_mut().remove::<Candidates>() {
+        Some(c) => Ok(c),
+        None => {
+            req.extensions_mut().remove::<ModelFallback<ReqB>>();
+            Err(request_dialect(req.extensions()))
+        }
+    }
+}
+
+/// The answer of a passed-through call.
+pub(crate) fn passed_through<B: Body>(
+    res: Response<B>,
+    dialect: Dialect,
+    in_flight: Option<crate::gauge::InFlight>,
+) -> Response<FailoverBody<B>> {
+    res.map(|b| {
+        let body = FailoverBody::new(VecDeque::new(), Box::pin(b), dialect, None);
+        match in_flight {
+            Some(t) => body.counting(t),
+            None => body,
+        }
+    })
+}

@@ -1,0 +1,165 @@
+//! tower layers that give any hyper, axum or tonic service the admission control of an
+//! LLM / model-API gateway.
+//!
+//! | layer | feature | concern |
+//! |---|---|---|
+//! | [`ConcurrencySlotLayer`] | `slots` | per-subject in-flight slots, leases that heal (C1–C5) |
+//! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
+//! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B6) |
+//! | [`UpstreamLimitLayer`] | `upstream` | channel choice under provider RPM/RPH/RPD/TPM per credential, model, vendor (U1–U4) |
+//! | [`FailoverLayer`] | `failover` | attempts across channels, provider-error classification, first-chunk gate, retry budget, health, sticky conversations (F1–F10) |
+//! | [`CapacityQueueLayer`] | `capacity` | per-channel in-flight capacity, bounded tenant-fair queue (Q1–Q5) |
+//! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
+//!
+//! # What the layers read from a request
+//!
+//! Every request extension the layers read or write — who puts it there, who reads it,
+//! and when — is tabled in [`extensions`]. The ones an application supplies:
+//!
+//! - [`Subject`] (request extension): whom to limit and their policies. Put it there
+//!   in an authentication layer of your own, or configure the layer with a
+//!   [`SubjectExtractor`] (for example [`HeaderKey`]) to build it from the request (L6).
+//!   A request with no subject is refused with 40101 (401), never a panic.
+//! - [`Demand`] (request extension, optional): estimated tokens, images, videos and
+//!   money. Without one, a request counts as one request and nothing else.
+//! - [`UsageRecorder`] (request extension): the layers insert one if absent. Whatever
+//!   produces the response records the actual [`Usage`] into it before the response
+//!   body ends; the window layer settles tokens and money from it at the end of the
+//!   body (W5). With no usage recorded, the reservation stands as the charge — except
+//!   for a request dropped before any answer with nothing recorded, which never left
+//!   (a client that gave up while queued) and is refunded. Code that hands the request
+//!   to someone who may bill for it calls `UsageRecorder::mark_unknown` just before.
+//!   A forwarder that fails with an [`UpstreamError`] says how; a request the provider
+//!   never saw (no connection) is refunded whatever was marked. Every layer decides
+//!   settle-or-refund with the one rule [`settle`].
+//! - [`Dialect`] (request extension, optional): the error format; otherwise the
+//!   [`ErrorMappingLayer`] picks it from the path.
+//!
+//! Everything a layer holds for a request — a slot, window reservations — is held until
+//! the response **body** ends, errors or is dropped (L3).
+//!
+//! [`Subject`]: portcullis_core::Subject
+//! [`Demand`]: portcullis_core::Demand
+//! [`UsageRecorder`]: portcullis_core::UsageRecorder
+//! [`Usage`]: portcullis_core::Usage
+//! [`Dialect`]: portcullis_core::Dialect
+//! [`UpstreamError`]: portcullis_core::UpstreamError
+//! [`settle`]: portcullis_core::attempt::settle
+#![warn(missing_docs)]
+#![deny(unreachable_pub)]
+
+// First: the macros in it are used by the modules below.
+#[macro_use]
+mod macros;
+
+pub mod body;
+pub mod docs;
+pub mod extensions;
+pub mod extract;
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity",
+    feature = "upstream",
+    feature = "failover"
+))]
+pub mod failure;
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity",
+    feature = "upstream",
+    feature = "failover"
+))]
+mod gauge;
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity",
+    feature = "upstream",
+    feature = "failover"
+))]
+mod spawn;
+
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "upstream",
+    feature = "capacity"
+))]
+mod joint;
+
+#[cfg(feature = "billing")]
+pub mod billing;
+#[cfg(feature = "capacity")]
+pub mod capacity;
+#[cfg(feature = "errors")]
+pub mod error_map;
+#[cfg(feature = "failover")]
+pub mod failover;
+#[cfg(feature = "slots")]
+pub mod slot;
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "upstream",
+    feature = "failover",
+    feature = "capacity"
+))]
+pub mod time;
+#[cfg(feature = "upstream")]
+pub mod upstream;
+#[cfg(feature = "windows")]
+pub mod window;
+
+pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity",
+    feature = "upstream",
+    feature = "failover"
+))]
+pub use failure::{FailureMode, FailureStats};
+#[cfg(all(
+    feature = "metrics",
+    any(
+        feature = "slots",
+        feature = "windows",
+        feature = "billing",
+        feature = "capacity",
+        feature = "upstream",
+        feature = "failover"
+    )
+))]
+pub use gauge::bind_metrics;
+pub use portcullis_core as core;
+
+#[cfg(feature = "billing")]
+pub use billing::{
+    BillingGate, BillingGateLayer, BillingProfile, NotBilled, UsageRecord, UsageSink,
+};
+#[cfg(feature = "capacity")]
+pub use capacity::{CapacityQueue, CapacityQueueLayer};
+#[cfg(feature = "errors")]
+pub use error_map::{ErrorMapping, ErrorMappingLayer};
+#[cfg(feature = "failover")]
+pub use failover::{Failover, FailoverLayer};
+#[cfg(feature = "slots")]
+pub use slot::{ConcurrencySlot, ConcurrencySlotLayer};
+#[cfg(feature = "upstream")]
+pub use upstream::{UpstreamLimit, UpstreamLimitLayer};
+#[cfg(feature = "windows")]
+pub use window::{AnchoredWindow, AnchoredWindowLayer};
+
+/// Request header: how many more milliseconds the client is willing to wait, for
+/// the capacity queue (Q3) and failover's waits (F6).
+pub const DEADLINE_HEADER: &str = "x-portcullis-deadline-ms";
+
+/// The error type of the layers: a boxed error that is a
+/// [`Rejection`](portcullis_core::Rejection) when a layer refused.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

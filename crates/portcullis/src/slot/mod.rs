@@ -1,0 +1,188 @@
+//! Per-subject in-flight slots (C1–C5).
+//!
+//! A slot is taken when the request is called (not in `poll_ready`), from the
+//! [`SlotStore`], as a timestamped lease. The lease is held
+//! until the response body ends, errors or is dropped (L3), renewed every
+//! `renew_every` while held (C4), and released exactly once (C3). With no free slot
+//! the request is refused with 42901 at once, or after waiting up to `max_wait` (C2).
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use portcullis::{ConcurrencySlotLayer, core::{MemoryStore, Policy, Subject}};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let svc = ServiceBuilder::new()
+//!     .layer(ConcurrencySlotLayer::new(MemoryStore::new()))
+//!     .service_fn(|_req: http::Request<()>| async {
+//!         Ok::<_, Infallible>(http::Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+//!     });
+//! let mut req = http::Request::new(());
+//! req.extensions_mut().insert(Subject::new("key-1").with_policy(Policy::default().with_concurrency(2)));
+//! let res = svc.oneshot(req).await.unwrap();
+//! assert_eq!(res.status(), 200);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::ConcurrencySlotLayer;
+pub use service::ConcurrencySlot;
+
+use crate::body::Hold;
+use crate::spawn::{Registration, Renew, Renewals, detach};
+use crate::time::ms;
+use portcullis_core::{GatewayCode, LayerKind, LeaseId, Millis, Rejection, SlotStore, SubjectKey};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Context;
+use std::time::Duration;
+
+/// Default lease TTL (C4): 60 s. A lease in use is renewed every third of it, so a
+/// crashed instance's slots come back within a minute (600 s, with no
+/// renewal, stays a valid setting).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// Slot settings, set by the layer's builder methods.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotConfig {
+    /// Lease TTL (C4).
+    pub(crate) lease_ttl: Duration,
+    /// Renewal period of a held lease; default TTL/3 (C4).
+    pub(crate) renew_every: Duration,
+    /// Longest wait for a free slot; zero = refuse at once (C2).
+    pub(crate) max_wait: Duration,
+    /// Failure mode when the store cannot answer (D4).
+    pub(crate) failure_mode: crate::FailureMode,
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: DEFAULT_LEASE_TTL,
+            renew_every: DEFAULT_LEASE_TTL / 3,
+            max_wait: Duration::ZERO,
+            failure_mode: crate::FailureMode::Open,
+        }
+    }
+}
+
+/// Renews slot leases (C4).
+pub(crate) struct SlotRenew<St> {
+    pub(crate) store: St,
+    pub(crate) ttl: Millis,
+}
+
+/// Names a slot lease for renewal.
+pub(crate) type SlotLease = (SubjectKey, LeaseId);
+
+impl<St: SlotStore> Renew for SlotRenew<St> {
+    type Id = SlotLease;
+    fn renew(
+        &self,
+        (key, lease): &Self::Id,
+    ) -> impl Future<Output = portcullis_core::StoreResult<bool>> + Send + 'static {
+        self.store.renew(key, *lease, self.ttl)
+    }
+}
+
+/// A held slot: released when dropped, renewed while its request waits or streams.
+pub struct SlotGuard<St: SlotStore> {
+    store: St,
+    key: SubjectKey,
+    lease: LeaseId,
+    renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
+    registration: Option<Registration<SlotRenew<St>, SlotLease>>,
+    _in_flight: crate::gauge::InFlight,
+}
+
+impl<St: SlotStore> SlotGuard<St> {
+    pub(crate) fn new(
+        store: St,
+        key: SubjectKey,
+        lease: LeaseId,
+        renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
+    ) -> Self {
+        Self {
+            store,
+            key,
+            lease,
+            renewals,
+            registration: None,
+            _in_flight: crate::gauge::InFlight::enter(portcullis_core::LayerKind::ConcurrencySlot),
+        }
+    }
+
+    /// The lease held.
+    pub fn lease(&self) -> LeaseId {
+        self.lease
+    }
+}
+
+impl<St: SlotStore> Hold for SlotGuard<St> {
+    fn keep_alive(&mut self, _cx: &mut Context<'_>) {
+        if self.registration.is_none() {
+            self.registration = self.renewals.register((self.key.clone(), self.lease));
+        }
+    }
+}
+
+impl<St: SlotStore> Drop for SlotGuard<St> {
+    fn drop(&mut self) {
+        detach(self.store.release(&self.key, self.lease), "slot release");
+    }
+}
+
+/// What a store's slot answer means for the request.
+pub(crate) enum Answer<St: SlotStore> {
+    /// Go on, holding this guard (`None`: the store failed and the layer fails open).
+    Go(Option<SlotGuard<St>>),
+    /// Every slot is taken (refuse, or wait when `max_wait` allows).
+    Full,
+    /// Refused: the store failed and the layer fails closed.
+    Refuse(Rejection),
+}
+
+impl<St: SlotStore, X, C> layer::Shared<St, X, C> {
+    /// The meaning of `answer` for a slot of `key`.
+    pub(crate) fn answer(
+        &self,
+        key: SubjectKey,
+        answer: portcullis_core::StoreResult<portcullis_core::SlotDecision>,
+    ) -> Answer<St> {
+        self.failures.answered(LayerKind::ConcurrencySlot, &answer);
+        match answer {
+            Ok(portcullis_core::SlotDecision::Acquired(lease)) => Answer::Go(Some(SlotGuard::new(
+                self.store.clone(),
+                key,
+                lease,
+                self.renewals.clone(),
+            ))),
+            Ok(portcullis_core::SlotDecision::Full { .. }) => Answer::Full,
+            Err(e) => match self.failures.on_error(
+                self.config.failure_mode,
+                LayerKind::ConcurrencySlot,
+                &e,
+            ) {
+                None => Answer::Go(None),
+                Some(r) => Answer::Refuse(r),
+            },
+        }
+    }
+}
+
+/// How long to sleep before asking the store again while waiting for a slot:
+/// 1, 2, 4 … 32 ms, never past the end of the wait.
+pub(crate) fn backoff(attempt: u32, remaining: Duration) -> Duration {
+    ms(1u64 << attempt.min(5)).min(remaining)
+}
+
+/// The 42901 rejection (C2). Retry-After 1 s: a slot frees when any request ends.
+pub(crate) fn busy() -> Rejection {
+    Rejection::new(GatewayCode::ConcurrencyLimit, LayerKind::ConcurrencySlot)
+        .with_retry_after(Some(Duration::from_secs(1)))
+}
