@@ -3,15 +3,17 @@
 # the full stack (examples/bench.toml, in-memory store) of build A and of build B, in
 # front of one fake upstream, at 16 and 64 connections, interleaved A, B, A, B so that a
 # noisy host hits both alike. Prints requests/s and the full stack's share of its own
-# build's bare forwarder.
+# build's bare forwarder for every round, then the median share per build and
+# connection count: on a shared 2-core host one round's share moves by ±15 points, the
+# median of several much less.
 #
-#   bash examples/bench_ab.sh DIR_A DIR_B [REQUESTS]
+#   bash examples/bench_ab.sh DIR_A DIR_B [REQUESTS] [ROUNDS]
 #
 # DIR_A / DIR_B hold `proxy`, `load` and `fake_upstream` release binaries (for example
 # `target/release/examples` of two checkouts). Loopback only; bounded by REQUESTS
 # (default 20000) per line.
 set -euo pipefail
-A=$1; B=$2; N=${3:-20000}
+A=$1; B=$2; N=${3:-20000}; ROUNDS=${4:-5}
 cd "$(dirname "$0")/.."
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -35,13 +37,25 @@ rps() { # dir bare(0/1) connections
   echo "$out" | sed -n 's/.*rps=\([0-9]*\).*/\1/p'
 }
 printf '%-6s %5s %10s %10s %8s\n' build conns "bare rps" "full rps" "full/bare"
-for round in 1 2; do
+shares=$D/shares
+for round in $(seq "$ROUNDS"); do
   for c in 16 64; do
     for build in A B; do
       dir=$A; [ "$build" = B ] && dir=$B
       bare=$(rps "$dir" 1 "$c"); full=$(rps "$dir" 0 "$c")
       awk -v b="$build" -v c="$c" -v x="$bare" -v y="$full" \
         'BEGIN { printf "%-6s %5d %10d %10d %7.0f%%\n", b, c, x, y, 100 * y / x }'
+      awk -v b="$build" -v c="$c" -v x="$bare" -v y="$full" \
+        'BEGIN { printf "%s %d %.1f\n", b, c, 100 * y / x }' >> "$shares"
     done
+  done
+done
+echo "median full/bare over $ROUNDS rounds:"
+for c in 16 64; do
+  for build in A B; do
+    awk -v b="$build" -v c="$c" '$1 == b && $2 == c { print $3 }' "$shares" | sort -n |
+      awk -v b="$build" -v c="$c" '{ v[NR] = $1 } END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "%-6s %5d %7.1f%%\n", b, c, m }'
   done
 done

@@ -461,10 +461,17 @@ mod tests {
 
     #[test]
     fn tiny_mp4_boxes_add_up() {
-        // ftyp (24) + free (30) + mdat (8)
-        assert_eq!(TINY_MP4.len(), 24 + 30 + 8);
-        assert_eq!(&TINY_MP4[4..8], b"ftyp");
-        assert_eq!(&TINY_MP4[28..32], b"free");
-        assert_eq!(&TINY_MP4[58..62], b"mdat");
+        // Each box: a 4-byte big-endian size (header included), then its type. The
+        // sizes must tile the file exactly: ftyp, free, mdat.
+        let mut at = 0;
+        let mut kinds = Vec::new();
+        while at < TINY_MP4.len() {
+            let size = u32::from_be_bytes(TINY_MP4[at..at + 4].try_into().unwrap()) as usize;
+            assert!(size >= 8, "box at {at} has size {size}");
+            kinds.push(&TINY_MP4[at + 4..at + 8]);
+            at += size;
+        }
+        assert_eq!(at, TINY_MP4.len(), "the boxes overrun the file");
+        assert_eq!(kinds, [&b"ftyp"[..], b"free", b"mdat"]);
     }
 }
