@@ -412,3 +412,108 @@ fn w5_every_stream_reads_the_same_in_any_chunking_after_finish_is_idempotent() {
         assert!(w.heap_bytes() < 16 * 1024, "{name}");
     }
 }
+
+// ---- What the scanner's caps keep from matching ---------------------------------------
+
+/// A key longer than the scanner keeps (32 bytes) matches no rule, even when its first
+/// chunk alone spelled one (`usage` here): its usage object is not the usage.
+#[test]
+fn w5_a_long_key_that_starts_like_usage_is_not_usage() {
+    let body = br#"{"usage_of_a_field_whose_name_is_much_too_long":{"prompt_tokens":5,"completion_tokens":2},"choices":[{"message":{"content":"x"}}]}"#;
+    let expected = Seen {
+        usage: None,
+        content: true,
+        error: None,
+        end: true,
+    };
+    assert_every_split(Dialect::OpenAi, false, body, &expected);
+}
+
+/// A token count longer than the scanner keeps (40 bytes) has no value: it is not read
+/// as a truncated or saturated number.
+#[test]
+fn w5_a_number_longer_than_the_cap_counts_nothing() {
+    let digits = "9".repeat(45);
+    let body = format!(r#"{{"usage":{{"prompt_tokens":{digits},"completion_tokens":2}}}}"#);
+    let u = usage_from_json(Dialect::OpenAi, body.as_bytes()).unwrap();
+    assert_eq!(u, usage(0, 0, 0, 2));
+    let expected = Seen {
+        usage: Some(usage(0, 0, 0, 2)),
+        content: false,
+        error: None,
+        end: true,
+    };
+    assert_every_split(Dialect::OpenAi, false, body.as_bytes(), &expected);
+}
+
+/// The id of the object an answer created (a Responses response, a video job) is kept
+/// only whole: one longer than a request may name is not kept cut short.
+#[test]
+fn p6_an_object_id_longer_than_a_request_may_name_is_not_kept() {
+    let id = |n: usize| "r".repeat(n);
+    for (len, kept) in [(128, true), (129, false), (300, false)] {
+        let body = format!(
+            r#"{{"id":"{}","object":"response","status":"queued"}}"#,
+            id(len)
+        );
+        let mut w = UsageWatcher::new(Dialect::OpenAi, false);
+        w.observe(body.as_bytes());
+        w.finish();
+        let want = id(len);
+        assert_eq!(
+            w.object_id(),
+            kept.then_some(want.as_str()),
+            "id of {len} bytes"
+        );
+    }
+}
+
+/// OpenAI error bodies may give `code` as a number; it names the error when `type` is
+/// missing — and only `error.code` does, not another number in the body.
+#[test]
+fn f5_openai_numeric_error_code_names_the_error() {
+    let body = br#"{"error":{"message":"slow down","code":429,"param":7},"retry":3}"#;
+    let seen = watch(Dialect::OpenAi, false, [&body[..]]);
+    assert_eq!(seen.error.as_deref(), Some("429: slow down"));
+}
+
+/// Some error bodies put `code` and `message` at the top level (`{"type":"error", …}`):
+/// those name the error, a `code` or `message` nested deeper does not.
+#[test]
+fn f5_top_level_code_and_message_name_the_error_nested_ones_do_not() {
+    let body = br#"{"type":"error","code":"overloaded","message":"try later","details":{"code":"inner","message":"not this"}}"#;
+    let seen = watch(Dialect::OpenAi, false, [&body[..]]);
+    assert_eq!(seen.error.as_deref(), Some("overloaded: try later"));
+    let body = br#"{"type":"error","message":{"text":"not this"},"code":{"value":"nor this"}}"#;
+    let seen = watch(Dialect::OpenAi, false, [&body[..]]);
+    assert_eq!(seen.error.as_deref(), Some("upstream error"));
+}
+
+/// Only a top-level string `id` names the object; an `id` object does not lend it its
+/// fields.
+#[test]
+fn p6_only_a_top_level_string_id_names_the_object() {
+    let mut w = UsageWatcher::new(Dialect::OpenAi, false);
+    w.observe(br#"{"id":{"value":"resp_inner"},"object":"response"}"#);
+    w.finish();
+    assert_eq!(w.object_id(), None);
+    let mut w = UsageWatcher::new(Dialect::OpenAi, false);
+    w.observe(br#"{"object":"response","id":"resp_1","output":[{"id":"msg_1"}]}"#);
+    w.finish();
+    assert_eq!(w.object_id(), Some("resp_1"));
+}
+
+/// An image is counted once per generated entry (its `b64_json` or `url`), not once per
+/// string the entry carries (`revised_prompt`) nor for strings elsewhere under `data`.
+#[test]
+fn b2_an_image_counts_once_whatever_else_its_entry_says() {
+    let body = br#"{"created":1,"data":[{"b64_json":"AAAA","revised_prompt":"a cat"},{"url":"https://img/2","revised_prompt":"a dog"}],"usage":{"input_tokens":5,"output_tokens":10}}"#;
+    let u = usage_from_json(Dialect::OpenAi, body).unwrap();
+    assert_eq!(
+        u,
+        Usage {
+            images: 2,
+            ..usage(5, 0, 0, 10)
+        }
+    );
+}
