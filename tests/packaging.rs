@@ -87,6 +87,37 @@ fn every_published_crate_packages_without_a_warning() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Each published crate carries its readme and both license texts (MIT and Apache-2.0,
+/// the `license` the manifests name), not only the workspace root.
+#[test]
+fn every_published_crate_ships_its_readme_and_license_texts() {
+    for name in PUBLISHED {
+        let out = cargo()
+            .args([
+                "package",
+                "--list",
+                "--offline",
+                "--allow-dirty",
+                "-p",
+                name,
+            ])
+            .output()
+            .expect("cargo package --list runs");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let files = String::from_utf8_lossy(&out.stdout);
+        for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+            assert!(
+                files.lines().any(|l| l == file),
+                "{name} does not ship {file}"
+            );
+        }
+    }
+}
+
 /// Each published crate carries what crates.io and docs.rs show: a description, a
 /// license, the repository, its documentation, a readme that is in the crate, keywords
 /// and categories; the examples and tests are marked unpublishable.
