@@ -229,12 +229,9 @@ where
         &self,
         registry: Arc<portcullis::core::upstream::UpstreamRegistry>,
     ) -> FailoverLayer {
-        FailoverLayer::with_clock(
-            registry,
-            portcullis::time::TokioClock::default(),
-            self.config.failover().clone(),
-            Some(Arc::new(portcullis_dialects::chunk_kind)),
-        )
+        FailoverLayer::new(registry)
+            .config(self.config.failover().clone())
+            .chunk_classifier(portcullis_dialects::chunk_kind)
     }
 
     /// The provider limits. On a store across the network, the channel's capacity lease

@@ -190,19 +190,6 @@ impl FailoverLayer<TokioClock> {
 }
 
 impl<C: Clock> FailoverLayer<C> {
-    /// `new(registry).clock(clock).config(config)` with `chunks` as the first-chunk
-    /// classifier, in one call (the proxy builds its layer this way).
-    pub fn with_clock(
-        registry: Arc<UpstreamRegistry>,
-        clock: C,
-        config: FailoverConfig,
-        chunks: Option<ChunkClassifier>,
-    ) -> Self {
-        let mut layer = FailoverLayer::new(registry).clock(clock).config(config);
-        layer.settings().chunks = chunks;
-        layer
-    }
-
     /// This layer's own settings, copied first if they are shared (copy on write).
     fn settings(&mut self) -> &mut Shared<C> {
         Arc::make_mut(&mut self.shared)
