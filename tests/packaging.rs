@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The crates a user can `cargo add` (or `cargo install`).
 const PUBLISHED: [&str; 7] = [
@@ -24,28 +24,35 @@ fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
 
-fn cargo() -> Command {
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(workspace());
-    c
+/// Runs cargo in the workspace with `args`; fails the test, with cargo's error output,
+/// unless it succeeds. Returns its output.
+fn cargo<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(workspace())
+        .args(args)
+        .output()
+        .expect("cargo runs");
+    let line = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy())
+        .collect::<Vec<_>>();
+    assert!(
+        out.status.success(),
+        "cargo {} failed:\n{}",
+        line.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 fn metadata() -> Value {
-    let out = cargo()
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cargo(&[
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+        "--offline",
+    ]);
     serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
 }
 
@@ -55,24 +62,21 @@ fn metadata() -> Value {
 #[test]
 fn every_published_crate_packages_without_a_warning() {
     let dir = std::env::temp_dir().join(format!("portcullis-package-{}", std::process::id()));
-    let mut args = vec![
+    let mut args: Vec<std::ffi::OsString> = [
         "package",
         "--offline",
         "--workspace",
         "--no-verify",
         "--allow-dirty",
-    ];
+    ]
+    .map(Into::into)
+    .into();
     for c in UNPUBLISHED {
-        args.extend(["--exclude", c]);
+        args.extend(["--exclude".into(), c.into()]);
     }
-    let out = cargo()
-        .args(&args)
-        .arg("--target-dir")
-        .arg(&dir)
-        .output()
-        .expect("cargo package runs");
+    args.extend(["--target-dir".into(), dir.clone().into_os_string()]);
+    let out = cargo(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "cargo package failed:\n{stderr}");
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
     assert!(
         warnings.is_empty(),
@@ -92,22 +96,14 @@ fn every_published_crate_packages_without_a_warning() {
 #[test]
 fn every_published_crate_ships_its_readme_and_license_texts() {
     for name in PUBLISHED {
-        let out = cargo()
-            .args([
-                "package",
-                "--list",
-                "--offline",
-                "--allow-dirty",
-                "-p",
-                name,
-            ])
-            .output()
-            .expect("cargo package --list runs");
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = cargo(&[
+            "package",
+            "--list",
+            "--offline",
+            "--allow-dirty",
+            "-p",
+            name,
+        ]);
         let files = String::from_utf8_lossy(&out.stdout);
         for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
             assert!(

@@ -33,7 +33,7 @@ if KEYS[3] and ARGV[3] then
     again = 1
   end
   if again > 0 then
-    local touched = {false, img > 0, vid > 0}
+    local touched = {true, img > 0, vid > 0}
     local has = {false, false, false}
     for o = 10, last, 3 do
       local d = A[o]
@@ -41,7 +41,6 @@ if KEYS[3] and ARGV[3] then
       if d == 3 then g = 2 elseif d == 4 then g = 3 end
       has[g] = true
     end
-    touched[1] = true
     local anchors = {-1, -1, -1}
     for g = 1, 3 do
       if touched[g] and has[g] and live[g] then anchors[g] = S[6 + g] end
