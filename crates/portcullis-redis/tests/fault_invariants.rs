@@ -38,6 +38,8 @@ const TENANT: &str = "acme";
 const BALANCE: i64 = 1_000_000_000;
 const COST: i64 = 3;
 const TOKENS: u64 = 7;
+/// Money each load request reserves.
+const MONEY: i64 = 10;
 const CHANNEL: &str = "inv-chan";
 
 fn policy() -> Arc<Policy> {
@@ -220,7 +222,7 @@ async fn client(
             key: k.clone(),
             spend_cap: None,
             budgets: vec![budget()].into(),
-            money: 10,
+            money: MONEY,
             bill_balance: true,
             lifetime_ms: portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS,
             tenant_expected: true,
@@ -424,11 +426,18 @@ async fn under_load(
                    n = n + redis.call('ZCARD', k) end return n";
     assert_eq!(target.sum(records), 0, "admission records");
     assert_eq!(view.budgets[0].reserved, 0, "money reserved in the budget");
+    // A billing block's retirement is one script: lost with the failover, it is lost
+    // whole, and the block stands as if its instance had died holding it — its money
+    // reserved until the sweep takes the block's attempt into pending reconciliation
+    // after the request lifetime (`t5_what_a_killed_instance_borrowed_…` checks that
+    // sweep). What the failover may leave so is at most the block each instance had
+    // open when it came.
     let blk = target.hget(&observer.tenant_key(TENANT), "blk");
-    assert_eq!(
-        blk.trim().parse::<i64>().unwrap_or(0),
-        0,
-        "money held by blocks"
+    let held = blk.trim().parse::<i64>().unwrap_or(0);
+    let one_block = i64::from(portcullis_core::blocks::MAX_BLOCK_UNITS) * MONEY;
+    assert!(
+        (0..=INSTANCES as i64 * one_block).contains(&held),
+        "money held by blocks: {held}, more than one open block ({one_block}) per instance"
     );
 
     // Books exact.
@@ -448,9 +457,10 @@ async fn under_load(
 }
 
 /// What a run whose acknowledged writes may be lost must still show: no lease held by
-/// nobody once their TTL has passed, no block money held, and books that never charge
-/// more than the usage log settled nor count more than completed — what a lost write
-/// costs is an undercharge and units given back early, never the reverse.
+/// nobody once their TTL has passed, no more block money held than the blocks open when
+/// the failover came, and books that never charge more than the usage log settled nor
+/// count more than completed — what a lost write costs is an undercharge and units
+/// given back early, never the reverse.
 async fn lost_at_most(
     observer: &RedisStore,
     target: &impl Target,
@@ -459,11 +469,18 @@ async fn lost_at_most(
     completed: u64,
     charged: i64,
 ) {
+    // A billing block's retirement is one script: lost with the failover, it is lost
+    // whole, and the block stands as if its instance had died holding it — its money
+    // reserved until the sweep takes the block's attempt into pending reconciliation
+    // after the request lifetime (`t5_what_a_killed_instance_borrowed_…` checks that
+    // sweep). What the failover may leave so is at most the block each instance had
+    // open when it came.
     let blk = target.hget(&observer.tenant_key(TENANT), "blk");
-    assert_eq!(
-        blk.trim().parse::<i64>().unwrap_or(0),
-        0,
-        "money held by blocks"
+    let held = blk.trim().parse::<i64>().unwrap_or(0);
+    let one_block = i64::from(portcullis_core::blocks::MAX_BLOCK_UNITS) * MONEY;
+    assert!(
+        (0..=INSTANCES as i64 * one_block).contains(&held),
+        "money held by blocks: {held}, more than one open block ({one_block}) per instance"
     );
     let spent = BALANCE - view.balance.expect("the tenant's balance");
     assert!(
