@@ -61,6 +61,19 @@ impl Frame {
         (!self.array && !self.long).then(|| &self.key[..usize::from(self.len)])
     }
 
+    /// Sets the whole key `key`, which starts `window` (the rest of the chunk).
+    fn set_key(&mut self, key: &[u8], window: &[u8]) {
+        if key.len() > KEY_CAP {
+            self.long = true;
+        } else if let Some(w) = window.first_chunk::<KEY_CAP>() {
+            // One fixed-size move instead of a variable-length copy.
+            self.key = *w;
+            self.len = key.len() as u8;
+        } else {
+            self.push_key(key);
+        }
+    }
+
     fn push_key(&mut self, bytes: &[u8]) {
         let len = usize::from(self.len);
         if len + bytes.len() > KEY_CAP {
@@ -220,6 +233,23 @@ impl Scanner {
                         .iter()
                         .position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
                         .unwrap_or(b.len() - i);
+                    if i + run < b.len() && self.num_len + run <= 19 {
+                        // The usual case, a token count ending in this chunk: read in
+                        // place when it is all digits, without the copy (nineteen
+                        // digits always fit a `u64`).
+                        let head = &self.num[..self.num_len];
+                        let digits = &b[i..i + run];
+                        if head.iter().chain(digits).all(u8::is_ascii_digit) {
+                            let v = head
+                                .iter()
+                                .chain(digits)
+                                .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+                            i += run;
+                            sink.scalar(self.path(), Scalar::Num(Some(v)));
+                            self.value_done(sink);
+                            continue;
+                        }
+                    }
                     let keep = run.min(NUM_CAP - self.num_len);
                     self.num[self.num_len..self.num_len + keep].copy_from_slice(&b[i..i + keep]);
                     self.num_len += keep;
@@ -266,6 +296,7 @@ impl Scanner {
         }
     }
 
+    #[inline(always)]
     fn structure(&mut self, c: u8, sink: &mut impl Sink) {
         match self.st {
             St::Value => self.start_value(c, sink),
@@ -313,6 +344,9 @@ impl Scanner {
                 }
                 let array = c == b'[';
                 sink.open(self.path(), array);
+                if self.frames.capacity() == 0 {
+                    self.frames.reserve_exact(8);
+                }
                 if array {
                     self.frames.push(Frame::array());
                     self.st = St::ArrFirst;
@@ -413,6 +447,30 @@ impl Scanner {
                             self.put(rest);
                             return b.len();
                         }
+                        Some(j) if rest[j] == b'"' && self.whole_string_so_far() => {
+                            // The usual case: the whole string in this chunk, without
+                            // escapes. A key is copied with one fixed-size move when the
+                            // chunk holds that many bytes; a value goes to the sink as
+                            // the input's own bytes, without a copy.
+                            let s = &rest[..j];
+                            if self.key {
+                                if let Some(f) = self.frames.last_mut() {
+                                    f.set_key(s, rest);
+                                }
+                                // The colon, when it follows at once (as it does in
+                                // compact JSON), without another turn of the loop.
+                                if rest.get(j + 1) == Some(&b':') {
+                                    self.st = St::Value;
+                                    return i + j + 2;
+                                }
+                                self.st = St::Colon;
+                            } else {
+                                let kept = &s[..s.len().min(STR_CAP)];
+                                sink.scalar(self.path(), Scalar::Str(kept, s.len() as u64));
+                                self.value_done(sink);
+                            }
+                            return i + j + 1;
+                        }
                         Some(j) => {
                             self.put(&rest[..j]);
                             i += j + 1;
@@ -463,6 +521,18 @@ impl Scanner {
             }
         }
         i
+    }
+
+    /// Nothing of the current string has been read yet: no bytes, no pending escape or
+    /// surrogate.
+    fn whole_string_so_far(&self) -> bool {
+        self.esc == Esc::None
+            && self.hi == 0
+            && if self.key {
+                self.frames.last().is_none_or(|f| f.len == 0 && !f.long)
+            } else {
+                self.slen == 0
+            }
     }
 
     fn end_string(&mut self, sink: &mut impl Sink) {
@@ -679,6 +749,36 @@ mod tests {
             s.end_input(&mut log);
             assert_eq!(log.0, whole, "cut at {cut}");
         }
+    }
+
+    /// Strings whole in one chunk, keys copied in one move and numbers read in place
+    /// (the fast paths) give the events that byte-at-a-time reading gives, which never
+    /// takes them.
+    #[test]
+    fn w5_fast_paths_read_as_byte_at_a_time_does() {
+        let input = br#"{"id":"chatcmpl-1","n":[0,17,-3,2.5e1,18446744073709551615,18446744073709551616],
+            "k" : "v","":"","a_key_of_exactly_thirtytwo_bytes":"x","long_key_that_is_longer_than_thirty_two_bytes":true,
+            "esc\u0041":"q\"\ud83d\ude00","deep":{"usage":{"prompt_tokens":12,"cached":null}},"last":"tail"}"#;
+        let whole = scan(true, input);
+        for event in [
+            "id = \"chatcmpl-1\"/10",
+            "n.* = Some(18446744073709551615)",
+            "n.* = None",
+            "escA = \"q\\\"😀\"/6",
+            "a_key_of_exactly_thirtytwo_bytes = \"x\"/1",
+            "<long> = true",
+            "deep.usage.prompt_tokens = Some(12)",
+            "last = \"tail\"/4",
+        ] {
+            assert!(whole.iter().any(|e| e == event), "{event} in {whole:?}");
+        }
+        let mut s = Scanner::new(true);
+        let mut log = Log::default();
+        for b in input {
+            s.feed(std::slice::from_ref(b), &mut log);
+        }
+        s.end_input(&mut log);
+        assert_eq!(log.0, whole);
     }
 
     #[test]
