@@ -33,6 +33,14 @@ pub type RateReader = fn(u16, &HeaderMap, SystemTime) -> RateSignal;
 impl RateSignal {
     /// Reads `status` and `headers` of a provider answer received at wall time `now`.
     pub fn read(status: u16, headers: &HeaderMap, now: SystemTime) -> Self {
+        // Most answers carry no signal at all: one pass over the names (no hashing)
+        // spares the eight lookups below.
+        if !headers.keys().any(|n| may_signal(n.as_str())) {
+            return Self {
+                status,
+                ..Self::default()
+            };
+        }
         let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
         let retry_after_ms = text(&openai::RETRY_AFTER_MS)
             .and_then(openai::retry_after_ms)
@@ -79,6 +87,15 @@ impl RateSignal {
 }
 
 /// `retry-after` (RFC 9110): delta seconds (fractions accepted) or an HTTP date.
+/// Whether a header named `name` may be one [`RateSignal::read`] reads (a superset:
+/// every `Retry-After*`, OpenAI `x-ratelimit-remaining-*` and Anthropic
+/// `anthropic-ratelimit-*` name).
+fn may_signal(name: &str) -> bool {
+    name.starts_with("retry-after")
+        || name.starts_with("x-ratelimit-remaining-")
+        || name.starts_with("anthropic-ratelimit-")
+}
+
 fn retry_after(v: &str, now: SystemTime) -> Option<u64> {
     let v = v.trim();
     if let Ok(s) = v.parse::<f64>() {
@@ -106,6 +123,36 @@ mod tests {
             h.insert(*k, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    /// The first pass that skips answers without a signal lets every header the
+    /// reading uses through.
+    #[test]
+    fn u3_every_signal_header_passes_the_first_pass() {
+        let read = openai::RATE_HEADERS
+            .into_iter()
+            .chain(anthropic::RATE_HEADERS)
+            .map(|(remaining, _)| remaining)
+            .chain([openai::RETRY_AFTER_MS, http::header::RETRY_AFTER]);
+        for name in read {
+            assert!(may_signal(name.as_str()), "{name}");
+        }
+        assert!(!may_signal("x-request-id"));
+        assert!(!may_signal("x-ratelimit-limit-requests"));
+        // An answer with other headers only has no signal.
+        let quiet = headers(&[("x-request-id", "r1"), ("content-type", "text/plain")]);
+        assert_eq!(
+            RateSignal::read(200, &quiet, SystemTime::now()),
+            RateSignal {
+                status: 200,
+                ..RateSignal::default()
+            }
+        );
+        assert_eq!(
+            RateSignal::read(429, &headers(&[("retry-after", "2")]), SystemTime::now())
+                .retry_after_ms,
+            Some(2_000)
+        );
     }
 
     #[test]
