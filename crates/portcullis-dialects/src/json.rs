@@ -344,9 +344,6 @@ impl Scanner {
                 }
                 let array = c == b'[';
                 sink.open(self.path(), array);
-                if self.frames.capacity() == 0 {
-                    self.frames.reserve_exact(8);
-                }
                 if array {
                     self.frames.push(Frame::array());
                     self.st = St::ArrFirst;
@@ -529,7 +526,7 @@ impl Scanner {
         self.esc == Esc::None
             && self.hi == 0
             && if self.key {
-                self.frames.last().is_none_or(|f| f.len == 0 && !f.long)
+                self.frames.last().is_none_or(|f| f.len == 0)
             } else {
                 self.slen == 0
             }
@@ -758,7 +755,7 @@ mod tests {
     fn w5_fast_paths_read_as_byte_at_a_time_does() {
         let input = br#"{"id":"chatcmpl-1","n":[0,17,-3,2.5e1,18446744073709551615,18446744073709551616],
             "k" : "v","":"","a_key_of_exactly_thirtytwo_bytes":"x","long_key_that_is_longer_than_thirty_two_bytes":true,
-            "esc\u0041":"q\"\ud83d\ude00","deep":{"usage":{"prompt_tokens":12,"cached":null}},"last":"tail"}"#;
+            "esc\u0041":"q\"\ud83d\ude00","deep":{"usage":{"prompt_tokens":12,"cached":null}},"lone":"\ud83dabc","last":"tail"}"#;
         let whole = scan(true, input);
         for event in [
             "id = \"chatcmpl-1\"/10",
@@ -768,6 +765,8 @@ mod tests {
             "a_key_of_exactly_thirtytwo_bytes = \"x\"/1",
             "<long> = true",
             "deep.usage.prompt_tokens = Some(12)",
+            // A high surrogate with no low one after it reads as U+FFFD.
+            "lone = \"\u{fffd}abc\"/6",
             "last = \"tail\"/4",
         ] {
             assert!(whole.iter().any(|e| e == event), "{event} in {whole:?}");

@@ -86,7 +86,6 @@ impl RateSignal {
     }
 }
 
-/// `retry-after` (RFC 9110): delta seconds (fractions accepted) or an HTTP date.
 /// Whether a header named `name` may be one [`RateSignal::read`] reads (a superset:
 /// every `Retry-After*`, OpenAI `x-ratelimit-remaining-*` and Anthropic
 /// `anthropic-ratelimit-*` name).
@@ -96,6 +95,7 @@ fn may_signal(name: &str) -> bool {
         || name.starts_with("anthropic-ratelimit-")
 }
 
+/// `retry-after` (RFC 9110): delta seconds (fractions accepted) or an HTTP date.
 fn retry_after(v: &str, now: SystemTime) -> Option<u64> {
     let v = v.trim();
     if let Ok(s) = v.parse::<f64>() {
