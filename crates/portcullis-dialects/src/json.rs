@@ -244,9 +244,9 @@ impl Scanner {
                                 .iter()
                                 .chain(digits)
                                 .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
-                            i += run;
                             sink.scalar(self.path(), Scalar::Num(Some(v)));
                             self.value_done(sink);
+                            i = self.next_after_value(b, i + run);
                             continue;
                         }
                     }
@@ -282,6 +282,16 @@ impl Scanner {
                     i += 1;
                     if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
                         self.structure(c, sink);
+                        // What usually follows at once: an object's first key, or the
+                        // `,` after a container closed.
+                        match self.st {
+                            St::ObjFirst if b.get(i) == Some(&b'"') => {
+                                self.start_string(true);
+                                i += 1;
+                            }
+                            St::After => i = self.next_after_value(b, i),
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -353,12 +363,7 @@ impl Scanner {
                 }
             }
             b'"' => self.start_string(false),
-            b'-' | b'0'..=b'9' => {
-                self.st = St::Num;
-                self.num[0] = c;
-                self.num_len = 1;
-                self.num_over = false;
-            }
+            b'-' | b'0'..=b'9' => self.start_number(c),
             b't' | b'f' | b'n' => {
                 self.st = St::Lit;
                 self.lit = match c {
@@ -417,6 +422,32 @@ impl Scanner {
         }
     }
 
+    fn start_number(&mut self, first: u8) {
+        self.st = St::Num;
+        self.num[0] = first;
+        self.num_len = 1;
+        self.num_over = false;
+    }
+
+    /// After a value inside a container (`St::After`), reads a `,` that follows at once,
+    /// and in an object the `"` of the next key when it follows at once too; returns
+    /// where it stopped.
+    fn next_after_value(&mut self, b: &[u8], i: usize) -> usize {
+        if self.st != St::After || b.get(i) != Some(&b',') {
+            return i;
+        }
+        if self.frames.last().is_some_and(|f| f.array) {
+            self.st = St::Value;
+            return i + 1;
+        }
+        if b.get(i + 1) == Some(&b'"') {
+            self.start_string(true);
+            return i + 2;
+        }
+        self.st = St::ObjKey;
+        i + 1
+    }
+
     fn start_string(&mut self, key: bool) {
         self.st = St::Str;
         self.key = key;
@@ -439,7 +470,7 @@ impl Scanner {
             match self.esc {
                 Esc::None => {
                     let rest = &b[i..];
-                    match memchr2(b'"', b'\\', rest) {
+                    match find_quote_or_escape(rest) {
                         None => {
                             self.put(rest);
                             return b.len();
@@ -454,19 +485,37 @@ impl Scanner {
                                 if let Some(f) = self.frames.last_mut() {
                                     f.set_key(s, rest);
                                 }
-                                // The colon, when it follows at once (as it does in
-                                // compact JSON), without another turn of the loop.
-                                if rest.get(j + 1) == Some(&b':') {
-                                    self.st = St::Value;
-                                    return i + j + 2;
+                                // The colon and the value's first byte, when they follow
+                                // at once (as they do in compact JSON), without more
+                                // turns of the loop.
+                                if rest.get(j + 1) != Some(&b':') {
+                                    self.st = St::Colon;
+                                    return i + j + 1;
                                 }
-                                self.st = St::Colon;
-                            } else {
-                                let kept = &s[..s.len().min(STR_CAP)];
-                                sink.scalar(self.path(), Scalar::Str(kept, s.len() as u64));
-                                self.value_done(sink);
+                                let k = i + j + 2;
+                                match b.get(k) {
+                                    Some(b'"') => {
+                                        self.start_string(false);
+                                        i = k + 1;
+                                        continue;
+                                    }
+                                    Some(&c @ b'0'..=b'9') => {
+                                        self.start_number(c);
+                                        return k + 1;
+                                    }
+                                    _ => {
+                                        self.st = St::Value;
+                                        return k;
+                                    }
+                                }
                             }
-                            return i + j + 1;
+                            let kept = &s[..s.len().min(STR_CAP)];
+                            sink.scalar(self.path(), Scalar::Str(kept, s.len() as u64));
+                            self.value_done(sink);
+                            i = self.next_after_value(b, i + j + 1);
+                            if self.st != St::Str {
+                                return i;
+                            }
                         }
                         Some(j) => {
                             self.put(&rest[..j]);
@@ -597,6 +646,38 @@ impl Scanner {
             }
         }
     }
+}
+
+/// The first `"` or `\\` in `b`. Most strings of a provider's answer end within a few
+/// bytes (keys, ids, token-count names), where `memchr2` spends more setting up its
+/// vector search than searching; so the first 32 bytes are read eight at a time in a
+/// machine word (the classic "has a zero byte" test, whose lowest flagged byte is
+/// exact), and `memchr2` takes over for longer strings (generated text). Written here
+/// because `memchr` has no routine tuned for short haystacks.
+fn find_quote_or_escape(b: &[u8]) -> Option<usize> {
+    const HEAD: usize = 32;
+    const LO: u64 = u64::from_le_bytes([0x01; 8]);
+    const HI: u64 = u64::from_le_bytes([0x80; 8]);
+    const QUOTE: u64 = u64::from_le_bytes([b'"'; 8]);
+    const ESCAPE: u64 = u64::from_le_bytes([b'\\'; 8]);
+    let zero_bytes = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let mut i = 0;
+    while let Some(word) = b.get(i..i + 8).filter(|_| i < HEAD) {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let hits = zero_bytes(w ^ QUOTE) | zero_bytes(w ^ ESCAPE);
+        if hits != 0 {
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    if i < HEAD {
+        // Fewer than eight bytes left.
+        return b[i..]
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\')
+            .map(|j| i + j);
+    }
+    memchr2(b'"', b'\\', &b[i..]).map(|j| i + j)
 }
 
 /// `Some(value)` for a valid number (`value` is `None` unless it is a non-negative
@@ -778,6 +859,31 @@ mod tests {
         }
         s.end_input(&mut log);
         assert_eq!(log.0, whole);
+    }
+
+    /// The word-at-a-time search finds the first `"` or `\\` wherever it is, after
+    /// any bytes (multi-byte UTF-8 and bytes next to the needles' values included), in
+    /// the word-sized head, its tail and beyond it.
+    #[test]
+    fn w5_the_string_end_search_finds_the_first_quote_or_escape() {
+        let naive = |b: &[u8]| b.iter().position(|&c| c == b'"' || c == b'\\');
+        for filler in [b'a', 0xc3, 0x00, 0x21, 0x23, 0x5b, 0x5d, 0xff, 0x01] {
+            for len in 0..80 {
+                let mut b = vec![filler; len];
+                assert_eq!(find_quote_or_escape(&b), naive(&b), "{filler:#x} {len}");
+                for at in 0..len {
+                    for needle in [b'"', b'\\'] {
+                        b[at] = needle;
+                        // A second needle later must not be found first.
+                        if at + 3 < len {
+                            b[at + 3] = b'"';
+                        }
+                        assert_eq!(find_quote_or_escape(&b), Some(at), "{filler:#x} {len} {at}");
+                        b.fill(filler);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
