@@ -98,7 +98,10 @@ pub(crate) trait Renew: Send + Sync + 'static {
 pub(crate) struct Renewals<R, I> {
     renew: R,
     every: std::time::Duration,
-    live: std::sync::Mutex<std::collections::HashMap<u64, I>>,
+    /// By registration number: numbers only grow, so a registration lands at the
+    /// ordered map's right edge, with no key hashing (the map is touched twice per
+    /// request).
+    live: std::sync::Mutex<std::collections::BTreeMap<u64, I>>,
     next: std::sync::atomic::AtomicU64,
     started: std::sync::atomic::AtomicBool,
 }
