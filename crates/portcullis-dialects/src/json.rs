@@ -4,8 +4,15 @@
 //! mid-escape, mid-UTF-8), and reports to a [`Sink`] the path and value of every scalar
 //! and the path of every container it opens. It buffers nothing but small bounded
 //! captures (see the caps below), so a 100 MB string costs no memory; strings are
-//! skipped with `memchr`. Grammar errors make the document invalid (its captures are
-//! discarded by the sink); the scanner then ignores input until it is reset.
+//! skipped a machine word at a time, then with `memchr`. Grammar errors make the
+//! document invalid (its captures are discarded by the sink); the scanner then ignores
+//! input until it is reset.
+//!
+//! The common shapes of a provider's answer take fast paths, each equivalent to the
+//! byte-by-byte state machine (a test reads documents both ways): a string whole in
+//! its chunk is handed to the sink as the input's own bytes; a key, its colon and the
+//! value's first byte are read in one step, as are a value's comma and the next key's
+//! quote; a token count ending in its chunk is read in place.
 
 use memchr::memchr2;
 
