@@ -917,6 +917,12 @@ mod tests {
             ["begin", "open  {", "a = Some(1)", "end false"]
         );
         assert_eq!(scan(false, b"42"), ["begin", " = Some(42)", "end true"]);
+        // A comma after a complete root value is an error, and nothing after it counts
+        // (not even what reads like a key and a next document).
+        assert_eq!(
+            scan(true, br#""a","b":{"c":1}"#),
+            ["begin", " = \"a\"/1", "end true"]
+        );
     }
 
     #[test]
