@@ -247,10 +247,7 @@ impl Scanner {
                         let head = &self.num[..self.num_len];
                         let digits = &b[i..i + run];
                         if head.iter().chain(digits).all(u8::is_ascii_digit) {
-                            let v = head
-                                .iter()
-                                .chain(digits)
-                                .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+                            let v = digits_value(head.iter().chain(digits));
                             sink.scalar(self.path(), Scalar::Num(Some(v)));
                             self.value_done(sink);
                             i = self.next_after_value(b, i + run);
@@ -687,15 +684,20 @@ fn find_quote_or_escape(b: &[u8]) -> Option<usize> {
     memchr2(b'"', b'\\', &b[i..]).map(|j| i + j)
 }
 
+/// The value of at most nineteen ASCII digits (always fits a `u64`).
+fn digits_value<'a>(digits: impl IntoIterator<Item = &'a u8>) -> u64 {
+    digits
+        .into_iter()
+        .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'))
+}
+
 /// `Some(value)` for a valid number (`value` is `None` unless it is a non-negative
 /// number that fits a `u64`, fractions truncated); `None` for an invalid one.
 fn parse_number(s: &[u8]) -> Option<Option<u64>> {
     // The usual case, a small non-negative integer (token counts): no UTF-8 check and no
     // `str::parse`. Nineteen digits always fit a `u64`.
     if !s.is_empty() && s.len() <= 19 && s.iter().all(u8::is_ascii_digit) {
-        return Some(Some(
-            s.iter().fold(0u64, |v, d| v * 10 + u64::from(d - b'0')),
-        ));
+        return Some(Some(digits_value(s)));
     }
     let s = std::str::from_utf8(s).ok()?;
     if let Ok(v) = s.parse::<u64>() {
@@ -837,8 +839,9 @@ mod tests {
     }
 
     /// Strings whole in one chunk, keys copied in one move and numbers read in place
-    /// (the fast paths) give the events that byte-at-a-time reading gives, which never
-    /// takes them.
+    /// (the fast paths) give the events that byte-at-a-time reading gives, which takes
+    /// them only where a one-byte chunk holds all there is (an empty string's closing
+    /// quote, the byte ending a number).
     #[test]
     fn w5_fast_paths_read_as_byte_at_a_time_does() {
         let input = br#"{"id":"chatcmpl-1","n":[0,17,-3,2.5e1,18446744073709551615,18446744073709551616],

@@ -186,9 +186,9 @@ async fn client(
     on: Subjects,
     tally: Arc<Tally>,
     stop: Arc<AtomicBool>,
-    ttl: u64,
-    lossy: bool,
+    setup: Setup,
 ) {
+    let ttl = lease_ttl(&setup);
     let (p, d, k) = (policy(), Demand::tokens(TOKENS), on.key.clone());
     let items = on.provider_items();
     let mut n = 0u64;
@@ -287,7 +287,7 @@ async fn client(
             // The reservation the old master acknowledged never reached the replica
             // that took over: the attempt is unknown, and charges nothing (D10 allows
             // this undercharge without replica acks, never an overcharge).
-            None if lossy => {
+            None if setup.lossy => {
                 tally.lost.fetch_add(1, Ordering::Relaxed);
             }
             other => panic!("a settlement answered {other:?}"),
@@ -357,15 +357,13 @@ async fn under_load(
         for c in 0..CLIENTS {
             let name = format!("i{i}c{c}-{blocks}");
             let (s, tally, stop) = (s.clone(), tally.clone(), stop.clone());
-            let (ttl, lossy) = (lease_ttl(&setup), setup.lossy);
             tasks.push(tokio::spawn(client(
                 s,
                 name,
                 on.clone(),
                 tally,
                 stop,
-                ttl,
-                lossy,
+                setup,
             )));
         }
     }
