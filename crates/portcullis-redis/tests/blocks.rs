@@ -487,6 +487,96 @@ mod money {
         assert_eq!(server.cli(&["KEYS", "*attempt*"]).trim(), "");
     }
 
+    /// Every key of `url`'s database with its remaining TTL (ms, 0 = none), read in
+    /// one transaction: a consistent copy of what Redis holds.
+    async fn snapshot(url: &str) -> Vec<(String, Vec<u8>, i64)> {
+        let mut con = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for k in &keys {
+            pipe.cmd("DUMP").arg(k).cmd("PTTL").arg(k);
+        }
+        let values: Vec<(Vec<u8>, i64)> = pipe.query_async(&mut con).await.unwrap();
+        keys.into_iter()
+            .zip(values)
+            .map(|(k, (dump, ttl))| (k, dump, ttl.max(0)))
+            .collect()
+    }
+
+    /// Puts `url`'s database back as `snapshot` had it, in one transaction.
+    async fn restore(url: &str, snapshot: &[(String, Vec<u8>, i64)]) {
+        let mut con = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("FLUSHALL").ignore();
+        for (k, dump, ttl) in snapshot {
+            pipe.cmd("RESTORE").arg(k).arg(ttl).arg(dump).ignore();
+        }
+        let () = pipe.query_async(&mut con).await.unwrap();
+    }
+
+    /// D10 without replica acks: a billing block's retirement that Redis acknowledged
+    /// and then lost — as a failover loses what the old master had not yet replicated;
+    /// here Redis's state from before the retirement is put back in its place — is
+    /// sent again and lands: the block holds no money, the balance is charged once,
+    /// nothing is left pending.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn d10_a_block_retirement_lost_after_it_was_acknowledged_is_sent_again_and_lands() {
+        let server = RedisServer::start();
+        let s = money_store(&server, true).await;
+        let plain = money_store(&server, false).await;
+        s.seed_balance("acme", START).await.unwrap();
+        let tenant = s.tenant_key("acme");
+        let held = || {
+            let blk = server.cli(&["HGET", &tenant, "blk"]);
+            blk.trim().parse::<i64>().unwrap_or(0)
+        };
+        let until = async |what: &str, done: &dyn Fn() -> bool| {
+            let start = std::time::Instant::now();
+            while !done() {
+                assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let r = req("lost".into(), 100);
+        assert_eq!(
+            s.check_and_reserve(&r).await.unwrap(),
+            BillingDecision::Admitted
+        );
+        s.settle_attempt(&r.attempt_ref(), BillingOutcome::Settled(40))
+            .await
+            .unwrap();
+        // What a replica that never received the retirement holds: the block open.
+        let open = snapshot(&server.url()).await;
+        assert!(held() > 0, "the block retired before the copy was taken");
+        // The block retires within a second of its borrow.
+        until("the block retires", &|| held() == 0).await;
+        restore(&server.url(), &open).await;
+        assert!(held() > 0, "the retirement is lost");
+        until("the retirement is sent again and lands", &|| held() == 0).await;
+        let budgets = [Budget::new("month", 1 << 50, None)];
+        let v = plain
+            .account(Some("acme"), &"k1".into(), &budgets)
+            .await
+            .unwrap();
+        assert_eq!(v.balance, Some(START - 40));
+        assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (40, 0));
+        assert!(plain.pending().await.unwrap().is_empty());
+        assert_eq!(server.cli(&["KEYS", "*attempt*"]).trim(), "");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn b4_an_unknown_result_from_a_billing_block_is_pending_in_redis() {
         let server = RedisServer::start();

@@ -6,7 +6,9 @@
 //! budgets, granted only while the balance (less pending) and the key's spend cap have
 //! 64 times the block's money to spare. Requests then reserve from it in memory and
 //! settle here; the block settles once, at the sum of their costs, when its last
-//! request has ended (retried until it lands: settlement is idempotent per attempt). A
+//! request has ended (retried until it lands: settlement is idempotent per attempt;
+//! without replica acknowledgements sent again twice after it landed, in case a
+//! failover lost it — see `CONFIRM_AFTER`). A
 //! request whose result is unknown is moved to an attempt of its own in Redis and left
 //! pending there for reconciliation, as without blocks. An instance that dies holding a
 //! block leaves its attempt open: the sweep takes it into pending reconciliation after
@@ -26,6 +28,16 @@ use std::time::Duration;
 const BACK_FIRST: Duration = Duration::from_millis(50);
 const BACK_LAST: Duration = Duration::from_secs(30);
 const BACK_RETRIES: u32 = 130;
+
+/// Without replica acknowledgements a block's settlement is sent again this long after
+/// it landed, and again the second time later (D10). A failover may lose what the old
+/// master acknowledged but had not yet replicated; a retirement lost so would leave the
+/// block's money reserved by nobody until the sweep, its request lifetime later (an
+/// hour by default). Sent again, it lands on the master that took over, the first time
+/// after a forced failover, the second after one that waited out a dead master's
+/// timeout; where the first one landed, the attempt's tombstone (two minutes, longer
+/// than both waits) makes it do nothing. Costs two batched calls per retired block.
+const CONFIRM_AFTER: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(30)];
 
 impl RedisStore {
     /// `req` decided from a billing block, or by borrowing one; `None`: the request
@@ -236,13 +248,20 @@ impl RedisStore {
     /// so far (cumulative, so a part sent twice or late charges nothing twice), in the
     /// batch; keyed by the block's attempt and sent again until it lands (D9).
     pub(crate) fn money_part(&self, part: MoneyBack) {
-        let keys = self.settle_keys(&part.attempt);
+        self.money_in_batch(&part, "c");
+    }
+
+    /// Sends a block's settlement (`s`) or part (`c`) in the batch, sent again until it
+    /// lands, never as a retry that would take a missing attempt for a lost one: an
+    /// attempt already final, or gone, is left as it is.
+    fn money_in_batch(&self, back: &MoneyBack, outcome: &str) {
+        let keys = self.settle_keys(&back.attempt);
         let args = [
             self.time(),
-            "c".to_owned(),
-            part.cost.max(0).to_string(),
+            outcome.to_owned(),
+            back.cost.max(0).to_string(),
             self.budget_ttl(),
-            part.attempt.attempt.to_string(),
+            back.attempt.attempt.to_string(),
             "0".to_owned(),
             "0".to_owned(),
         ];
@@ -263,7 +282,15 @@ impl RedisStore {
                     .settle_shared(&back.attempt, BillingOutcome::Settled(back.cost))
                     .await
                 {
-                    Ok(_) => return,
+                    Ok(_) => {
+                        if store.inner.replica_acks == 0 {
+                            for wait in CONFIRM_AFTER {
+                                tokio::time::sleep(wait).await;
+                                store.money_in_batch(&back, "s");
+                            }
+                        }
+                        return;
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, attempt = %back.attempt.attempt,
                             "billing: settling a quota block failed; retrying");
