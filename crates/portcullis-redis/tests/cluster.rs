@@ -473,6 +473,124 @@ async fn d11_without_full_coverage_a_dead_master_leaves_the_other_masters_servin
 /// had not replicated it) is restored by its next renewal and counted again — the
 /// request still runs. (Without a failover a lease that is gone stays gone: the
 /// conformance suite's C4 runs on a Cluster too.)
+/// Every key of the node at `port` with its remaining TTL (ms, 0 = none), read in one
+/// transaction: a consistent copy of what the node holds.
+async fn snapshot(port: u16) -> Vec<(String, Vec<u8>, i64)> {
+    let mut con = node_connection(port).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for k in &keys {
+        pipe.cmd("DUMP").arg(k).cmd("PTTL").arg(k);
+    }
+    let values: Vec<(Vec<u8>, i64)> = pipe.query_async(&mut con).await.unwrap();
+    keys.into_iter()
+        .zip(values)
+        .map(|(k, (dump, ttl))| (k, dump, ttl.max(0)))
+        .collect()
+}
+
+/// Puts the node at `port` back as `snapshot` had it, in one transaction.
+async fn restore(port: u16, snapshot: &[(String, Vec<u8>, i64)]) {
+    let mut con = node_connection(port).await;
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("FLUSHALL").ignore();
+    for (k, dump, ttl) in snapshot {
+        pipe.cmd("RESTORE").arg(k).arg(ttl).arg(dump).ignore();
+    }
+    let () = pipe.query_async(&mut con).await.unwrap();
+}
+
+/// A plain connection to one node of the Cluster (no redirections followed).
+async fn node_connection(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection to the node")
+}
+
+/// D10 without replica acks: a billing block's retirement that the old master
+/// acknowledged and a failover lost — here the new master's data put back as the old
+/// master held it before the retirement — is sent again once the store sees the
+/// books' slot change owner, and lands: the block holds no money, the balance is
+/// charged once, nothing is left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d10_a_block_retirement_lost_with_a_failover_is_sent_again_and_lands() {
+    use portcullis_core::{
+        AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget,
+    };
+    const START: i64 = 1 << 45;
+    let c = RedisCluster::start(3, 1);
+    let sizing = portcullis_core::blocks::BlockSizing::default().with_money(true);
+    let store = RedisStore::connect(&c.comma_urls(), options().blocks(Some(sizing)))
+        .await
+        .expect("connect");
+    let budgets = [Budget::new("month", 1 << 50, None)];
+    store.seed_balance("acme", START).await.unwrap();
+    let req = BillingRequest {
+        attempt: "lost-retirement".into(),
+        tenant: Some("acme".into()),
+        key: "k1".into(),
+        spend_cap: None,
+        budgets: Arc::from(budgets.to_vec()),
+        money: 100,
+        bill_balance: true,
+        lifetime_ms: 60_000,
+        tenant_expected: true,
+    };
+    assert_eq!(
+        store.check_and_reserve(&req).await.unwrap(),
+        BillingDecision::Admitted
+    );
+    assert_eq!(
+        store
+            .settle_attempt(&req.attempt_ref(), BillingOutcome::Settled(40))
+            .await
+            .unwrap(),
+        Some(AttemptState::Settled(40))
+    );
+    let tenant = store.tenant_key("acme");
+    let old = c.master_of_key(tenant.as_bytes());
+    let held = |port: u16| {
+        let blk = c.cli(port, &["HGET", &tenant, "blk"]);
+        blk.trim().parse::<i64>().unwrap_or(0)
+    };
+    // What a replica that never received the retirement holds: the block open.
+    let open = snapshot(old).await;
+    assert!(held(old) > 0, "the block retired before the copy was taken");
+    let start = Instant::now();
+    while held(old) > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the block retires"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let new = tokio::task::block_in_place(|| c.failover(old));
+    restore(new, &open).await;
+    assert!(held(new) > 0, "the retirement is lost with the failover");
+    let start = Instant::now();
+    while held(new) > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the retirement is sent again and lands"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = store
+        .account(Some("acme"), &"k1".into(), &budgets)
+        .await
+        .unwrap();
+    assert_eq!(v.balance, Some(START - 40));
+    assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (40, 0));
+    assert!(store.pending().await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d10_a_lease_lost_with_a_failover_is_restored_by_its_next_renewal() {
     let c = RedisCluster::start(3, 1);

@@ -491,8 +491,9 @@ async fn lost_at_most(
     charged: i64,
 ) {
     // A billing block's retirement is one script, which the failover may lose whole
-    // (the old master acknowledged it): sent again two seconds after it landed, it
-    // lands on the master that took over, so no block stays reserved by nobody.
+    // (the old master acknowledged it): sent again once the store sees the books' slot
+    // change owner, it lands on the master that took over, so no block stays reserved
+    // by nobody.
     assert_eq!(
         block_money(target, observer),
         0,

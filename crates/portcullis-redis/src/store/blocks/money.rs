@@ -7,8 +7,8 @@
 //! 64 times the block's money to spare. Requests then reserve from it in memory and
 //! settle here; the block settles once, at the sum of their costs, when its last
 //! request has ended (retried until it lands: settlement is idempotent per attempt;
-//! without replica acknowledgements sent again twice after it landed, in case a
-//! failover lost it — see `CONFIRM_AFTER`). A
+//! on a Cluster without replica acknowledgements sent again if its slot changes owner
+//! soon after, in case the failover lost it — see `WATCH_FOR`). A
 //! request whose result is unknown is moved to an attempt of its own in Redis and left
 //! pending there for reconciliation, as without blocks. An instance that dies holding a
 //! block leaves its attempt open: the sweep takes it into pending reconciliation after
@@ -29,15 +29,17 @@ const BACK_FIRST: Duration = Duration::from_millis(50);
 const BACK_LAST: Duration = Duration::from_secs(30);
 const BACK_RETRIES: u32 = 130;
 
-/// Without replica acknowledgements a block's settlement is sent again this long after
-/// it landed, and again the second time later (D10). A failover may lose what the old
-/// master acknowledged but had not yet replicated; a retirement lost so would leave the
-/// block's money reserved by nobody until the sweep, its request lifetime later (an
-/// hour by default). Sent again, it lands on the master that took over, the first time
-/// after a forced failover, the second after one that waited out a dead master's
-/// timeout; where the first one landed, the attempt's tombstone (two minutes, longer
-/// than both waits) makes it do nothing. Costs two batched calls per retired block.
-const CONFIRM_AFTER: [Duration; 2] = [Duration::from_secs(2), Duration::from_secs(30)];
+/// On a Cluster without replica acknowledgements, how long after a block's settlement
+/// landed the store watches the owner of its books' slot (D10): a failover may lose
+/// what the old master acknowledged but had not yet replicated, and a retirement lost
+/// so would leave the block's money reserved by nobody until the sweep, its request
+/// lifetime later (an hour by default). Seen to change owner (the store rereads the
+/// owners every second), the settlement is sent again and lands on the master that
+/// took over; where it had landed, the attempt's tombstone (two minutes, longer than
+/// the watch) makes the resend do nothing. Long enough for a failover that waits out a
+/// dead master's node timeout (15 s by default).
+const WATCH_FOR: Duration = Duration::from_secs(30);
+const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 impl RedisStore {
     /// `req` decided from a billing block, or by borrowing one; `None`: the request
@@ -269,6 +271,26 @@ impl RedisStore {
         drop(self.batched(Code::BillingSettle, keys, args, |_: redis::Value| Ok(())));
     }
 
+    /// Sends a block's landed settlement again if the owner of its slot changes within
+    /// [`WATCH_FOR`]: see there.
+    async fn resend_if_moved(&self, back: &MoneyBack) {
+        let Some(attempt) = self.settle_keys(&back.attempt).into_iter().next() else {
+            return;
+        };
+        let landed = tokio::time::Instant::now();
+        while landed.elapsed() < WATCH_FOR {
+            tokio::time::sleep(WATCH_EVERY).await;
+            // Moved since it landed, or within a reread of the owners before.
+            let since = landed.elapsed() + WATCH_EVERY;
+            if self.slot_moved_within(&attempt, portcullis_core::clock::millis(since)) {
+                tracing::info!(attempt = %back.attempt.attempt,
+                    "billing: a quota block's books changed master after its settlement; sending it again");
+                self.money_in_batch(back, "s");
+                return;
+            }
+        }
+    }
+
     /// Settles a spent billing block at its requests' costs, retrying until it lands.
     pub(crate) fn money_back(&self, back: MoneyBack) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -283,11 +305,8 @@ impl RedisStore {
                     .await
                 {
                     Ok(_) => {
-                        if store.inner.replica_acks == 0 {
-                            for wait in CONFIRM_AFTER {
-                                tokio::time::sleep(wait).await;
-                                store.money_in_batch(&back, "s");
-                            }
+                        if store.inner.replica_acks == 0 && store.is_cluster() {
+                            store.resend_if_moved(&back).await;
                         }
                         return;
                     }
