@@ -35,9 +35,9 @@ const BACK_RETRIES: u32 = 130;
 /// so would leave the block's money reserved by nobody until the sweep, its request
 /// lifetime later (an hour by default). Seen to change owner (the store rereads the
 /// owners every second), the settlement is sent again and lands on the master that
-/// took over; where it had landed, the attempt's tombstone (two minutes, longer than
-/// the watch) makes the resend do nothing. Long enough for a failover that waits out a
-/// dead master's node timeout (15 s by default).
+/// took over; where it had landed, the attempt is gone and the resend, which is not
+/// sent as a retry, does nothing. Long enough for a failover that waits out a dead
+/// master's node timeout (15 s by default).
 const WATCH_FOR: Duration = Duration::from_secs(30);
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
