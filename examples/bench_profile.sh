@@ -20,20 +20,8 @@ cd "$(dirname "$0")/.."
 N=${1:-60000}
 BIN=${2:-}
 command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
-if [ -z "$BIN" ]; then
-  cargo build --release -q -p portcullis-examples --example proxy --example load --example fake_upstream
-  BIN=target/release/examples
-fi
 source examples/bench_ports.sh
-OUT=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$OUT"; }
-trap cleanup EXIT
-
-FAKE=$(free_port)
-$BIN/fake_upstream --port "$FAKE" > /dev/null 2>&1 & pids+=($!)
-wait_port "$FAKE" 300 0.2
-sed "s#http://127.0.0.1:9100#http://127.0.0.1:$FAKE#" examples/bench.toml > "$OUT/bench.toml"
+bench_setup "$BIN"
 
 profile() { # bare(0/1) → $OUT/symbols.<bare>: "<µs of CPU per request>\t<symbol>"
   local bare=$1 port gw rec

@@ -560,28 +560,21 @@ async fn d10_a_block_retirement_lost_with_a_failover_is_sent_again_and_lands() {
         let blk = c.cli(port, &["HGET", &tenant, "blk"]);
         blk.trim().parse::<i64>().unwrap_or(0)
     };
+    let until_none_held = async |port: u16, what: &str| {
+        let start = Instant::now();
+        while held(port) > 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
     // What a replica that never received the retirement holds: the block open.
     let open = snapshot(old).await;
     assert!(held(old) > 0, "the block retired before the copy was taken");
-    let start = Instant::now();
-    while held(old) > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the block retires"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_none_held(old, "the block retires").await;
     let new = tokio::task::block_in_place(|| c.failover(old));
     restore(new, &open).await;
     assert!(held(new) > 0, "the retirement is lost with the failover");
-    let start = Instant::now();
-    while held(new) > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the retirement is sent again and lands"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_none_held(new, "the retirement is sent again and lands").await;
     let v = store
         .account(Some("acme"), &"k1".into(), &budgets)
         .await
