@@ -479,9 +479,9 @@ fn block_money(target: &impl Target, observer: &RedisStore) -> i64 {
 }
 
 /// What a run whose acknowledged writes may be lost must still show: no lease held by
-/// nobody once their TTL has passed, no block money held, and books that never charge more than the usage log settled nor
-/// count more than completed — what a lost write costs is an undercharge and units
-/// given back early, never the reverse.
+/// nobody once their TTL has passed, no block money held, and books that never charge
+/// more than the usage log settled nor count more than completed — what a lost write
+/// costs is an undercharge and units given back early, never the reverse.
 async fn lost_at_most(
     observer: &RedisStore,
     target: &impl Target,
