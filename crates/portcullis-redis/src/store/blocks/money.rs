@@ -39,7 +39,18 @@ const BACK_RETRIES: u32 = 130;
 /// sent as a retry, does nothing. Long enough for a failover that waits out a dead
 /// master's node timeout (15 s by default).
 const WATCH_FOR: Duration = Duration::from_secs(30);
-const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// When, after the landing, the watch looks: soon for a forced failover, then less
+/// often, so a retired block costs six timer wakeups rather than one a second.
+const WATCH_AT: [Duration; 6] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+    WATCH_FOR,
+];
+/// How often the store rereads the slot owners: a change is seen up to this late.
+const OWNERS_REREAD: Duration = Duration::from_secs(1);
 
 impl RedisStore {
     /// `req` decided from a billing block, or by borrowing one; `None`: the request
@@ -278,10 +289,10 @@ impl RedisStore {
             return;
         };
         let landed = tokio::time::Instant::now();
-        while landed.elapsed() < WATCH_FOR {
-            tokio::time::sleep(WATCH_EVERY).await;
+        for at in WATCH_AT {
+            tokio::time::sleep_until(landed + at).await;
             // Moved since it landed, or within a reread of the owners before.
-            let since = landed.elapsed() + WATCH_EVERY;
+            let since = landed.elapsed() + OWNERS_REREAD;
             if self.slot_moved_within(&attempt, portcullis_core::clock::millis(since)) {
                 tracing::info!(attempt = %back.attempt.attempt,
                     "billing: a quota block's books changed master after its settlement; sending it again");
