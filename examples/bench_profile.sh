@@ -2,12 +2,11 @@
 # Where the gateway's CPU time goes, bare forwarder against all seven layers: each
 # target serves N small OpenAI chat requests (16 connections) from the fake upstream
 # while `perf` samples the gateway process by CPU clock (a software event: it works in
-# a VM without hardware counters). Prints, per 1,000 requests, the samples of the
-# gateway's own functions (libc's memmove and the allocator included, the kernel left
-# out) that grow most from the bare forwarder to the full stack, in µs of CPU per
-# request. Unlike callgrind's
-# instruction counts (`bench_instructions.sh`) this weighs what each instruction costs:
-# a division, a cache miss, a contended atomic.
+# a VM without hardware counters). Prints the µs of CPU per request of the gateway's
+# own functions (libc's memmove and the allocator included, the kernel left out) that
+# grow most from the bare forwarder to the full stack. Unlike callgrind's instruction
+# counts (`bench_instructions.sh`) this weighs what each instruction costs: a division,
+# a cache miss, a contended atomic.
 #
 #   bash examples/bench_profile.sh [N] [DIR]
 #

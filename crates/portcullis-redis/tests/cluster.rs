@@ -469,10 +469,6 @@ async fn d11_without_full_coverage_a_dead_master_leaves_the_other_masters_servin
     assert_eq!(answered_next_to_a_dead_master(true).await, 0);
 }
 
-/// D10 without replica acknowledgements: a lease lost with a failover (the old master
-/// had not replicated it) is restored by its next renewal and counted again — the
-/// request still runs. (Without a failover a lease that is gone stays gone: the
-/// conformance suite's C4 runs on a Cluster too.)
 /// Every key of the node at `port` with its remaining TTL (ms, 0 = none), read in one
 /// transaction: a consistent copy of what the node holds.
 async fn snapshot(port: u16) -> Vec<(String, Vec<u8>, i64)> {
@@ -584,6 +580,10 @@ async fn d10_a_block_retirement_lost_with_a_failover_is_sent_again_and_lands() {
     assert!(store.pending().await.unwrap().is_empty());
 }
 
+/// D10 without replica acknowledgements: a lease lost with a failover (the old master
+/// had not replicated it) is restored by its next renewal and counted again — the
+/// request still runs. (Without a failover a lease that is gone stays gone: the
+/// conformance suite's C4 runs on a Cluster too.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d10_a_lease_lost_with_a_failover_is_restored_by_its_next_renewal() {
     let c = RedisCluster::start(3, 1);

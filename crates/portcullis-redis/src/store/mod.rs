@@ -530,7 +530,7 @@ impl RedisStore {
 }
 
 /// How often a Cluster store rereads the slot owners.
-const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
 
 fn in_runtime() -> StoreResult<()> {
     tokio::runtime::Handle::try_current()

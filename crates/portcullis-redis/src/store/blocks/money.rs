@@ -49,8 +49,6 @@ const WATCH_AT: [Duration; 6] = [
     Duration::from_secs(16),
     WATCH_FOR,
 ];
-/// How often the store rereads the slot owners: a change is seen up to this late.
-const OWNERS_REREAD: Duration = Duration::from_secs(1);
 
 impl RedisStore {
     /// `req` decided from a billing block, or by borrowing one; `None`: the request
@@ -291,8 +289,9 @@ impl RedisStore {
         let landed = tokio::time::Instant::now();
         for at in WATCH_AT {
             tokio::time::sleep_until(landed + at).await;
-            // Moved since it landed, or within a reread of the owners before.
-            let since = landed.elapsed() + OWNERS_REREAD;
+            // Moved since it landed, or within a reread of the owners before (a change
+            // is seen up to one reread late).
+            let since = landed.elapsed() + crate::store::TOPOLOGY_EVERY;
             if self.slot_moved_within(&attempt, portcullis_core::clock::millis(since)) {
                 tracing::info!(attempt = %back.attempt.attempt,
                     "billing: a quota block's books changed master after its settlement; sending it again");
