@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `portcullis_rejections_total` | counter | `code`, `layer` |
 //! | `portcullis_store_failures_total` | counter | `layer`, `mode` (open / closed) |
-//! | `portcullis_queue_wait_seconds` | histogram | — |
+//! | `portcullis_queue_wait_seconds` | histogram (buckets: [`HISTOGRAM_BUCKETS`]) | — |
 //! | `portcullis_upstream_responses_total` | counter | `channel`, `class` (2xx, 4xx, 429, 5xx, 503, 529, error) |
 //! | `portcullis_attempts_per_request` | histogram | — (1 until failover lands) |
 //! | `portcullis_settlements_total` | counter | `outcome` (settled / pending_reconciliation) |
@@ -23,7 +23,7 @@
 //! One recorder per process: the first gateway installs it, later ones share it.
 
 use metrics::{Counter, Histogram};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use portcullis::core::{AttemptState, BillingStore, Books};
 use portcullis::{UsageRecord, UsageSink};
 use std::collections::BTreeSet;
@@ -36,7 +36,7 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let recorder = builder().build_recorder();
             let handle = recorder.handle();
             let installed = metrics::set_global_recorder(recorder).ok().map(|()| handle);
             portcullis::bind_metrics();
@@ -48,10 +48,58 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-/// How often the recorder's histogram samples are folded into their summaries.
+/// The upper bounds (`le`) of each histogram's buckets. Exported as Prometheus
+/// histograms, not the exporter's default summaries: bucket counts add up across
+/// gateway instances (a fleet's p99 is `histogram_quantile` over their sum, where
+/// per-instance quantiles cannot be combined), and folding a sample into a bucket is a
+/// comparison where a summary's sketch takes a logarithm and a map update.
+pub const HISTOGRAM_BUCKETS: [(&str, &[f64]); 3] = [
+    (
+        "portcullis_queue_wait_seconds",
+        &[
+            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        ],
+    ),
+    (
+        "portcullis_attempts_per_request",
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0],
+    ),
+    // Minor units (micro-dollars in the bundled prices): from a hundredth of a cent
+    // to 100 dollars a request.
+    (
+        "portcullis_request_cost",
+        &[
+            100.0,
+            1_000.0,
+            10_000.0,
+            100_000.0,
+            1_000_000.0,
+            10_000_000.0,
+            100_000_000.0,
+        ],
+    ),
+];
+
+/// The recorder's settings: [`HISTOGRAM_BUCKETS`].
+fn builder() -> PrometheusBuilder {
+    HISTOGRAM_BUCKETS
+        .iter()
+        .fold(PrometheusBuilder::new(), |b, (name, buckets)| {
+            // Fails only for an empty bucket list, which the table above never has.
+            match b.set_buckets_for_metric(Matcher::Full((*name).to_string()), buckets) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(metric = name, error = %e, "histogram buckets not set");
+                    PrometheusBuilder::new()
+                }
+            }
+        })
+}
+
+/// How often the recorder's histogram samples are folded into their buckets.
 pub const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Folds the recorder's raw histogram samples into their bounded summaries every
+/// Folds the recorder's raw histogram samples into their buckets every
 /// [`UPKEEP_EVERY`]. A recorder made with `build_recorder` (rather than `install`, which
 /// needs a runtime at start and would own the HTTP listener) keeps every sample
 /// recorded since the last scrape: three histograms are recorded per request, so an

@@ -114,6 +114,32 @@ async fn p4_metrics_count_a_scripted_run() {
         Some(3.0),
         "{text}"
     );
+    // Bucketed histograms (which add up across instances), not summaries: one request
+    // took one attempt, the other two.
+    assert_eq!(
+        value(
+            &text,
+            "portcullis_attempts_per_request_bucket",
+            &["le=\"1\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "portcullis_attempts_per_request_bucket",
+            &["le=\"2\""]
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "portcullis_request_cost_bucket", &["le=\"+Inf\""]),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(!text.contains("quantile="), "no summaries: {text}");
     assert_eq!(
         value(&text, "portcullis_pending_reconciliation_amount", &[]),
         Some(0.0),
