@@ -6,9 +6,9 @@
 //! | `portcullis_store_failures_total` | counter | `layer`, `mode` (open / closed) |
 //! | `portcullis_queue_wait_seconds` | histogram (buckets: [`HISTOGRAM_BUCKETS`]) | — |
 //! | `portcullis_upstream_responses_total` | counter | `channel`, `class` (2xx, 4xx, 429, 5xx, 503, 529, error) |
-//! | `portcullis_attempts_per_request` | histogram | — (1 until failover lands) |
+//! | `portcullis_attempts_per_request` | histogram (buckets) | — (1 until failover lands) |
 //! | `portcullis_settlements_total` | counter | `outcome` (settled / pending_reconciliation) |
-//! | `portcullis_request_cost` | histogram | — (minor units, settled requests) |
+//! | `portcullis_request_cost` | histogram (buckets) | — (minor units, settled requests) |
 //! | `portcullis_pending_reconciliation_amount` | gauge | — (set at each scrape from the store's pending counters, B7) |
 //! | `portcullis_pending_reconciliation_attempts` | gauge | — (likewise: attempts pending) |
 //! | `portcullis_tenant_pending_reconciliation_amount` | gauge | `tenant` (each tenant's pending counter; 0 once it has none) |
@@ -85,7 +85,9 @@ fn builder() -> PrometheusBuilder {
     HISTOGRAM_BUCKETS
         .iter()
         .fold(PrometheusBuilder::new(), |b, (name, buckets)| {
-            // Fails only for an empty bucket list, which the table above never has.
+            // Refuses only an empty bucket list, which the table above never has (the
+            // builder is consumed either way: on that error the histograms named
+            // before it would be left as the exporter's default summaries).
             match b.set_buckets_for_metric(Matcher::Full((*name).to_string()), buckets) {
                 Ok(b) => b,
                 Err(e) => {
