@@ -373,6 +373,9 @@ pub(crate) struct Liveness {
     origin: Instant,
     /// Microseconds since `origin` of the last reply (0: none yet).
     last_reply_us: AtomicU64,
+    /// A reply ended a silence of at least [`Liveness::RECOVERED_AFTER`] and nobody
+    /// has taken the news yet ([`Liveness::take_recovered`]).
+    recovered: AtomicBool,
 }
 
 /// How a bounded call ended without an answer.
@@ -385,17 +388,33 @@ pub(crate) enum GaveUp {
 }
 
 impl Liveness {
+    /// A silence after which a reply is news: Redis is back, and what waits for it
+    /// (give-backs kept to send again) should go now rather than at its next turn.
+    /// Longer than the gaps of a busy Redis on a loaded host, shorter than the first
+    /// gap between retries of a give-back.
+    pub(crate) const RECOVERED_AFTER: Duration = Duration::from_millis(50);
+
     pub(crate) fn new() -> Self {
         Self {
             origin: Instant::now(),
             last_reply_us: AtomicU64::new(0),
+            recovered: AtomicBool::new(false),
         }
     }
 
     /// Records that a reply arrived now.
     pub(crate) fn replied(&self) {
         let us = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.last_reply_us.fetch_max(us.max(1), Ordering::Relaxed);
+        let before = self.last_reply_us.fetch_max(us.max(1), Ordering::Relaxed);
+        if before != 0 && us.saturating_sub(before) >= Self::RECOVERED_AFTER.as_micros() as u64 {
+            self.recovered.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// True once after a reply ended a silence of [`Liveness::RECOVERED_AFTER`] or
+    /// more (a read, not a write, while nothing happened: every call asks).
+    pub(crate) fn take_recovered(&self) -> bool {
+        self.recovered.load(Ordering::Relaxed) && self.recovered.swap(false, Ordering::Relaxed)
     }
 
     /// How long Redis has answered nobody: since its last reply, or since `start` if it
@@ -673,6 +692,22 @@ mod tests {
         let r = watch(&l, start, never()).await;
         assert_eq!(r.err(), Some(GaveUp::Silent));
         assert_eq!(start.elapsed(), Duration::from_millis(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn d9_a_reply_after_a_silence_is_news_once() {
+        let l = Liveness::new();
+        l.replied();
+        assert!(!l.take_recovered(), "a first reply ends no silence");
+        tokio::time::sleep(Liveness::RECOVERED_AFTER / 2).await;
+        l.replied();
+        assert!(!l.take_recovered(), "a busy Redis' short gap is no news");
+        tokio::time::sleep(Liveness::RECOVERED_AFTER).await;
+        l.replied();
+        assert!(l.take_recovered(), "a reply after the silence");
+        assert!(!l.take_recovered(), "taken once");
+        l.replied();
+        assert!(!l.take_recovered(), "the next reply at once is no news");
     }
 
     #[tokio::test(start_paused = true)]

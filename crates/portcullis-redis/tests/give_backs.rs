@@ -168,6 +168,49 @@ async fn d9_a_give_back_that_fails_is_sent_again_until_it_lands() {
     assert_eq!(used(&s, &key).await, (0, 0), "the refund was counted once");
 }
 
+/// A give-back kept while Redis was silent goes as soon as Redis answers again, not at
+/// the end of a gap between tries that grew while it was silent (up to 2 s): until it
+/// lands, the lease it gives back counts against the key's limit for nobody — after a
+/// failover under load, enough of them to refuse requests at a limit far from reached.
+#[tokio::test]
+async fn d9_kept_give_backs_go_as_soon_as_redis_answers_again() {
+    let server = RedisServer::start();
+    let s = store(&server, false).await;
+    let key = SubjectKey::from("woken");
+    let SlotDecision::Acquired(lease) = s.acquire(&key, 10, 60_000).await.unwrap() else {
+        panic!("no slot");
+    };
+    server.stop();
+    let released = SlotStore::release(&s, &key, lease).await;
+    assert!(released.is_err(), "Redis is stalled");
+    assert_eq!(s.give_backs().waiting, 1, "kept to send again");
+    // Silent long enough for the gap between tries to grow: they go at about 0.1, 0.3,
+    // 0.7, 1.5 and 3.1 s, and the next one 2 s after that.
+    tokio::time::sleep(Duration::from_millis(3_400)).await;
+    server.cont();
+    let back = Instant::now();
+    // Any call answered tells the store that Redis is back.
+    eventually(Duration::from_secs(5), "Redis answers again", async || {
+        s.in_flight(&key).await.is_ok()
+    })
+    .await;
+    eventually(Duration::from_secs(5), "the release lands", async || {
+        s.give_backs().waiting == 0
+    })
+    .await;
+    let took = back.elapsed();
+    assert!(
+        took < Duration::from_millis(1_000),
+        "the release landed {took:?} after Redis was back"
+    );
+    assert_eq!(s.give_backs().landed, 1);
+    assert_eq!(
+        s.in_flight(&key).await.unwrap(),
+        0,
+        "the lease was released"
+    );
+}
+
 /// Money of the "late" tenant reserved in its budget, and held by its billing blocks.
 async fn money_held(server: &RedisServer, s: &RedisStore) -> (i64, i64) {
     let budget = Budget::new("late-budget", 1_000_000_000, None);

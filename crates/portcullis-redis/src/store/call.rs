@@ -145,11 +145,17 @@ impl Inner {
         key: &[u8],
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> StoreResult<T> {
-        match self
-            .live(key)
+        let live = self.live(key);
+        let r = live
             .bounded(start, self.deadline, self.busy_limit, fut)
-            .await
-        {
+            .await;
+        // Redis answers again after a silence: the give-backs kept for it go now, not
+        // at the end of a gap that grew while it was silent (up to 2 s of leases and
+        // quota held by nobody).
+        if live.take_recovered() {
+            self.retries.wake();
+        }
+        match r {
             Ok(r) => r.map_err(map_err),
             Err(GaveUp::Silent) => Err(timeout(self.deadline)),
             Err(GaveUp::Busy) => Err(StoreError::new(

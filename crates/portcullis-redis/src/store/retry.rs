@@ -2,7 +2,8 @@
 //!
 //! A release, a settlement or a refund that fails — a missed deadline, a dropped
 //! connection, an open breaker — is not forgotten: its op is kept here and sent again,
-//! with growing gaps, until Redis answers it or what it gives back has surely expired
+//! with growing gaps while Redis stays silent (ended at once by its first reply after a
+//! silence, [`Retries::wake`]), until Redis answers it or what it gives back has surely expired
 //! ([`Code::retried_for`]). Every such op is idempotent, keyed by what it returns (a
 //! lease member, an admission record, an attempt id), so sending it again after a reply
 //! that was only lost changes nothing. The retries go around the breaker: they are what
@@ -43,6 +44,8 @@ pub(crate) struct Retries {
     sending: AtomicBool,
     /// Taken from the queue by the sender and not answered yet.
     in_hand: AtomicU64,
+    /// Ends the sender's gap early: a node answered again after a silence.
+    wake: tokio::sync::Notify,
     landed: AtomicU64,
     expired: AtomicU64,
 }
@@ -77,6 +80,13 @@ impl Retries {
             until,
         });
         !self.sending.swap(true, Ordering::AcqRel)
+    }
+
+    /// Sends what waits now, if anything does (a node answers again after a silence).
+    pub(crate) fn wake(&self) {
+        if self.sending.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
     }
 
     /// Everything waiting whose object may still be held; the rest is counted expired.
@@ -146,12 +156,14 @@ impl RedisStore {
     }
 
     /// The sender: sends what waits, with a growing gap while Redis fails, until
-    /// nothing waits.
+    /// nothing waits. A reply after a silence ([`Retries::wake`]) ends the gap at once:
+    /// the gap only spares a Redis that is down, and every moment a give-back waits
+    /// once it is back, what it gives back is held by nobody.
     async fn send_retries(self) {
         let mut gap = FIRST_GAP;
         let before = self.inner.retries.counts();
         loop {
-            tokio::time::sleep(gap).await;
+            let _woken = tokio::time::timeout(gap, self.inner.retries.wake.notified()).await;
             let ops = self.inner.retries.take_live();
             if ops.is_empty() {
                 if self.inner.retries.stop_if_drained() {
