@@ -158,12 +158,20 @@ impl RedisStore {
     /// The sender: sends what waits, with a growing gap while Redis fails, until
     /// nothing waits. A reply after a silence ([`Retries::wake`]) ends the gap at once:
     /// the gap only spares a Redis that is down, and every moment a give-back waits
-    /// once it is back, what it gives back is held by nobody.
+    /// once it is back, what it gives back is held by nobody. Rounds stay at least
+    /// [`FIRST_GAP`] apart even so: on a Cluster, another node's reply after an idle
+    /// spell also wakes the sender, and a node still down then gets a try per
+    /// `FIRST_GAP` at most, as at the start.
     async fn send_retries(self) {
         let mut gap = FIRST_GAP;
         let before = self.inner.retries.counts();
+        let mut last_round = tokio::time::Instant::now();
         loop {
-            let _woken = tokio::time::timeout(gap, self.inner.retries.wake.notified()).await;
+            let woken = tokio::time::timeout(gap, self.inner.retries.wake.notified())
+                .await
+                .is_ok();
+            tokio::time::sleep_until(next_round(last_round, woken)).await;
+            last_round = tokio::time::Instant::now();
             let ops = self.inner.retries.take_live();
             if ops.is_empty() {
                 if self.inner.retries.stop_if_drained() {
@@ -196,6 +204,17 @@ impl RedisStore {
                 FIRST_GAP
             };
         }
+    }
+}
+
+/// The earliest the sender's next round may go once its wait is over (`woken`: ended
+/// early by [`Retries::wake`]): a wake-up never brings two rounds closer than
+/// [`FIRST_GAP`]; a wait that ran its gap was at least that long already.
+fn next_round(last_round: tokio::time::Instant, woken: bool) -> tokio::time::Instant {
+    if woken {
+        last_round + FIRST_GAP
+    } else {
+        last_round
     }
 }
 
@@ -243,5 +262,17 @@ impl RedisStore {
     /// The attempts whose settlement failed and has not landed since.
     pub(crate) fn failed_settles(&self) -> &FailedSettles {
         &self.inner.failed_settles
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn d9_a_wake_up_never_brings_two_retry_rounds_closer_than_the_first_gap() {
+        let last = tokio::time::Instant::now();
+        assert_eq!(next_round(last, true), last + FIRST_GAP, "woken early");
+        assert_eq!(next_round(last, false), last, "the gap ran: at once");
     }
 }
