@@ -60,6 +60,11 @@
 
 pub mod docs;
 
+// The test helpers shared with the integration tests (`tests/common`) name this crate
+// as they see it from outside.
+#[cfg(test)]
+extern crate self as portcullis_redis;
+
 mod batch;
 mod codec;
 mod conn;

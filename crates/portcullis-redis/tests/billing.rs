@@ -48,10 +48,6 @@ async fn connect(server: &RedisServer, options: RedisStoreOptions) -> RedisStore
         .expect("connect to the test redis-server")
 }
 
-fn generous() -> RedisStoreOptions {
-    RedisStoreOptions::default().deadline(Duration::from_secs(2))
-}
-
 // ---------------------------------------------------------------------------------
 // One round trip per call (D2, T3)
 
@@ -112,7 +108,7 @@ fn assert_one(server: &RedisServer, command: &str, what: &str) {
 #[tokio::test]
 async fn t3_every_billing_call_is_one_round_trip() {
     let server = RedisServer::start();
-    let s = connect(&server, generous()).await;
+    let s = connect(&server, common::patient()).await;
     let x = budget("rt:x", 100, Some(60_000));
     let y = budget("rt:y", 1_000, None);
     server.cli(&["CONFIG", "RESETSTAT"]);
@@ -231,7 +227,7 @@ async fn t3_every_billing_call_is_one_round_trip() {
 async fn t3_billing_script_server_time_per_call() {
     const N: usize = 500;
     let server = RedisServer::start();
-    let s = connect(&server, generous()).await;
+    let s = connect(&server, common::patient()).await;
     let usec = |what: &str| {
         let stats = command_calls(&server.cli(&["INFO", "commandstats"]));
         let (_, calls, usec) = stats
@@ -325,8 +321,8 @@ async fn t4_two_instances_share_balances_and_budgets() {
     const ATTEMPTS: u64 = 12;
     let server = RedisServer::start();
     let stores = [
-        connect(&server, generous().instance_id("gw-a")).await,
-        connect(&server, generous().instance_id("gw-b")).await,
+        connect(&server, common::patient().instance_id("gw-a")).await,
+        connect(&server, common::patient().instance_id("gw-b")).await,
     ];
     stores[0].seed_balance("share:t", START).await.unwrap();
     let x = budget("share:x", LIMIT, None);
@@ -608,7 +604,7 @@ async fn d3_billing_keys_are_tagged_per_tenant_and_expire_as_documented() {
     let server = RedisServer::start();
     let s = connect(
         &server,
-        generous()
+        common::patient()
             .prefix("gw")
             .billing_tag("books")
             .amount_ttl(Duration::from_secs(3_600)),
@@ -742,7 +738,7 @@ fn key_counts(server: &RedisServer) -> (usize, usize) {
 async fn d7_keys_do_not_grow_with_requests_served() {
     async fn serve(n: usize) -> (usize, usize) {
         let server = RedisServer::start();
-        let s = connect(&server, generous()).await;
+        let s = connect(&server, common::patient()).await;
         let x = budget("mem:x", 1_000_000_000, Some(3_600_000));
         for t in 0..3 {
             s.seed_balance(&format!("mem:t{t}"), 1_000_000_000)
@@ -803,7 +799,7 @@ async fn d7_keys_do_not_grow_with_requests_served() {
 #[tokio::test]
 async fn money_is_exact_up_to_2_pow_53() {
     let server = RedisServer::start();
-    let s = connect(&server, generous()).await;
+    let s = connect(&server, common::patient()).await;
     let k: SubjectKey = "big:k".into();
     let x = budget("big:x", Money::MAX, None);
     assert_eq!(MAX_EXACT_MONEY, 9_007_199_254_740_991);

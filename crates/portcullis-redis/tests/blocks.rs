@@ -15,19 +15,13 @@ use portcullis_core::{
     JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotStore, SubjectKey, Tier, Usage,
     WindowAsk, WindowStore,
 };
-use portcullis_redis::{RedisStore, RedisStoreOptions};
+use portcullis_redis::RedisStore;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// No test here is about a silent Redis: a deadline far above the default 20 ms keeps
-/// a test's calls from failing when the host's two cores are busy with other tests.
-fn options() -> RedisStoreOptions {
-    RedisStoreOptions::default().deadline(Duration::from_secs(2))
-}
-
 async fn store(server: &RedisServer, blocks: bool) -> RedisStore {
     let sizing = blocks.then(BlockSizing::default);
-    RedisStore::connect(&server.url(), options().blocks(sizing))
+    RedisStore::connect(&server.url(), common::patient().blocks(sizing))
         .await
         .expect("connect")
 }
@@ -363,7 +357,7 @@ mod money {
 
     async fn money_store(server: &RedisServer, on: bool) -> RedisStore {
         let sizing = on.then(|| BlockSizing::default().with_money(true));
-        RedisStore::connect(&server.url(), options().blocks(sizing))
+        RedisStore::connect(&server.url(), common::patient().blocks(sizing))
             .await
             .expect("connect")
     }
@@ -616,7 +610,7 @@ async fn d6_on_a_cluster_blocks_decide_channels_whose_keys_sit_on_several_slots(
     let connect = |sizing: Option<BlockSizing>| {
         let url = cluster.seed_url();
         async move {
-            RedisStore::connect(&url, options().blocks(sizing))
+            RedisStore::connect(&url, common::patient().blocks(sizing))
                 .await
                 .expect("connect to the test cluster")
         }

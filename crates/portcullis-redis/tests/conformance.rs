@@ -19,12 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The suite checks decisions, not latency: a generous deadline keeps it from failing
-/// on a busy machine. The 20 ms default is tested in `behaviour.rs`.
-fn options() -> RedisStoreOptions {
-    RedisStoreOptions::default().deadline(Duration::from_secs(2))
-}
-
 async fn fresh_store(server: &RedisServer, options: RedisStoreOptions) -> RedisStore {
     let store = RedisStore::connect(&server.url(), options)
         .await
@@ -47,7 +41,11 @@ impl Harness for ServerTimeHarness {
     const SLACK_MS: Millis = 250;
 
     async fn store(&self) -> RedisStore {
-        fresh_store(&self.server, options().time_offset(self.offset.clone())).await
+        fresh_store(
+            &self.server,
+            common::patient().time_offset(self.offset.clone()),
+        )
+        .await
     }
 
     async fn advance(&self, d: Duration) {
@@ -66,7 +64,11 @@ impl Harness for ManualClockHarness {
     type Store = RedisStore;
 
     async fn store(&self) -> RedisStore {
-        fresh_store(&self.server, options().manual_clock(self.clock.clone())).await
+        fresh_store(
+            &self.server,
+            common::patient().manual_clock(self.clock.clone()),
+        )
+        .await
     }
 
     async fn advance(&self, d: Duration) {
@@ -159,7 +161,11 @@ mod capacity {
     impl CapacityHarness for ManualClockHarness {
         type Store = RedisStore;
         async fn store(&self) -> RedisStore {
-            fresh_store(&self.server, options().manual_clock(self.clock.clone())).await
+            fresh_store(
+                &self.server,
+                common::patient().manual_clock(self.clock.clone()),
+            )
+            .await
         }
         async fn advance(&self, d: Duration) {
             self.clock.advance(d);

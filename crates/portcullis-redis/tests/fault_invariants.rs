@@ -342,10 +342,8 @@ async fn under_load(
             .blocks(sizing)
             .replica_acks(setup.acks)
     };
-    // The observer checks, it is not under test: its calls wait for Redis up to 2 s,
-    // so that a host whose two cores are busy cannot fail a check.
-    let patient = RedisStoreOptions::default().deadline(Duration::from_secs(2));
-    let observer = RedisStore::connect(&target.url(), patient)
+    // The observer checks, it is not under test.
+    let observer = RedisStore::connect(&target.url(), common::patient())
         .await
         .expect("connect");
     observer.set_balance(TENANT, BALANCE).await.unwrap();
@@ -740,8 +738,7 @@ fn t5_what_a_killed_instance_borrowed_comes_back_within_the_stated_bounds() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let patient = RedisStoreOptions::default().deadline(Duration::from_secs(2));
-        let observer = RedisStore::connect(&server.url(), patient.blocks(None))
+        let observer = RedisStore::connect(&server.url(), common::patient().blocks(None))
             .await
             .unwrap();
         let used = async || {

@@ -34,12 +34,10 @@ async fn store(server: &RedisServer, blocks: bool) -> RedisStore {
         .expect("connect")
 }
 
-/// A store on `server` whose calls wait for Redis up to 2 s: for the tests and the
-/// checks that are not about a call giving up, so that a host whose two cores are busy
-/// with other tests cannot fail them.
+/// A store on `server` for the tests and the checks that are not about a call giving
+/// up ([`common::patient`]).
 async fn patient(server: &RedisServer) -> RedisStore {
-    let options = RedisStoreOptions::default().deadline(Duration::from_secs(2));
-    RedisStore::connect(&server.url(), options)
+    RedisStore::connect(&server.url(), common::patient())
         .await
         .expect("connect")
 }

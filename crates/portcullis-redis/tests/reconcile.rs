@@ -10,8 +10,7 @@ use portcullis_core::{
     AttemptRef, BillingOutcome, BillingRequest, BillingStore, Books, PendingTotal, Reconcile,
     ReconcileStore,
 };
-use portcullis_redis::{RedisStore, RedisStoreOptions};
-use std::time::Duration;
+use portcullis_redis::RedisStore;
 
 fn request(attempt: &str, tenant: &str) -> BillingRequest {
     BillingRequest {
@@ -37,12 +36,9 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 #[tokio::test]
 async fn d10_pending_totals_read_one_counter_per_books_not_the_pending_lists() {
     let server = RedisServer::start();
-    let s = RedisStore::connect(
-        &server.url(),
-        RedisStoreOptions::default().deadline(Duration::from_secs(2)),
-    )
-    .await
-    .expect("connect");
+    let s = RedisStore::connect(&server.url(), common::patient())
+        .await
+        .expect("connect");
     let mut refs = Vec::new();
     for t in ["acme", "globex"] {
         s.seed_balance(t, 1_000_000).await.unwrap();

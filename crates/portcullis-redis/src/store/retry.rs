@@ -165,13 +165,9 @@ impl RedisStore {
     async fn send_retries(self) {
         let mut gap = FIRST_GAP;
         let before = self.inner.retries.counts();
-        let mut last_round = tokio::time::Instant::now();
+        let mut pace = Pace::new();
         loop {
-            let woken = tokio::time::timeout(gap, self.inner.retries.wake.notified())
-                .await
-                .is_ok();
-            tokio::time::sleep_until(next_round(last_round, woken)).await;
-            last_round = tokio::time::Instant::now();
+            pace.wait(gap, &self.inner.retries.wake).await;
             let ops = self.inner.retries.take_live();
             if ops.is_empty() {
                 if self.inner.retries.stop_if_drained() {
@@ -207,14 +203,26 @@ impl RedisStore {
     }
 }
 
-/// The earliest the sender's next round may go once its wait is over (`woken`: ended
-/// early by [`Retries::wake`]): a wake-up never brings two rounds closer than
-/// [`FIRST_GAP`]; a wait that ran its gap was at least that long already.
-fn next_round(last_round: tokio::time::Instant, woken: bool) -> tokio::time::Instant {
-    if woken {
-        last_round + FIRST_GAP
-    } else {
-        last_round
+/// The sender's wait before each round: its gap, ended early by a wake-up
+/// ([`Retries::wake`]) — but never to less than [`FIRST_GAP`] after the last round
+/// began (a wait that runs its gap is at least that long already).
+struct Pace {
+    last_round: tokio::time::Instant,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Self {
+            last_round: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Waits until the next round may go, and notes that it goes.
+    async fn wait(&mut self, gap: Duration, wake: &tokio::sync::Notify) {
+        if tokio::time::timeout(gap, wake.notified()).await.is_ok() {
+            tokio::time::sleep_until(self.last_round + FIRST_GAP).await;
+        }
+        self.last_round = tokio::time::Instant::now();
     }
 }
 
@@ -269,10 +277,31 @@ impl RedisStore {
 mod tests {
     use super::*;
 
-    #[test]
-    fn d9_a_wake_up_never_brings_two_retry_rounds_closer_than_the_first_gap() {
-        let last = tokio::time::Instant::now();
-        assert_eq!(next_round(last, true), last + FIRST_GAP, "woken early");
-        assert_eq!(next_round(last, false), last, "the gap ran: at once");
+    use tokio::sync::Notify;
+    use tokio::time::Instant;
+
+    #[tokio::test(start_paused = true)]
+    async fn d9_a_wake_up_never_brings_two_retry_rounds_closer_than_the_first_gap() {
+        let wake = Notify::new();
+        let mut pace = Pace::new();
+        let start = Instant::now();
+        // Woken before the wait began (the permit is kept): the round waits out the
+        // first gap after the last one, not the 2 s gap, and not nothing.
+        wake.notify_one();
+        pace.wait(LONGEST_GAP, &wake).await;
+        assert_eq!(start.elapsed(), FIRST_GAP, "woken at once");
+        // Not woken: the whole gap.
+        let start = Instant::now();
+        pace.wait(Duration::from_millis(800), &wake).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(800), "the gap ran");
+        // Woken halfway through a long gap, past the first gap: at once.
+        let start = Instant::now();
+        let waiting = pace.wait(LONGEST_GAP, &wake);
+        let waking = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            wake.notify_one();
+        };
+        tokio::join!(waiting, waking);
+        assert_eq!(start.elapsed(), Duration::from_millis(500), "woken halfway");
     }
 }
