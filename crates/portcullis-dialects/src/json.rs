@@ -24,6 +24,9 @@ pub(crate) const KEY_CAP: usize = 32;
 pub(crate) const STR_CAP: usize = 512;
 /// Longest number kept; longer numbers are valid but have no value.
 const NUM_CAP: usize = 40;
+/// Levels the path has room for from the start: a provider's answer nests four or five
+/// deep, and growing the path level by level would reallocate it twice per answer.
+const FRAMES_AT_START: usize = 8;
 
 /// One level of the path: an object with its current key, or an array with its
 /// current index.
@@ -173,7 +176,7 @@ pub(crate) struct Scanner {
 impl Scanner {
     pub(crate) fn new(body: bool) -> Self {
         Scanner {
-            frames: Vec::new(),
+            frames: Vec::with_capacity(FRAMES_AT_START),
             st: St::Value,
             key: false,
             esc: Esc::None,
