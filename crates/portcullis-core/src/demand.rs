@@ -199,4 +199,40 @@ mod tests {
         r.mark_unknown();
         assert_eq!(r2.get(), None);
     }
+
+    #[test]
+    fn f1_an_attempt_recorder_passes_its_reports_and_channel_to_the_request() {
+        let request = UsageRecorder::new();
+        let first = UsageRecorder::child_of(&request);
+        first.set_channel("a".into());
+        first.mark_unknown();
+        assert_eq!(request.report(), Some(UsageReport::Unknown));
+        assert_eq!(request.channel().as_deref(), Some("a"));
+        // The next attempt starts with nothing of its own; the request sees the last
+        // attempt's figures and channel, each attempt keeps its own.
+        let second = UsageRecorder::child_of(&request);
+        assert_eq!((second.report(), second.channel()), (None, None));
+        second.set_channel("b".into());
+        second.record(Usage {
+            output_tokens: 7,
+            ..Usage::default()
+        });
+        assert_eq!(request.get().map(|u| u.output_tokens), Some(7));
+        assert_eq!(request.channel().as_deref(), Some("b"));
+        assert_eq!(first.report(), Some(UsageReport::Unknown));
+        assert_eq!(first.channel().as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn b4_an_attempt_that_never_left_is_cleared_but_the_request_keeps_its_mark() {
+        let request = UsageRecorder::new();
+        UsageRecorder::child_of(&request).mark_unknown();
+        // The second attempt is marked before it leaves, then its connection is
+        // refused: nothing of it reached the provider, but the first attempt may have.
+        let second = UsageRecorder::child_of(&request);
+        second.mark_unknown();
+        second.clear();
+        assert_eq!(second.report(), None);
+        assert_eq!(request.report(), Some(UsageReport::Unknown));
+    }
 }

@@ -123,4 +123,60 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn b2_images_and_videos_cost_their_unit_price_on_top_of_tokens() {
+        let p = Price {
+            output_per_mtok: 1_000_000,
+            per_image: 40,
+            per_video: 500,
+            ..Price::default()
+        };
+        let u = Usage {
+            output_tokens: 3,
+            images: 2,
+            videos: 1,
+            ..Usage::default()
+        };
+        assert_eq!(p.cost(&u), 3 + 2 * 40 + 500);
+        // A negative unit price is free, never a credit; a count past what money can
+        // hold saturates instead of wrapping.
+        let negative = Price {
+            per_image: -5,
+            ..Price::default()
+        };
+        let images = Usage {
+            images: 4,
+            ..Usage::default()
+        };
+        assert_eq!(negative.cost(&images), 0);
+        let videos = Usage {
+            videos: u64::MAX,
+            ..Usage::default()
+        };
+        assert_eq!(p.cost(&videos), Money::MAX);
+    }
+
+    #[test]
+    fn w6_a_demand_carries_its_tokens_media_and_money_upper_bound() {
+        let p = Price {
+            input_per_mtok: 2_000_000,
+            cache_write_per_mtok: 3_000_000,
+            output_per_mtok: 8_000_000,
+            per_image: 10,
+            per_video: 1_000,
+            ..Price::default()
+        };
+        // Input at the dearest input rate (the cache write), output at its rate, and
+        // each image and video at its unit price.
+        assert_eq!(
+            p.demand(100, 50, 2, 1),
+            Demand {
+                tokens: 150,
+                images: 2,
+                videos: 1,
+                money: 300 + 400 + 20 + 1_000,
+            }
+        );
+    }
 }

@@ -144,4 +144,19 @@ mod tests {
         assert!(s.try_acquire(2, 1, 30_000, 65_000).is_ok());
         assert!(!s.renew(1, 30_000, 65_000));
     }
+
+    #[test]
+    fn c4_a_lease_is_gone_at_its_expiry_instant() {
+        let mut s = LeaseSet::default();
+        s.try_acquire(1, 0, 100, 0).unwrap();
+        s.try_acquire(2, 0, 200, 0).unwrap();
+        assert_eq!(s.purge(99), 0);
+        // At the instant it expires, a lease is no longer live: it cannot be renewed,
+        // is not counted, and the next purge drops it (and says how many it dropped).
+        assert!(!s.renew(1, 100, 100));
+        assert_eq!(s.in_flight(100), 1);
+        assert_eq!(s.purge(100), 1);
+        assert_eq!(s.purge(250), 1);
+        assert!(s.is_idle(250));
+    }
 }
