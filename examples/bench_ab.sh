@@ -12,6 +12,10 @@
 # DIR_A / DIR_B hold `proxy`, `load` and `fake_upstream` release binaries (for example
 # `target/release/examples` of two checkouts). Loopback only; bounded by REQUESTS
 # (default 20000) per line.
+#
+# WORKERS=N runs every gateway with N tokio worker threads (TOKIO_WORKER_THREADS; the
+# default is one per core). On a 2-core host that also runs the load generator and the
+# fake upstream, WORKERS=1 leaves them a core: see the benchmarks guide, "End to end".
 set -euo pipefail
 A=$1; B=$2; N=${3:-20000}; ROUNDS=${4:-5}
 cd "$(dirname "$0")/.."
@@ -29,7 +33,7 @@ rps() { # dir bare(0/1) connections
   port=$(free_port)
   flags=(--config "$D/bench.toml" --listen 127.0.0.1:"$port" --store memory)
   [ "$bare" = 1 ] && flags+=(--bare)
-  RUST_LOG=error "$dir/proxy" "${flags[@]}" > /dev/null 2>&1 & gw=$!; pids+=($gw)
+  env ${WORKERS:+TOKIO_WORKER_THREADS=$WORKERS} RUST_LOG=error "$dir/proxy" "${flags[@]}" > /dev/null 2>&1 & gw=$!; pids+=($gw)
   wait_port "$port"
   "$A/load" --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench --requests 1000 --concurrency "$c" > /dev/null
   out=$("$A/load" --url "http://127.0.0.1:$port/v1/chat/completions" --key sk-bench --requests "$N" --concurrency "$c")

@@ -120,10 +120,18 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            match worker_threads() {
+                Ok(Some(n)) => {
+                    builder.worker_threads(n);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+            let runtime = match builder.enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: starting the runtime: {e}");
@@ -168,6 +176,24 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The worker threads `TOKIO_WORKER_THREADS` asks for (default: one per core). Read here
+/// rather than by tokio, which panics on a value it cannot use.
+fn worker_threads() -> Result<Option<usize>, String> {
+    const VAR: &str = "TOKIO_WORKER_THREADS";
+    match std::env::var(VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!(
+                "{VAR}={v:?}: must be a whole number of worker threads, at least 1"
+            )),
+        },
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+            "{VAR}={v:?}: must be a whole number of worker threads, at least 1"
+        )),
     }
 }
 

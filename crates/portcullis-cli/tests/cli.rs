@@ -435,6 +435,27 @@ fn p1_usage_errors_exit_2_help_and_version_exit_0() {
 }
 
 #[test]
+fn p1_serve_refuses_a_bad_worker_thread_count_with_a_clear_error() {
+    let d = dir("workers");
+    let path = d.join("portcullis.toml");
+    write(&path, &config(&d, 5, "30s"));
+    for bad in ["0", "two", ""] {
+        let out = Command::new(BIN)
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .env("TOKIO_WORKER_THREADS", bad)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run portcullis");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {err}");
+        assert!(
+            err.contains("TOKIO_WORKER_THREADS") && !err.contains("panicked"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn p1_serve_answers_healthz_and_usage() {
     let d = dir("serve");
     let path = d.join("portcullis.toml");
