@@ -183,15 +183,12 @@ fn main() -> ExitCode {
 /// rather than by tokio, which panics on a value it cannot use.
 fn worker_threads() -> Result<Option<usize>, String> {
     const VAR: &str = "TOKIO_WORKER_THREADS";
-    match std::env::var(VAR) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(format!(
-                "{VAR}={v:?}: must be a whole number of worker threads, at least 1"
-            )),
-        },
-        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+    let Some(v) = std::env::var_os(VAR) else {
+        return Ok(None);
+    };
+    match v.to_str().and_then(|s| s.trim().parse::<usize>().ok()) {
+        Some(n) if n > 0 => Ok(Some(n)),
+        _ => Err(format!(
             "{VAR}={v:?}: must be a whole number of worker threads, at least 1"
         )),
     }
