@@ -395,17 +395,14 @@ impl Book {
         self.tenant.is_none()
             && self.keys.is_empty()
             && self.attempts.is_empty()
-            && self
-                .budgets
-                .values()
-                .all(|b| b.start.is_none() && b.spent == 0 && b.reserved == 0)
+            // A budget holds spend or reservations only once its period has started
+            // (both start it), so an unstarted budget is an empty one.
+            && self.budgets.values().all(|b| b.start.is_none())
     }
 
     /// Sweeps up to [`SWEEP_BATCH`] open attempts whose deadline has passed into
-    /// pending reconciliation, releasing their budget reservations (B7). Returns how
-    /// many.
-    fn sweep(&mut self, now: Millis) -> usize {
-        let mut swept = 0;
+    /// pending reconciliation, releasing their budget reservations (B7).
+    fn sweep(&mut self, now: Millis) {
         for _ in 0..SWEEP_BATCH {
             match self.open.first() {
                 Some((deadline, _)) if *deadline <= now => {}
@@ -437,9 +434,7 @@ impl Book {
             a.state = AttemptState::Pending(money);
             a.pending_since = Some(now);
             self.pending_total.add(money);
-            swept += 1;
         }
-        swept
     }
 }
 
@@ -802,7 +797,11 @@ impl Ledger {
                         limit: b.limit,
                         spent: s.spent,
                         reserved: s.reserved,
-                        resets_at: b.period_ms.zip(s.start).map(|(p, st)| st + p),
+                        resets_at: b
+                            .period_ms
+                            .filter(|&p| p > 0)
+                            .zip(s.start)
+                            .map(|(p, st)| st + p),
                     }
                 })
                 .collect(),
@@ -834,6 +833,86 @@ mod tests {
             attempt: a.into(),
             books: Books::Tenant("acme".into()),
         }
+    }
+
+    #[test]
+    fn d7_a_refusal_in_books_nobody_wrote_leaves_nothing_behind() {
+        let mut l = Ledger::default();
+        // A flood of requests for tenants with no record and no balance: each is
+        // refused, and none leaves books behind.
+        for t in ["ghost-1", "ghost-2", "ghost-3"] {
+            let unknown = BillingRequest {
+                tenant: Some(t.into()),
+                ..req("a1", 5)
+            };
+            assert_eq!(
+                l.admit(&unknown, 0),
+                BillingDecision::Refused(Refusal::InsufficientBalance)
+            );
+        }
+        assert!(l.books.is_empty());
+        // Books someone wrote stay, refusal or not.
+        l.seed_balance("acme", 0);
+        l.admit(&req("a1", 5), 0);
+        assert_eq!(l.books.len(), 1);
+    }
+
+    #[test]
+    fn d7_a_refusal_keeps_books_whose_only_trace_is_a_budget_period() {
+        let mut l = Ledger::default();
+        let period = Budget::new("p", 100, Some(10_000));
+        let small = Budget::new("small", 10, None);
+        // Covered requests (W8) of a key without a tenant: only budgets are written.
+        let covered = |a: &str, money, b: &Budget| BillingRequest {
+            tenant: None,
+            bill_balance: false,
+            budgets: Arc::from(vec![b.clone()]),
+            ..req(a, money)
+        };
+        let books = Books::of(None, &"k".into());
+        // A refusal in books nobody wrote leaves nothing, budget entries included.
+        assert_eq!(
+            l.admit(&covered("a0", 50, &small), 0),
+            BillingDecision::Refused(Refusal::Budget("small".into()))
+        );
+        assert!(l.books.is_empty());
+        // A request that cost nothing still started the budget's period at 0 …
+        assert_eq!(
+            l.admit(&covered("a1", 5, &period), 0),
+            BillingDecision::Admitted
+        );
+        let a1 = AttemptRef {
+            attempt: "a1".into(),
+            books: books.clone(),
+        };
+        l.settle(&a1, BillingOutcome::Settled(0), 0);
+        // … and a refusal in the same books must not forget it.
+        assert_eq!(
+            l.admit(&covered("a2", 50, &small), 1),
+            BillingDecision::Refused(Refusal::Budget("small".into()))
+        );
+        let v = l.account(None, &"k".into(), &[period], 1);
+        assert_eq!(v.budgets[0].resets_at, Some(10_000));
+    }
+
+    #[test]
+    fn b3_a_budget_with_a_zero_period_never_resets() {
+        let mut l = Ledger::default();
+        l.seed_balance("acme", 1000);
+        let budget = Budget::new("b", 100, Some(0));
+        let with_budget = |a: &str| BillingRequest {
+            budgets: Arc::from(vec![budget.clone()]),
+            ..req(a, 60)
+        };
+        assert_eq!(l.admit(&with_budget("a1"), 0), BillingDecision::Admitted);
+        l.settle(&r("a1"), BillingOutcome::Settled(60), 1);
+        // Much later, the budget still holds what was spent: a zero period is no period.
+        assert_eq!(
+            l.admit(&with_budget("a2"), 1_000_000),
+            BillingDecision::Refused(Refusal::Budget("b".into()))
+        );
+        let v = l.account(Some("acme"), &"k".into(), &[budget], 1_000_000);
+        assert_eq!((v.budgets[0].spent, v.budgets[0].resets_at), (60, None));
     }
 
     #[test]

@@ -140,6 +140,7 @@ redis_conformance!(
     b2_settle_may_go_below_zero,
     b3_budgets_reserve_and_roll_by_period,
     b3_concurrent_reservations_never_exceed_budget,
+    b3_a_zero_period_is_no_period,
     b4_settlement_idempotent_and_pending_reconciled,
     b7_final_attempts_forgotten_open_ones_swept,
     b7_missing_tenant_record_is_its_own_refusal,

@@ -88,6 +88,7 @@ pub async fn run_all<H: Harness>(h: &H) {
     b2_settle_may_go_below_zero(h).await;
     b3_budgets_reserve_and_roll_by_period(h).await;
     b3_concurrent_reservations_never_exceed_budget(h).await;
+    b3_a_zero_period_is_no_period(h).await;
     b4_settlement_idempotent_and_pending_reconciled(h).await;
     b7_final_attempts_forgotten_open_ones_swept(h).await;
     b7_missing_tenant_record_is_its_own_refusal(h).await;
@@ -1912,6 +1913,30 @@ pub async fn b3_budgets_reserve_and_roll_by_period<H: Harness>(h: &H) {
     }
 }
 
+/// B3: a budget whose period is zero is a budget with no period: it never resets, and
+/// its view shows no reset time.
+pub async fn b3_a_zero_period_is_no_period<H: Harness>(h: &H) {
+    let s = h.store().await;
+    let t = tenant("b3z");
+    let k = key("b3z");
+    seed(&s, &t, 1_000_000).await;
+    let z = budget("b3z:zero", 100, Some(0));
+    let req = |a: &str, money| BillingRequest {
+        budgets: budgets(&[&z]),
+        ..bill(a, Some(&t), &k, money)
+    };
+    bill_ok(&s, &req("b3z:a1", 60)).await;
+    settle_attempt(&s, &t, "b3z:a1", BillingOutcome::Settled(60)).await;
+    h.advance(ms(10_000)).await;
+    let v = account(&s, Some(&t), &k, &[&z]).await;
+    assert_eq!(
+        (budget_of(&v, 0), v.budgets[0].resets_at),
+        ((60, 0), None),
+        "a zero period never resets"
+    );
+    bill_refused(&s, &req("b3z:a2", 41), Refusal::Budget(z.id.clone())).await;
+}
+
 /// B3, T4: many reservations on one small budget in flight at once never reserve more
 /// than its limit, and none that fitted is refused; many settlements of one attempt in
 /// flight at once settle it once.
@@ -2845,6 +2870,7 @@ mod memory {
         b2_settle_may_go_below_zero,
         b3_budgets_reserve_and_roll_by_period,
         b3_concurrent_reservations_never_exceed_budget,
+        b3_a_zero_period_is_no_period,
         b4_settlement_idempotent_and_pending_reconciled,
         b7_final_attempts_forgotten_open_ones_swept,
         b7_missing_tenant_record_is_its_own_refusal,

@@ -2,7 +2,7 @@
 -- KEYS[1]  the tenant (KEYS[2] when none: never read)   KEYS[2] the key's spend
 -- KEYS[3..] the budgets
 -- ARGV     [1] time (see time.lua), [2] has a tenant (0/1), then per budget: period ms
---          (-1 = none)
+--          (-1 = none; 0 is none too: a zero period never rolls)
 -- Reply    {balance, tenant pending, key spent, key pending, then per budget: spent in the
 --          current period, reserved, period end (-1 = none)}
 local now = now_ms(ARGV[1])
@@ -20,6 +20,6 @@ for i = 1, #KEYS - 2 do
   out[#out + 1] = get(bk, 'spent') or 0
   out[#out + 1] = get(bk, 'res') or 0
   local start = get(bk, 'start')
-  if p >= 0 and start then out[#out + 1] = start + p else out[#out + 1] = -1 end
+  if p > 0 and start then out[#out + 1] = start + p else out[#out + 1] = -1 end
 end
 return out
