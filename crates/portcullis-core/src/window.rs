@@ -107,6 +107,11 @@ impl RollingLog {
             .filter(|&&t| t.saturating_add(ROLLING_WINDOW_MS) > now)
             .count()
     }
+    /// Starts kept (live or not yet purged).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len()
+    }
     fn remove(&mut self, at: Millis) {
         if let Some(i) = self.starts.iter().position(|&t| t == at) {
             self.starts.remove(i);
