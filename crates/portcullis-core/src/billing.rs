@@ -883,7 +883,7 @@ mod tests {
         );
         let a1 = AttemptRef {
             attempt: "a1".into(),
-            books: books.clone(),
+            books,
         };
         l.settle(&a1, BillingOutcome::Settled(0), 0);
         // … and a refusal in the same books must not forget it.

@@ -3,8 +3,8 @@
 //! A release, a settlement or a refund that fails — a missed deadline, a dropped
 //! connection, an open breaker — is not forgotten: its op is kept here and sent again,
 //! with growing gaps while Redis stays silent (ended at once by its first reply after a
-//! silence, [`Retries::wake`]), until Redis answers it or what it gives back has surely expired
-//! ([`Code::retried_for`]). Every such op is idempotent, keyed by what it returns (a
+//! silence, [`Retries::wake`]), until Redis answers it or what it gives back has surely
+//! expired ([`Code::retried_for`]). Every such op is idempotent, keyed by what it returns (a
 //! lease member, an admission record, an attempt id), so sending it again after a reply
 //! that was only lost changes nothing. The retries go around the breaker: they are what
 //! must land when Redis is back, and there is one sender at a time, so they cost a
