@@ -45,3 +45,17 @@ impl Dialect {
         }
     }
 }
+
+/// A provider's error answer as the provider wrote it, carried in the extensions of a
+/// response whose body was translated into the client's dialect (X3): the failover
+/// classifier reads the provider's own status and body in the provider's own dialect
+/// (F5), the client gets the translation.
+#[derive(Clone, Debug)]
+pub struct ProviderError {
+    /// The dialect the provider answered in.
+    pub dialect: Dialect,
+    /// The provider's status.
+    pub status: u16,
+    /// The provider's body (bounded by the forwarder).
+    pub body: std::sync::Arc<[u8]>,
+}

@@ -72,7 +72,7 @@ pub use capacity::{
 };
 pub use clock::{Clock, ManualClock, Millis, SystemClock};
 pub use demand::{Demand, ModelId, Usage, UsageRecorder, UsageReport};
-pub use dialect::Dialect;
+pub use dialect::{Dialect, ProviderError};
 pub use money::{MAX_STORABLE_MONEY, Money};
 pub use policy::{Dimension, Policy, Tier};
 pub use price::Price;

@@ -46,6 +46,7 @@ pub mod rate;
 pub mod request;
 pub mod signal;
 mod sse;
+pub mod translate;
 pub mod usage;
 
 pub use chunk::{ChunkKind, chunk_kind};

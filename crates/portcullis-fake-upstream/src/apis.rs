@@ -308,6 +308,10 @@ impl Framer for ResponsesFrames<'_> {
         Some(s)
     }
 
+    fn content_len(&self, fail_after: Option<u32>) -> usize {
+        fail_after.unwrap_or(self.u.chunks) as usize
+    }
+
     fn content(&mut self, i: usize) -> String {
         let fields = format!(
             r#","item_id":"{}","output_index":0,"content_index":0,"delta":{},"logprobs":[]"#,

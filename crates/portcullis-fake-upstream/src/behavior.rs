@@ -51,6 +51,22 @@ pub const H_REASONING_TOKENS: &str = "x-fake-reasoning-tokens";
 pub const H_CACHED_TOKENS: &str = "x-fake-cached-tokens";
 /// Control header: prompt tokens written to the cache (Anthropic cache creation).
 pub const H_CACHE_CREATION_TOKENS: &str = "x-fake-cache-creation-tokens";
+/// Control header: the answer carries this many tool calls (0–8, default 0) of the
+/// function named by [`H_TOOL_NAME`], with arguments `{"city":"c<i>"}` for call `i`
+/// (OpenAI chat, Anthropic messages and Gemini generateContent; ignored by the other
+/// routes). The tool calls replace the text unless [`H_CHUNKS`] is set too (the text
+/// then comes first), and the finish reason becomes `tool_calls` / `tool_use` (Gemini
+/// keeps `STOP`) unless the output was cut by the max tokens. See
+/// [the crate docs](crate#tool-calls-and-thinking) for the exact shapes.
+pub const H_TOOL_CALLS: &str = "x-fake-tool-calls";
+/// Control header: the name of the function the tool calls call (default
+/// [`DEFAULT_TOOL_NAME`]; must not be empty).
+pub const H_TOOL_NAME: &str = "x-fake-tool-name";
+/// Control header (Anthropic messages only; ignored elsewhere): the answer starts with
+/// a thinking block carrying this text, signed `sig_fake_<16 hex digits>`
+/// ([`thinking_signature`](crate::thinking_signature)). The value is taken as sent
+/// (visible ASCII, trimmed).
+pub const H_THINKING: &str = "x-fake-thinking";
 /// Control header: request limit reported in rate-limit headers.
 pub const H_RL_LIMIT_REQUESTS: &str = "x-fake-ratelimit-limit-requests";
 /// Control header: remaining requests reported in rate-limit headers.
@@ -66,6 +82,10 @@ pub const H_RL_RESET_MS: &str = "x-fake-ratelimit-reset-ms";
 pub const DEFAULT_CHUNKS: u32 = 4;
 /// Default number of output tokens (before the request's max-tokens cap).
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 16;
+/// Default name of the function the tool calls call.
+pub const DEFAULT_TOOL_NAME: &str = "get_weather";
+/// Most tool calls one answer can carry.
+pub const MAX_TOOL_CALLS: u32 = 8;
 
 /// A provider error the fake can render, in each dialect's real body and headers.
 ///
@@ -346,6 +366,12 @@ pub struct Behavior {
     pub cached_tokens: Option<u64>,
     /// Prompt tokens written to the cache (Anthropic).
     pub cache_creation_tokens: Option<u64>,
+    /// Tool calls in the answer (0–[`MAX_TOOL_CALLS`], default 0; see [`H_TOOL_CALLS`]).
+    pub tool_calls: Option<u32>,
+    /// The function the tool calls call (default [`DEFAULT_TOOL_NAME`]).
+    pub tool_name: Option<String>,
+    /// Anthropic: a thinking block with this text opens the answer (see [`H_THINKING`]).
+    pub thinking: Option<String>,
     /// Rate-limit header numbers.
     pub rate_limit: RateLimitInfo,
 }
@@ -421,6 +447,24 @@ impl Behavior {
         with_cache_creation_tokens => cache_creation_tokens: u64,
     }
 
+    /// Sets [`Behavior::tool_calls`] (at most [`MAX_TOOL_CALLS`]; more are clamped).
+    pub fn with_tool_calls(mut self, n: u32) -> Self {
+        self.tool_calls = Some(n.min(MAX_TOOL_CALLS));
+        self
+    }
+
+    /// Sets [`Behavior::tool_name`].
+    pub fn with_tool_name(mut self, name: impl Into<String>) -> Self {
+        self.tool_name = Some(name.into());
+        self
+    }
+
+    /// Sets [`Behavior::thinking`].
+    pub fn with_thinking(mut self, text: impl Into<String>) -> Self {
+        self.thinking = Some(text.into());
+        self
+    }
+
     /// Sets [`Behavior::rate_limit`].
     pub fn with_rate_limit(mut self, rl: RateLimitInfo) -> Self {
         self.rate_limit = rl;
@@ -460,6 +504,9 @@ impl Behavior {
             reasoning_tokens: top.reasoning_tokens.or(self.reasoning_tokens),
             cached_tokens: top.cached_tokens.or(self.cached_tokens),
             cache_creation_tokens: top.cache_creation_tokens.or(self.cache_creation_tokens),
+            tool_calls: top.tool_calls.or(self.tool_calls),
+            tool_name: top.tool_name.clone().or_else(|| self.tool_name.clone()),
+            thinking: top.thinking.clone().or_else(|| self.thinking.clone()),
             rate_limit: self.rate_limit.overlay(&top.rate_limit),
         }
     }
@@ -512,6 +559,20 @@ impl Behavior {
                 "reasoning-tokens" => b.reasoning_tokens = Some(num()?),
                 "cached-tokens" => b.cached_tokens = Some(num()?),
                 "cache-creation-tokens" => b.cache_creation_tokens = Some(num()?),
+                "tool-calls" => {
+                    let n = small()?;
+                    if n > MAX_TOOL_CALLS {
+                        return Err(bad());
+                    }
+                    b.tool_calls = Some(n)
+                }
+                "tool-name" => {
+                    if text.is_empty() {
+                        return Err(bad());
+                    }
+                    b.tool_name = Some(text.to_owned())
+                }
+                "thinking" => b.thinking = Some(text.to_owned()),
                 "ratelimit-limit-requests" => b.rate_limit.limit_requests = Some(num()?),
                 "ratelimit-remaining-requests" => b.rate_limit.remaining_requests = Some(num()?),
                 "ratelimit-limit-tokens" => b.rate_limit.limit_tokens = Some(num()?),
@@ -580,6 +641,15 @@ impl Behavior {
         }
         if let Some(v) = self.cache_creation_tokens {
             push(H_CACHE_CREATION_TOKENS, v.to_string());
+        }
+        if let Some(v) = self.tool_calls {
+            push(H_TOOL_CALLS, v.to_string());
+        }
+        if let Some(v) = &self.tool_name {
+            push(H_TOOL_NAME, v.clone());
+        }
+        if let Some(v) = &self.thinking {
+            push(H_THINKING, v.clone());
         }
         let rl = &self.rate_limit;
         if let Some(v) = rl.limit_requests {
@@ -667,6 +737,9 @@ mod tests {
             .with_cut(true)
             .with_cached_tokens(7)
             .with_reasoning_tokens(3)
+            .with_tool_calls(2)
+            .with_tool_name("lookup")
+            .with_thinking("let me think")
             .with_rate_limit(
                 RateLimitInfo::new()
                     .requests(10, 0)
@@ -686,6 +759,23 @@ mod tests {
         assert_eq!(
             Behavior::from_headers(&map).unwrap_err().header,
             H_LATENCY_MS
+        );
+    }
+
+    #[test]
+    fn tool_call_headers_are_checked() {
+        let read = |k: &'static str, v: &'static str| {
+            let mut map = HeaderMap::new();
+            map.insert(k, HeaderValue::from_static(v));
+            Behavior::from_headers(&map)
+        };
+        assert_eq!(read(H_TOOL_CALLS, "8").unwrap().tool_calls, Some(8));
+        assert_eq!(read(H_TOOL_CALLS, "9").unwrap_err().header, H_TOOL_CALLS);
+        assert_eq!(read(H_TOOL_CALLS, "x").unwrap_err().header, H_TOOL_CALLS);
+        assert_eq!(read(H_TOOL_NAME, " ").unwrap_err().header, H_TOOL_NAME);
+        assert_eq!(
+            read(H_THINKING, "hmm").unwrap().thinking.as_deref(),
+            Some("hmm")
         );
     }
 

@@ -64,6 +64,44 @@
 //! Embedding vectors are unit length and deterministic: the same input text (or token
 //! ids) always gets the same vector.
 //!
+//! # Tool calls and thinking
+//!
+//! With `x-fake-tool-calls: N` (0–8, default 0) a chat answer (OpenAI chat, Anthropic
+//! messages, Gemini generateContent; not the Responses API) carries `N` calls of the
+//! function named by `x-fake-tool-name` (default `get_weather`; below `NAME`), call `i`
+//! with arguments `{"city":"c<i>"}`. The calls replace the text, unless `x-fake-chunks`
+//! is set too: the text then comes first. The usage numbers do not change.
+//!
+//! - OpenAI: `message.tool_calls: [{"id":"call_fake_<i>","type":"function",
+//!   "function":{"name":NAME,"arguments":"{"city":"c<i>"}"}}]`, `content: null`
+//!   (or the text), `finish_reason: "tool_calls"`. Streamed: the role chunk (with
+//!   `content: null` when there is no text), the text chunks, one chunk per call
+//!   `delta.tool_calls: [{"index":i,"id":"call_fake_<i>","type":"function",
+//!   "function":{"name":NAME,"arguments":""}}]`, then the arguments in two pieces per
+//!   call (`{"city":` and `"c<i>"}`) as `delta.tool_calls: [{"index":i,
+//!   "function":{"arguments":piece}}]`, interleaved: call 0 piece 1, call 1 piece 1, …,
+//!   call 0 piece 2, call 1 piece 2, …; the finish chunk says `tool_calls`.
+//! - Anthropic: `content` blocks `{"type":"tool_use","id":"toolu_fake_<i>",
+//!   "name":NAME,"input":{"city":"c<i>"}}` (after the text block, if any),
+//!   `stop_reason: "tool_use"`. Streamed: per call, `content_block_start` with
+//!   `{"type":"tool_use","id":…,"name":NAME,"input":{}}`, two `content_block_delta`s
+//!   `{"type":"input_json_delta","partial_json":piece}`, `content_block_stop`, each call
+//!   its own block index; `message_delta` says `tool_use`.
+//! - Gemini: `parts: [{"functionCall":{"name":NAME,"args":{"city":"c<i>"}}}]` (after
+//!   the text part, if any), `finishReason: "STOP"`. Streamed: one chunk per call with
+//!   its whole `functionCall` part, then the usual final chunk.
+//!
+//! A max-tokens cut keeps its finish reason (`length`, `max_tokens`, `MAX_TOKENS`).
+//! Each of these frames counts as one content chunk for `x-fake-fail-after-chunks`
+//! and the chunk interval.
+//!
+//! With `x-fake-thinking: TEXT` (Anthropic only; ignored by the others) the content
+//! starts with `{"type":"thinking","thinking":TEXT,"signature":SIG}` where `SIG` is
+//! [`thinking_signature`]`(TEXT)` (`sig_fake_` + 16 hex digits of the text's FNV-1a
+//! hash); streamed as one content frame at index 0 — `content_block_start`
+//! `{"type":"thinking","thinking":""}`, a `thinking_delta`, a `signature_delta`,
+//! `content_block_stop` — the other blocks' indices shifted by one.
+//!
 //! # Ids
 //!
 //! Response, output message and video ids are minted as `resp_fake_i{n}_{seq:08}`,
@@ -91,8 +129,11 @@
 //!
 //! [`FakeUpstream::stats`] returns exact counters: calls per route and per credential,
 //! current and maximum in-flight requests overall and per credential, answers per
-//! status, every credential seen and the last requests (method, path and query, every
-//! header as received).
+//! status, every credential seen, the last requests (method, path and query, every
+//! header as received) and the last [`RECENT_BODIES`] request bodies (each cut to
+//! [`BODY_CAP`] bytes; [`Stats::last_body_for`] / [`Stats::last_json_for`] read the
+//! last one sent to a path prefix — e.g. to check the second turn of a tool-call
+//! conversation).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -135,11 +176,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use behavior::{BadControlHeader, Behavior, ErrorKind, RateLimitInfo};
+pub use render::thinking_signature;
 pub use request::{
     DEFAULT_EMBEDDING_DIMENSIONS, chunk_text, estimate_input_tokens, expected_text,
     prompt_text_bytes,
 };
-pub use stats::{RecordedRequest, Route, Stats};
+pub use stats::{BODY_CAP, RECENT_BODIES, RecordedRequest, Route, Stats};
 
 use server::Shared;
 

@@ -314,6 +314,7 @@ async fn handle(
     let gemini_sse = query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
     let creds = Credentials::of(req.headers(), query);
     let path_and_query = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let path = req.uri().path().to_owned();
     let (seq, guard) =
         shared
             .counters
@@ -352,6 +353,7 @@ async fn handle(
             ));
         }
     };
+    shared.counters.record_body(&path, &body);
     let b = match from_headers {
         Ok(h) => base.overlay(&h),
         Err(e) => return Ok(bad_request(guard, dialect, &rid, &e.to_string())),

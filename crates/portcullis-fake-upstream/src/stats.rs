@@ -4,7 +4,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use http::{HeaderMap, Method};
+
+/// How many request bodies [`Stats::last_bodies`] keeps.
+pub const RECENT_BODIES: usize = 16;
+/// The most bytes of one request body [`Stats::last_bodies`] keeps (64 KiB).
+pub const BODY_CAP: usize = 64 * 1024;
 
 /// The route a call hit.
 ///
@@ -204,6 +210,12 @@ pub struct Stats {
     /// The last requests received, oldest first (bounded, see
     /// [`FakeUpstreamBuilder::recent_capacity`](crate::FakeUpstreamBuilder::recent_capacity)).
     pub recent_requests: Vec<RecordedRequest>,
+    /// The bodies of the last [`RECENT_BODIES`] requests that had their body read
+    /// (every route but list-models and unknown paths), oldest first, each as
+    /// `(path without the query, body)` and cut to its first [`BODY_CAP`] bytes. Kept
+    /// unless [`recent_capacity`](crate::FakeUpstreamBuilder::recent_capacity) is 0;
+    /// cleared by `reset_stats`.
+    pub last_bodies: Vec<(String, Vec<u8>)>,
 }
 
 impl Stats {
@@ -237,6 +249,22 @@ impl Stats {
     pub fn responses_with(&self, status: u16) -> u64 {
         self.responses_by_status.get(&status).copied().unwrap_or(0)
     }
+    /// The body of the last request whose path starts with `path_prefix` (see
+    /// [`last_bodies`](Self::last_bodies)), e.g. `"/v1/messages"`.
+    pub fn last_body_for(&self, path_prefix: &str) -> Option<&[u8]> {
+        self.last_bodies
+            .iter()
+            .rev()
+            .find(|(p, _)| p.starts_with(path_prefix))
+            .map(|(_, b)| b.as_slice())
+    }
+
+    /// [`last_body_for`](Self::last_body_for) parsed as JSON (`None` when there is no
+    /// such body or it is not JSON, e.g. cut by [`BODY_CAP`]).
+    pub fn last_json_for(&self, path_prefix: &str) -> Option<serde_json::Value> {
+        serde_json::from_slice(self.last_body_for(path_prefix)?).ok()
+    }
+
     /// True when `value` appeared anywhere in any recorded request header (name or
     /// value, case-sensitive substring) or as a credential — to prove a secret never
     /// reached the upstream.
@@ -280,6 +308,7 @@ pub(crate) struct Counters {
     creds: Mutex<CredState>,
     recent: Mutex<VecDeque<RecordedRequest>>,
     recent_capacity: usize,
+    bodies: Mutex<VecDeque<(String, Bytes)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -330,7 +359,21 @@ impl Counters {
             creds: Mutex::new(CredState::default()),
             recent: Mutex::new(VecDeque::with_capacity(recent_capacity.min(1024))),
             recent_capacity,
+            bodies: Mutex::new(VecDeque::with_capacity(RECENT_BODIES)),
         }
+    }
+
+    /// Keeps the (capped) body of a request to `path` (unless recording is off).
+    pub(crate) fn record_body(&self, path: &str, body: &Bytes) {
+        if self.recent_capacity == 0 {
+            return;
+        }
+        let kept = body.slice(..body.len().min(BODY_CAP));
+        let mut b = lock(&self.bodies);
+        if b.len() >= RECENT_BODIES {
+            b.pop_front();
+        }
+        b.push_back((path.to_owned(), kept));
     }
 
     /// Counts a call and marks it in flight; the returned guard ends it.
@@ -474,6 +517,10 @@ impl Counters {
             s.credentials_seen = st.seen.clone();
         }
         s.recent_requests = lock(&self.recent).iter().cloned().collect();
+        s.last_bodies = lock(&self.bodies)
+            .iter()
+            .map(|(p, b)| (p.clone(), b.to_vec()))
+            .collect();
         s
     }
 
@@ -502,6 +549,7 @@ impl Counters {
             }
         }
         lock(&self.recent).clear();
+        lock(&self.bodies).clear();
     }
 }
 

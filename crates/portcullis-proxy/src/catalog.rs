@@ -9,6 +9,7 @@ use crate::config::{Channel, Config, ModelSettings};
 use http::HeaderValue;
 use portcullis_core::capacity::ChannelRef;
 use portcullis_core::{Candidates, Dialect};
+use portcullis_dialects::translate::translates;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,8 +65,12 @@ struct Pick {
 pub struct Catalog {
     models: Map<ModelSettings>,
     routes: Map<Vec<Arc<Route>>>,
-    /// Per model, per client dialect (in [`dialect_index`] order).
+    /// Per model, per client dialect (in [`dialect_index`] order): the channels of the
+    /// client's own vendor.
     choices: Map<[Choices; 4]>,
+    /// Per model, per client dialect: every channel whose vendor the client's
+    /// generation requests translate to (X1), the client's own vendor among them.
+    reach: Map<[Choices; 4]>,
     next: AtomicUsize,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
@@ -88,10 +93,17 @@ impl Catalog {
                 routes.entry(m.clone()).or_default().push(route.clone());
             }
         }
-        let choices = routes
+        let choices: Map<[Choices; 4]> = routes
             .iter()
             .map(|(model, rs)| {
-                let per_dialect = DIALECTS.map(|d| choices(rs, d));
+                let per_dialect = DIALECTS.map(|d| choices(rs, |v| v == d));
+                (model.clone(), per_dialect)
+            })
+            .collect();
+        let reach: Map<[Choices; 4]> = routes
+            .iter()
+            .map(|(model, rs)| {
+                let per_dialect = DIALECTS.map(|d| self::choices(rs, |v| translates(d, v)));
                 (model.clone(), per_dialect)
             })
             .collect();
@@ -100,6 +112,7 @@ impl Catalog {
             models: config.models().clone().into_iter().collect(),
             routes,
             choices,
+            reach,
             next: AtomicUsize::new(0),
             max_body_bytes: server.max_body_bytes,
             upstream_timeout: server.upstream_timeout,
@@ -121,16 +134,33 @@ impl Catalog {
     /// Whether a channel serves `model` for a `dialect` client. Takes no round-robin
     /// turn (a check must not shift which channel the next request gets).
     pub fn serves(&self, model: &str, dialect: Dialect) -> bool {
-        self.choices
+        self.serves_in(model, Reach::Own(dialect))
+    }
+
+    /// Whether a channel serves `model` for a request of `reach`.
+    pub fn serves_in(&self, model: &str, reach: Reach) -> bool {
+        self.table(reach)
             .get(model)
-            .is_some_and(|c| c[dialect_index(dialect)].total > 0)
+            .is_some_and(|c| c[dialect_index(reach.client())].total > 0)
+    }
+
+    fn table(&self, reach: Reach) -> &Map<[Choices; 4]> {
+        match reach {
+            Reach::Own(_) => &self.choices,
+            Reach::Translated(_) => &self.reach,
+        }
     }
 
     /// The channels that may serve `model` for a `dialect` client, in order of
     /// preference: the weighted round-robin pick first, then the others of the same
     /// failover group (Q2, F1). Built once: no allocation per request.
     pub fn candidate_list(&self, model: &str, dialect: Dialect) -> Option<Candidates> {
-        self.choose(model, dialect).map(|p| p.list.clone())
+        self.candidates_in(model, Reach::Own(dialect))
+    }
+
+    /// [`Catalog::candidate_list`] among the channels of `reach`.
+    pub fn candidates_in(&self, model: &str, reach: Reach) -> Option<Candidates> {
+        self.choose(model, reach).map(|p| p.list.clone())
     }
 
     /// The one candidate `channel`, if it serves `model` to a `dialect` client: where a
@@ -152,12 +182,17 @@ impl Catalog {
 
     /// Picks a channel for `model` that speaks `dialect`, by weighted round-robin.
     pub fn pick(&self, model: &str, dialect: Dialect) -> Option<Arc<Route>> {
-        self.choose(model, dialect).map(|p| p.first.clone())
+        self.pick_in(model, Reach::Own(dialect))
     }
 
-    /// The next weighted round-robin turn for `model` and `dialect`.
-    fn choose(&self, model: &str, dialect: Dialect) -> Option<&Pick> {
-        let c = &self.choices.get(model)?[dialect_index(dialect)];
+    /// [`Catalog::pick`] among the channels of `reach`.
+    pub fn pick_in(&self, model: &str, reach: Reach) -> Option<Arc<Route>> {
+        self.choose(model, reach).map(|p| p.first.clone())
+    }
+
+    /// The next weighted round-robin turn for `model` among the channels of `reach`.
+    fn choose(&self, model: &str, reach: Reach) -> Option<&Pick> {
+        let c = &self.table(reach).get(model)?[dialect_index(reach.client())];
         if c.total == 0 {
             return None;
         }
@@ -179,6 +214,42 @@ impl Catalog {
     }
 }
 
+/// Which channels a request may go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Only channels of the client's own vendor: requests with no translation
+    /// (embeddings, token counts, the Responses API, Gemini, objects).
+    Own(Dialect),
+    /// Every channel whose vendor the client's generation request translates to (X1).
+    Translated(Dialect),
+}
+
+impl Reach {
+    /// The channels a request of a `dialect` client for `operation` at `path` may go
+    /// to: OpenAI chat completions and Anthropic messages translate (X1), everything
+    /// else stays with its own vendor.
+    pub fn of(dialect: Dialect, operation: portcullis_dialects::Operation, path: &str) -> Self {
+        let generation = operation == portcullis_dialects::Operation::Generate
+            && match dialect {
+                Dialect::OpenAi => path.ends_with("/chat/completions"),
+                Dialect::Anthropic => path.ends_with("/messages"),
+                _ => false,
+            };
+        if generation {
+            Self::Translated(dialect)
+        } else {
+            Self::Own(dialect)
+        }
+    }
+
+    /// The client's dialect.
+    pub fn client(self) -> Dialect {
+        match self {
+            Self::Own(d) | Self::Translated(d) => d,
+        }
+    }
+}
+
 const DIALECTS: [Dialect; 4] = [
     Dialect::OpenAi,
     Dialect::Anthropic,
@@ -195,11 +266,11 @@ pub(crate) fn dialect_index(d: Dialect) -> usize {
     }
 }
 
-/// The round-robin choices among `routes` for a `dialect` client.
-fn choices(routes: &[Arc<Route>], dialect: Dialect) -> Choices {
+/// The round-robin choices among the `routes` whose vendor `serves`.
+fn choices(routes: &[Arc<Route>], serves: impl Fn(Dialect) -> bool) -> Choices {
     let eligible: Vec<&Arc<Route>> = routes
         .iter()
-        .filter(|r| r.dialect == dialect && r.weight > 0)
+        .filter(|r| serves(r.dialect) && r.weight > 0)
         .collect();
     let picks = eligible
         .iter()
@@ -412,5 +483,78 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
         );
         assert!(cat.candidate_list("m", Dialect::Gemini).is_none());
         assert!(cat.candidate_list("unknown", Dialect::OpenAi).is_none());
+    }
+
+    #[test]
+    fn x1_a_translated_request_reaches_every_vendor_it_translates_to() {
+        let cat = catalog();
+        // OpenAI channels a, b, c (weights 2, 1, 1) and Anthropic channel d (1).
+        let seen: Vec<Vec<String>> = (0..5)
+            .map(|_| {
+                names(
+                    &cat.candidates_in("m", Reach::Translated(Dialect::Anthropic))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                vec!["a", "b"],
+                vec!["a", "b"],
+                vec!["b", "a"],
+                vec!["c"],
+                vec!["d"]
+            ]
+        );
+        // Its own vendor only, as before, for requests that do not translate.
+        assert_eq!(
+            names(
+                &cat.candidates_in("m", Reach::Own(Dialect::Anthropic))
+                    .unwrap()
+            ),
+            ["d"]
+        );
+        // Gemini does not translate (yet): nothing of another vendor.
+        assert!(!cat.serves_in("m", Reach::Translated(Dialect::Gemini)));
+        assert!(cat.serves_in("m", Reach::Translated(Dialect::OpenAi)));
+    }
+
+    #[test]
+    fn x1_only_chat_completions_and_messages_translate() {
+        use portcullis_dialects::Operation::{CountTokens, Embed, Generate};
+        let t = |d, op, path| Reach::of(d, op, path);
+        assert_eq!(
+            t(Dialect::OpenAi, Generate, "/v1/chat/completions"),
+            Reach::Translated(Dialect::OpenAi)
+        );
+        assert_eq!(
+            t(Dialect::OpenAi, Generate, "/native/v1/chat/completions"),
+            Reach::Translated(Dialect::OpenAi)
+        );
+        assert_eq!(
+            t(Dialect::Anthropic, Generate, "/v1/messages"),
+            Reach::Translated(Dialect::Anthropic)
+        );
+        assert_eq!(
+            t(Dialect::OpenAi, Generate, "/v1/responses"),
+            Reach::Own(Dialect::OpenAi)
+        );
+        assert_eq!(
+            t(Dialect::OpenAi, Embed, "/v1/embeddings"),
+            Reach::Own(Dialect::OpenAi)
+        );
+        assert_eq!(
+            t(Dialect::Anthropic, CountTokens, "/v1/messages/count_tokens"),
+            Reach::Own(Dialect::Anthropic)
+        );
+        assert_eq!(
+            t(
+                Dialect::Gemini,
+                Generate,
+                "/v1beta/models/m:generateContent"
+            ),
+            Reach::Own(Dialect::Gemini)
+        );
     }
 }

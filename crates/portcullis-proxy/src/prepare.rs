@@ -5,7 +5,7 @@
 //! [`crate::homes`]; the forwarder and the telemetry read the [`Facts`] it leaves on the
 //! request, and nothing here reads them.
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Reach};
 use crate::config::{KeyEntry, ModelSettings};
 use crate::homes::Homes;
 use bytes::Bytes;
@@ -163,7 +163,25 @@ where
             if let Some(fb) = offer {
                 parts.extensions.insert(fb);
             }
-            model_extensions(&mut parts.extensions, &catalog, dialect, facts, demand);
+            let reach = Reach::of(dialect, facts.operation, parts.uri.path());
+            let boundary = key.as_ref().and_then(|k| k.allowed_vendors.as_deref());
+            let model_id = facts.model.clone();
+            if !model_extensions(
+                &mut parts.extensions,
+                &catalog,
+                reach,
+                boundary,
+                facts,
+                demand,
+            ) {
+                return Err(reject(
+                    GatewayCode::Forbidden,
+                    format!(
+                        "No channel of `{model_id}` is among the vendors this API key's \
+                         requests may be sent to."
+                    ),
+                ));
+            }
             if let (Some(home), Some(asked)) = (&home, &asked) {
                 let only = home_only(&catalog, home, asked, dialect)?;
                 parts.extensions.insert(only);
@@ -349,20 +367,52 @@ fn demand_within_store_limits(
 /// demand under the model's price, its estimate toward provider limits (the candidates
 /// speak the client's dialect, so that vendor's rules apply, U2; output counted for
 /// every choice), its candidates, the model id and the facts.
+///
+/// With a data `boundary` (X4), only channels of its vendors are candidates; false when
+/// the model has channels but none within the boundary.
 fn model_extensions(
     x: &mut http::Extensions,
     catalog: &Catalog,
-    dialect: Dialect,
+    reach: Reach,
+    boundary: Option<&[Dialect]>,
     facts: Arc<RequestFacts>,
     demand: Demand,
-) {
+) -> bool {
     x.insert(demand);
-    x.insert(portcullis_dialects::rate_estimate(dialect, &facts));
-    if let Some(candidates) = catalog.candidate_list(&facts.model, dialect) {
-        x.insert(candidates);
+    x.insert(portcullis_dialects::rate_estimate(reach.client(), &facts));
+    let mut within = true;
+    if let Some(candidates) = catalog.candidates_in(&facts.model, reach) {
+        let candidates = match boundary {
+            None => candidates,
+            Some(allowed) => within_boundary(catalog, &facts.model, candidates, allowed),
+        };
+        within = !candidates.channels().is_empty();
+        if within {
+            x.insert(candidates);
+        }
     }
+    x.insert(reach);
     x.insert(portcullis_core::ModelId(facts.model.as_str().into()));
     x.insert(Facts(facts));
+    within
+}
+
+/// The `candidates` of `model` whose vendor is `allowed` (X4).
+fn within_boundary(
+    catalog: &Catalog,
+    model: &str,
+    candidates: portcullis_core::Candidates,
+    allowed: &[Dialect],
+) -> portcullis_core::Candidates {
+    let inside = |c: &portcullis_core::capacity::ChannelRef| {
+        catalog
+            .route(model, &c.name)
+            .is_some_and(|r| allowed.contains(&r.dialect))
+    };
+    if candidates.channels().iter().all(inside) {
+        return candidates;
+    }
+    portcullis_core::Candidates::new(candidates.channels().iter().filter(|c| inside(c)).cloned())
 }
 
 /// Why a fallback model does not meet a request's contract (F11), or `None` if it
@@ -403,8 +453,20 @@ pub fn fallback_refusal(
     if key.is_some_and(|k| !k.models.is_empty() && !k.models.iter().any(|x| x == to)) {
         return Some("not allowed for the key");
     }
-    if !catalog.serves(to, dialect) {
-        return Some("no channel in the client's dialect");
+    // A fallback model is reached as the request is: generation requests through every
+    // vendor they translate to (X1, F11).
+    if !catalog.serves_in(to, Reach::Translated(dialect)) {
+        return Some("no channel that can serve the client's dialect");
+    }
+    // X4: the data boundary holds for a fallback as for the first attempt.
+    if let Some(allowed) = key.and_then(|k| k.allowed_vendors.as_deref()) {
+        let inside = catalog
+            .candidates_in(to, Reach::Translated(dialect))
+            .map(|c| within_boundary(catalog, to, c, allowed))
+            .is_some_and(|c| !c.channels().is_empty());
+        if !inside {
+            return Some("no channel within the key's data boundary");
+        }
     }
     None
 }
@@ -427,10 +489,19 @@ fn fallback(
         return None;
     }
     let (catalog, uri, body, facts) = (catalog.clone(), uri.clone(), body.clone(), facts.clone());
+    let boundary = key.and_then(|k| k.allowed_vendors.clone());
     let target: Arc<str> = Arc::from(to);
     let to = target.clone();
     Some(ModelFallback::new(target, move || {
-        rewrite_for(&catalog, dialect, &uri, &body, &facts, &to)
+        rewrite_for(
+            &catalog,
+            dialect,
+            &uri,
+            &body,
+            &facts,
+            &to,
+            boundary.as_deref(),
+        )
     }))
 }
 
@@ -443,6 +514,7 @@ fn rewrite_for(
     body: &Bytes,
     facts: &RequestFacts,
     to: &str,
+    boundary: Option<&[Dialect]>,
 ) -> Option<FallbackRequest<Full<Bytes>>> {
     let model = catalog.model(to)?;
     let (uri, body) = match dialect {
@@ -469,12 +541,13 @@ fn rewrite_for(
     facts.model = to.to_owned();
     // A fallback whose money upper bound no store can hold is not offered.
     let demand = demand_within_store_limits(&facts, model).ok()?;
+    let reach = Reach::of(dialect, facts.operation, uri.path());
     Some(FallbackRequest {
         uri,
         body: Full::new(body),
         extensions: {
             let mut x = http::Extensions::new();
-            model_extensions(&mut x, catalog, dialect, Arc::new(facts), demand);
+            model_extensions(&mut x, catalog, reach, boundary, Arc::new(facts), demand);
             x
         },
     })

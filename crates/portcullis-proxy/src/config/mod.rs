@@ -78,6 +78,9 @@ pub struct KeyEntry {
     pub models: Vec<String>,
     /// Rejections in the native body and codes on every route (E1).
     pub native_errors: bool,
+    /// The data boundary (X4): the only vendors (as their dialects) the key's requests
+    /// may go to, its own and its tenant's lists intersected; `None` = every vendor.
+    pub allowed_vendors: Option<Vec<portcullis_core::Dialect>>,
 }
 
 /// A resolved channel.

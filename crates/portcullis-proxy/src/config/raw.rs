@@ -115,6 +115,10 @@ pub(super) struct KeyConfig {
     /// Models the key may use; empty = all.
     #[serde(default)]
     pub(super) models: Vec<String>,
+    /// The data boundary (X4): the vendors the key's requests may be sent to; absent =
+    /// every vendor (within its tenant's boundary).
+    #[serde(default)]
+    pub(super) allowed_vendors: Option<Vec<super::Vendor>>,
     /// The dialect of the key's rejections: `"route"` (default: the dialect of the route
     /// it calls) or `"native"` (the native body and codes on every route, E1).
     #[serde(default)]
@@ -155,6 +159,9 @@ pub(super) struct TenantConfig {
     pub(super) weight: Option<u32>,
     /// Money budgets every request of the tenant draws on.
     pub(super) budgets: Vec<BudgetConfig>,
+    /// The data boundary (X4): the vendors the tenant's requests may be sent to;
+    /// absent = every vendor.
+    pub(super) allowed_vendors: Option<Vec<super::Vendor>>,
 }
 
 /// A task budget, chosen per request with the `x-portcullis-task` header (B3), and the

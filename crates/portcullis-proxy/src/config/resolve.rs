@@ -330,6 +330,13 @@ fn key(
             .unwrap_or(1),
         models: k.models.clone(),
         native_errors: k.errors == ErrorsConfig::Native,
+        allowed_vendors: data_boundary(
+            k.allowed_vendors.as_deref(),
+            k.tenant
+                .as_ref()
+                .and_then(|t| raw.tenants.get(t.get_ref()))
+                .and_then(|t| t.allowed_vendors.as_deref()),
+        ),
     };
     Ok((secret, entry))
 }
@@ -494,10 +501,71 @@ impl<'i> Spans<'i> {
     }
 }
 
+/// A key's data boundary (X4): the vendors both its own list and its tenant's allow
+/// (either absent: the other; both absent: every vendor).
+fn data_boundary(
+    key: Option<&[super::Vendor]>,
+    tenant: Option<&[super::Vendor]>,
+) -> Option<Vec<portcullis_core::Dialect>> {
+    let dialects = |v: &[super::Vendor]| v.iter().map(|v| v.dialect()).collect::<Vec<_>>();
+    match (key, tenant) {
+        (None, None) => None,
+        (Some(k), None) => Some(dialects(k)),
+        (None, Some(t)) => Some(dialects(t)),
+        (Some(k), Some(t)) => Some(
+            dialects(k)
+                .into_iter()
+                .filter(|d| dialects(t).contains(d))
+                .collect(),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
     use crate::config::tests::GOOD;
+
+    #[test]
+    fn x4_a_keys_data_boundary_is_its_own_and_its_tenants_intersected() {
+        use portcullis_core::Dialect::{Anthropic, OpenAi};
+        let text = r#"
+[tenants.eu]
+balance = 1
+allowed_vendors = ["openai", "anthropic"]
+
+[tenants.any]
+balance = 1
+
+[keys.both]
+key = "sk-both"
+tenant = "eu"
+allowed_vendors = ["anthropic", "gemini"]
+
+[keys.tenant-only]
+key = "sk-tenant-only"
+tenant = "eu"
+
+[keys.own-only]
+key = "sk-own-only"
+tenant = "any"
+allowed_vendors = ["openai"]
+
+[keys.none]
+key = "sk-none"
+tenant = "any"
+"#;
+        let c = Config::parse(text).expect("config");
+        let boundary = |s: &str| c.keys[s].allowed_vendors.clone();
+        assert_eq!(boundary("sk-both"), Some(vec![Anthropic]));
+        assert_eq!(boundary("sk-tenant-only"), Some(vec![OpenAi, Anthropic]));
+        assert_eq!(boundary("sk-own-only"), Some(vec![OpenAi]));
+        assert_eq!(boundary("sk-none"), None);
+        assert!(
+            Config::parse("[keys.k]\nkey = \"sk-k\"\nallowed_vendors = [\"mistral\"]\n").is_err(),
+            "an unknown vendor is a configuration error"
+        );
+    }
 
     #[test]
     fn p4_metrics_token_is_checked_like_the_admin_token() {

@@ -9,6 +9,7 @@
 //! | `headers.rs` | which headers pass, both ways ([`AllowLists`]), hop-by-hop headers, the provider's request id |
 //! | `body.rs` | the answer's body ([`ForwardBody`]): frame by frame, cut after `upstream_idle_timeout` of silence |
 //! | `usage.rs` | what the answer used, recorded once, and the home of the object it created (P6) |
+//! | `translate.rs` | an attempt to a channel of another vendor (X1–X3): the request in the channel's dialect, the answer back in the client's |
 //! | `error.rs` | the typed failures of an attempt (`portcullis_core::UpstreamError`) |
 //! | `response_headers.rs` | the layer that applies the response allow-list ([`ResponseHeadersLayer`]) |
 //!
@@ -23,6 +24,7 @@ mod headers;
 mod request;
 mod response_headers;
 mod send;
+mod translate;
 mod usage;
 
 pub use body::ForwardBody;

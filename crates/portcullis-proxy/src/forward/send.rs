@@ -9,13 +9,15 @@ use super::headers::{AllowLists, answer_headers};
 use super::request::{
     creates_object, gemini_method_served, unserved_gemini_method, upstream_request,
 };
+use super::translate::Translation;
 use super::usage::{Unreported, Watch};
-use crate::catalog::{Catalog, Route};
+use crate::catalog::{Catalog, Reach, Route};
 use crate::homes::Homes;
 use crate::prepare::Facts;
 use crate::telemetry::AttemptTrace;
 use bytes::Bytes;
 use http::{Request, Response};
+use http_body_util::Either;
 use http_body_util::Full;
 use portcullis::BoxError;
 use portcullis::core::homes::Home;
@@ -99,7 +101,21 @@ impl Shared {
             .copied()
             .unwrap_or(Dialect::Native);
         let model = &facts.0.model;
-        let route = self.route(&parts.extensions, model, dialect)?;
+        let reach = parts
+            .extensions
+            .get::<Reach>()
+            .copied()
+            .unwrap_or(Reach::Own(dialect));
+        let route = self.route(&parts.extensions, model, reach)?;
+        // X1: a channel of another vendor gets the request in its own dialect.
+        let translation =
+            (matches!(reach, Reach::Translated(_)) && route.dialect != dialect).then(|| {
+                Translation {
+                    client: dialect,
+                    vendor: route.dialect,
+                    public_model: Arc::from(model.as_str()),
+                }
+            });
         let price = self
             .catalog
             .model(model)
@@ -112,6 +128,18 @@ impl Shared {
             return Err(unserved_gemini_method());
         }
         let creates = creates_object(facts.0.operation, parts.uri.path());
+        let body = match &translation {
+            Some(t) => {
+                let default_max = self
+                    .catalog
+                    .model(model)
+                    .and_then(|m| m.max_output_tokens)
+                    .unwrap_or(facts.0.max_output_tokens)
+                    .max(1);
+                t.request(&mut parts, body, model, default_max).await?
+            }
+            None => body,
+        };
         let mut up = upstream_request(&self.allow, &route, &mut parts, body)?;
         if let Some(t) = &trace {
             let uri = up.uri().clone();
@@ -146,7 +174,8 @@ impl Shared {
         let watch = recorder.map(|recorder| {
             Box::new(Watch {
                 // A provider error answer is not billed and uses no tokens.
-                watcher: success.then(|| UsageWatcher::new(dialect, facts.0.stream)),
+                // The provider's usage, read in the provider's own dialect (X2).
+                watcher: success.then(|| UsageWatcher::new(route.dialect, facts.0.stream)),
                 unreported: Unreported::of(&facts.0),
                 home: (success && creates).then(|| self.home(&route, model)),
                 recorder,
@@ -155,23 +184,42 @@ impl Shared {
                 trace,
             })
         });
-        let body = ForwardBody::new(incoming, self.catalog.upstream_idle_timeout, watch);
+        let idle = self.catalog.upstream_idle_timeout;
+        let body = match &translation {
+            None => ForwardBody::new(Either::Left(incoming), idle, watch, None),
+            Some(t) if success => {
+                let answer = t.answer(&mut rparts, facts.0.stream);
+                ForwardBody::new(Either::Left(incoming), idle, watch, Some(Box::new(answer)))
+            }
+            Some(t) => {
+                let translated = t.error(&mut rparts, incoming, idle).await;
+                ForwardBody::new(Either::Right(translated), idle, watch, None)
+            }
+        };
         Ok(Response::from_parts(rparts, body))
     }
 
-    /// The channel of the attempt: the one the capacity queue chose (Q2); without
-    /// it, one picked here.
+    /// The channel of the attempt: the one the capacity queue chose (Q2).
     fn route(
         &self,
         extensions: &http::Extensions,
         model: &str,
-        dialect: Dialect,
+        reach: Reach,
     ) -> Result<Arc<Route>, BoxError> {
         let chosen = extensions
             .get::<portcullis_core::capacity::Chosen>()
             .and_then(|c| self.catalog.route(model, &c.0.name));
+        // Without a capacity layer, the first of the request's candidates (the weighted
+        // pick, within the key's data boundary, X4), or one picked here.
+        let first = || {
+            extensions
+                .get::<portcullis_core::Candidates>()
+                .and_then(|c| c.channels().first())
+                .and_then(|c| self.catalog.route(model, &c.name))
+        };
         chosen
-            .or_else(|| self.catalog.pick(model, dialect))
+            .or_else(first)
+            .or_else(|| self.catalog.pick_in(model, reach))
             .ok_or_else(|| {
                 Box::new(Rejection::new(
                     GatewayCode::NoUpstream,

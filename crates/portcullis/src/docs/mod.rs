@@ -26,6 +26,7 @@ pub mod contract {
     page!(upstream, "contract/upstream.md");
     page!(capacity, "contract/capacity.md");
     page!(failover, "contract/failover.md");
+    page!(translation, "contract/translation.md");
     page!(errors, "contract/errors.md");
     page!(distributed, "contract/distributed.md");
     page!(proxy, "contract/proxy.md");

@@ -14,7 +14,8 @@ use portcullis_core::failover::{
     release_probes, transport_verdict,
 };
 use portcullis_core::{
-    Candidates, Chosen, Clock, Dialect, Millis, ModelId, Rejection, UpstreamError, UsageRecorder,
+    Candidates, Chosen, Clock, Dialect, Millis, ModelId, ProviderError, Rejection, UpstreamError,
+    UsageRecorder,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -392,8 +393,17 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         let (rparts, rbody) = res.into_parts();
         let (head, rest) =
             read_prefix(rbody, config.error_body_limit, config.first_chunk_timeout).await;
-        let f = (self.shared.error_reader)(self.dialect, status, &rparts.headers, &head);
-        let verdict = classify(self.dialect, &f);
+        // X3: an answer translated into the client's dialect is read as the provider
+        // wrote it (F5).
+        let f = match rparts.extensions.get::<ProviderError>() {
+            Some(p) => (self.shared.error_reader)(p.dialect, p.status, &rparts.headers, &p.body),
+            None => (self.shared.error_reader)(self.dialect, status, &rparts.headers, &head),
+        };
+        let read_in = rparts
+            .extensions
+            .get::<ProviderError>()
+            .map_or(self.dialect, |p| p.dialect);
+        let verdict = classify(read_in, &f);
         tracing::info!(
             channel = landed.served.as_deref().unwrap_or("?"),
             status,

@@ -1,0 +1,166 @@
+//! An attempt to a channel of another vendor than the client's (X1–X3): the request
+//! written in the channel's dialect, the answer written back in the client's. The
+//! translations are `portcullis_dialects::translate`'s; this file only applies them to
+//! the request and to the answer's frames.
+
+use super::error::upstream_failed;
+use bytes::Bytes;
+use http::{HeaderValue, Uri, header};
+use http_body_util::{BodyExt, Full};
+use portcullis::BoxError;
+use portcullis_core::{Dialect, GatewayCode, LayerKind, ProviderError, Rejection, UpstreamFailure};
+use portcullis_dialects::translate::{self, StreamTranslator, TranslateError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The most of a provider's error body read to translate it: error bodies are a few
+/// hundred bytes; a longer one is cut here and translated from what was read.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// A translated attempt: the two dialects and the model names.
+#[derive(Clone, Debug)]
+pub(super) struct Translation {
+    pub(super) client: Dialect,
+    pub(super) vendor: Dialect,
+    /// The model the client asked for (its answers name it).
+    pub(super) public_model: Arc<str>,
+}
+
+impl Translation {
+    /// The request body written for the channel, and the path it goes to.
+    pub(super) async fn request(
+        &self,
+        parts: &mut http::request::Parts,
+        body: Full<Bytes>,
+        upstream_model: &str,
+        default_max_tokens: u64,
+    ) -> Result<Full<Bytes>, BoxError> {
+        let bytes = body.collect().await.map_err(|e| match e {})?.to_bytes();
+        let out = translate::request(
+            self.client,
+            self.vendor,
+            &bytes,
+            upstream_model,
+            default_max_tokens,
+        )
+        .map_err(refusal)?;
+        let path = match self.vendor {
+            Dialect::Anthropic => "/v1/messages",
+            _ => "/v1/chat/completions",
+        };
+        parts.uri = Uri::from_static(path);
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Ok(Full::new(Bytes::from(out)))
+    }
+
+    /// The provider's error answer read (bounded, within `idle`) and written in the
+    /// client's dialect; the provider's own status and body stay in the extensions for
+    /// the classifier (F5).
+    pub(super) async fn error(
+        &self,
+        rparts: &mut http::response::Parts,
+        body: hyper::body::Incoming,
+        idle: Duration,
+    ) -> Full<Bytes> {
+        let read = tokio::time::timeout(
+            idle,
+            http_body_util::Limited::new(body, ERROR_BODY_LIMIT).collect(),
+        )
+        .await;
+        let bytes = match read {
+            Ok(Ok(c)) => c.to_bytes(),
+            _ => Bytes::new(),
+        };
+        let status = rparts.status.as_u16();
+        let t = translate::error(self.vendor, self.client, status, &bytes);
+        rparts.extensions.insert(ProviderError {
+            dialect: self.vendor,
+            status,
+            body: Arc::from(&bytes[..]),
+        });
+        if let Ok(s) = http::StatusCode::from_u16(t.status) {
+            rparts.status = s;
+        }
+        rparts.headers.remove(header::CONTENT_LENGTH);
+        rparts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Full::new(Bytes::from(t.body))
+    }
+
+    /// How a successful answer's body is translated: event by event when streamed,
+    /// whole otherwise.
+    pub(super) fn answer(&self, rparts: &mut http::response::Parts, stream: bool) -> Answer {
+        rparts.headers.remove(header::CONTENT_LENGTH);
+        if stream {
+            Answer::Stream(Box::new(StreamTranslator::new(
+                self.vendor,
+                self.client,
+                &self.public_model,
+                true,
+            )))
+        } else {
+            Answer::Whole {
+                t: self.clone(),
+                buf: Vec::new(),
+            }
+        }
+    }
+}
+
+/// A successful answer's body on its way back to the client's dialect.
+#[derive(Debug)]
+pub(super) enum Answer {
+    /// A streamed answer, translated as its events arrive.
+    Stream(Box<StreamTranslator>),
+    /// A buffered answer, translated at its end (bounded by the provider's answer,
+    /// which the gateway asked for without streaming).
+    Whole { t: Translation, buf: Vec<u8> },
+}
+
+impl Answer {
+    /// The client's bytes for the provider's next `data` (possibly none yet).
+    pub(super) fn push(&mut self, data: &[u8]) -> Bytes {
+        match self {
+            Self::Stream(s) => {
+                let mut out = Vec::new();
+                s.push(data, &mut out);
+                Bytes::from(out)
+            }
+            Self::Whole { buf, .. } => {
+                buf.extend_from_slice(data);
+                Bytes::new()
+            }
+        }
+    }
+
+    /// The client's last bytes, at the end of the provider's body; an error when the
+    /// answer cannot be given in the client's dialect (the stream's translator writes
+    /// its own in-stream error for a cut stream and ends).
+    pub(super) fn finish(&mut self) -> Result<Bytes, BoxError> {
+        match self {
+            Self::Stream(s) => {
+                let mut out = Vec::new();
+                s.finish(&mut out);
+                Ok(Bytes::from(out))
+            }
+            Self::Whole { t, buf } => translate::response(t.vendor, t.client, buf, &t.public_model)
+                .map(Bytes::from)
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "a provider's answer could not be translated");
+                    upstream_failed(UpstreamFailure::Cut, "untranslatable answer")
+                }),
+        }
+    }
+}
+
+/// A request the channel's dialect cannot express: the client's 400, naming the field.
+fn refusal(e: TranslateError) -> BoxError {
+    Box::new(
+        Rejection::new(GatewayCode::InvalidRequest, LayerKind::Request).with_message(e.to_string()),
+    )
+}
