@@ -356,3 +356,119 @@ async fn x4_the_data_boundary_keeps_every_attempt_inside_its_vendors() {
     assert_eq!(s.calls_for("cred-anthropic"), 0, "the boundary was crossed");
     assert!(s.calls_for("cred-openai") >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x2_streamed_parallel_tool_calls_reach_an_openai_client_each_with_its_index_and_id() {
+    let p = Proxy::start(CONFIG).await;
+    let r = send(
+        p.addr,
+        &openai_chat("claude-sonnet-4-5", true).header("x-fake-tool-calls", 2),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let data = sse_data(&r.text());
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    for c in data.iter().filter(|d| d.is_object()) {
+        for tc in c["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = tc["index"].as_u64().unwrap() as usize;
+            if calls.len() <= i {
+                calls.resize(i + 1, Default::default());
+            }
+            if let Some(id) = tc["id"].as_str() {
+                calls[i].0 = id.to_owned();
+                calls[i].1 = tc["function"]["name"].as_str().unwrap().to_owned();
+            }
+            calls[i].2 += tc["function"]["arguments"].as_str().unwrap_or_default();
+        }
+    }
+    assert_eq!(
+        calls,
+        [
+            (
+                "toolu_fake_0".into(),
+                "get_weather".into(),
+                r#"{"city":"c0"}"#.into()
+            ),
+            (
+                "toolu_fake_1".into(),
+                "get_weather".into(),
+                r#"{"city":"c1"}"#.into()
+            ),
+        ],
+        "{}",
+        r.text()
+    );
+    let finish: Vec<&Value> = data
+        .iter()
+        .map(|c| &c["choices"][0]["finish_reason"])
+        .filter(|f| f.is_string())
+        .collect();
+    assert_eq!(finish, [&json!("tool_calls")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x2_a_reasoning_conversations_second_turn_carries_its_signature_back() {
+    let p = Proxy::start(CONFIG).await;
+    let first = json!({
+        "model": "claude-sonnet-4-5",
+        "messages": [{"role": "user", "content": "Weather in c0?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+        "reasoning_effort": "low"
+    });
+    let r = send(
+        p.addr,
+        &Req::post("/v1/chat/completions", first.to_string())
+            .key(KeyAt::Bearer, "sk-a")
+            .header("x-fake-tool-calls", 1)
+            .header("x-fake-thinking", "I should call get_weather."),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    let message = answer["choices"][0]["message"].clone();
+    assert_eq!(message["reasoning_content"], "I should call get_weather.");
+    let id = message["tool_calls"][0]["id"].as_str().unwrap().to_owned();
+    // The client's next turn, as the OpenAI SDK sends it: the assistant message echoed,
+    // the tool's result under the same id.
+    let second = json!({
+        "model": "claude-sonnet-4-5",
+        "messages": [
+            {"role": "user", "content": "Weather in c0?"},
+            {"role": "assistant", "content": null, "tool_calls": message["tool_calls"]},
+            {"role": "tool", "tool_call_id": id, "content": "sunny"}
+        ],
+        "tools": first["tools"],
+        "reasoning_effort": "low"
+    });
+    let r = send(
+        p.addr,
+        &Req::post("/v1/chat/completions", second.to_string()).key(KeyAt::Bearer, "sk-a"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = p
+        .fake
+        .stats()
+        .last_json_for("/v1/messages")
+        .expect("the second turn");
+    let assistant = &sent["messages"][1];
+    assert_eq!(assistant["role"], "assistant", "{sent}");
+    assert_eq!(
+        assistant["content"][0],
+        json!({
+            "type": "thinking",
+            "thinking": "I should call get_weather.",
+            "signature": portcullis_fake_upstream::thinking_signature("I should call get_weather.")
+        }),
+        "{sent}"
+    );
+    assert_eq!(assistant["content"][1]["id"], "toolu_fake_0", "{sent}");
+    assert_eq!(
+        sent["messages"][2]["content"][0]["tool_use_id"], "toolu_fake_0",
+        "{sent}"
+    );
+}

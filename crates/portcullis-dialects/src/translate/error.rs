@@ -109,3 +109,124 @@ pub fn error(from: Dialect, to: Dialect, status: u16, body: &[u8]) -> Translated
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn body(t: &TranslatedError) -> Value {
+        serde_json::from_slice(&t.body).unwrap()
+    }
+
+    fn anthropic(kind: &str, message: &str) -> Vec<u8> {
+        json!({"type": "error", "error": {"type": kind, "message": message}})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn x3_anthropic_errors_become_openai_errors_with_the_right_status_and_type() {
+        for (status, kind, want_status, want_type, want_code) in [
+            (
+                429,
+                "rate_limit_error",
+                429,
+                "rate_limit_exceeded",
+                json!("rate_limit_exceeded"),
+            ),
+            (
+                529,
+                "overloaded_error",
+                503,
+                "server_error",
+                json!("overloaded"),
+            ),
+            (
+                400,
+                "invalid_request_error",
+                400,
+                "invalid_request_error",
+                Value::Null,
+            ),
+            (
+                401,
+                "authentication_error",
+                401,
+                "invalid_request_error",
+                json!("invalid_api_key"),
+            ),
+            (
+                404,
+                "not_found_error",
+                404,
+                "invalid_request_error",
+                json!("model_not_found"),
+            ),
+            (500, "api_error", 500, "server_error", Value::Null),
+        ] {
+            let t = error(
+                Dialect::Anthropic,
+                Dialect::OpenAi,
+                status,
+                &anthropic(kind, "the message"),
+            );
+            assert_eq!(t.status, want_status, "{kind}");
+            let b = body(&t);
+            assert_eq!(b["error"]["type"], want_type, "{kind}");
+            assert_eq!(b["error"]["code"], want_code, "{kind}");
+            assert_eq!(
+                b["error"]["message"], "the message",
+                "{kind}: the message is kept"
+            );
+        }
+    }
+
+    #[test]
+    fn x3_openai_errors_become_anthropic_errors_with_the_right_status_and_type() {
+        let openai = |code: &str| {
+            json!({"error": {"message": "m", "type": "requests", "param": null, "code": code}})
+                .to_string()
+                .into_bytes()
+        };
+        for (status, code, want_status, want_type) in [
+            (429, "rate_limit_exceeded", 429, "rate_limit_error"),
+            (429, "insufficient_quota", 403, "permission_error"),
+            (503, "server_is_overloaded", 529, "overloaded_error"),
+            (400, "invalid_value", 400, "invalid_request_error"),
+            (401, "invalid_api_key", 401, "authentication_error"),
+            (404, "model_not_found", 404, "not_found_error"),
+            (500, "server_error", 500, "api_error"),
+        ] {
+            let t = error(Dialect::OpenAi, Dialect::Anthropic, status, &openai(code));
+            assert_eq!(t.status, want_status, "{code}");
+            let b = body(&t);
+            assert_eq!(
+                (&b["type"], &b["error"]["type"]),
+                (&json!("error"), &json!(want_type)),
+                "{code}"
+            );
+            assert_eq!(b["error"]["message"], "m");
+        }
+    }
+
+    #[test]
+    fn x3_an_unreadable_error_body_still_reaches_the_client_in_its_dialect() {
+        let t = error(
+            Dialect::Anthropic,
+            Dialect::OpenAi,
+            502,
+            b"<html>bad gateway</html>",
+        );
+        assert_eq!(t.status, 502);
+        assert_eq!(body(&t)["error"]["message"], "the provider answered 502");
+        let t = error(Dialect::OpenAi, Dialect::Anthropic, 503, b"");
+        assert_eq!(
+            (t.status, body(&t)["error"]["type"].clone()),
+            (529, json!("overloaded_error"))
+        );
+        // Not a translated pair: passed as it was.
+        let t = error(Dialect::Gemini, Dialect::Gemini, 400, b"{}");
+        assert_eq!((t.status, t.body), (400, b"{}".to_vec()));
+    }
+}

@@ -18,6 +18,12 @@
 //! computes: OpenAI `store`, `metadata`, `service_tier`, `stream_options` (the gateway
 //! asks for stream usage itself); Anthropic `service_tier`.
 //!
+//! Approximated: an OpenAI turn with empty content is left out (Anthropic refuses
+//! empty turns; its neighbours of the same role merge); an OpenAI assistant message's
+//! `reasoning_content` is not sent back (Anthropic takes thinking only with its
+//! signature, which comes back through the tool-call id); thinking blocks of an earlier
+//! Anthropic turn sent to OpenAI are left out (they mean nothing to another model).
+//!
 //! Thinking blocks of an Anthropic answer come back inside the client's first tool-call
 //! id ([`wrap_tool_id`]) and are restored in front of that assistant turn.
 use super::TranslateError;
@@ -233,7 +239,10 @@ fn openai_to_anthropic(
     }
     let mut system: Vec<Value> = Vec::new();
     let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
+    // An empty turn carries nothing and Anthropic refuses it: it is left out (its
+    // neighbours of the same role then merge).
     let mut push = |role: &str, blocks: Vec<Value>| match messages.last_mut() {
+        _ if blocks.is_empty() => {}
         Some((r, b)) if r == role => b.extend(blocks),
         _ => messages.push((role.to_owned(), blocks)),
     };
@@ -289,6 +298,12 @@ fn openai_to_anthropic(
                 ));
             }
         }
+    }
+    if messages.is_empty() {
+        return Err(refuse(
+            "messages",
+            "Anthropic needs at least one turn with content",
+        ));
     }
     if messages.first().is_some_and(|(role, _)| role != "user") {
         return Err(refuse(
@@ -682,4 +697,311 @@ fn image_part(source: &Value, at: &str) -> Result<Value, TranslateError> {
         }
     };
     Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn to_anthropic(body: Value) -> Result<Value, TranslateError> {
+        request(
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            body.to_string().as_bytes(),
+            "claude-x",
+            256,
+        )
+        .map(|b| serde_json::from_slice(&b).unwrap())
+    }
+
+    fn to_openai(body: Value) -> Result<Value, TranslateError> {
+        request(
+            Dialect::Anthropic,
+            Dialect::OpenAi,
+            body.to_string().as_bytes(),
+            "gpt-x",
+            256,
+        )
+        .map(|b| serde_json::from_slice(&b).unwrap())
+    }
+
+    /// OpenAI's function-calling example (chat create with tools), a second turn with
+    /// the tool's result.
+    #[test]
+    fn x2_openai_tools_calls_and_results_become_anthropic_blocks() {
+        let got = to_anthropic(json!({
+            "model": "gpt-4.1",
+            "messages": [
+                {"role": "developer", "content": "You are terse."},
+                {"role": "user", "content": "What's the weather like in Boston and Paris today?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Boston\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "12C"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "18C"}
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "get_weather", "description": "Get the current weather",
+                "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+            }}],
+            "tool_choice": "auto",
+            "parallel_tool_calls": false,
+            "temperature": 0.2,
+            "stop": "END",
+            "user": "u-1"
+        }))
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "model": "claude-x",
+                "max_tokens": 256,
+                "system": [{"type": "text", "text": "You are terse."}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "What's the weather like in Boston and Paris today?"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"location": "Boston"}},
+                        {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"location": "Paris"}}
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "call_1", "content": [{"type": "text", "text": "12C"}]},
+                        {"type": "tool_result", "tool_use_id": "call_2", "content": [{"type": "text", "text": "18C"}]}
+                    ]}
+                ],
+                "tools": [{"name": "get_weather", "description": "Get the current weather",
+                    "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}],
+                "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
+                "temperature": 0.2,
+                "stop_sequences": ["END"],
+                "metadata": {"user_id": "u-1"}
+            })
+        );
+    }
+
+    #[test]
+    fn x2_images_by_url_and_base64_cross_both_ways() {
+        let got = to_anthropic(json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+        ]}]}))
+        .unwrap();
+        let content = &got["messages"][0]["content"];
+        assert_eq!(
+            content[1],
+            json!({"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}})
+        );
+        assert_eq!(
+            content[2],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}})
+        );
+        let back = to_openai(
+            json!({"max_tokens": 10, "messages": [{"role": "user", "content": content.clone()}]}),
+        )
+        .unwrap();
+        assert_eq!(
+            back["messages"][0]["content"][1]["image_url"]["url"],
+            "https://example.com/a.jpg"
+        );
+        assert_eq!(
+            back["messages"][0]["content"][2]["image_url"]["url"],
+            "data:image/png;base64,iVBORw0KGgo="
+        );
+    }
+
+    /// Anthropic's tool-use example, its second turn, thinking and the system prompt.
+    #[test]
+    fn x2_anthropic_tools_and_results_become_openai_messages() {
+        let got = to_openai(json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": "Be brief.",
+            "thinking": {"type": "enabled", "budget_tokens": 4000},
+            "tools": [{"name": "get_weather", "description": "Get the weather", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "stop_sequences": ["\n\nHuman:"],
+            "stream": true,
+            "messages": [
+                {"role": "user", "content": "Weather in SF?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "I should call the tool.", "signature": "sig"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"location": "SF"}}
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "15 degrees"}]}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "model": "gpt-x",
+                "max_completion_tokens": 1024,
+                "reasoning_effort": "medium",
+                "stop": ["\n\nHuman:"],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather", "parameters": {"type": "object"}}}],
+                "tool_choice": "required",
+                "parallel_tool_calls": false,
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": [{"type": "text", "text": "Weather in SF?"}]},
+                    {"role": "assistant", "content": "Checking.", "tool_calls": [
+                        {"id": "toolu_01", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"SF\"}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "toolu_01", "content": "15 degrees"}
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn x2_thinking_signature_round_trips_through_the_tool_call_id() {
+        let blocks = vec![
+            json!({"type": "thinking", "thinking": "Let me look it up.", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA"}),
+            json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}),
+        ];
+        let id = wrap_tool_id("toolu_01", &blocks);
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{id}"
+        );
+        assert_eq!(
+            unwrap_tool_id(&id),
+            ("toolu_01".to_owned(), Some(blocks.clone()))
+        );
+        assert_eq!(unwrap_tool_id("call_9"), ("call_9".to_owned(), None));
+        // The OpenAI client's next turn echoes the id: the blocks are restored in front
+        // of the assistant turn, and every id is the provider's own again.
+        let got = to_anthropic(json!({"messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": id, "type": "function", "function": {"name": "w", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": id, "content": "sunny"}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            got["messages"][1]["content"],
+            json!([blocks[0], blocks[1], {"type": "tool_use", "id": "toolu_01", "name": "w", "input": {}}])
+        );
+        assert_eq!(got["messages"][2]["content"][0]["tool_use_id"], "toolu_01");
+    }
+
+    #[test]
+    fn x2_max_tokens_and_reasoning_effort_map_to_anthropics_bounds() {
+        let got = to_anthropic(json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert_eq!(got["max_tokens"], 256, "Anthropic always gets a maximum");
+        let got = to_anthropic(json!({"max_completion_tokens": 100, "max_tokens": 7, "messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert_eq!(got["max_tokens"], 100);
+        let got = to_anthropic(json!({"max_tokens": 100, "reasoning_effort": "high", "messages": [{"role": "user", "content": "hi"}]})).unwrap();
+        assert_eq!(
+            got["thinking"],
+            json!({"type": "enabled", "budget_tokens": 16384})
+        );
+        assert!(got["max_tokens"].as_u64().unwrap() > 16384, "{got}");
+    }
+
+    #[test]
+    fn x2_what_cannot_be_expressed_is_refused_naming_the_field() {
+        let base = |extra: Value| {
+            let mut v = json!({"messages": [{"role": "user", "content": "hi"}]});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            v
+        };
+        for (extra, field) in [
+            (json!({"n": 2}), "n"),
+            (json!({"logprobs": true}), "logprobs"),
+            (json!({"logit_bias": {"1": 2}}), "logit_bias"),
+            (json!({"seed": 1}), "seed"),
+            (json!({"presence_penalty": 0.5}), "presence_penalty"),
+            (
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
+                "response_format",
+            ),
+        ] {
+            match to_anthropic(base(extra.clone())) {
+                Err(TranslateError::Unsupported { field: f, .. }) => {
+                    assert_eq!(f, field, "{extra}")
+                }
+                other => panic!("{extra}: {other:?}"),
+            }
+        }
+        // Harmless settings pass.
+        assert!(
+            to_anthropic(base(
+                json!({"n": 1, "store": false, "stream_options": {"include_usage": true}})
+            ))
+            .is_ok()
+        );
+        let audio = json!({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]});
+        assert!(
+            matches!(to_anthropic(audio), Err(TranslateError::Unsupported { field, .. }) if field == "messages[0].content[0].type")
+        );
+        let cached = json!({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]}]});
+        assert!(
+            matches!(to_openai(cached), Err(TranslateError::Unsupported { field, .. }) if field == "messages[0].content[0].cache_control")
+        );
+        assert!(
+            matches!(to_openai(json!({"max_tokens": 5, "top_k": 3, "messages": []})), Err(TranslateError::Unsupported { field, .. }) if field == "top_k")
+        );
+        assert!(matches!(
+            request(Dialect::OpenAi, Dialect::Anthropic, b"{not json", "m", 1),
+            Err(TranslateError::Malformed(_))
+        ));
+        assert!(matches!(
+            request(Dialect::Gemini, Dialect::Anthropic, b"{}", "m", 1),
+            Err(TranslateError::Unsupported { .. })
+        ));
+    }
+
+    fn role() -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            Just("system"),
+            Just("developer"),
+            Just("user"),
+            Just("assistant"),
+            Just("tool"),
+            Just("critic")
+        ]
+    }
+
+    proptest! {
+        /// Any OpenAI request of random turns either translates to a request the
+        /// Anthropic schema accepts (alternating turns that start with the user, a
+        /// maximum of at least 1) or is refused — never a panic.
+        #[test]
+        fn x2_any_openai_request_translates_to_a_valid_anthropic_one_or_is_refused(
+            turns in proptest::collection::vec((role(), "[a-z ]{0,12}"), 0..8),
+            max in proptest::option::of(0u64..5000),
+            temperature in proptest::option::of(0.0f64..2.0),
+        ) {
+            let messages: Vec<Value> = turns
+                .iter()
+                .map(|(r, t)| if *r == "tool" {
+                    json!({"role": r, "content": t, "tool_call_id": "call_x"})
+                } else {
+                    json!({"role": r, "content": t})
+                })
+                .collect();
+            let mut body = json!({"model": "gpt", "messages": messages});
+            if let Some(m) = max { body["max_tokens"] = json!(m); }
+            if let Some(t) = temperature { body["temperature"] = json!(t); }
+            if let Ok(v) = to_anthropic(body) {
+                prop_assert!(v["max_tokens"].as_u64().unwrap() >= 1);
+                let roles: Vec<&str> = v["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+                prop_assert!(roles.first().is_none_or(|r| *r == "user"), "{roles:?}");
+                prop_assert!(roles.windows(2).all(|w| w[0] != w[1]), "{roles:?}");
+                prop_assert!(roles.iter().all(|r| *r == "user" || *r == "assistant"));
+                let empty = v["messages"].as_array().unwrap().iter().any(|m| m["content"].as_array().is_none_or(Vec::is_empty));
+                prop_assert!(!empty, "a turn without content: {v}");
+            }
+        }
+    }
 }

@@ -255,3 +255,143 @@ fn openai_to_anthropic(c: OCompletion, model: &str) -> Result<Value, TranslateEr
         },
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translate(from: Dialect, to: Dialect, v: Value) -> Value {
+        let out = response(from, to, v.to_string().as_bytes(), "public").unwrap();
+        let mut got: Value = serde_json::from_slice(&out).unwrap();
+        got.as_object_mut().unwrap().remove("created");
+        got
+    }
+
+    /// Anthropic's documented tool-use answer with thinking and cache reads.
+    #[test]
+    fn x2_an_anthropic_answer_becomes_a_chat_completion() {
+        let got = translate(
+            Dialect::Anthropic,
+            Dialect::OpenAi,
+            json!({
+                "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                "content": [
+                    {"type": "thinking", "thinking": "Need the tool.", "signature": "sig1"},
+                    {"type": "text", "text": "Let me check."},
+                    {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"location": "SF"}},
+                    {"type": "tool_use", "id": "toolu_02", "name": "get_time", "input": {}}
+                ],
+                "stop_reason": "tool_use", "stop_sequence": null,
+                "usage": {"input_tokens": 10, "cache_read_input_tokens": 500, "cache_creation_input_tokens": 20, "output_tokens": 42}
+            }),
+        );
+        let first_id = super::super::request::wrap_tool_id(
+            "toolu_01",
+            &[json!({"type": "thinking", "thinking": "Need the tool.", "signature": "sig1"})],
+        );
+        assert_eq!(
+            got,
+            json!({
+                "id": "chatcmpl-msg_01",
+                "object": "chat.completion",
+                "model": "public",
+                "choices": [{
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": "Let me check.",
+                        "reasoning_content": "Need the tool.",
+                        "tool_calls": [
+                            {"id": first_id, "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"SF\"}"}},
+                            {"id": "toolu_02", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+                        ]
+                    },
+                    "finish_reason": "tool_calls",
+                    "logprobs": null
+                }],
+                // X2: prompt_tokens includes the cache reads and writes Anthropic's
+                // input_tokens leaves out.
+                "usage": {"prompt_tokens": 530, "completion_tokens": 42, "total_tokens": 572,
+                          "prompt_tokens_details": {"cached_tokens": 500}}
+            })
+        );
+    }
+
+    #[test]
+    fn x2_stop_reasons_map_both_ways() {
+        for (anthropic, openai) in [
+            ("end_turn", "stop"),
+            ("stop_sequence", "stop"),
+            ("max_tokens", "length"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ] {
+            assert_eq!(finish_reason(Some(anthropic)), openai);
+        }
+        for (openai, anthropic) in [
+            ("stop", "end_turn"),
+            ("length", "max_tokens"),
+            ("tool_calls", "tool_use"),
+            ("content_filter", "refusal"),
+        ] {
+            assert_eq!(stop_reason(Some(openai)), anthropic);
+        }
+    }
+
+    /// OpenAI's documented chat completion with a tool call and cached prompt tokens.
+    #[test]
+    fn x2_a_chat_completion_becomes_an_anthropic_message() {
+        let got = translate(
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            json!({
+                "id": "chatcmpl-abc", "object": "chat.completion", "created": 1, "model": "gpt-4.1",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": "Sure.",
+                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"Boston\"}"}}]
+                }}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 9, "total_tokens": 109, "prompt_tokens_details": {"cached_tokens": 64}}
+            }),
+        );
+        assert_eq!(
+            got,
+            json!({
+                "id": "msg_chatcmpl-abc", "type": "message", "role": "assistant", "model": "public",
+                "content": [
+                    {"type": "text", "text": "Sure."},
+                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"location": "Boston"}}
+                ],
+                "stop_reason": "tool_use", "stop_sequence": null,
+                "usage": {"input_tokens": 36, "cache_read_input_tokens": 64, "cache_creation_input_tokens": 0, "output_tokens": 9}
+            })
+        );
+    }
+
+    #[test]
+    fn x2_an_answer_that_cannot_be_read_is_an_error_not_a_guess() {
+        let two = json!({"choices": [
+            {"message": {"content": "a"}, "finish_reason": "stop"},
+            {"message": {"content": "b"}, "finish_reason": "stop"}
+        ]});
+        assert!(matches!(
+            response(
+                Dialect::OpenAi,
+                Dialect::Anthropic,
+                two.to_string().as_bytes(),
+                "m"
+            ),
+            Err(TranslateError::Malformed(_))
+        ));
+        let bad_args = json!({"choices": [{"message": {"tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}}]});
+        assert!(
+            response(
+                Dialect::OpenAi,
+                Dialect::Anthropic,
+                bad_args.to_string().as_bytes(),
+                "m"
+            )
+            .is_err()
+        );
+        assert!(response(Dialect::Anthropic, Dialect::OpenAi, b"<html>", "m").is_err());
+    }
+}
