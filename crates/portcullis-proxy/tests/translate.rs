@@ -472,3 +472,28 @@ async fn x2_a_reasoning_conversations_second_turn_carries_its_signature_back() {
         "{sent}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x3_an_anthropic_429_reaches_an_openai_client_as_its_429_with_retry_after() {
+    let p = Proxy::start(CONFIG).await;
+    let r = send(
+        p.addr,
+        &openai_chat("claude-sonnet-4-5", false)
+            .header("x-fake-error", "rate_limit_error")
+            .header("x-fake-retry-after", 1),
+    )
+    .await;
+    // The provider's 429 is one to fail over on (F2, F6): after the attempts its
+    // Retry-After allows, the client gets the gateway's final 429 — in its own
+    // dialect, with the type its SDK retries on and a Retry-After.
+    assert_eq!(r.status, 429, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "rate_limit_exceeded", "{v}");
+    let after: u64 = r
+        .header("retry-after")
+        .expect("retry-after")
+        .parse()
+        .unwrap();
+    assert!(after >= 1, "{after}");
+    assert!(p.fake.stats().calls_for("cred-anthropic") >= 1);
+}
