@@ -131,8 +131,8 @@ struct AnRequest {
     thinking: Option<AnThinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<AnMetadata>,
-    #[serde(skip_serializing)]
-    service_tier: Option<Value>,
+    #[serde(rename = "service_tier", skip_serializing)]
+    _service_tier: Option<Value>,
     #[serde(flatten)]
     extra: Extra,
 }
@@ -320,12 +320,12 @@ struct OaRequest {
     #[serde(skip_serializing)]
     prediction: Option<Value>,
     // Ignored.
-    #[serde(skip_serializing)]
-    store: Option<Value>,
-    #[serde(skip_serializing)]
-    metadata: Option<Value>,
-    #[serde(skip_serializing)]
-    service_tier: Option<Value>,
+    #[serde(rename = "store", skip_serializing)]
+    _store: Option<Value>,
+    #[serde(rename = "metadata", skip_serializing)]
+    _metadata: Option<Value>,
+    #[serde(rename = "service_tier", skip_serializing)]
+    _service_tier: Option<Value>,
     #[serde(flatten)]
     extra: Extra,
 }
@@ -347,12 +347,12 @@ struct OaMessage {
     tool_calls: Option<Vec<OaToolCall>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<String>,
-    #[serde(skip_serializing)]
-    reasoning_content: Option<Value>,
-    #[serde(skip_serializing)]
-    refusal: Option<Value>,
-    #[serde(skip_serializing)]
-    annotations: Option<Value>,
+    #[serde(rename = "reasoning_content", skip_serializing)]
+    _reasoning_content: Option<Value>,
+    #[serde(rename = "refusal", skip_serializing)]
+    _refusal: Option<Value>,
+    #[serde(rename = "annotations", skip_serializing)]
+    _annotations: Option<Value>,
     #[serde(flatten)]
     extra: Extra,
 }
@@ -424,8 +424,8 @@ struct OaFunction {
     description: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<Value>,
-    #[serde(skip_serializing)]
-    strict: Option<bool>,
+    #[serde(rename = "strict", skip_serializing)]
+    _strict: Option<bool>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -912,7 +912,7 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                             name: t.name,
                             description: t.description,
                             parameters: t.input_schema,
-                            strict: None,
+                            _strict: None,
                         },
                     })
                 })
