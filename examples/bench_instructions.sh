@@ -3,7 +3,9 @@
 # against all seven layers, counted by valgrind's callgrind: a figure that does not
 # move with the load on a shared machine, unlike requests/s. Each target serves N and
 # then 3N small OpenAI chat requests (concurrency 8) from the fake upstream; the
-# difference divided by 2N leaves start-up and shutdown out.
+# difference divided by 2N leaves start-up and shutdown out. A third row counts the
+# full stack with the same OpenAI requests served by an Anthropic channel (translated
+# both ways, X1–X2), beside the same-dialect row.
 #
 #   bash examples/bench_instructions.sh [N] [DIR]
 #
@@ -20,10 +22,13 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1
 source examples/bench_ports.sh
 bench_setup "$BIN"
 
-total() { # bare(0/1) requests → instructions of the whole gateway run
-  local bare=$1 n=$2 port gw
+# The same configuration with the channel an Anthropic one: every request translated.
+sed 's#^vendor = "openai"#vendor = "anthropic"#' "$OUT/bench.toml" > "$OUT/translated.toml"
+
+total() { # bare(0/1) requests [config] → instructions of the whole gateway run
+  local bare=$1 n=$2 config=${3:-$OUT/bench.toml} port gw
   port=$(free_port)
-  local flags=(--config "$OUT/bench.toml" --listen 127.0.0.1:"$port" --store memory)
+  local flags=(--config "$config" --listen 127.0.0.1:"$port" --store memory)
   [ "$bare" = 1 ] && flags+=(--bare)
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$bare.$n" \
     $BIN/proxy "${flags[@]}" > /dev/null 2>&1 &
@@ -40,3 +45,5 @@ for bare in 1 0; do
   label=$([ $bare = 1 ] && echo "bare forwarder" || echo "all seven layers")
   echo "$label: $(( (b - a) / (2 * N) )) instructions per request"
 done
+a=$(total 0 "$N" "$OUT/translated.toml"); b=$(total 0 $((3 * N)) "$OUT/translated.toml")
+echo "all seven layers, translated to an Anthropic channel: $(( (b - a) / (2 * N) )) instructions per request"

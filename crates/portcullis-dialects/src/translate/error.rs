@@ -1,23 +1,28 @@
-//! Provider error answers in the client's dialect (X3): the status and error type the
-//! client's SDK expects for the same failure, the provider's message kept.
+//! Provider error answers in the client's dialect.
 //!
-//! | Anthropic | OpenAI |
-//! |---|---|
-//! | 400 `invalid_request_error` | 400 `invalid_request_error` |
-//! | 401 `authentication_error` | 401 `invalid_request_error`, code `invalid_api_key` |
-//! | 403 `permission_error` | 403 `permission_error` |
-//! | 404 `not_found_error` | 404 `invalid_request_error`, code `model_not_found` |
-//! | 413 `request_too_large` | 413 `invalid_request_error` |
-//! | 429 `rate_limit_error` | 429 `rate_limit_exceeded` (type and code) |
-//! | 500 `api_error` | 500 `server_error` |
-//! | 529 `overloaded_error` | 503 `server_error`, code `overloaded` |
+//! The provider's message is kept; its type and status are mapped:
 //!
-//! and back by status (OpenAI 429 → `rate_limit_error`, 503 → 529 `overloaded_error`,
-//! 400 / 422 → 400 `invalid_request_error`, other 5xx → `api_error`). A body that is not
-//! the provider's error shape becomes an error of its status saying so.
+//! | Anthropic (status)          | OpenAI status, `type`, `code`                        |
+//! |-----------------------------|------------------------------------------------------|
+//! | invalid_request_error       | 400 invalid_request_error, null                      |
+//! | authentication_error        | 401 authentication_error, invalid_api_key            |
+//! | permission_error            | 403 permission_error, null                           |
+//! | not_found_error             | 404 invalid_request_error, null                      |
+//! | rate_limit_error            | 429 rate_limit_exceeded, rate_limit_exceeded         |
+//! | overloaded_error (529)      | 503 server_error, overloaded                         |
+//! | api_error                   | 500 server_error, null                               |
+//! | other                       | provider status, server_error (5xx) or invalid_request_error |
+//!
+//! OpenAI → Anthropic by status: 429 rate_limit_error; 401 authentication_error;
+//! 403 permission_error; 404 not_found_error; 400 / 422 invalid_request_error (400);
+//! 413 request_too_large; 503 overloaded_error (529); other 5xx api_error (same
+//! status); other 4xx invalid_request_error (same status).
+//!
+//! A body that does not parse becomes the target's generic error of the (mapped)
+//! status, with the message "the provider answered <status>". Pairs not translated
+//! keep the body and the status.
 use portcullis_core::Dialect;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 /// An error answer written for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,205 +33,202 @@ pub struct TranslatedError {
     pub body: Vec<u8>,
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    error: Inner,
+#[derive(Serialize, Deserialize)]
+struct AnError {
+    #[serde(rename = "type")]
+    kind: String,
+    error: AnErrorInner,
 }
 
-#[derive(Deserialize)]
-struct Inner {
-    #[serde(default, rename = "type")]
+#[derive(Serialize, Deserialize)]
+struct AnErrorInner {
+    #[serde(rename = "type")]
+    kind: String,
+    message: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OaError {
+    error: OaErrorInner,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OaErrorInner {
+    message: String,
+    #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(default)]
-    message: Option<String>,
+    param: Option<String>,
     #[serde(default)]
     code: Option<serde_json::Value>,
 }
 
 /// The provider's error answer (`status`, `body` in dialect `from`) written in `to`.
 pub fn error(from: Dialect, to: Dialect, status: u16, body: &[u8]) -> TranslatedError {
-    let read = serde_json::from_slice::<Envelope>(body)
-        .ok()
-        .map(|e| e.error);
-    let message = read
-        .as_ref()
-        .and_then(|e| e.message.clone())
-        .unwrap_or_else(|| format!("the provider answered {status}"));
-    let kind = read.as_ref().and_then(|e| e.kind.clone());
-    let code = read.as_ref().and_then(|e| e.code.clone());
     match (from, to) {
         (Dialect::Anthropic, Dialect::OpenAi) => {
-            let (status, kind, code) = match kind.as_deref() {
-                Some("invalid_request_error") => (400, "invalid_request_error", None),
-                Some("authentication_error") => {
-                    (401, "invalid_request_error", Some("invalid_api_key"))
-                }
-                Some("permission_error") => (403, "permission_error", None),
-                Some("not_found_error") => (404, "invalid_request_error", Some("model_not_found")),
-                Some("request_too_large") => (413, "invalid_request_error", None),
-                Some("rate_limit_error") => {
-                    (429, "rate_limit_exceeded", Some("rate_limit_exceeded"))
-                }
-                Some("overloaded_error") => (503, "server_error", Some("overloaded")),
-                Some("api_error") => (500, "server_error", None),
-                _ if status == 529 => (503, "server_error", Some("overloaded")),
-                _ if status == 429 => (429, "rate_limit_exceeded", Some("rate_limit_exceeded")),
-                _ if status >= 500 => (status, "server_error", None),
-                _ => (status, "invalid_request_error", None),
+            let parsed = serde_json::from_slice::<AnError>(body).ok();
+            let (kind, message) = match parsed {
+                Some(e) => (e.error.kind, e.error.message),
+                None => (String::new(), generic(status)),
             };
-            let body =
-                json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
-            TranslatedError {
-                status,
-                body: body.to_string().into_bytes(),
-            }
+            let (status, kind, code) = openai_kind(&kind, status);
+            openai_body(status, kind, code, message)
         }
         (Dialect::OpenAi, Dialect::Anthropic) => {
-            let quota = code.as_ref().and_then(|c| c.as_str()) == Some("insufficient_quota");
-            let (status, kind) = match status {
-                400 | 422 => (400, "invalid_request_error"),
-                401 => (401, "authentication_error"),
-                403 => (403, "permission_error"),
-                404 => (404, "not_found_error"),
-                413 => (413, "request_too_large"),
-                // An exhausted quota is the account's, not a rate: Anthropic's billing
-                // refusal is a permission error.
-                429 if quota => (403, "permission_error"),
-                429 => (429, "rate_limit_error"),
-                503 => (529, "overloaded_error"),
-                s if s >= 500 => (s, "api_error"),
-                s => (s, "invalid_request_error"),
+            let message = serde_json::from_slice::<OaError>(body)
+                .map_or_else(|_| generic(status), |e| e.error.message);
+            let (status, kind) = anthropic_kind(status);
+            let body = AnError {
+                kind: "error".into(),
+                error: AnErrorInner { kind: kind.into(), message },
             };
-            let body = json!({"type": "error", "error": {"type": kind, "message": message}});
-            TranslatedError {
-                status,
-                body: body.to_string().into_bytes(),
-            }
+            TranslatedError { status, body: serde_json::to_vec(&body).unwrap_or_default() }
         }
-        _ => TranslatedError {
-            status,
-            body: body.to_vec(),
+        _ => TranslatedError { status, body: body.to_vec() },
+    }
+}
+
+fn generic(status: u16) -> String {
+    format!("the provider answered {status}")
+}
+
+/// OpenAI's status, type and code for an Anthropic error type (empty: unknown).
+fn openai_kind(kind: &str, status: u16) -> (u16, &'static str, Option<&'static str>) {
+    match kind {
+        "invalid_request_error" => (400, "invalid_request_error", None),
+        "authentication_error" => (401, "authentication_error", Some("invalid_api_key")),
+        "permission_error" => (403, "permission_error", None),
+        "not_found_error" => (404, "invalid_request_error", None),
+        "rate_limit_error" => (429, "rate_limit_exceeded", Some("rate_limit_exceeded")),
+        "overloaded_error" => (503, "server_error", Some("overloaded")),
+        "api_error" => (500, "server_error", None),
+        _ => match status {
+            529 => (503, "server_error", Some("overloaded")),
+            401 => (401, "authentication_error", Some("invalid_api_key")),
+            403 => (403, "permission_error", None),
+            429 => (429, "rate_limit_exceeded", Some("rate_limit_exceeded")),
+            s if s >= 500 => (s, "server_error", None),
+            s => (s, "invalid_request_error", None),
         },
+    }
+}
+
+fn openai_body(status: u16, kind: &str, code: Option<&str>, message: String) -> TranslatedError {
+    let body = OaError {
+        error: OaErrorInner {
+            message,
+            kind: Some(kind.into()),
+            param: None,
+            code: Some(code.map_or(serde_json::Value::Null, Into::into)),
+        },
+    };
+    TranslatedError { status, body: serde_json::to_vec(&body).unwrap_or_default() }
+}
+
+/// Anthropic's status and type for an OpenAI error status.
+fn anthropic_kind(status: u16) -> (u16, &'static str) {
+    match status {
+        429 => (429, "rate_limit_error"),
+        401 => (401, "authentication_error"),
+        403 => (403, "permission_error"),
+        404 => (404, "not_found_error"),
+        400 | 422 => (400, "invalid_request_error"),
+        413 => (413, "request_too_large"),
+        503 => (529, "overloaded_error"),
+        s if s >= 500 => (s, "api_error"),
+        s => (s, "invalid_request_error"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
-    fn body(t: &TranslatedError) -> Value {
-        serde_json::from_slice(&t.body).unwrap()
+    fn body(e: &TranslatedError) -> Value {
+        serde_json::from_slice(&e.body).unwrap()
     }
 
-    fn anthropic(kind: &str, message: &str) -> Vec<u8> {
-        json!({"type": "error", "error": {"type": kind, "message": message}})
-            .to_string()
-            .into_bytes()
-    }
-
-    #[test]
-    fn x3_anthropic_errors_become_openai_errors_with_the_right_status_and_type() {
-        for (status, kind, want_status, want_type, want_code) in [
-            (
-                429,
-                "rate_limit_error",
-                429,
-                "rate_limit_exceeded",
-                json!("rate_limit_exceeded"),
-            ),
-            (
-                529,
-                "overloaded_error",
-                503,
-                "server_error",
-                json!("overloaded"),
-            ),
-            (
-                400,
-                "invalid_request_error",
-                400,
-                "invalid_request_error",
-                Value::Null,
-            ),
-            (
-                401,
-                "authentication_error",
-                401,
-                "invalid_request_error",
-                json!("invalid_api_key"),
-            ),
-            (
-                404,
-                "not_found_error",
-                404,
-                "invalid_request_error",
-                json!("model_not_found"),
-            ),
-            (500, "api_error", 500, "server_error", Value::Null),
-        ] {
-            let t = error(
-                Dialect::Anthropic,
-                Dialect::OpenAi,
-                status,
-                &anthropic(kind, "the message"),
-            );
-            assert_eq!(t.status, want_status, "{kind}");
-            let b = body(&t);
-            assert_eq!(b["error"]["type"], want_type, "{kind}");
-            assert_eq!(b["error"]["code"], want_code, "{kind}");
-            assert_eq!(
-                b["error"]["message"], "the message",
-                "{kind}: the message is kept"
-            );
-        }
+    fn an(kind: &str, msg: &str) -> Vec<u8> {
+        json!({"type": "error", "error": {"type": kind, "message": msg}}).to_string().into_bytes()
     }
 
     #[test]
-    fn x3_openai_errors_become_anthropic_errors_with_the_right_status_and_type() {
-        let openai = |code: &str| {
-            json!({"error": {"message": "m", "type": "requests", "param": null, "code": code}})
-                .to_string()
-                .into_bytes()
-        };
-        for (status, code, want_status, want_type) in [
-            (429, "rate_limit_exceeded", 429, "rate_limit_error"),
-            (429, "insufficient_quota", 403, "permission_error"),
-            (503, "server_is_overloaded", 529, "overloaded_error"),
-            (400, "invalid_value", 400, "invalid_request_error"),
-            (401, "invalid_api_key", 401, "authentication_error"),
-            (404, "model_not_found", 404, "not_found_error"),
-            (500, "server_error", 500, "api_error"),
-        ] {
-            let t = error(Dialect::OpenAi, Dialect::Anthropic, status, &openai(code));
-            assert_eq!(t.status, want_status, "{code}");
-            let b = body(&t);
-            assert_eq!(
-                (&b["type"], &b["error"]["type"]),
-                (&json!("error"), &json!(want_type)),
-                "{code}"
-            );
-            assert_eq!(b["error"]["message"], "m");
-        }
-    }
-
-    #[test]
-    fn x3_an_unreadable_error_body_still_reaches_the_client_in_its_dialect() {
-        let t = error(
-            Dialect::Anthropic,
-            Dialect::OpenAi,
-            502,
-            b"<html>bad gateway</html>",
-        );
-        assert_eq!(t.status, 502);
-        assert_eq!(body(&t)["error"]["message"], "the provider answered 502");
-        let t = error(Dialect::OpenAi, Dialect::Anthropic, 503, b"");
+    fn x3_anthropic_overloaded_is_an_openai_503() {
+        let e = error(Dialect::Anthropic, Dialect::OpenAi, 529, &an("overloaded_error", "Overloaded"));
+        assert_eq!(e.status, 503);
         assert_eq!(
-            (t.status, body(&t)["error"]["type"].clone()),
-            (529, json!("overloaded_error"))
+            body(&e),
+            json!({"error": {"message": "Overloaded", "type": "server_error", "param": null, "code": "overloaded"}})
         );
-        // Not a translated pair: passed as it was.
-        let t = error(Dialect::Gemini, Dialect::Gemini, 400, b"{}");
-        assert_eq!((t.status, t.body), (400, b"{}".to_vec()));
+    }
+
+    #[test]
+    fn x3_anthropic_types_map_to_openai_statuses_and_codes() {
+        let cases = [
+            ("invalid_request_error", 400, 400, "invalid_request_error", Value::Null),
+            ("authentication_error", 401, 401, "authentication_error", json!("invalid_api_key")),
+            ("permission_error", 403, 403, "permission_error", Value::Null),
+            ("not_found_error", 404, 404, "invalid_request_error", Value::Null),
+            ("rate_limit_error", 429, 429, "rate_limit_exceeded", json!("rate_limit_exceeded")),
+            ("api_error", 500, 500, "server_error", Value::Null),
+        ];
+        for (kind, status, want, want_kind, code) in cases {
+            let e = error(Dialect::Anthropic, Dialect::OpenAi, status, &an(kind, "m"));
+            assert_eq!(e.status, want, "{kind}");
+            assert_eq!(
+                body(&e),
+                json!({"error": {"message": "m", "type": want_kind, "param": null, "code": code}}),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn x3_openai_rate_limit_is_an_anthropic_rate_limit_error() {
+        let oa = json!({"error": {"message": "Rate limit reached for gpt-4o", "type": "requests", "param": null, "code": "rate_limit_exceeded"}});
+        let e = error(Dialect::OpenAi, Dialect::Anthropic, 429, oa.to_string().as_bytes());
+        assert_eq!(e.status, 429);
+        assert_eq!(
+            body(&e),
+            json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Rate limit reached for gpt-4o"}})
+        );
+    }
+
+    #[test]
+    fn x3_openai_statuses_map_to_anthropic_types() {
+        let cases = [
+            (401, 401, "authentication_error"),
+            (403, 403, "permission_error"),
+            (404, 404, "not_found_error"),
+            (422, 400, "invalid_request_error"),
+            (503, 529, "overloaded_error"),
+            (502, 502, "api_error"),
+        ];
+        for (status, want, kind) in cases {
+            let oa = json!({"error": {"message": "m", "type": "x", "param": null, "code": null}});
+            let e = error(Dialect::OpenAi, Dialect::Anthropic, status, oa.to_string().as_bytes());
+            assert_eq!((e.status, body(&e)["error"]["type"].clone()), (want, json!(kind)));
+        }
+    }
+
+    #[test]
+    fn x3_unparsable_body_becomes_a_generic_error_of_the_status() {
+        let e = error(Dialect::OpenAi, Dialect::Anthropic, 502, b"<html>Bad gateway</html>");
+        assert_eq!(e.status, 502);
+        assert_eq!(
+            body(&e),
+            json!({"type": "error", "error": {"type": "api_error", "message": "the provider answered 502"}})
+        );
+        let e = error(Dialect::Anthropic, Dialect::OpenAi, 529, b"overloaded");
+        assert_eq!(e.status, 503);
+        assert_eq!(body(&e)["error"]["message"], json!("the provider answered 529"));
+    }
+
+    #[test]
+    fn x3_untranslated_pairs_keep_body_and_status() {
+        let e = error(Dialect::OpenAi, Dialect::OpenAi, 418, b"teapot");
+        assert_eq!(e, TranslatedError { status: 418, body: b"teapot".to_vec() });
     }
 }
