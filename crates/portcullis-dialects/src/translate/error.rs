@@ -81,11 +81,20 @@ pub fn error(from: Dialect, to: Dialect, status: u16, body: &[u8]) -> Translated
             let (status, kind) = anthropic_kind(status);
             let body = AnError {
                 kind: "error".into(),
-                error: AnErrorInner { kind: kind.into(), message },
+                error: AnErrorInner {
+                    kind: kind.into(),
+                    message,
+                },
             };
-            TranslatedError { status, body: serde_json::to_vec(&body).unwrap_or_default() }
+            TranslatedError {
+                status,
+                body: serde_json::to_vec(&body).unwrap_or_default(),
+            }
         }
-        _ => TranslatedError { status, body: body.to_vec() },
+        _ => TranslatedError {
+            status,
+            body: body.to_vec(),
+        },
     }
 }
 
@@ -123,7 +132,10 @@ fn openai_body(status: u16, kind: &str, code: Option<&str>, message: String) -> 
             code: Some(code.map_or(serde_json::Value::Null, Into::into)),
         },
     };
-    TranslatedError { status, body: serde_json::to_vec(&body).unwrap_or_default() }
+    TranslatedError {
+        status,
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+    }
 }
 
 /// Anthropic's status and type for an OpenAI error status.
@@ -151,12 +163,19 @@ mod tests {
     }
 
     fn an(kind: &str, msg: &str) -> Vec<u8> {
-        json!({"type": "error", "error": {"type": kind, "message": msg}}).to_string().into_bytes()
+        json!({"type": "error", "error": {"type": kind, "message": msg}})
+            .to_string()
+            .into_bytes()
     }
 
     #[test]
     fn x3_anthropic_overloaded_is_an_openai_503() {
-        let e = error(Dialect::Anthropic, Dialect::OpenAi, 529, &an("overloaded_error", "Overloaded"));
+        let e = error(
+            Dialect::Anthropic,
+            Dialect::OpenAi,
+            529,
+            &an("overloaded_error", "Overloaded"),
+        );
         assert_eq!(e.status, 503);
         assert_eq!(
             body(&e),
@@ -167,11 +186,41 @@ mod tests {
     #[test]
     fn x3_anthropic_types_map_to_openai_statuses_and_codes() {
         let cases = [
-            ("invalid_request_error", 400, 400, "invalid_request_error", Value::Null),
-            ("authentication_error", 401, 401, "authentication_error", json!("invalid_api_key")),
-            ("permission_error", 403, 403, "permission_error", Value::Null),
-            ("not_found_error", 404, 404, "invalid_request_error", Value::Null),
-            ("rate_limit_error", 429, 429, "rate_limit_exceeded", json!("rate_limit_exceeded")),
+            (
+                "invalid_request_error",
+                400,
+                400,
+                "invalid_request_error",
+                Value::Null,
+            ),
+            (
+                "authentication_error",
+                401,
+                401,
+                "authentication_error",
+                json!("invalid_api_key"),
+            ),
+            (
+                "permission_error",
+                403,
+                403,
+                "permission_error",
+                Value::Null,
+            ),
+            (
+                "not_found_error",
+                404,
+                404,
+                "invalid_request_error",
+                Value::Null,
+            ),
+            (
+                "rate_limit_error",
+                429,
+                429,
+                "rate_limit_exceeded",
+                json!("rate_limit_exceeded"),
+            ),
             ("api_error", 500, 500, "server_error", Value::Null),
         ];
         for (kind, status, want, want_kind, code) in cases {
@@ -188,7 +237,12 @@ mod tests {
     #[test]
     fn x3_openai_rate_limit_is_an_anthropic_rate_limit_error() {
         let oa = json!({"error": {"message": "Rate limit reached for gpt-4o", "type": "requests", "param": null, "code": "rate_limit_exceeded"}});
-        let e = error(Dialect::OpenAi, Dialect::Anthropic, 429, oa.to_string().as_bytes());
+        let e = error(
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            429,
+            oa.to_string().as_bytes(),
+        );
         assert_eq!(e.status, 429);
         assert_eq!(
             body(&e),
@@ -208,14 +262,27 @@ mod tests {
         ];
         for (status, want, kind) in cases {
             let oa = json!({"error": {"message": "m", "type": "x", "param": null, "code": null}});
-            let e = error(Dialect::OpenAi, Dialect::Anthropic, status, oa.to_string().as_bytes());
-            assert_eq!((e.status, body(&e)["error"]["type"].clone()), (want, json!(kind)));
+            let e = error(
+                Dialect::OpenAi,
+                Dialect::Anthropic,
+                status,
+                oa.to_string().as_bytes(),
+            );
+            assert_eq!(
+                (e.status, body(&e)["error"]["type"].clone()),
+                (want, json!(kind))
+            );
         }
     }
 
     #[test]
     fn x3_unparsable_body_becomes_a_generic_error_of_the_status() {
-        let e = error(Dialect::OpenAi, Dialect::Anthropic, 502, b"<html>Bad gateway</html>");
+        let e = error(
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            502,
+            b"<html>Bad gateway</html>",
+        );
         assert_eq!(e.status, 502);
         assert_eq!(
             body(&e),
@@ -223,12 +290,21 @@ mod tests {
         );
         let e = error(Dialect::Anthropic, Dialect::OpenAi, 529, b"overloaded");
         assert_eq!(e.status, 503);
-        assert_eq!(body(&e)["error"]["message"], json!("the provider answered 529"));
+        assert_eq!(
+            body(&e)["error"]["message"],
+            json!("the provider answered 529")
+        );
     }
 
     #[test]
     fn x3_untranslated_pairs_keep_body_and_status() {
         let e = error(Dialect::OpenAi, Dialect::OpenAi, 418, b"teapot");
-        assert_eq!(e, TranslatedError { status: 418, body: b"teapot".to_vec() });
+        assert_eq!(
+            e,
+            TranslatedError {
+                status: 418,
+                body: b"teapot".to_vec()
+            }
+        );
     }
 }

@@ -60,7 +60,11 @@ pub(super) fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Tran
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 /// Refuses the first field of `extra` (fields the typed structures do not know).
@@ -71,7 +75,10 @@ pub(super) fn refuse_extra(path: &str, extra: &Extra, target: &str) -> Result<()
             join(path, k),
             format!("prompt cache breakpoints are not expressible in {target}"),
         )),
-        Some(k) => Err(unsupported(join(path, k), format!("{target} has no such field"))),
+        Some(k) => Err(unsupported(
+            join(path, k),
+            format!("{target} has no such field"),
+        )),
     }
 }
 
@@ -216,15 +223,23 @@ pub(super) enum AnBlock {
 
 impl AnBlock {
     pub(super) fn text(text: String) -> Self {
-        Self::Text { text, extra: Extra::new() }
+        Self::Text {
+            text,
+            extra: Extra::new(),
+        }
     }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(super) enum AnSource {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
+    Base64 {
+        media_type: String,
+        data: String,
+    },
+    Url {
+        url: String,
+    },
     #[serde(other)]
     Other,
 }
@@ -378,7 +393,12 @@ struct OaPart {
 
 impl OaPart {
     fn text(text: String) -> Self {
-        Self { kind: "text".into(), text: Some(text), image_url: None, extra: Extra::new() }
+        Self {
+            kind: "text".into(),
+            text: Some(text),
+            image_url: None,
+            extra: Extra::new(),
+        }
     }
 }
 
@@ -501,7 +521,11 @@ fn push(msgs: &mut Vec<AnMessage>, role: AnRole, content: AnContent) {
         blocks.extend(content.into_blocks());
         last.content = AnContent::Blocks(blocks);
     } else {
-        msgs.push(AnMessage { role, content, extra: Extra::new() });
+        msgs.push(AnMessage {
+            role,
+            content,
+            extra: Extra::new(),
+        });
     }
 }
 
@@ -515,11 +539,18 @@ fn text_blocks(path: &str, content: Option<OaContent>) -> Result<Vec<AnBlock>, T
             .enumerate()
             .map(|(j, p)| {
                 let pp = format!("{path}.content[{j}]");
-                refuse_extra(&pp, &p.extra, AN)?;
+                if p.kind == "text" {
+                    refuse_extra(&pp, &p.extra, AN)?;
+                }
                 match (p.kind.as_str(), p.text) {
                     ("text", Some(t)) => Ok(AnBlock::text(t)),
-                    ("text", None) => Err(TranslateError::Malformed(format!("{pp}.text is missing"))),
-                    _ => Err(unsupported(format!("{pp}.type"), "only text parts are translated here")),
+                    ("text", None) => {
+                        Err(TranslateError::Malformed(format!("{pp}.text is missing")))
+                    }
+                    _ => Err(unsupported(
+                        format!("{pp}.type"),
+                        "only text parts are translated here",
+                    )),
                 }
             })
             .collect(),
@@ -527,38 +558,65 @@ fn text_blocks(path: &str, content: Option<OaContent>) -> Result<Vec<AnBlock>, T
 }
 
 fn image_block(path: &str, image: Option<OaImageUrl>) -> Result<AnBlock, TranslateError> {
-    let image = image.ok_or_else(|| TranslateError::Malformed(format!("{path}.image_url is missing")))?;
+    let image =
+        image.ok_or_else(|| TranslateError::Malformed(format!("{path}.image_url is missing")))?;
     if image.detail.as_deref().is_some_and(|d| d != "auto") {
-        return Err(unsupported(format!("{path}.image_url.detail"), "Anthropic has no image detail level"));
+        return Err(unsupported(
+            format!("{path}.image_url.detail"),
+            "Anthropic has no image detail level",
+        ));
     }
     let source = if let Some(rest) = image.url.strip_prefix("data:") {
         match rest.split_once(";base64,") {
-            Some((mime, data)) => AnSource::Base64 { media_type: mime.into(), data: data.into() },
-            None => return Err(unsupported(format!("{path}.image_url.url"), "only base64 data URLs are translated")),
+            Some((mime, data)) => AnSource::Base64 {
+                media_type: mime.into(),
+                data: data.into(),
+            },
+            None => {
+                return Err(unsupported(
+                    format!("{path}.image_url.url"),
+                    "only base64 data URLs are translated",
+                ));
+            }
         }
     } else if image.url.starts_with("https://") || image.url.starts_with("http://") {
         AnSource::Url { url: image.url }
     } else {
-        return Err(unsupported(format!("{path}.image_url.url"), "only http(s) and data URLs are translated"));
+        return Err(unsupported(
+            format!("{path}.image_url.url"),
+            "only http(s) and data URLs are translated",
+        ));
     };
-    Ok(AnBlock::Image { source, extra: Extra::new() })
+    Ok(AnBlock::Image {
+        source,
+        extra: Extra::new(),
+    })
 }
 
 fn user_content(path: &str, content: Option<OaContent>) -> Result<AnContent, TranslateError> {
     match content {
-        None => Err(TranslateError::Malformed(format!("{path}.content is missing"))),
+        None => Err(TranslateError::Malformed(format!(
+            "{path}.content is missing"
+        ))),
         Some(OaContent::Text(s)) => Ok(AnContent::Text(s)),
         Some(OaContent::Parts(parts)) => {
             let mut blocks = Vec::with_capacity(parts.len());
             for (j, p) in parts.into_iter().enumerate() {
                 let pp = format!("{path}.content[{j}]");
-                refuse_extra(&pp, &p.extra, AN)?;
+                if p.kind == "text" || p.kind == "image_url" {
+                    refuse_extra(&pp, &p.extra, AN)?;
+                }
                 blocks.push(match p.kind.as_str() {
                     "text" => AnBlock::text(p.text.ok_or_else(|| {
                         TranslateError::Malformed(format!("{pp}.text is missing"))
                     })?),
                     "image_url" => image_block(&pp, p.image_url)?,
-                    other => return Err(unsupported(format!("{pp}.type"), format!("`{other}` parts cannot be sent to Anthropic"))),
+                    other => {
+                        return Err(unsupported(
+                            format!("{pp}.type"),
+                            format!("`{other}` parts cannot be sent to Anthropic"),
+                        ));
+                    }
                 });
             }
             Ok(AnContent::Blocks(blocks))
@@ -572,14 +630,23 @@ fn assistant_blocks(path: &str, m: OaMessage) -> Result<Vec<AnBlock>, TranslateE
     for (k, call) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
         let cp = format!("{path}.tool_calls[{k}]");
         if call.kind != "function" {
-            return Err(unsupported(format!("{cp}.type"), "only function tool calls are translated"));
+            return Err(unsupported(
+                format!("{cp}.type"),
+                "only function tool calls are translated",
+            ));
         }
         let (id, restored) = unwrap_tool_id(&call.id);
         if let Some(restored) = restored.filter(|_| blocks.is_empty()) {
             for b in restored {
                 match serde_json::from_value::<AnBlock>(b) {
-                    Ok(b @ (AnBlock::Thinking { .. } | AnBlock::RedactedThinking { .. })) => blocks.push(b),
-                    _ => return Err(TranslateError::Malformed(format!("{cp}.id carries an invalid thinking envelope"))),
+                    Ok(b @ (AnBlock::Thinking { .. } | AnBlock::RedactedThinking { .. })) => {
+                        blocks.push(b)
+                    }
+                    _ => {
+                        return Err(TranslateError::Malformed(format!(
+                            "{cp}.id carries an invalid thinking envelope"
+                        )));
+                    }
                 }
             }
         }
@@ -592,12 +659,22 @@ fn assistant_blocks(path: &str, m: OaMessage) -> Result<Vec<AnBlock>, TranslateE
             })?
         };
         if !input.is_object() {
-            return Err(TranslateError::Malformed(format!("{cp}.function.arguments is not a JSON object")));
+            return Err(TranslateError::Malformed(format!(
+                "{cp}.function.arguments is not a JSON object"
+            )));
         }
-        calls.push(AnBlock::ToolUse { id, name: call.function.name, input, extra: Extra::new() });
+        calls.push(AnBlock::ToolUse {
+            id,
+            name: call.function.name,
+            input,
+            extra: Extra::new(),
+        });
     }
     let text = text_blocks(path, m.content)?;
-    blocks.extend(text.into_iter().filter(|b| !matches!(b, AnBlock::Text { text, .. } if text.is_empty())));
+    blocks.extend(
+        text.into_iter()
+            .filter(|b| !matches!(b, AnBlock::Text { text, .. } if text.is_empty())),
+    );
     blocks.extend(calls);
     Ok(blocks)
 }
@@ -614,7 +691,10 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
     if r.top_logprobs.as_ref().is_some_and(|v| !v.is_null()) {
         return refuse("top_logprobs", "Anthropic returns no log probabilities");
     }
-    if r.logit_bias.as_ref().is_some_and(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty())) {
+    if r.logit_bias
+        .as_ref()
+        .is_some_and(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
+    {
         return refuse("logit_bias", "Anthropic has no logit bias");
     }
     if r.presence_penalty.is_some_and(|p| p != 0.0) {
@@ -629,11 +709,17 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
     if r.audio.as_ref().is_some_and(|v| !v.is_null()) {
         return refuse("audio", "Anthropic produces no audio");
     }
-    if r.modalities.as_ref().is_some_and(|m| m.iter().any(|m| m != "text")) {
+    if r.modalities
+        .as_ref()
+        .is_some_and(|m| m.iter().any(|m| m != "text"))
+    {
         return refuse("modalities", "Anthropic produces text only");
     }
     if r.response_format.as_ref().is_some_and(|f| f.kind != "text") {
-        return refuse("response_format", "structured output is not translated to Anthropic");
+        return refuse(
+            "response_format",
+            "structured output is not translated to Anthropic",
+        );
     }
     if r.prediction.as_ref().is_some_and(|v| !v.is_null()) {
         return refuse("prediction", "Anthropic has no predicted outputs");
@@ -647,7 +733,10 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
         let p = format!("messages[{i}]");
         refuse_extra(&p, &m.extra, AN)?;
         if m.name.is_some() {
-            return Err(unsupported(format!("{p}.name"), "Anthropic messages have no participant name"));
+            return Err(unsupported(
+                format!("{p}.name"),
+                "Anthropic messages have no participant name",
+            ));
         }
         match m.role.as_str() {
             "system" | "developer" => system.extend(text_blocks(&p, m.content)?),
@@ -658,7 +747,10 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
             "assistant" => {
                 let blocks = assistant_blocks(&p, m)?;
                 if messages.is_empty() && !blocks.is_empty() {
-                    return Err(unsupported(format!("{p}.role"), "Anthropic conversations must start with a user message"));
+                    return Err(unsupported(
+                        format!("{p}.role"),
+                        "Anthropic conversations must start with a user message",
+                    ));
                 }
                 match <[AnBlock; 1]>::try_from(blocks) {
                     Ok([AnBlock::Text { text, extra }]) if extra.is_empty() => {
@@ -686,7 +778,10 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
                 push(&mut messages, AnRole::User, AnContent::Blocks(vec![block]));
             }
             other => {
-                return Err(unsupported(format!("{p}.role"), format!("`{other}` messages cannot be sent to Anthropic")));
+                return Err(unsupported(
+                    format!("{p}.role"),
+                    format!("`{other}` messages cannot be sent to Anthropic"),
+                ));
             }
         }
     }
@@ -698,7 +793,12 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
         return refuse("max_tokens", "Anthropic needs a maximum of at least 1");
     }
     let mut max_tokens = client_max.unwrap_or(default_max).max(1);
-    let budget = r.reasoning_effort.as_deref().map(budget_of).transpose()?.flatten();
+    let budget = r
+        .reasoning_effort
+        .as_deref()
+        .map(budget_of)
+        .transpose()?
+        .flatten();
     if let Some(b) = budget.filter(|b| max_tokens <= *b) {
         max_tokens = b + default_max.max(1);
     }
@@ -710,7 +810,10 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
                 .enumerate()
                 .map(|(i, t)| {
                     if t.kind != "function" {
-                        return Err(unsupported(format!("tools[{i}].type"), "only function tools are translated"));
+                        return Err(unsupported(
+                            format!("tools[{i}].type"),
+                            "only function tools are translated",
+                        ));
                     }
                     Ok(AnTool {
                         kind: None,
@@ -732,7 +835,12 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
                 "auto" => "auto",
                 "none" => "none",
                 "required" => "any",
-                _ => return refuse("tool_choice", "only auto, none, required or a named function are translated"),
+                _ => {
+                    return refuse(
+                        "tool_choice",
+                        "only auto, none, required or a named function are translated",
+                    );
+                }
             }
             .into(),
             name: None,
@@ -743,7 +851,12 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
             name: Some(function.name),
             disable_parallel_tool_use: None,
         }),
-        Some(OaToolChoice::Named { .. }) => return refuse("tool_choice.type", "only function tool choices are translated"),
+        Some(OaToolChoice::Named { .. }) => {
+            return refuse(
+                "tool_choice.type",
+                "only function tool choices are translated",
+            );
+        }
     };
     if r.parallel_tool_calls == Some(false) {
         let choice = tool_choice.get_or_insert_with(|| AnToolChoice {
@@ -775,14 +888,21 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
         stream: r.stream,
         tools,
         tool_choice,
-        thinking: budget.map(|b| AnThinking { kind: "enabled".into(), budget_tokens: Some(b) }),
+        thinking: budget.map(|b| AnThinking {
+            kind: "enabled".into(),
+            budget_tokens: Some(b),
+        }),
         metadata: r.user.map(|u| AnMetadata { user_id: Some(u) }),
         ..AnRequest::default()
     })
 }
 
 fn oa_message(role: &str, content: Option<OaContent>) -> OaMessage {
-    OaMessage { role: role.into(), content, ..OaMessage::default() }
+    OaMessage {
+        role: role.into(),
+        content,
+        ..OaMessage::default()
+    }
 }
 
 fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
@@ -790,9 +910,9 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
     if r.top_k.is_some() {
         return Err(unsupported("top_k", "OpenAI has no top-k sampling"));
     }
-    let max_tokens = r
-        .max_tokens
-        .ok_or_else(|| TranslateError::Malformed("invalid body: missing field `max_tokens`".into()))?;
+    let max_tokens = r.max_tokens.ok_or_else(|| {
+        TranslateError::Malformed("invalid body: missing field `max_tokens`".into())
+    })?;
     let mut out = Vec::new();
     match r.system {
         None => {}
@@ -805,7 +925,12 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                         refuse_extra(&format!("system[{j}]"), &extra, OA)?;
                         parts.push(OaPart::text(text));
                     }
-                    _ => return Err(unsupported(format!("system[{j}].type"), "system blocks must be text")),
+                    _ => {
+                        return Err(unsupported(
+                            format!("system[{j}].type"),
+                            "system blocks must be text",
+                        ));
+                    }
                 }
             }
             out.push(oa_message("system", Some(OaContent::Parts(parts))));
@@ -837,9 +962,16 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                 (AnRole::User, AnBlock::Image { source, extra }) => {
                     refuse_extra(&bp, &extra, OA)?;
                     let url = match source {
-                        AnSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+                        AnSource::Base64 { media_type, data } => {
+                            format!("data:{media_type};base64,{data}")
+                        }
                         AnSource::Url { url } => url,
-                        AnSource::Other => return Err(unsupported(format!("{bp}.source.type"), "only base64 and url images are translated")),
+                        AnSource::Other => {
+                            return Err(unsupported(
+                                format!("{bp}.source.type"),
+                                "only base64 and url images are translated",
+                            ));
+                        }
                     };
                     parts.push(OaPart {
                         kind: "image_url".into(),
@@ -848,7 +980,15 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                         extra: Extra::new(),
                     });
                 }
-                (AnRole::User, AnBlock::ToolResult { tool_use_id, content, extra, .. }) => {
+                (
+                    AnRole::User,
+                    AnBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        extra,
+                        ..
+                    },
+                ) => {
                     refuse_extra(&bp, &extra, OA)?;
                     let content = match content {
                         None => OaContent::Text(String::new()),
@@ -861,28 +1001,57 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                                         refuse_extra(&format!("{bp}.content[{k}]"), &extra, OA)?;
                                         tp.push(OaPart::text(text));
                                     }
-                                    _ => return Err(unsupported(format!("{bp}.content[{k}].type"), "OpenAI tool results hold text only")),
+                                    _ => {
+                                        return Err(unsupported(
+                                            format!("{bp}.content[{k}].type"),
+                                            "OpenAI tool results hold text only",
+                                        ));
+                                    }
                                 }
                             }
                             OaContent::Parts(tp)
                         }
                     };
-                    out.push(OaMessage { tool_call_id: Some(tool_use_id), ..oa_message("tool", Some(content)) });
+                    out.push(OaMessage {
+                        tool_call_id: Some(tool_use_id),
+                        ..oa_message("tool", Some(content))
+                    });
                 }
-                (AnRole::Assistant, AnBlock::ToolUse { id, name, input, extra }) => {
+                (
+                    AnRole::Assistant,
+                    AnBlock::ToolUse {
+                        id,
+                        name,
+                        input,
+                        extra,
+                    },
+                ) => {
                     refuse_extra(&bp, &extra, OA)?;
                     calls.push(OaToolCall {
                         id,
                         kind: function(),
-                        function: OaFunctionCall { name, arguments: input.to_string() },
+                        function: OaFunctionCall {
+                            name,
+                            arguments: input.to_string(),
+                        },
                     });
                 }
-                (AnRole::Assistant, AnBlock::Thinking { .. } | AnBlock::RedactedThinking { .. }) => {}
-                _ => return Err(unsupported(format!("{bp}.type"), "this block type is not expressible in OpenAI chat completions")),
+                (
+                    AnRole::Assistant,
+                    AnBlock::Thinking { .. } | AnBlock::RedactedThinking { .. },
+                ) => {}
+                _ => {
+                    return Err(unsupported(
+                        format!("{bp}.type"),
+                        "this block type is not expressible in OpenAI chat completions",
+                    ));
+                }
             }
         }
         match m.role {
-            AnRole::User if !parts.is_empty() => out.push(oa_message("user", Some(OaContent::Parts(parts)))),
+            AnRole::User if !parts.is_empty() => {
+                out.push(oa_message("user", Some(OaContent::Parts(parts))))
+            }
             AnRole::User => {}
             AnRole::Assistant => {
                 let content = match <[OaPart; 1]>::try_from(parts) {
@@ -891,7 +1060,10 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                     Err(v) => Some(OaContent::Parts(v)),
                 };
                 let tool_calls = (!calls.is_empty()).then_some(calls);
-                out.push(OaMessage { tool_calls, ..oa_message("assistant", content) });
+                out.push(OaMessage {
+                    tool_calls,
+                    ..oa_message("assistant", content)
+                });
             }
         }
     }
@@ -903,7 +1075,10 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                 .enumerate()
                 .map(|(i, t)| {
                     if t.kind.as_deref().is_some_and(|k| k != "custom") {
-                        return Err(unsupported(format!("tools[{i}].type"), "server tools are not expressible in OpenAI chat completions"));
+                        return Err(unsupported(
+                            format!("tools[{i}].type"),
+                            "server tools are not expressible in OpenAI chat completions",
+                        ));
                     }
                     refuse_extra(&format!("tools[{i}]"), &t.extra, OA)?;
                     Ok(OaTool {
@@ -930,23 +1105,39 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                 ("auto", _) => OaToolChoice::Mode("auto".into()),
                 ("any", _) => OaToolChoice::Mode("required".into()),
                 ("none", _) => OaToolChoice::Mode("none".into()),
-                ("tool", Some(name)) => OaToolChoice::Named { kind: function(), function: OaName { name } },
-                _ => return Err(unsupported("tool_choice.type", "only auto, any, none and tool are translated")),
+                ("tool", Some(name)) => OaToolChoice::Named {
+                    kind: function(),
+                    function: OaName { name },
+                },
+                _ => {
+                    return Err(unsupported(
+                        "tool_choice.type",
+                        "only auto, any, none and tool are translated",
+                    ));
+                }
             })
         }
     };
     let reasoning_effort = match r.thinking {
         None => None,
         Some(t) if t.kind == "disabled" => None,
-        Some(t) if t.kind == "enabled" => Some(match t.budget_tokens.unwrap_or(0) {
-            0..2560 => "low",
-            2560..10240 => "medium",
-            _ => "high",
+        Some(t) if t.kind == "enabled" => Some(
+            match t.budget_tokens.unwrap_or(0) {
+                0..2560 => "low",
+                2560..10240 => "medium",
+                _ => "high",
+            }
+            .to_owned(),
+        ),
+        Some(_) => {
+            return Err(unsupported(
+                "thinking.type",
+                "only enabled and disabled thinking are translated",
+            ));
         }
-        .to_owned()),
-        Some(_) => return Err(unsupported("thinking.type", "only enabled and disabled thinking are translated")),
     };
-    let stream_options = (r.stream == Some(true)).then(|| serde_json::json!({"include_usage": true}));
+    let stream_options =
+        (r.stream == Some(true)).then(|| serde_json::json!({"include_usage": true}));
     ser(&OaRequest {
         model: model.into(),
         messages: out,
@@ -972,12 +1163,24 @@ mod tests {
     use serde_json::json;
 
     fn oa_to_an(req: Value) -> Result<Value, TranslateError> {
-        let out = request(Dialect::OpenAi, Dialect::Anthropic, req.to_string().as_bytes(), "claude-up", 1000)?;
+        let out = request(
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            req.to_string().as_bytes(),
+            "claude-up",
+            1000,
+        )?;
         Ok(serde_json::from_slice(&out).unwrap())
     }
 
     fn an_to_oa(req: Value) -> Result<Value, TranslateError> {
-        let out = request(Dialect::Anthropic, Dialect::OpenAi, req.to_string().as_bytes(), "gpt-up", 1000)?;
+        let out = request(
+            Dialect::Anthropic,
+            Dialect::OpenAi,
+            req.to_string().as_bytes(),
+            "gpt-up",
+            1000,
+        )?;
         Ok(serde_json::from_slice(&out).unwrap())
     }
 
@@ -1003,13 +1206,16 @@ mod tests {
             "parallel_tool_calls": false
         }))
         .unwrap();
-        assert_eq!(got, json!({
-            "model": "claude-up",
-            "messages": [{"role": "user", "content": "What is the weather like in Boston today?"}],
-            "max_tokens": 1000,
-            "tools": [{"name": "get_current_weather", "description": "Get the current weather in a given location", "input_schema": weather_schema()}],
-            "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}
-        }));
+        assert_eq!(
+            got,
+            json!({
+                "model": "claude-up",
+                "messages": [{"role": "user", "content": "What is the weather like in Boston today?"}],
+                "max_tokens": 1000,
+                "tools": [{"name": "get_current_weather", "description": "Get the current weather in a given location", "input_schema": weather_schema()}],
+                "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}
+            })
+        );
     }
 
     #[test]
@@ -1027,20 +1233,23 @@ mod tests {
             "stream": true
         }))
         .unwrap();
-        assert_eq!(got, json!({
-            "model": "gpt-up",
-            "messages": [
-                {"role": "system", "content": "You are a weather bot."},
-                {"role": "user", "content": "What is the weather like in San Francisco?"}
-            ],
-            "max_completion_tokens": 1024,
-            "stop": ["END"],
-            "stream": true,
-            "stream_options": {"include_usage": true},
-            "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a given location", "parameters": weather_schema()}}],
-            "tool_choice": "required",
-            "user": "u-1"
-        }));
+        assert_eq!(
+            got,
+            json!({
+                "model": "gpt-up",
+                "messages": [
+                    {"role": "system", "content": "You are a weather bot."},
+                    {"role": "user", "content": "What is the weather like in San Francisco?"}
+                ],
+                "max_completion_tokens": 1024,
+                "stop": ["END"],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a given location", "parameters": weather_schema()}}],
+                "tool_choice": "required",
+                "user": "u-1"
+            })
+        );
     }
 
     #[test]
@@ -1063,25 +1272,28 @@ mod tests {
             "user": "u-2"
         }))
         .unwrap();
-        assert_eq!(got, json!({
-            "model": "claude-up",
-            "system": "Be brief.",
-            "messages": [
-                {"role": "user", "content": "Weather in Paris and Rome?"},
-                {"role": "assistant", "content": [
-                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"location": "Paris"}},
-                    {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"location": "Rome"}}
-                ]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "call_1", "content": "18C"},
-                    {"type": "tool_result", "tool_use_id": "call_2", "content": [{"type": "text", "text": "24C"}]}
-                ]}
-            ],
-            "max_tokens": 200,
-            "temperature": 0.5,
-            "stop_sequences": ["STOP"],
-            "metadata": {"user_id": "u-2"}
-        }));
+        assert_eq!(
+            got,
+            json!({
+                "model": "claude-up",
+                "system": "Be brief.",
+                "messages": [
+                    {"role": "user", "content": "Weather in Paris and Rome?"},
+                    {"role": "assistant", "content": [
+                        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"location": "Paris"}},
+                        {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"location": "Rome"}}
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "call_1", "content": "18C"},
+                        {"type": "tool_result", "tool_use_id": "call_2", "content": [{"type": "text", "text": "24C"}]}
+                    ]}
+                ],
+                "max_tokens": 200,
+                "temperature": 0.5,
+                "stop_sequences": ["STOP"],
+                "metadata": {"user_id": "u-2"}
+            })
+        );
     }
 
     #[test]
@@ -1106,21 +1318,24 @@ mod tests {
             "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true}
         }))
         .unwrap();
-        assert_eq!(got, json!({
-            "model": "gpt-up",
-            "messages": [
-                {"role": "user", "content": "What's the weather like in San Francisco?"},
-                {"role": "assistant", "content": "<thinking>I need to use get_weather</thinking>", "tool_calls": [
-                    {"id": "toolu_01A09q90qw90lq917835lq9", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"San Francisco, CA\",\"unit\":\"celsius\"}"}}
-                ]},
-                {"role": "tool", "content": "15 degrees", "tool_call_id": "toolu_01A09q90qw90lq917835lq9"},
-                {"role": "user", "content": [{"type": "text", "text": "Thanks"}]}
-            ],
-            "max_completion_tokens": 1024,
-            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-            "parallel_tool_calls": false,
-            "reasoning_effort": "medium"
-        }));
+        assert_eq!(
+            got,
+            json!({
+                "model": "gpt-up",
+                "messages": [
+                    {"role": "user", "content": "What's the weather like in San Francisco?"},
+                    {"role": "assistant", "content": "<thinking>I need to use get_weather</thinking>", "tool_calls": [
+                        {"id": "toolu_01A09q90qw90lq917835lq9", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"San Francisco, CA\",\"unit\":\"celsius\"}"}}
+                    ]},
+                    {"role": "tool", "content": "15 degrees", "tool_call_id": "toolu_01A09q90qw90lq917835lq9"},
+                    {"role": "user", "content": [{"type": "text", "text": "Thanks"}]}
+                ],
+                "max_completion_tokens": 1024,
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                "parallel_tool_calls": false,
+                "reasoning_effort": "medium"
+            })
+        );
     }
 
     #[test]
@@ -1138,11 +1353,14 @@ mod tests {
         ]);
         assert_eq!(an["messages"][0]["content"], blocks);
         let back = an_to_oa(an).unwrap();
-        assert_eq!(back["messages"][0]["content"], json!([
-            {"type": "text", "text": "What is in these images?"},
-            {"type": "image_url", "image_url": {"url": "https://upload.wikimedia.org/a.jpg"}},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
-        ]));
+        assert_eq!(
+            back["messages"][0]["content"],
+            json!([
+                {"type": "text", "text": "What is in these images?"},
+                {"type": "image_url", "image_url": {"url": "https://upload.wikimedia.org/a.jpg"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+            ])
+        );
     }
 
     #[test]
@@ -1153,20 +1371,32 @@ mod tests {
         ];
         let id = wrap_tool_id("toolu_1", &blocks);
         assert!(id.starts_with("toolu_1__pcx1_"));
-        assert_eq!(unwrap_tool_id(&id), ("toolu_1".to_owned(), Some(blocks.clone())));
+        assert_eq!(
+            unwrap_tool_id(&id),
+            ("toolu_1".to_owned(), Some(blocks.clone()))
+        );
         let got = oa_to_an(json!({"model": "m", "messages": [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": id, "content": "ok"}
         ], "reasoning_effort": "low", "max_tokens": 500}))
         .unwrap();
-        assert_eq!(got["messages"][1]["content"], json!([
-            blocks[0], blocks[1],
-            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
-        ]));
-        assert_eq!(got["messages"][2]["content"][0]["tool_use_id"], json!("toolu_1"));
+        assert_eq!(
+            got["messages"][1]["content"],
+            json!([
+                blocks[0], blocks[1],
+                {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+            ])
+        );
+        assert_eq!(
+            got["messages"][2]["content"][0]["tool_use_id"],
+            json!("toolu_1")
+        );
         // 500 cannot hold a budget of 1024: raised to budget + default.
-        assert_eq!(got["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+        assert_eq!(
+            got["thinking"],
+            json!({"type": "enabled", "budget_tokens": 1024})
+        );
         assert_eq!(got["max_tokens"], json!(2024));
     }
 
@@ -1185,7 +1415,10 @@ mod tests {
             ("presence_penalty", json!(0.5)),
             ("seed", json!(7)),
             ("modalities", json!(["text", "audio"])),
-            ("response_format", json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})),
+            (
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+            ),
             ("prediction", json!({"type": "content", "content": "x"})),
             ("frobnicate", json!(1)),
         ] {
@@ -1198,13 +1431,20 @@ mod tests {
     #[test]
     fn x2_unexpressible_openai_messages_are_refused_naming_the_path() {
         let msgs = |m: Value| json!({"model": "m", "messages": m});
-        assert_eq!(refused(oa_to_an(msgs(json!([{"role": "critic", "content": "x"}])))), "messages[0].role");
         assert_eq!(
-            refused(oa_to_an(msgs(json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}])))),
+            refused(oa_to_an(msgs(json!([{"role": "critic", "content": "x"}])))),
+            "messages[0].role"
+        );
+        assert_eq!(
+            refused(oa_to_an(msgs(
+                json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}])
+            ))),
             "messages[0].content[0].type"
         );
         assert_eq!(
-            refused(oa_to_an(msgs(json!([{"role": "assistant", "content": "hi"}, {"role": "user", "content": "x"}])))),
+            refused(oa_to_an(msgs(
+                json!([{"role": "assistant", "content": "hi"}, {"role": "user", "content": "x"}])
+            ))),
             "messages[0].role"
         );
     }
@@ -1216,10 +1456,12 @@ mod tests {
         r["top_k"] = json!(5);
         assert_eq!(refused(an_to_oa(r)), "top_k");
         let mut r = base.clone();
-        r["messages"][0]["content"] = json!([{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]);
+        r["messages"][0]["content"] =
+            json!([{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]);
         assert_eq!(refused(an_to_oa(r)), "messages[0].content[0].cache_control");
         let mut r = base.clone();
-        r["system"] = json!([{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]);
+        r["system"] =
+            json!([{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]);
         assert_eq!(refused(an_to_oa(r)), "system[0].cache_control");
         let mut r = base.clone();
         r["messages"][0]["content"] = json!([{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]);

@@ -22,9 +22,7 @@
 //! `input_tokens` is `prompt_tokens` less the cached tokens, which become
 //! `cache_read_input_tokens`. More or less than one choice is `Malformed`.
 use super::TranslateError;
-use super::request::{
-    AnBlock, OaFunctionCall, OaToolCall, parse, unsupported, wrap_tool_id,
-};
+use super::request::{AnBlock, OaFunctionCall, OaToolCall, parse, unsupported, wrap_tool_id};
 use portcullis_core::Dialect;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -148,10 +146,15 @@ fn to_openai(r: AnResponse, model: &str, created: u64) -> Result<OaResponse, Tra
                 text.push_str(&t);
                 has_text = true;
             }
-            AnBlock::ToolUse { id, name, input, .. } => calls.push(OaToolCall {
+            AnBlock::ToolUse {
+                id, name, input, ..
+            } => calls.push(OaToolCall {
                 id,
                 kind: "function".into(),
-                function: OaFunctionCall { name, arguments: input.to_string() },
+                function: OaFunctionCall {
+                    name,
+                    arguments: input.to_string(),
+                },
             }),
             b @ AnBlock::Thinking { .. } => {
                 if let AnBlock::Thinking { thinking: t, .. } = &b {
@@ -204,7 +207,9 @@ fn to_openai(r: AnResponse, model: &str, created: u64) -> Result<OaResponse, Tra
             prompt_tokens: prompt,
             completion_tokens: u.output_tokens,
             total_tokens: prompt + u.output_tokens,
-            prompt_tokens_details: Some(OaPromptDetails { cached_tokens: Some(cached) }),
+            prompt_tokens_details: Some(OaPromptDetails {
+                cached_tokens: Some(cached),
+            }),
         }),
     })
 }
@@ -250,7 +255,10 @@ fn to_anthropic(r: OaResponse, model: &str) -> Result<AnResponse, TranslateError
         _ => "end_turn",
     };
     let (prompt, completion, cached) = r.usage.map_or((0, 0, 0), |u| {
-        let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0);
+        let cached = u
+            .prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0);
         (u.prompt_tokens, u.completion_tokens, cached)
     });
     Ok(AnResponse {
@@ -268,4 +276,146 @@ fn to_anthropic(r: OaResponse, model: &str) -> Result<AnResponse, TranslateError
             output_tokens: completion,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::request::unwrap_tool_id;
+    use serde_json::json;
+
+    fn an_to_oa(body: Value) -> Value {
+        serde_json::to_value(
+            to_openai(serde_json::from_value(body).unwrap(), "pub", 1_700_000_000).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn oa_to_an(body: Value) -> Result<Value, TranslateError> {
+        let out = response(
+            Dialect::OpenAi,
+            Dialect::Anthropic,
+            body.to_string().as_bytes(),
+            "pub",
+        )?;
+        Ok(serde_json::from_slice(&out).unwrap())
+    }
+
+    #[test]
+    fn x2_anthropic_tool_use_answer_becomes_an_openai_completion() {
+        // Anthropic's tool use example answer.
+        let got = an_to_oa(json!({
+            "id": "msg_01Aq9w938a90dw8q", "type": "message", "role": "assistant", "model": "claude-opus-4-1",
+            "content": [
+                {"type": "text", "text": "<thinking>I need to call the get_weather function.</thinking>"},
+                {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather", "input": {"location": "San Francisco, CA", "unit": "celsius"}}
+            ],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 20}
+        }));
+        assert_eq!(
+            got,
+            json!({
+                "id": "chatcmpl-msg_01Aq9w938a90dw8q",
+                "object": "chat.completion",
+                "created": 1_700_000_000,
+                "model": "pub",
+                "choices": [{
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": "<thinking>I need to call the get_weather function.</thinking>",
+                        "tool_calls": [{"id": "toolu_01A09q90qw90lq917835lq9", "type": "function", "function": {"name": "get_weather", "arguments": "{\"location\":\"San Francisco, CA\",\"unit\":\"celsius\"}"}}],
+                        "refusal": null
+                    },
+                    "finish_reason": "tool_calls",
+                    "logprobs": null
+                }],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30, "prompt_tokens_details": {"cached_tokens": 0}}
+            })
+        );
+    }
+
+    #[test]
+    fn x2_cached_tokens_map_not_copy() {
+        let got = an_to_oa(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "Hi"}], "stop_reason": "max_tokens",
+            "usage": {"input_tokens": 100, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 50, "output_tokens": 7}
+        }));
+        assert_eq!(
+            got["usage"],
+            json!({"prompt_tokens": 1050, "completion_tokens": 7, "total_tokens": 1057, "prompt_tokens_details": {"cached_tokens": 900}})
+        );
+        assert_eq!(got["choices"][0]["finish_reason"], json!("length"));
+        let back = oa_to_an(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1050, "completion_tokens": 7, "total_tokens": 1057, "prompt_tokens_details": {"cached_tokens": 900}}
+        }))
+        .unwrap();
+        assert_eq!(
+            back,
+            json!({
+                "id": "msg_chatcmpl-1", "type": "message", "role": "assistant", "model": "pub",
+                "content": [{"type": "text", "text": "Hi"}],
+                "stop_reason": "end_turn", "stop_sequence": null,
+                "usage": {"input_tokens": 150, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 900, "output_tokens": 7}
+            })
+        );
+    }
+
+    #[test]
+    fn x2_thinking_signature_round_trips_through_the_tool_call_id() {
+        let thinking = json!({"type": "thinking", "thinking": "Check the weather.", "signature": "EqQBCgIYAhIM"});
+        let redacted = json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy"});
+        let got = an_to_oa(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [thinking, redacted, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+                        {"type": "tool_use", "id": "toolu_2", "name": "f", "input": {}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}
+        }));
+        let msg = &got["choices"][0]["message"];
+        assert_eq!(msg["reasoning_content"], json!("Check the weather."));
+        assert_eq!(msg["content"], Value::Null);
+        let id = msg["tool_calls"][0]["id"].as_str().unwrap();
+        assert_eq!(
+            unwrap_tool_id(id),
+            ("toolu_1".into(), Some(vec![thinking, redacted]))
+        );
+        assert_eq!(msg["tool_calls"][1]["id"], json!("toolu_2"));
+    }
+
+    #[test]
+    fn x2_openai_tool_calls_become_anthropic_tool_use() {
+        let got = oa_to_an(json!({
+            "id": "chatcmpl-abc", "object": "chat.completion", "created": 1, "model": "gpt-4.1",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "reasoning_content": "hmm",
+                "tool_calls": [{"id": "call_abc", "type": "function", "function": {"name": "get_current_weather", "arguments": "{\"location\": \"Boston, MA\"}"}}]},
+                "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 82, "completion_tokens": 17, "total_tokens": 99}
+        }))
+        .unwrap();
+        assert_eq!(
+            got["content"],
+            json!([{"type": "tool_use", "id": "call_abc", "name": "get_current_weather", "input": {"location": "Boston, MA"}}])
+        );
+        assert_eq!(got["stop_reason"], json!("tool_use"));
+        assert_eq!(got["usage"]["input_tokens"], json!(82));
+    }
+
+    #[test]
+    fn x2_choices_other_than_one_and_bad_arguments_are_malformed() {
+        let two = json!({"id": "x", "object": "chat.completion", "created": 1, "model": "g", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"},
+            {"index": 1, "message": {"role": "assistant", "content": "b"}, "finish_reason": "stop"}]});
+        assert!(matches!(oa_to_an(two), Err(TranslateError::Malformed(_))));
+        let bad = json!({"id": "x", "object": "chat.completion", "created": 1, "model": "g", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}, "finish_reason": "tool_calls"}]});
+        assert!(matches!(oa_to_an(bad), Err(TranslateError::Malformed(_))));
+        assert!(matches!(
+            response(Dialect::Gemini, Dialect::OpenAi, b"{}", "pub"),
+            Err(TranslateError::Unsupported { field, .. }) if field == "model"
+        ));
+    }
 }
