@@ -165,7 +165,8 @@ where
             }
             let reach = Reach::of(dialect, facts.operation, parts.uri.path());
             let boundary = key.as_ref().and_then(|k| k.allowed_vendors.as_deref());
-            let model_id = facts.model.clone();
+            // A reference count, not a copy of the name: it is read only on refusal.
+            let asked_for = facts.clone();
             if !model_extensions(
                 &mut parts.extensions,
                 &catalog,
@@ -177,8 +178,9 @@ where
                 return Err(reject(
                     GatewayCode::Forbidden,
                     format!(
-                        "No channel of `{model_id}` is among the vendors this API key's \
-                         requests may be sent to."
+                        "No channel of `{}` is among the vendors this API key's \
+                         requests may be sent to.",
+                        asked_for.model
                     ),
                 ));
             }

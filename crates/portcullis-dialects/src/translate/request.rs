@@ -918,21 +918,7 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
         None => {}
         Some(AnContent::Text(s)) => out.push(oa_message("system", Some(OaContent::Text(s)))),
         Some(AnContent::Blocks(blocks)) => {
-            let mut parts = Vec::new();
-            for (j, b) in blocks.into_iter().enumerate() {
-                match b {
-                    AnBlock::Text { text, extra } => {
-                        refuse_extra(&format!("system[{j}]"), &extra, OA)?;
-                        parts.push(OaPart::text(text));
-                    }
-                    _ => {
-                        return Err(unsupported(
-                            format!("system[{j}].type"),
-                            "system blocks must be text",
-                        ));
-                    }
-                }
-            }
+            let parts = text_parts(blocks, "system", "system blocks must be text")?;
             out.push(oa_message("system", Some(OaContent::Parts(parts))));
         }
     }
@@ -993,24 +979,11 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
                     let content = match content {
                         None => OaContent::Text(String::new()),
                         Some(AnContent::Text(s)) => OaContent::Text(s),
-                        Some(AnContent::Blocks(bs)) => {
-                            let mut tp = Vec::new();
-                            for (k, b) in bs.into_iter().enumerate() {
-                                match b {
-                                    AnBlock::Text { text, extra } => {
-                                        refuse_extra(&format!("{bp}.content[{k}]"), &extra, OA)?;
-                                        tp.push(OaPart::text(text));
-                                    }
-                                    _ => {
-                                        return Err(unsupported(
-                                            format!("{bp}.content[{k}].type"),
-                                            "OpenAI tool results hold text only",
-                                        ));
-                                    }
-                                }
-                            }
-                            OaContent::Parts(tp)
-                        }
+                        Some(AnContent::Blocks(bs)) => OaContent::Parts(text_parts(
+                            bs,
+                            &format!("{bp}.content"),
+                            "OpenAI tool results hold text only",
+                        )?),
                     };
                     out.push(OaMessage {
                         tool_call_id: Some(tool_use_id),
@@ -1154,6 +1127,22 @@ fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateError> {
         reasoning_effort,
         ..OaRequest::default()
     })
+}
+
+/// Anthropic blocks at `path` that must all be text, as OpenAI text parts; any other
+/// block is refused with `why`.
+fn text_parts(blocks: Vec<AnBlock>, path: &str, why: &str) -> Result<Vec<OaPart>, TranslateError> {
+    let mut parts = Vec::new();
+    for (k, b) in blocks.into_iter().enumerate() {
+        match b {
+            AnBlock::Text { text, extra } => {
+                refuse_extra(&format!("{path}[{k}]"), &extra, OA)?;
+                parts.push(OaPart::text(text));
+            }
+            _ => return Err(unsupported(format!("{path}[{k}].type"), why)),
+        }
+    }
+    Ok(parts)
 }
 
 #[cfg(test)]
