@@ -3,9 +3,9 @@
 # against all seven layers, counted by valgrind's callgrind: a figure that does not
 # move with the load on a shared machine, unlike requests/s. Each target serves N and
 # then 3N small OpenAI chat requests (concurrency 8) from the fake upstream; the
-# difference divided by 2N leaves start-up and shutdown out. A third row counts the
-# full stack with the same OpenAI requests served by an Anthropic channel (translated
-# both ways, X1–X2), beside the same-dialect row.
+# difference divided by 2N leaves start-up and shutdown out. The third and fourth rows
+# count the full stack with the same OpenAI requests served by an Anthropic and by a
+# Gemini channel (translated both ways, X1–X2), beside the same-dialect row.
 #
 #   bash examples/bench_instructions.sh [N] [DIR]
 #
@@ -22,8 +22,10 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1
 source examples/bench_ports.sh
 bench_setup "$BIN"
 
-# The same configuration with the channel an Anthropic one: every request translated.
+# The same configuration with the channel an Anthropic one, and a Gemini one: every
+# request translated.
 sed 's#^vendor = "openai"#vendor = "anthropic"#' "$OUT/bench.toml" > "$OUT/translated.toml"
+sed 's#^vendor = "openai"#vendor = "gemini"#' "$OUT/bench.toml" > "$OUT/gemini.toml"
 
 total() { # bare(0/1) requests [config] → instructions of the whole gateway run
   local bare=$1 n=$2 config=${3:-$OUT/bench.toml} port gw
@@ -47,3 +49,5 @@ for bare in 1 0; do
 done
 a=$(total 0 "$N" "$OUT/translated.toml"); b=$(total 0 $((3 * N)) "$OUT/translated.toml")
 echo "all seven layers, translated to an Anthropic channel: $(( (b - a) / (2 * N) )) instructions per request"
+a=$(total 0 "$N" "$OUT/gemini.toml"); b=$(total 0 $((3 * N)) "$OUT/gemini.toml")
+echo "all seven layers, translated to a Gemini channel: $(( (b - a) / (2 * N) )) instructions per request"

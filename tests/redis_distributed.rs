@@ -999,6 +999,9 @@ const PROBE: usize = 4;
 const BILLED: usize = 5;
 /// The store deadline of the T5 tests.
 const DEADLINE_MS: u64 = 20;
+/// Scheduling slack of a refusal's time on a loaded 2-core host; far below the
+/// second a wait on a dead Redis's reconnection would take.
+const REFUSAL_SLACK_MS: u64 = 250;
 /// What the fake takes for each load request.
 const T5_LATENCY_MS: u64 = 5;
 
@@ -1120,8 +1123,14 @@ fn phases(recs: &[Rec], a: u64, b: u64) -> (Vec<&Rec>, Vec<&Rec>, Vec<&Rec>) {
 
 /// B5, D4 with money in Redis and `billing_failure = "closed"` (the default): with
 /// Redis gone, 20 billed requests through `addr` are each refused 503 50301 with a
-/// Retry-After, within the three decisions' deadlines + 50 ms, and none reaches the
-/// upstream. Returns the slowest (ms).
+/// Retry-After, and none reaches the upstream. Returns the slowest (ms).
+///
+/// What the time bound proves: no decision waits on a dead Redis past its deadline —
+/// a wait on the redis client's reconnection or a connect timeout takes a second or
+/// more, so it fails the bound of three deadlines + [`REFUSAL_SLACK_MS`]. The slack
+/// is the scheduling noise of a loaded 2-core host (one request of 20 once took
+/// 132 ms against a 110 ms bound while a build ran beside it); the typical time is
+/// printed.
 async fn billed_requests_refused(
     client: &HttpClient,
     addr: SocketAddr,
@@ -1152,9 +1161,10 @@ async fn billed_requests_refused(
         assert_eq!(gateway_code(&body), 50301, "{text}");
         assert!(retry_after.is_some(), "503 without Retry-After: {text}");
         assert!(
-            took <= (3 * DEADLINE_MS + 50) as f64,
+            took <= (3 * DEADLINE_MS + REFUSAL_SLACK_MS) as f64,
             "billed request {n} took {took:.1} ms with Redis down (slot, windows and billing \
-             decisions, each bounded by {DEADLINE_MS} ms)"
+             decisions, each bounded by {DEADLINE_MS} ms, + {REFUSAL_SLACK_MS} ms of \
+             scheduling slack)"
         );
     }
     assert_eq!(

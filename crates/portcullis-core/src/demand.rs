@@ -95,6 +95,8 @@ impl UsageReport {
 struct Recorded {
     report: Option<UsageReport>,
     channel: Option<Arc<str>>,
+    /// The provider's id of the model, when the channel knows it by another name.
+    upstream_model: Option<Arc<str>>,
     /// The request's recorder when this one serves one attempt of it.
     parent: Option<UsageRecorder>,
 }
@@ -163,6 +165,21 @@ impl UsageRecorder {
         if let Some(p) = parent {
             p.set_channel(channel);
         }
+    }
+    /// Names the provider's id of the model the channel served it under, or `None`
+    /// when that is the public name (for usage records).
+    pub fn set_upstream_model(&self, model: Option<Arc<str>>) {
+        let parent = self.with(|r| {
+            r.upstream_model = model.clone();
+            r.parent.clone()
+        });
+        if let Some(p) = parent {
+            p.set_upstream_model(model);
+        }
+    }
+    /// The provider's id of the model, when it differs from the public name.
+    pub fn upstream_model(&self) -> Option<Arc<str>> {
+        self.with(|r| r.upstream_model.clone())
     }
     /// The usage figures recorded so far (complete or partial), if any.
     pub fn get(&self) -> Option<Usage> {

@@ -62,10 +62,15 @@ pub const H_TOOL_CALLS: &str = "x-fake-tool-calls";
 /// Control header: the name of the function the tool calls call (default
 /// [`DEFAULT_TOOL_NAME`]; must not be empty).
 pub const H_TOOL_NAME: &str = "x-fake-tool-name";
-/// Control header (Anthropic messages only; ignored elsewhere): the answer starts with
-/// a thinking block carrying this text, signed `sig_fake_<16 hex digits>`
-/// ([`thinking_signature`](crate::thinking_signature)). The value is taken as sent
-/// (visible ASCII, trimmed).
+/// Control header (Anthropic messages and Gemini generateContent; ignored elsewhere):
+/// the answer starts with a thinking block (Anthropic) or a thought part
+/// `{"text":…,"thought":true}` (Gemini) carrying this text, signed
+/// `sig_fake_<16 hex digits>` ([`thinking_signature`](crate::thinking_signature)):
+/// Anthropic's block carries the signature, Gemini's first `functionCall` part (when
+/// [`H_TOOL_CALLS`] asks for calls) carries it as `thoughtSignature`, and Gemini's
+/// usage reports `thoughtsTokenCount = max(1, text bytes / 4)` on top of the output
+/// tokens. The value is taken as sent (visible ASCII, trimmed). See
+/// [the crate docs](crate#tool-calls-and-thinking).
 pub const H_THINKING: &str = "x-fake-thinking";
 /// Control header: request limit reported in rate-limit headers.
 pub const H_RL_LIMIT_REQUESTS: &str = "x-fake-ratelimit-limit-requests";

@@ -47,7 +47,8 @@
 //! (`message_start` carries the input side and `output_tokens: 1`, `message_delta` the
 //! final `output_tokens`); Gemini `promptTokenCount = P`, `cachedContentTokenCount = C`
 //! (omitted when 0, as Gemini does), `candidatesTokenCount = O`, `totalTokenCount = P + O`
-//! (intermediate stream chunks carry only the prompt side).
+//! (plus `thoughtsTokenCount` with `x-fake-thinking`, [below](#tool-calls-and-thinking);
+//! intermediate stream chunks carry only the prompt side).
 //!
 //! The other routes report: Responses API `input_tokens = P`,
 //! `input_tokens_details.cached_tokens = C`, `output_tokens = O` (capped by
@@ -88,19 +89,22 @@
 //!   `{"type":"input_json_delta","partial_json":piece}`, `content_block_stop`, each call
 //!   its own block index; `message_delta` says `tool_use`.
 //! - Gemini: `parts: [{"functionCall":{"name":NAME,"args":{"city":"c<i>"}}}]` (after
-//!   the text part, if any), `finishReason: "STOP"`. Streamed: one chunk per call with
-//!   its whole `functionCall` part, then the usual final chunk.
+//!   the text part, if any; the first call signed with thinking, below),
+//!   `finishReason: "STOP"`. Streamed: one chunk per call with its whole
+//!   `functionCall` part, then the usual final chunk.
 //!
 //! A max-tokens cut keeps its finish reason (`length`, `max_tokens`, `MAX_TOKENS`).
 //! Each of these frames counts as one content chunk for `x-fake-fail-after-chunks`
 //! and the chunk interval.
 //!
-//! With `x-fake-thinking: TEXT` (Anthropic only; ignored by the others) the content
-//! starts with `{"type":"thinking","thinking":TEXT,"signature":SIG}` where `SIG` is
-//! [`thinking_signature`]`(TEXT)` (`sig_fake_` + 16 hex digits of the text's FNV-1a
-//! hash); streamed as one content frame at index 0 — `content_block_start`
-//! `{"type":"thinking","thinking":""}`, a `thinking_delta`, a `signature_delta`,
-//! `content_block_stop` — the other blocks' indices shifted by one.
+//! With `x-fake-thinking: TEXT` (Anthropic and Gemini; ignored by the others) the
+//! answer starts with the thinking text, signed `SIG` = [`thinking_signature`]`(TEXT)`
+//! (`sig_fake_` + 16 hex digits of the text's FNV-1a hash):
+//!
+//! | dialect | answer | streamed | usage |
+//! |---|---|---|---|
+//! | Anthropic | content starts with `{"type":"thinking","thinking":TEXT,"signature":SIG}` | one content frame at index 0 — `content_block_start` `{"type":"thinking","thinking":""}`, a `thinking_delta`, a `signature_delta`, `content_block_stop` — the other blocks' indices shifted by one | unchanged |
+//! | Gemini | parts start with `{"text":TEXT,"thought":true}`; with `x-fake-tool-calls`, the first `functionCall` part carries `"thoughtSignature":SIG` | one chunk with the thought part first (one content frame), then the usual chunks | `thoughtsTokenCount` = `T` = `max(1, TEXT bytes / 4)` (counted like prompt text) on top of `candidatesTokenCount = O`; `totalTokenCount = P + O + T` (final chunk) |
 //!
 //! # Ids
 //!

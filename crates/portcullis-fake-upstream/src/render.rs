@@ -50,7 +50,7 @@ struct Extras {
     calls: u32,
     /// The function's name, a JSON string literal.
     name: String,
-    /// Anthropic: the thinking text.
+    /// Anthropic and Gemini: the thinking text.
     thinking: Option<String>,
     /// Text chunks (0 with tool calls unless `chunks` is set).
     text_chunks: u32,
@@ -71,8 +71,8 @@ impl Extras {
             calls,
             name: js(b.tool_name.as_deref().unwrap_or(DEFAULT_TOOL_NAME)),
             thinking: match ctx.dialect {
-                Dialect::Anthropic => b.thinking.clone(),
-                _ => None,
+                Dialect::Anthropic | Dialect::Gemini => b.thinking.clone(),
+                Dialect::OpenAi => None,
             },
             text_chunks,
             text: calls == 0 || text_chunks > 0,
@@ -82,6 +82,14 @@ impl Extras {
     /// Neither tool calls nor thinking: the plain answer.
     fn plain(&self) -> bool {
         self.calls == 0 && self.thinking.is_none()
+    }
+
+    /// Gemini's `thoughtsTokenCount`: the thinking text's tokens as the fake counts
+    /// prompt text (`max(1, bytes / 4)`), 0 without thinking.
+    fn thought_tokens(&self) -> u64 {
+        self.thinking
+            .as_ref()
+            .map_or(0, |t| (t.len() as u64 / 4).max(1))
     }
 }
 
@@ -128,12 +136,22 @@ fn anthropic_tool_block(x: &Extras, i: u32) -> String {
     )
 }
 
+/// Gemini function call `i`; with thinking, the first carries the thought signature.
 fn gemini_call_part(x: &Extras, i: u32) -> String {
+    let signature = match &x.thinking {
+        Some(t) if i == 0 => format!(r#","thoughtSignature":"{}""#, thinking_signature(t)),
+        _ => String::new(),
+    };
     format!(
-        r#"{{"functionCall":{{"name":{name},"args":{args}}}}}"#,
+        r#"{{"functionCall":{{"name":{name},"args":{args}}}{signature}}}"#,
         name = x.name,
         args = tool_args(i),
     )
+}
+
+/// Gemini's thought part with the thinking text.
+fn gemini_thought_part(text: &str) -> String {
+    format!(r#"{{"text":{},"thought":true}}"#, js(text))
 }
 
 fn openai_usage(u: &Usage) -> String {
@@ -156,13 +174,17 @@ fn anthropic_usage(u: &Usage, output: u64) -> String {
     )
 }
 
-fn gemini_usage(u: &Usage, final_chunk: bool) -> String {
+/// `thoughts`: the final chunk's `thoughtsTokenCount` (omitted when 0).
+fn gemini_usage(u: &Usage, final_chunk: bool, thoughts: u64) -> String {
     let mut s = format!(r#"{{"promptTokenCount":{}"#, u.prompt);
     if final_chunk {
         let _ = write!(s, r#","candidatesTokenCount":{}"#, u.output);
+        if thoughts > 0 {
+            let _ = write!(s, r#","thoughtsTokenCount":{thoughts}"#);
+        }
     }
     let total = if final_chunk {
-        u.prompt + u.output
+        u.prompt + u.output + thoughts
     } else {
         u.prompt
     };
@@ -249,6 +271,9 @@ pub(crate) fn non_stream(ctx: &Ctx<'_>, seq: u64, u: &Usage) -> String {
             r#"{{"candidates":[{{"content":{{"parts":[{parts}],"role":"model"}},"finishReason":"{fin}","index":0}}],"usageMetadata":{usage},"modelVersion":{model},"responseId":"fake{seq:08}"}}"#,
             parts = {
                 let mut parts = Vec::new();
+                if let Some(t) = &x.thinking {
+                    parts.push(gemini_thought_part(t));
+                }
                 if x.text {
                     parts.push(format!(r#"{{"text":{text}}}"#));
                 }
@@ -256,7 +281,7 @@ pub(crate) fn non_stream(ctx: &Ctx<'_>, seq: u64, u: &Usage) -> String {
                 parts.join(",")
             },
             fin = gemini_finish(u),
-            usage = gemini_usage(u, true),
+            usage = gemini_usage(u, true, x.thought_tokens()),
         ),
     }
 }
@@ -314,7 +339,7 @@ struct Frames<'a> {
 enum Step {
     /// Text chunk `i`.
     Text(usize),
-    /// Anthropic: the whole thinking block.
+    /// Anthropic: the whole thinking block; Gemini: the thought part.
     Thinking,
     /// The start of tool call `i` (Gemini: the whole call).
     ToolHead(u32),
@@ -388,7 +413,7 @@ impl<'a> Frames<'a> {
             .unwrap_or_default();
         format!(
             r#"{{"candidates":[{{"content":{{"parts":[{part}],"role":"model"}}{fin},"index":0}}],"usageMetadata":{usage},"modelVersion":{model},"responseId":"fake{seq:08}"}}"#,
-            usage = gemini_usage(self.u, finish.is_some()),
+            usage = gemini_usage(self.u, finish.is_some(), self.x.thought_tokens()),
             model = self.model,
             seq = self.seq,
         )
@@ -443,8 +468,16 @@ impl<'a> Frames<'a> {
 
     /// The frame of a step other than a text chunk.
     fn extra(&mut self, step: Step) -> String {
-        if let (Dialect::Gemini, Step::ToolHead(i)) = (self.ctx.dialect, step) {
-            let chunk = self.gemini_chunk_of(&gemini_call_part(&self.x, i), None);
+        if self.ctx.dialect == Dialect::Gemini {
+            let part = match step {
+                Step::ToolHead(i) => gemini_call_part(&self.x, i),
+                Step::Thinking => {
+                    gemini_thought_part(self.x.thinking.as_deref().unwrap_or_default())
+                }
+                // Not made: Gemini's steps are listed in `new`.
+                _ => return String::new(),
+            };
+            let chunk = self.gemini_chunk_of(&part, None);
             return self.gemini_frame(chunk, false);
         }
         let x = &self.x;

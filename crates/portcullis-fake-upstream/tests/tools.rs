@@ -1,5 +1,5 @@
-//! Tool calls (`x-fake-tool-calls`, `x-fake-tool-name`), Anthropic thinking
-//! (`x-fake-thinking`) and the recorded request bodies.
+//! Tool calls (`x-fake-tool-calls`, `x-fake-tool-name`), Anthropic and Gemini
+//! thinking (`x-fake-thinking`) and the recorded request bodies.
 
 mod common;
 
@@ -302,6 +302,88 @@ async fn gemini_function_calls_non_stream_and_stream() {
     assert_eq!(
         arr[1]["candidates"][0]["content"]["parts"][0]["functionCall"],
         json!({"name":"get_weather","args":{"city":"c1"}})
+    );
+}
+
+#[tokio::test]
+async fn gemini_thought_part_signed_function_call_and_thoughts_tokens() {
+    let fake = FakeUpstream::start().await;
+    let thinking = "let me think about it";
+    let sig = thinking_signature(thinking);
+    // 21 bytes of thinking text count as 21 / 4 = 5 tokens.
+    let thoughts = 5;
+    let h = [("x-fake-thinking", thinking), ("x-fake-tool-calls", "2")];
+    let v = post(&fake, GEMINI, &h, &gemini_body()).await.json();
+    let cand = &v["candidates"][0];
+    assert_eq!(cand["finishReason"], "STOP");
+    assert_eq!(
+        cand["content"]["parts"],
+        json!([
+            {"text": thinking, "thought": true},
+            {"functionCall": {"name": "get_weather", "args": {"city": "c0"}}, "thoughtSignature": sig},
+            {"functionCall": {"name": "get_weather", "args": {"city": "c1"}}}
+        ])
+    );
+    let u = &v["usageMetadata"];
+    assert_eq!(u["promptTokenCount"], 10);
+    assert_eq!(u["candidatesTokenCount"], 16);
+    assert_eq!(u["thoughtsTokenCount"], thoughts);
+    assert_eq!(u["totalTokenCount"], 10 + 16 + thoughts);
+
+    // Streamed: the thought chunk, one chunk per call, the final chunk.
+    let r = post(&fake, GEMINI_SSE, &h, &gemini_body()).await;
+    let chunks = data_chunks(&r.text());
+    let parts: Vec<&Value> = chunks
+        .iter()
+        .map(|c| &c["candidates"][0]["content"]["parts"][0])
+        .collect();
+    assert_eq!(chunks.len(), 4);
+    assert_eq!(parts[0], &json!({"text": thinking, "thought": true}));
+    assert_eq!(parts[1]["thoughtSignature"], json!(sig));
+    assert_eq!(parts[1]["functionCall"]["args"], json!({"city": "c0"}));
+    assert!(parts[2].get("thoughtSignature").is_none());
+    assert_eq!(parts[2]["functionCall"]["args"], json!({"city": "c1"}));
+    assert!(
+        chunks[..3]
+            .iter()
+            .all(|c| c["usageMetadata"].get("thoughtsTokenCount").is_none())
+    );
+    assert_eq!(chunks[3]["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(chunks[3]["usageMetadata"]["thoughtsTokenCount"], thoughts);
+    assert_eq!(
+        chunks[3]["usageMetadata"]["totalTokenCount"],
+        10 + 16 + thoughts
+    );
+
+    // Thinking without calls: the thought part, then the text; no signature anywhere.
+    let h = [("x-fake-thinking", "hmm")];
+    let v = post(&fake, GEMINI, &h, &gemini_body()).await.json();
+    assert_eq!(
+        v["candidates"][0]["content"]["parts"],
+        json!([{"text": "hmm", "thought": true}, {"text": expected_text(4)}])
+    );
+    // A text shorter than 4 bytes still counts one token.
+    assert_eq!(v["usageMetadata"]["thoughtsTokenCount"], 1);
+    let r = post(&fake, GEMINI_SSE, &h, &gemini_body()).await;
+    let chunks = data_chunks(&r.text());
+    assert_eq!(
+        chunks[0]["candidates"][0]["content"]["parts"],
+        json!([{"text": "hmm", "thought": true}])
+    );
+    let text: String = chunks[1..]
+        .iter()
+        .filter_map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, expected_text(4));
+    assert!(!r.text().contains("thoughtSignature"));
+
+    // Without the header nothing changes.
+    let v = post(&fake, GEMINI, &TWO, &gemini_body()).await.json();
+    assert!(v["usageMetadata"].get("thoughtsTokenCount").is_none());
+    assert!(
+        v["candidates"][0]["content"]["parts"][0]
+            .get("thoughtSignature")
+            .is_none()
     );
 }
 

@@ -9,7 +9,7 @@ use crate::config::{Channel, Config, ModelSettings};
 use http::HeaderValue;
 use portcullis_core::capacity::ChannelRef;
 use portcullis_core::{Candidates, Dialect};
-use portcullis_dialects::translate::translates;
+use portcullis_dialects::translate::{Wire, translates};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,6 +37,19 @@ pub struct Route {
     /// The channel is the bundled fake upstream (`fake://`) or on a loopback address,
     /// where the fake runs: the fake's `x-fake-*` control headers are forwarded to it.
     pub fake_controls: bool,
+    /// Public model name → the provider's id for it on this channel, where they differ.
+    upstream_models: Vec<(String, Arc<str>)>,
+}
+
+impl Route {
+    /// The id this channel's provider knows the public `model` by (X1): its
+    /// `upstream_models` entry, else the public name itself.
+    pub fn upstream_model(&self, model: &str) -> Option<&Arc<str>> {
+        self.upstream_models
+            .iter()
+            .find(|(public, _)| public == model)
+            .map(|(_, id)| id)
+    }
 }
 
 /// Maps looked up by model name on every request (names come from configuration).
@@ -218,7 +231,7 @@ impl Catalog {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// Only channels of the client's own vendor: requests with no translation
-    /// (embeddings, token counts, the Responses API, Gemini, objects).
+    /// (embeddings, token counts, images, videos, objects, a continued response).
     Own(Dialect),
     /// Every channel whose vendor the client's generation request translates to (X1).
     Translated(Dialect),
@@ -226,14 +239,21 @@ pub enum Reach {
 
 impl Reach {
     /// The channels a request of a `dialect` client for `operation` at `path` may go
-    /// to: OpenAI chat completions and Anthropic messages translate (X1), everything
-    /// else stays with its own vendor.
-    pub fn of(dialect: Dialect, operation: portcullis_dialects::Operation, path: &str) -> Self {
+    /// to: every generation API translates (X1) — OpenAI chat completions and
+    /// Responses, Anthropic messages, Gemini generateContent — except a Responses
+    /// request that `continues` a response held by its OpenAI home; everything else
+    /// (embeddings, token counts, images, objects) stays with its own vendor.
+    pub fn of(
+        dialect: Dialect,
+        operation: portcullis_dialects::Operation,
+        path: &str,
+        continues: bool,
+    ) -> Self {
         let generation = operation == portcullis_dialects::Operation::Generate
-            && match dialect {
-                Dialect::OpenAi => path.ends_with("/chat/completions"),
-                Dialect::Anthropic => path.ends_with("/messages"),
-                _ => false,
+            && match Wire::of(dialect, path) {
+                Some(Wire::Responses) => !continues,
+                Some(_) => true,
+                None => false,
             };
         if generation {
             Self::Translated(dialect)
@@ -360,6 +380,12 @@ fn route(ch: &Channel, fake_base: Option<&str>) -> Result<Route, String> {
         group: Arc::from(ch.group.as_str()),
         responses: crate::metrics::ResponseCounters::new(&ch.name),
         fake_controls: fake || is_loopback(&ch.base_url),
+        upstream_models: ch
+            .upstream_models
+            .iter()
+            .filter(|(public, id)| public != id)
+            .map(|(public, id)| (public.clone(), Arc::from(id.as_str())))
+            .collect(),
     })
 }
 
@@ -516,28 +542,33 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
             ["d"]
         );
         // Gemini does not translate (yet): nothing of another vendor.
-        assert!(!cat.serves_in("m", Reach::Translated(Dialect::Gemini)));
+        // A Gemini client's generation reaches them too; its other requests do not.
+        assert!(cat.serves_in("m", Reach::Translated(Dialect::Gemini)));
+        assert!(!cat.serves_in("m", Reach::Own(Dialect::Gemini)));
+        assert!(!cat.serves_in("m", Reach::Translated(Dialect::Native)));
         assert!(cat.serves_in("m", Reach::Translated(Dialect::OpenAi)));
     }
 
     #[test]
-    fn x1_only_chat_completions_and_messages_translate() {
+    fn x1_every_generation_api_translates_and_nothing_else() {
         use portcullis_dialects::Operation::{CountTokens, Embed, Generate};
-        let t = |d, op, path| Reach::of(d, op, path);
+        let t = |d, op, path| Reach::of(d, op, path, false);
+        for (d, path) in [
+            (Dialect::OpenAi, "/v1/chat/completions"),
+            (Dialect::OpenAi, "/native/v1/chat/completions"),
+            (Dialect::OpenAi, "/v1/responses"),
+            (Dialect::Anthropic, "/v1/messages"),
+            (Dialect::Gemini, "/v1beta/models/m:generateContent"),
+            (
+                Dialect::Gemini,
+                "/v1beta/models/m:streamGenerateContent?alt=sse",
+            ),
+        ] {
+            assert_eq!(t(d, Generate, path), Reach::Translated(d), "{path}");
+        }
+        // A Responses request continuing an OpenAI-held response stays with OpenAI.
         assert_eq!(
-            t(Dialect::OpenAi, Generate, "/v1/chat/completions"),
-            Reach::Translated(Dialect::OpenAi)
-        );
-        assert_eq!(
-            t(Dialect::OpenAi, Generate, "/native/v1/chat/completions"),
-            Reach::Translated(Dialect::OpenAi)
-        );
-        assert_eq!(
-            t(Dialect::Anthropic, Generate, "/v1/messages"),
-            Reach::Translated(Dialect::Anthropic)
-        );
-        assert_eq!(
-            t(Dialect::OpenAi, Generate, "/v1/responses"),
+            Reach::of(Dialect::OpenAi, Generate, "/v1/responses", true),
             Reach::Own(Dialect::OpenAi)
         );
         assert_eq!(
@@ -549,11 +580,7 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
             Reach::Own(Dialect::Anthropic)
         );
         assert_eq!(
-            t(
-                Dialect::Gemini,
-                Generate,
-                "/v1beta/models/m:generateContent"
-            ),
+            t(Dialect::Gemini, Embed, "/v1beta/models/m:embedContent"),
             Reach::Own(Dialect::Gemini)
         );
     }

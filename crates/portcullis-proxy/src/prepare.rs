@@ -17,6 +17,7 @@ use portcullis::failover::{FallbackRequest, ModelFallback};
 use portcullis_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
 use portcullis_dialects::estimate::FALLBACK_MAX_OUTPUT_TOKENS;
 use portcullis_dialects::multipart::inspect_image_edit;
+use portcullis_dialects::translate::Wire;
 use portcullis_dialects::{Operation, RequestFacts, inspect_request, object_path};
 use std::future::Future;
 use std::pin::Pin;
@@ -163,7 +164,15 @@ where
             if let Some(fb) = offer {
                 parts.extensions.insert(fb);
             }
-            let reach = Reach::of(dialect, facts.operation, parts.uri.path());
+            let reach = Reach::of(
+                dialect,
+                facts.operation,
+                parts.uri.path(),
+                facts.continues.is_some(),
+            );
+            if let Some(refusal) = continuation_without_home(&catalog, reach, &facts, &parts.uri) {
+                return Err(refusal);
+            }
             let boundary = key.as_ref().and_then(|k| k.allowed_vendors.as_deref());
             // A reference count, not a copy of the name: it is read only on refusal.
             let asked_for = facts.clone();
@@ -473,6 +482,29 @@ pub fn fallback_refusal(
     None
 }
 
+/// A Responses request continuing provider-side state (`previous_response_id`) for
+/// a model no OpenAI channel serves: the client's 400, naming the field (X1). With
+/// an OpenAI channel it goes there (its home when the gateway knows it, P6).
+fn continuation_without_home(
+    catalog: &Catalog,
+    reach: Reach,
+    facts: &RequestFacts,
+    uri: &http::Uri,
+) -> Option<BoxError> {
+    let continues =
+        facts.continues.is_some() && Wire::of(reach.client(), uri.path()) == Some(Wire::Responses);
+    (continues && !catalog.serves_in(&facts.model, Reach::Own(Dialect::OpenAi))).then(|| {
+        reject(
+            GatewayCode::InvalidRequest,
+            format!(
+                "`previous_response_id` continues a response held by OpenAI, and no OpenAI \
+                 channel serves `{}`: send the whole conversation as `input` instead.",
+                facts.model
+            ),
+        )
+    })
+}
+
 /// The offer of the configured fallback model, when it meets the contract (F11). The
 /// contract is checked now (it is cheap); the request is rewritten only if failover
 /// takes the offer.
@@ -543,7 +575,12 @@ fn rewrite_for(
     facts.model = to.to_owned();
     // A fallback whose money upper bound no store can hold is not offered.
     let demand = demand_within_store_limits(&facts, model).ok()?;
-    let reach = Reach::of(dialect, facts.operation, uri.path());
+    let reach = Reach::of(
+        dialect,
+        facts.operation,
+        uri.path(),
+        facts.continues.is_some(),
+    );
     Some(FallbackRequest {
         uri,
         body: Full::new(body),

@@ -83,6 +83,7 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
         "tenant": r.tenant.as_deref(),
         "model": r.model.as_deref(),
         "channel": r.channel.as_deref(),
+        "upstream_model": r.upstream_model.as_deref(),
         "attempt": &*r.attempt,
         "idempotency_key": r.idempotency_key.as_deref(),
         "client_request_id": r.client_request_id.as_deref(),

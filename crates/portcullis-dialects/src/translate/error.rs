@@ -64,7 +64,7 @@ struct OaErrorInner {
 }
 
 /// The provider's error answer (`status`, `body` in dialect `from`) written in `to`.
-pub fn error(from: Dialect, to: Dialect, status: u16, body: &[u8]) -> TranslatedError {
+pub(crate) fn error(from: Dialect, to: Dialect, status: u16, body: &[u8]) -> TranslatedError {
     match (from, to) {
         (Dialect::Anthropic, Dialect::OpenAi) => {
             let parsed = serde_json::from_slice::<AnError>(body).ok();

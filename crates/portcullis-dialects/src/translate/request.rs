@@ -34,7 +34,6 @@
 use super::TranslateError;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use portcullis_core::Dialect;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -471,26 +470,23 @@ enum OaStop {
     Many(Vec<String>),
 }
 
-/// `body`, a generation request of dialect `from`, written in dialect `to` for model
-/// `upstream_model`; `default_max_tokens` where `to` requires a maximum the client
-/// did not give.
-pub fn request(
-    from: Dialect,
-    to: Dialect,
+/// An OpenAI chat request written as an Anthropic messages request for model
+/// `upstream_model`, with `default_max_tokens` when the client gave no maximum.
+pub(crate) fn chat_to_messages(
     body: &[u8],
     upstream_model: &str,
     default_max_tokens: u64,
 ) -> Result<Vec<u8>, TranslateError> {
-    match (from, to) {
-        (Dialect::OpenAi, Dialect::Anthropic) => {
-            to_anthropic(parse(body)?, upstream_model, default_max_tokens)
-        }
-        (Dialect::Anthropic, Dialect::OpenAi) => to_openai(parse(body)?, upstream_model),
-        _ => Err(unsupported(
-            "model",
-            format!("requests of the {from:?} dialect are not translated to {to:?}"),
-        )),
-    }
+    to_anthropic(parse(body)?, upstream_model, default_max_tokens)
+}
+
+/// An Anthropic messages request written as an OpenAI chat request for model
+/// `upstream_model`.
+pub(crate) fn messages_to_chat(
+    body: &[u8],
+    upstream_model: &str,
+) -> Result<Vec<u8>, TranslateError> {
+    to_openai(parse(body)?, upstream_model)
 }
 
 const AN: &str = "Anthropic messages";
@@ -637,7 +633,12 @@ fn assistant_blocks(path: &str, m: OaMessage) -> Result<Vec<AnBlock>, TranslateE
         }
         let (id, restored) = unwrap_tool_id(&call.id);
         if let Some(restored) = restored.filter(|_| blocks.is_empty()) {
-            for b in restored {
+            // Another vendor's envelope (a Gemini thought signature, after a failover
+            // mid-conversation) means nothing to Anthropic.
+            for b in restored
+                .into_iter()
+                .filter(|b| b["type"] != "gemini_signature")
+            {
                 match serde_json::from_value::<AnBlock>(b) {
                     Ok(b @ (AnBlock::Thinking { .. } | AnBlock::RedactedThinking { .. })) => {
                         blocks.push(b)
@@ -1148,27 +1149,30 @@ fn text_parts(blocks: Vec<AnBlock>, path: &str, why: &str) -> Result<Vec<OaPart>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::translate::{Wire, request};
     use proptest::prelude::*;
     use serde_json::json;
 
     fn oa_to_an(req: Value) -> Result<Value, TranslateError> {
         let out = request(
-            Dialect::OpenAi,
-            Dialect::Anthropic,
+            Wire::Chat,
+            Wire::Messages,
             req.to_string().as_bytes(),
             "claude-up",
             1000,
+            false,
         )?;
         Ok(serde_json::from_slice(&out).unwrap())
     }
 
     fn an_to_oa(req: Value) -> Result<Value, TranslateError> {
         let out = request(
-            Dialect::Anthropic,
-            Dialect::OpenAi,
+            Wire::Messages,
+            Wire::Chat,
             req.to_string().as_bytes(),
             "gpt-up",
             1000,
+            false,
         )?;
         Ok(serde_json::from_slice(&out).unwrap())
     }
@@ -1463,15 +1467,17 @@ mod tests {
     #[test]
     fn x2_malformed_bodies_and_untranslated_pairs() {
         assert!(matches!(
-            request(Dialect::OpenAi, Dialect::Anthropic, b"{not json", "m", 1),
+            request(Wire::Chat, Wire::Messages, b"{not json", "m", 1, false),
             Err(TranslateError::Malformed(_))
         ));
         assert!(matches!(
-            request(Dialect::OpenAi, Dialect::Anthropic, br#"{"messages": 3}"#, "m", 1),
+            request(Wire::Chat, Wire::Messages, br#"{"messages": 3}"#, "m", 1, false),
             Err(TranslateError::Malformed(m)) if m.contains("messages")
         ));
         assert_eq!(
-            refused(request(Dialect::Gemini, Dialect::OpenAi, b"{}", "m", 1).map(|_| Value::Null)),
+            refused(
+                request(Wire::Chat, Wire::Responses, b"{}", "m", 1, false).map(|_| Value::Null)
+            ),
             "model"
         );
     }

@@ -23,7 +23,6 @@
 //! `cache_read_input_tokens`. More or less than one choice is `Malformed`.
 use super::TranslateError;
 use super::request::{AnBlock, OaFunctionCall, OaToolCall, parse, unsupported, wrap_tool_id};
-use portcullis_core::Dialect;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -102,29 +101,18 @@ struct OaPromptDetails {
     cached_tokens: Option<u64>,
 }
 
-/// `body`, a successful non-streamed answer in dialect `from`, written in dialect `to`
-/// under the public model name `public_model`.
-pub fn response(
-    from: Dialect,
-    to: Dialect,
-    body: &[u8],
-    public_model: &str,
-) -> Result<Vec<u8>, TranslateError> {
-    let out = match (from, to) {
-        (Dialect::Anthropic, Dialect::OpenAi) => {
-            serde_json::to_vec(&to_openai(parse(body)?, public_model, now())?)
-        }
-        (Dialect::OpenAi, Dialect::Anthropic) => {
-            serde_json::to_vec(&to_anthropic(parse(body)?, public_model)?)
-        }
-        _ => {
-            return Err(unsupported(
-                "model",
-                format!("answers of the {from:?} dialect are not translated to {to:?}"),
-            ));
-        }
-    };
-    out.map_err(|e| TranslateError::Malformed(e.to_string()))
+/// An Anthropic messages answer written as an OpenAI chat answer under
+/// `public_model`.
+pub(crate) fn messages_to_chat(body: &[u8], public_model: &str) -> Result<Vec<u8>, TranslateError> {
+    serde_json::to_vec(&to_openai(parse(body)?, public_model, now())?)
+        .map_err(|e| TranslateError::Malformed(e.to_string()))
+}
+
+/// An OpenAI chat answer written as an Anthropic messages answer under
+/// `public_model`.
+pub(crate) fn chat_to_messages(body: &[u8], public_model: &str) -> Result<Vec<u8>, TranslateError> {
+    serde_json::to_vec(&to_anthropic(parse(body)?, public_model)?)
+        .map_err(|e| TranslateError::Malformed(e.to_string()))
 }
 
 fn now() -> u64 {
@@ -282,6 +270,7 @@ fn to_anthropic(r: OaResponse, model: &str) -> Result<AnResponse, TranslateError
 mod tests {
     use super::*;
     use crate::translate::request::unwrap_tool_id;
+    use crate::translate::{Wire, response};
     use serde_json::json;
 
     fn an_to_oa(body: Value) -> Value {
@@ -293,8 +282,8 @@ mod tests {
 
     fn oa_to_an(body: Value) -> Result<Value, TranslateError> {
         let out = response(
-            Dialect::OpenAi,
-            Dialect::Anthropic,
+            Wire::Chat,
+            Wire::Messages,
             body.to_string().as_bytes(),
             "pub",
         )?;
@@ -414,7 +403,7 @@ mod tests {
             {"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}, "finish_reason": "tool_calls"}]});
         assert!(matches!(oa_to_an(bad), Err(TranslateError::Malformed(_))));
         assert!(matches!(
-            response(Dialect::Gemini, Dialect::OpenAi, b"{}", "pub"),
+            response(Wire::Responses, Wire::Chat, b"{}", "pub"),
             Err(TranslateError::Unsupported { field, .. }) if field == "model"
         ));
     }

@@ -26,8 +26,8 @@
 //!   call whose block was closed by text in between are dropped. The provider's
 //!   input tokens are only known at the end, so `message_start` reports 0 and
 //!   `message_delta` carries the real counts.
+use super::Wire;
 use super::request::wrap_tool_id;
-use portcullis_core::Dialect;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -37,74 +37,180 @@ const TRUNCATED: &str = "the upstream stream ended before its final event";
 const TOO_LARGE: &str = "an upstream stream event exceeded 4 MiB";
 const MALFORMED: &str = "the upstream stream sent an event that could not be read";
 
+/// One leg of a stream's translation: the events of one dialect in, the bytes of
+/// another out. A translation between two dialects neither of which is OpenAI chat
+/// runs two legs through it (see [`super::Wire`]).
+pub(crate) trait Leg: std::fmt::Debug + Send {
+    /// One complete event: `name` from its `event:` line (empty when none), `data`
+    /// its joined `data:` lines. Returns whether to go on: false once the stream has
+    /// ended, cleanly or with the client's error. `at_eof`: the event is the body's
+    /// last, unterminated one; if it does not parse it was cut, and the leg returns
+    /// true without failing (its `finish` then reports the truncation).
+    fn event(&mut self, name: &str, data: &[u8], at_eof: bool, out: &mut Vec<u8>) -> bool;
+    /// The body ended after every event: true when the stream had ended with its
+    /// final event (or, for a dialect without one, with a complete answer); otherwise
+    /// the leg writes the client's in-stream error and returns false.
+    fn finish(&mut self, out: &mut Vec<u8>) -> bool;
+    /// Ends the stream with the client's in-stream error (`code`: a short machine
+    /// name for an OpenAI client).
+    fn fail(&mut self, message: &str, code: &str, out: &mut Vec<u8>);
+}
+
+/// A leg with its SSE splitter.
+#[derive(Debug)]
+struct Stage {
+    sse: Sse,
+    leg: Box<dyn Leg>,
+    over: bool,
+}
+
+impl Stage {
+    fn new(leg: Box<dyn Leg>) -> Self {
+        Self {
+            sse: Sse::default(),
+            leg,
+            over: false,
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.over {
+            return;
+        }
+        let Self { sse, leg, over } = self;
+        let fed = sse.feed(chunk, &mut |name, data| {
+            let go = leg.event(name, data, false, out);
+            *over |= !go;
+            go
+        });
+        if fed.is_err() {
+            leg.fail(TOO_LARGE, "event_too_large", out);
+            *over = true;
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> bool {
+        if !self.over {
+            // A last event not closed by a blank line is still read; if it does not
+            // parse, it was cut (the leg reports the truncation).
+            let Self { sse, leg, over } = self;
+            sse.flush(&mut |name, data| {
+                let go = leg.event(name, data, true, out);
+                *over |= !go;
+                go
+            });
+        }
+        self.over = true;
+        self.leg.finish(out)
+    }
+}
+
 /// Translates a streamed (SSE) answer event by event.
 #[derive(Debug)]
 pub struct StreamTranslator {
-    sse: Sse,
-    t: Translator,
+    stages: Stages,
+}
+
+#[derive(Debug)]
+enum Stages {
+    /// The same dialect: the bytes pass unchanged.
+    Pass,
+    One(Stage),
+    /// Through OpenAI chat: the first leg's output is the second's input.
+    Two(Stage, Stage, Vec<u8>),
 }
 
 impl StreamTranslator {
     /// A translator of a `from` stream for a `to` client, under `public_model`; an
-    /// OpenAI client gets its final usage chunk when `include_usage`.
-    pub fn new(from: Dialect, to: Dialect, public_model: &str, include_usage: bool) -> Self {
-        let mode = match (from, to) {
-            (Dialect::Anthropic, Dialect::OpenAi) => Mode::AToO(AToO::default()),
-            (Dialect::OpenAi, Dialect::Anthropic) => Mode::OToA(OToA::default()),
-            _ => Mode::Pass,
+    /// OpenAI chat client gets its final usage chunk when `include_usage`.
+    pub fn new(from: Wire, to: Wire, public_model: &str, include_usage: bool) -> Self {
+        let stages = if from == to {
+            Stages::Pass
+        } else if from == Wire::Chat || to == Wire::Chat {
+            Stages::One(Stage::new(leg(from, to, public_model, include_usage)))
+        } else {
+            Stages::Two(
+                Stage::new(leg(from, Wire::Chat, public_model, true)),
+                Stage::new(leg(Wire::Chat, to, public_model, include_usage)),
+                Vec::new(),
+            )
         };
-        let t = Translator {
-            mode,
-            model: public_model.to_owned(),
-            include_usage,
-            end: End::Open,
-            at_eof: false,
-        };
-        Self {
-            sse: Sse::default(),
-            t,
-        }
+        Self { stages }
     }
 
     /// Feeds the next bytes of the provider's stream; the client's bytes go to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if matches!(self.t.mode, Mode::Pass) {
-            out.extend_from_slice(chunk);
-            return;
-        }
-        if self.t.end != End::Open {
-            return;
-        }
-        let Self { sse, t } = self;
-        if sse
-            .feed(chunk, &mut |name, data| t.event(name, data, out))
-            .is_err()
-        {
-            t.fail(TOO_LARGE, "event_too_large", out);
+        match &mut self.stages {
+            Stages::Pass => out.extend_from_slice(chunk),
+            Stages::One(s) => s.push(chunk, out),
+            Stages::Two(a, b, mid) => {
+                mid.clear();
+                a.push(chunk, mid);
+                b.push(mid, out);
+            }
         }
     }
 
     /// The provider's stream ended: true when it ended with its final event;
     /// otherwise the client's in-stream error goes to `out`.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> bool {
-        if matches!(self.t.mode, Mode::Pass) {
-            return true;
-        }
-        if self.t.end == End::Open {
-            // A last event not closed by a blank line is still read; if it does not
-            // parse, it was cut (reported as truncation below).
-            self.t.at_eof = true;
-            let Self { sse, t } = self;
-            sse.flush(&mut |name, data| t.event(name, data, out));
-        }
-        if self.t.end == End::Open {
-            if matches!(&self.t.mode, Mode::OToA(o) if o.finish.is_some()) {
-                self.t.end_o_to_a(out);
-            } else {
-                self.t.fail(TRUNCATED, "stream_truncated", out);
+        match &mut self.stages {
+            Stages::Pass => true,
+            Stages::One(s) => s.finish(out),
+            Stages::Two(a, b, mid) => {
+                mid.clear();
+                a.finish(mid);
+                b.push(mid, out);
+                b.finish(out)
             }
         }
-        self.t.end == End::Clean
+    }
+}
+
+/// The leg from `from` to `to`, one of which is OpenAI chat.
+fn leg(from: Wire, to: Wire, model: &str, include_usage: bool) -> Box<dyn Leg> {
+    let mode = match (from, to) {
+        (Wire::Messages, Wire::Chat) => Mode::AToO(AToO::default()),
+        (Wire::Chat, Wire::Messages) => Mode::OToA(OToA::default()),
+        (Wire::Gemini, Wire::Chat) => {
+            return Box::new(super::gemini::GeminiToChat::new(model, include_usage));
+        }
+        (Wire::Chat, Wire::Gemini) => {
+            return Box::new(super::gemini::ChatToGemini::new(model));
+        }
+        (Wire::Chat, Wire::Responses) => {
+            return Box::new(super::responses::ChatToResponses::new(model));
+        }
+        _ => Mode::Pass,
+    };
+    Box::new(Translator {
+        mode,
+        model: model.to_owned(),
+        include_usage,
+        end: End::Open,
+        at_eof: false,
+    })
+}
+
+impl Leg for Translator {
+    fn event(&mut self, name: &str, data: &[u8], at_eof: bool, out: &mut Vec<u8>) -> bool {
+        self.at_eof = at_eof;
+        Translator::event(self, name, data, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) -> bool {
+        if self.end == End::Open {
+            if matches!(&self.mode, Mode::OToA(o) if o.finish.is_some()) {
+                self.end_o_to_a(out);
+            } else {
+                self.fail(TRUNCATED, "stream_truncated", out);
+            }
+        }
+        self.end == End::Clean
+    }
+
+    fn fail(&mut self, message: &str, code: &str, out: &mut Vec<u8>) {
+        Translator::fail(self, message, code, out);
     }
 }
 
@@ -944,10 +1050,10 @@ impl Translator {
 mod tests {
     use super::*;
 
-    const A: Dialect = Dialect::Anthropic;
-    const O: Dialect = Dialect::OpenAi;
+    const A: Wire = Wire::Messages;
+    const O: Wire = Wire::Chat;
 
-    fn run(from: Dialect, to: Dialect, parts: &[&[u8]], usage: bool) -> (Vec<u8>, bool) {
+    fn run(from: Wire, to: Wire, parts: &[&[u8]], usage: bool) -> (Vec<u8>, bool) {
         let mut t = StreamTranslator::new(from, to, "public", usage);
         let mut out = Vec::new();
         for p in parts {
@@ -993,8 +1099,8 @@ mod tests {
     /// Translates `input` whole, split at every byte and one byte at a time; all
     /// must agree. Returns the parsed events and `finish`.
     fn split_anywhere(
-        from: Dialect,
-        to: Dialect,
+        from: Wire,
+        to: Wire,
         input: &str,
         usage: bool,
     ) -> (Vec<(String, Value)>, bool) {
@@ -1428,7 +1534,7 @@ data: {\"type\":\"message_stop\"}\n\n";
         let (out, ok) = run(A, A, &[ANTHROPIC_TEXT.as_bytes()], true);
         assert!(ok);
         assert_eq!(out, ANTHROPIC_TEXT.as_bytes());
-        let (out, ok) = run(O, Dialect::Gemini, &[b"data: x"], true);
+        let (out, ok) = run(O, O, &[b"data: x"], true);
         assert!(ok);
         assert_eq!(out, b"data: x");
     }

@@ -95,6 +95,9 @@ pub struct Channel {
     pub base_url: String,
     /// Models served.
     pub models: Vec<String>,
+    /// Per served model, the id the provider knows it by when it is not the public
+    /// name (`upstream_models`).
+    pub upstream_models: BTreeMap<String, String>,
     /// Failover group.
     pub group: String,
     /// Share of new conversations.

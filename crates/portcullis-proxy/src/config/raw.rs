@@ -216,6 +216,10 @@ pub(super) struct ChannelConfig {
     pub(super) credential: Option<String>,
     /// Models served.
     pub(super) models: Vec<Spanned<String>>,
+    /// The id this channel's provider knows a served model by, when it is not the
+    /// public name (X1).
+    #[serde(default)]
+    pub(super) upstream_models: BTreeMap<String, String>,
     /// Failover group.
     #[serde(default = "default_group")]
     pub(super) group: String,

@@ -187,11 +187,32 @@ fn channel(src: &Source<'_>, name: &str, c: &ChannelConfig) -> Result<Channel, C
             ));
         }
     };
+    for (public, upstream) in &c.upstream_models {
+        if !c.models.iter().any(|m| m.get_ref() == public) {
+            return Err(src.err(
+                at,
+                format!(
+                    "channel {name:?}: upstream_models names {public:?}, which is not among \
+                     its models"
+                ),
+            ));
+        }
+        if !valid_model_id(upstream) {
+            return Err(src.err(
+                at,
+                format!(
+                    "channel {name:?}: upstream_models.{public} = {upstream:?} is not a model \
+                     id (1–128 of ASCII letters, digits and `.-_@`)"
+                ),
+            ));
+        }
+    }
     Ok(Channel {
         name: name.into(),
         vendor: c.vendor,
         base_url: c.base_url.clone(),
         models: c.models.iter().map(|m| m.get_ref().clone()).collect(),
+        upstream_models: c.upstream_models.clone(),
         group: c.group.clone(),
         weight: c.weight,
         capacity: c.capacity,
@@ -200,6 +221,15 @@ fn channel(src: &Source<'_>, name: &str, c: &ChannelConfig) -> Result<Channel, C
         credential_id: credential_id(name, c.credential_id.as_ref(), credential.as_ref()),
         credential,
     })
+}
+
+/// Whether `id` can name a model upstream: it goes into a Gemini path segment and a
+/// JSON string as written, so only characters every vendor's ids use.
+fn valid_model_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'@'))
 }
 
 /// The non-secret credential id whose limits a channel shares: written, else a digest

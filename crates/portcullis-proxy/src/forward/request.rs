@@ -9,8 +9,10 @@ use crate::catalog::Route;
 use bytes::Bytes;
 use http::header::HeaderMap;
 use http::{Request, Uri};
+use http_body_util::BodyExt;
 use http_body_util::Full;
 use portcullis::BoxError;
+use portcullis_core::Dialect;
 use portcullis_core::{GatewayCode, LayerKind, Rejection, UpstreamFailure};
 use portcullis_dialects::Operation;
 
@@ -54,6 +56,43 @@ pub(super) fn unserved_gemini_method() -> BoxError {
 pub(super) fn creates_object(operation: Operation, path: &str) -> bool {
     operation == Operation::Video
         || operation == Operation::Generate && path.ends_with("/responses")
+}
+
+/// The request of a same-dialect attempt renamed for a channel that knows the public
+/// `model` as `upstream` (X1): the Gemini path's model segment, or the body's
+/// top-level `model` (a body that is not a JSON object, such as an image edit's
+/// multipart form, or one without a `model`, goes as it is).
+pub(super) async fn rename_model(
+    dialect: Dialect,
+    parts: &mut http::request::Parts,
+    body: Full<Bytes>,
+    model: &str,
+    upstream: &str,
+) -> Result<Full<Bytes>, BoxError> {
+    if dialect == Dialect::Gemini {
+        let renamed = parts.uri.path().replacen(
+            &format!("/models/{model}:"),
+            &format!("/models/{upstream}:"),
+            1,
+        );
+        let pq = match parts.uri.query() {
+            Some(q) => format!("{renamed}?{q}"),
+            None => renamed,
+        };
+        parts.uri = pq
+            .parse()
+            .map_err(|_| upstream_failed(UpstreamFailure::Unsendable, "invalid upstream URI"))?;
+        return Ok(body);
+    }
+    let bytes = body.collect().await.map_err(|e| match e {})?.to_bytes();
+    let renamed = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|mut v| {
+            let slot = v.as_object_mut()?.get_mut("model")?;
+            *slot = serde_json::Value::String(upstream.to_owned());
+            serde_json::to_vec(&v).ok()
+        });
+    Ok(Full::new(renamed.map_or(bytes, Bytes::from)))
 }
 
 /// The upstream URI: the channel's base URL + the client's path, and of the client's

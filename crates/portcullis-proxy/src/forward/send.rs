@@ -7,7 +7,7 @@ use super::client::HttpClient;
 use super::error::{not_answered, timed_out};
 use super::headers::{AllowLists, answer_headers};
 use super::request::{
-    creates_object, gemini_method_served, unserved_gemini_method, upstream_request,
+    creates_object, gemini_method_served, rename_model, unserved_gemini_method, upstream_request,
 };
 use super::translate::Translation;
 use super::usage::{Unreported, Watch};
@@ -108,14 +108,17 @@ impl Shared {
             .unwrap_or(Reach::Own(dialect));
         let route = self.route(&parts.extensions, model, reach)?;
         // X1: a channel of another vendor gets the request in its own dialect.
-        let translation =
-            (matches!(reach, Reach::Translated(_)) && route.dialect != dialect).then(|| {
-                Translation {
-                    client: dialect,
-                    vendor: route.dialect,
-                    public_model: Arc::from(model.as_str()),
-                }
-            });
+        let translation = matches!(reach, Reach::Translated(_))
+            .then(|| {
+                Translation::between(
+                    dialect,
+                    parts.uri.path(),
+                    route.dialect,
+                    model,
+                    facts.0.stream,
+                )
+            })
+            .flatten();
         let price = self
             .catalog
             .model(model)
@@ -124,29 +127,39 @@ impl Shared {
         let recorder = parts.extensions.get::<UsageRecorder>().cloned();
         // The last guard of "only what is priced is sent" (the route table refuses
         // other Gemini methods first).
-        if route.dialect == Dialect::Gemini && !gemini_method_served(parts.uri.path()) {
+        if translation.is_none()
+            && route.dialect == Dialect::Gemini
+            && !gemini_method_served(parts.uri.path())
+        {
             return Err(unserved_gemini_method());
         }
-        let creates = creates_object(facts.0.operation, parts.uri.path());
-        let body = match &translation {
-            Some(t) => {
+        // A translated Responses answer is written by the gateway: no provider keeps
+        // an object a later request could continue.
+        let creates = translation.is_none() && creates_object(facts.0.operation, parts.uri.path());
+        // X1: the channel may know the model by another id.
+        let upstream = route.upstream_model(model).cloned();
+        let sent_model = upstream.as_deref().unwrap_or(model);
+        let body = match (&translation, &upstream) {
+            (Some(t), _) => {
                 let default_max = self
                     .catalog
                     .model(model)
                     .and_then(|m| m.max_output_tokens)
                     .unwrap_or(facts.0.max_output_tokens)
                     .max(1);
-                t.request(&mut parts, body, model, default_max).await?
+                t.request(&mut parts, body, sent_model, default_max).await?
             }
-            None => body,
+            (None, Some(id)) => rename_model(route.dialect, &mut parts, body, model, id).await?,
+            (None, None) => body,
         };
         let mut up = upstream_request(&self.allow, &route, &mut parts, body)?;
         if let Some(t) = &trace {
             let uri = up.uri().clone();
-            t.sending(&route, model, &uri, up.headers_mut());
+            t.sending(&route, sent_model, &uri, up.headers_mut());
         }
         if let Some(r) = &recorder {
             r.set_channel(route.name.clone());
+            r.set_upstream_model(upstream.clone());
             // From here on the provider may see the request (B4).
             r.mark_unknown();
         }
@@ -164,9 +177,13 @@ impl Shared {
         answer_headers(&mut rparts.headers);
         let success = rparts.status.is_success();
         if let Some(t) = &trace {
+            // The model as the provider served it: the request span names the public
+            // one it was asked for, the attempt's and the answer's the channel's id.
             t.answered(
                 &route,
-                &Arc::from(model.as_str()),
+                &upstream
+                    .clone()
+                    .unwrap_or_else(|| Arc::from(model.as_str())),
                 rparts.status,
                 &mut rparts.extensions,
             );

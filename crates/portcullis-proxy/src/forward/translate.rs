@@ -9,7 +9,7 @@ use http::{HeaderValue, Uri, header};
 use http_body_util::{BodyExt, Full};
 use portcullis::BoxError;
 use portcullis_core::{Dialect, GatewayCode, LayerKind, ProviderError, Rejection, UpstreamFailure};
-use portcullis_dialects::translate::{self, StreamTranslator, TranslateError};
+use portcullis_dialects::translate::{self, StreamTranslator, TranslateError, Wire};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,16 +17,37 @@ use std::time::Duration;
 /// hundred bytes; a longer one is cut here and translated from what was read.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
-/// A translated attempt: the two dialects and the model names.
+/// A translated attempt: the two APIs and the model names.
 #[derive(Clone, Debug)]
 pub(super) struct Translation {
-    pub(super) client: Dialect,
-    pub(super) vendor: Dialect,
+    pub(super) client: Wire,
+    pub(super) vendor: Wire,
     /// The model the client asked for (its answers name it).
     pub(super) public_model: Arc<str>,
+    /// The client asked for a stream.
+    pub(super) stream: bool,
 }
 
 impl Translation {
+    /// The translation of an attempt of a `client` request at `path` to a channel of
+    /// `vendor`, when they speak different generation APIs.
+    pub(super) fn between(
+        client: Dialect,
+        path: &str,
+        vendor: Dialect,
+        public_model: &str,
+        stream: bool,
+    ) -> Option<Self> {
+        let client = Wire::of(client, path)?;
+        let vendor = Wire::served_by(vendor)?;
+        (client.dialect() != vendor.dialect()).then(|| Self {
+            client,
+            vendor,
+            public_model: Arc::from(public_model),
+            stream,
+        })
+    }
+
     /// The request body written for the channel, and the path it goes to.
     pub(super) async fn request(
         &self,
@@ -35,6 +56,22 @@ impl Translation {
         upstream_model: &str,
         default_max_tokens: u64,
     ) -> Result<Full<Bytes>, BoxError> {
+        if self.client == Wire::Gemini
+            && self.stream
+            && !parts
+                .uri
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"))
+        {
+            // Gemini's other stream framing (one JSON array) is not written for a
+            // client served by another vendor.
+            return Err(refusal(TranslateError::Unsupported {
+                field: "alt".into(),
+                why: "a stream served by another vendor is sent as server-sent events: \
+                      ask with `?alt=sse`"
+                    .into(),
+            }));
+        }
         let bytes = body.collect().await.map_err(|e| match e {})?.to_bytes();
         let out = translate::request(
             self.client,
@@ -42,13 +79,22 @@ impl Translation {
             &bytes,
             upstream_model,
             default_max_tokens,
+            self.stream,
         )
         .map_err(refusal)?;
-        let path = match self.vendor {
-            Dialect::Anthropic => "/v1/messages",
-            _ => "/v1/chat/completions",
+        parts.uri = match self.vendor {
+            Wire::Messages => Uri::from_static("/v1/messages"),
+            Wire::Gemini => {
+                let method = if self.stream {
+                    "streamGenerateContent?alt=sse"
+                } else {
+                    "generateContent"
+                };
+                Uri::try_from(format!("/v1beta/models/{upstream_model}:{method}"))
+                    .map_err(|_| upstream_failed(UpstreamFailure::Unsendable, "invalid model id"))?
+            }
+            _ => Uri::from_static("/v1/chat/completions"),
         };
-        parts.uri = Uri::from_static(path);
         parts.headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -77,7 +123,7 @@ impl Translation {
         let status = rparts.status.as_u16();
         let t = translate::error(self.vendor, self.client, status, &bytes);
         rparts.extensions.insert(ProviderError {
-            dialect: self.vendor,
+            dialect: self.vendor.dialect(),
             status,
             body: Arc::from(&bytes[..]),
         });

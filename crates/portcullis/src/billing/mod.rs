@@ -117,6 +117,8 @@ pub struct UsageRecord {
     pub model: Option<Arc<str>>,
     /// The channel that served it.
     pub channel: Option<Arc<str>>,
+    /// The id the channel's provider knows the model by, when it is not `model`.
+    pub upstream_model: Option<Arc<str>>,
     /// The attempt.
     pub attempt: AttemptId,
     /// The request's idempotency key (its `x-request-id`; the proxy always makes its
@@ -261,6 +263,7 @@ impl<St: BillingStore> Drop for BillingGuard<St> {
         let mut record = self.s.template.clone();
         record.usage = usage;
         record.channel = self.s.recorder.channel();
+        record.upstream_model = self.s.recorder.upstream_model();
         // The in-memory store settles right here: recorded at once, no task, no box. A
         // failure is retried until it lands (B7).
         self.s.settler.settle(Job {

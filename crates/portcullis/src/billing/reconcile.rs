@@ -55,6 +55,7 @@ pub async fn reconcile<St: DynReconcile + ?Sized>(
         },
         model: None,
         channel: None,
+        upstream_model: None,
         attempt: p.attempt.attempt.clone(),
         idempotency_key: None,
         client_request_id: None,

@@ -128,6 +128,7 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
         tenant: subject.tenant,
         model: req.extensions().get::<ModelId>().map(|m| m.0.clone()),
         channel: None,
+        upstream_model: None,
         attempt,
         idempotency_key: req
             .headers()
