@@ -115,6 +115,39 @@ impl RateCount {
     }
 }
 
+/// A request's estimate toward provider limits under each vendor's counting rules
+/// (U2), for a request whose candidates speak different dialects (a translated
+/// request): each channel is charged the count of its own dialect. A request that
+/// carries only a [`RateCount`] is charged that count on every channel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateEstimates {
+    /// Under OpenAI's rules (also the native dialect's).
+    pub openai: RateCount,
+    /// Under Anthropic's rules.
+    pub anthropic: RateCount,
+    /// Under Gemini's rules.
+    pub gemini: RateCount,
+}
+
+impl RateEstimates {
+    /// The same count under every vendor's rules.
+    pub fn same(count: RateCount) -> Self {
+        Self {
+            openai: count,
+            anthropic: count,
+            gemini: count,
+        }
+    }
+    /// The count a channel speaking `dialect` is charged.
+    pub fn of(&self, dialect: Dialect) -> RateCount {
+        match dialect {
+            Dialect::OpenAi | Dialect::Native => self.openai,
+            Dialect::Anthropic => self.anthropic,
+            Dialect::Gemini => self.gemini,
+        }
+    }
+}
+
 /// Which token count a window key is charged with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenMeasure {

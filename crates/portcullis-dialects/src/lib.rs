@@ -52,7 +52,9 @@ pub mod usage;
 pub use chunk::{ChunkKind, chunk_kind};
 pub use errors::{ErrorReader, error_facts};
 pub use portcullis_core::{Dialect, Usage};
-pub use rate::{RateCount, rate_count, rate_estimate, rate_estimate_tokens};
+pub use rate::{
+    RateCount, RateEstimates, rate_count, rate_estimate, rate_estimate_tokens, rate_estimates,
+};
 pub use request::{Operation, RequestError, RequestFacts, inspect_request, object_path};
 pub use signal::{MAX_SIGNAL_MS, RateReader, RateSignal};
 pub use usage::{UsageWatcher, usage_from_json};

@@ -10,7 +10,7 @@
 
 use crate::providers::{anthropic, gemini, openai};
 use crate::request::RequestFacts;
-pub use portcullis_core::upstream::RateCount;
+pub use portcullis_core::upstream::{RateCount, RateEstimates};
 use portcullis_core::{Dialect, Usage};
 
 /// What `usage` counts toward the limits of a `dialect` provider (settlement, U2).
@@ -45,4 +45,15 @@ pub fn rate_estimate_tokens(dialect: Dialect, input: u64, output_bound: u64) -> 
 /// [`rate_estimate_tokens`] of a request's input estimate and output upper bound.
 pub fn rate_estimate(dialect: Dialect, facts: &RequestFacts) -> RateCount {
     rate_estimate_tokens(dialect, facts.input_tokens, facts.output_upper_bound())
+}
+
+/// [`rate_estimate`] under every vendor's rules, for a request whose candidates may
+/// speak any of them (a translated request, X1).
+pub fn rate_estimates(facts: &RequestFacts) -> RateEstimates {
+    let (input, output) = (facts.input_tokens, facts.output_upper_bound());
+    RateEstimates {
+        openai: rate_estimate_tokens(Dialect::OpenAi, input, output),
+        anthropic: rate_estimate_tokens(Dialect::Anthropic, input, output),
+        gemini: rate_estimate_tokens(Dialect::Gemini, input, output),
+    }
 }

@@ -375,7 +375,8 @@ pub struct Behavior {
     pub tool_calls: Option<u32>,
     /// The function the tool calls call (default [`DEFAULT_TOOL_NAME`]).
     pub tool_name: Option<String>,
-    /// Anthropic: a thinking block with this text opens the answer (see [`H_THINKING`]).
+    /// Anthropic and Gemini: a thinking block (a thought part) with this text opens the
+    /// answer (see [`H_THINKING`]).
     pub thinking: Option<String>,
     /// Rate-limit header numbers.
     pub rate_limit: RateLimitInfo,

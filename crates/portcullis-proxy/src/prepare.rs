@@ -375,9 +375,9 @@ fn demand_within_store_limits(
 }
 
 /// What the layers and the forwarder read about a request for `facts.model`: its
-/// demand under the model's price, its estimate toward provider limits (the candidates
-/// speak the client's dialect, so that vendor's rules apply, U2; output counted for
-/// every choice), its candidates, the model id and the facts.
+/// demand under the model's price, its estimate toward provider limits (under the
+/// rules of the vendor of each channel it may reach, U2; output counted for every
+/// choice), its candidates, the model id and the facts.
 ///
 /// With a data `boundary` (X4), only channels of its vendors are candidates; false when
 /// the model has channels but none within the boundary.
@@ -390,7 +390,16 @@ fn model_extensions(
     demand: Demand,
 ) -> bool {
     x.insert(demand);
-    x.insert(portcullis_dialects::rate_estimate(reach.client(), &facts));
+    match reach {
+        // The candidates speak the client's dialect: its vendor's rules (U2).
+        Reach::Own(d) => {
+            x.insert(portcullis_dialects::rate_estimate(d, &facts));
+        }
+        // Any vendor's channel may serve it: each is charged by its own rules.
+        Reach::Translated(_) => {
+            x.insert(portcullis_dialects::rate_estimates(&facts));
+        }
+    }
     let mut within = true;
     if let Some(candidates) = catalog.candidates_in(&facts.model, reach) {
         let candidates = match boundary {

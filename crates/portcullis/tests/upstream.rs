@@ -5,7 +5,8 @@ mod common;
 use common::*;
 use http::{Request, Response, StatusCode};
 use portcullis::core::upstream::{
-    RateCount, RateLimits, UpstreamChannel, UpstreamRegistry, credential_key, model_key,
+    RateCount, RateEstimates, RateLimits, UpstreamChannel, UpstreamRegistry, credential_key,
+    model_key,
     scope_windows,
 };
 use portcullis::core::{
@@ -250,6 +251,37 @@ async fn u2_tokens_settled_with_the_vendors_counting_rules() {
     let layer2 = self::layer(&st, reg);
     send(&layer2, &up, request(&["a"], 3_000)).await.unwrap();
     assert_eq!(used(&st, &credential_key("k"), &l).await, [1_057]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn u2_each_candidate_is_charged_the_estimate_of_its_own_vendors_rules() {
+    // An OpenAI and a Gemini channel, each with a TPM of 100, for one request whose
+    // candidates speak both (a translated request): OpenAI's TPM counts the output
+    // bound, Gemini's only the input.
+    let st = store();
+    let tpm = limits(|l| l.tpm = Some(100));
+    let reg = UpstreamRegistry::new()
+        .with_channel(channel("a", Dialect::OpenAi, "ka", tpm))
+        .with_channel(channel("g", Dialect::Gemini, "kg", tpm));
+    let layer = layer(&st, reg);
+    let up = Upstream::ok();
+    let estimates = RateEstimates {
+        openai: RateCount { tpm: 150, itpm: 60, otpm: 90 },
+        anthropic: RateCount { tpm: 150, itpm: 60, otpm: 90 },
+        gemini: RateCount { tpm: 60, itpm: 60, otpm: 90 },
+    };
+    let mut r = request(&["a", "g"], 0);
+    r.extensions_mut().insert(estimates);
+    // Too much for the OpenAI channel under its rules; within the Gemini channel's.
+    assert_eq!(send(&layer, &up, r).await.unwrap(), "g");
+    assert_eq!(used(&st, &credential_key("kg"), &tpm).await, [60]);
+    assert_eq!(used(&st, &credential_key("ka"), &tpm).await, [0]);
+    // One count for every channel (a request of one dialect): 150 fits neither.
+    let mut r = request(&["a", "g"], 0);
+    r.extensions_mut().insert(estimates.openai);
+    let e = send(&layer, &up, r).await.unwrap_err();
+    assert_eq!(rejection(&e).code(), GatewayCode::TpmLimit);
+    assert_eq!(up.calls(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -14,7 +14,8 @@
 //! gives back the thinking blocks of that assistant turn and is stripped everywhere.
 //! Refused (`Unsupported`): `n` > 1, `logprobs`, `top_logprobs`, `logit_bias`,
 //! non-zero `presence_penalty` / `frequency_penalty`, `seed`, `audio`, non-text
-//! `modalities`, `response_format` json_object / json_schema, `prediction`,
+//! `modalities`, a `response_format` a forced tool cannot stand in for (below),
+//! `prediction`,
 //! `temperature` > 1, a message `name`, unknown roles, content parts other than text /
 //! image_url (images only as http(s) or base64 data URLs, `detail` other than `auto`),
 //! non-function tools, a conversation whose first message is not the user's, and any
@@ -22,6 +23,14 @@
 //! `stream_options` (the stream translator is told separately), a tool's `strict`, an
 //! assistant message's `refusal` / `annotations`, and `reasoning_content` (it carries no
 //! signature; only the envelope restores thinking).
+//!
+//! Structured output (`response_format` json_schema / json_object) becomes a tool
+//! whose input is the answer ([`JSON_TOOL`], with the schema as its input schema, an
+//! object for json_object) and a `tool_choice` forcing it; the answer and stream
+//! translators give its input back as the message's text, with `finish_reason` stop.
+//! Refused beside the request's own tools or tool choice, with a thinking budget
+//! (Anthropic does not force a tool while thinking), and for a schema whose root is
+//! not an object.
 //!
 //! **Anthropic → OpenAI.** `system` becomes a leading system message; `tool_result`
 //! blocks become tool messages placed before the rest of their user message;
@@ -348,7 +357,23 @@ struct OaRequest {
 struct OaResponseFormat {
     #[serde(rename = "type")]
     kind: String,
+    #[serde(default)]
+    json_schema: Option<OaJsonSchema>,
 }
+
+#[derive(Deserialize)]
+struct OaJsonSchema {
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    schema: Option<Value>,
+}
+
+/// The tool an OpenAI `response_format` becomes towards Anthropic, which has no
+/// response format: a tool whose input is the answer, and the model made to call it.
+/// Its name is reserved (a client's own tool cannot be named so); the answer and
+/// stream translators turn its call back into the answer's text.
+pub(crate) const JSON_TOOL: &str = "__pcx_structured_output";
 
 #[derive(Serialize, Deserialize, Default)]
 struct OaMessage {
@@ -716,12 +741,6 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
     {
         return refuse("modalities", "Anthropic produces text only");
     }
-    if r.response_format.as_ref().is_some_and(|f| f.kind != "text") {
-        return refuse(
-            "response_format",
-            "structured output is not translated to Anthropic",
-        );
-    }
     if r.prediction.as_ref().is_some_and(|v| !v.is_null()) {
         return refuse("prediction", "Anthropic has no predicted outputs");
     }
@@ -829,7 +848,19 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
                 .collect::<Result<Vec<_>, _>>()
         })
         .transpose()?;
+    let json_tool = json_tool(r.response_format, &tools, budget, r.tool_choice.is_some())?;
+    let mut tools = tools;
+    if let Some(t) = &tools {
+        if let Some(i) = t.iter().position(|t| t.name == JSON_TOOL) {
+            return refuse(&format!("tools[{i}].function.name"), "this tool name is reserved");
+        }
+    }
     let mut tool_choice = match r.tool_choice {
+        _ if json_tool.is_some() => Some(AnToolChoice {
+            kind: "tool".into(),
+            name: Some(JSON_TOOL.into()),
+            disable_parallel_tool_use: Some(true),
+        }),
         None => None,
         Some(OaToolChoice::Mode(m)) => Some(AnToolChoice {
             kind: match m.as_str() {
@@ -869,6 +900,9 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
             choice.disable_parallel_tool_use = Some(true);
         }
     }
+    if let Some(t) = json_tool {
+        tools = Some(vec![t]);
+    }
     let system = match <[AnBlock; 1]>::try_from(system) {
         Ok([AnBlock::Text { text, .. }]) => Some(AnContent::Text(text)),
         Ok([b]) => Some(AnContent::Blocks(vec![b])),
@@ -896,6 +930,57 @@ fn to_anthropic(r: OaRequest, model: &str, default_max: u64) -> Result<Vec<u8>, 
         metadata: r.user.map(|u| AnMetadata { user_id: Some(u) }),
         ..AnRequest::default()
     })
+}
+
+/// The forced tool of a structured-output request (see [`JSON_TOOL`]), or none for
+/// a text answer. Refused where a forced call cannot stand in for it: beside the
+/// client's own tools or tool choice, with thinking (Anthropic does not force a tool
+/// while thinking), or for a schema whose root is not an object (a tool's input is).
+fn json_tool(
+    format: Option<OaResponseFormat>,
+    tools: &Option<Vec<AnTool>>,
+    thinking: Option<u64>,
+    tool_choice: bool,
+) -> Result<Option<AnTool>, TranslateError> {
+    let Some(f) = format.filter(|f| f.kind != "text") else {
+        return Ok(None);
+    };
+    let why = match f.kind.as_str() {
+        "json_object" | "json_schema" => None,
+        _ => Some("only text, json_object and json_schema formats are translated"),
+    };
+    let why = why.or_else(|| {
+        if tools.as_ref().is_some_and(|t| !t.is_empty()) || tool_choice {
+            Some("Anthropic answers in a format by a forced tool call, which cannot stand beside the request's own tools")
+        } else if thinking.is_some() {
+            Some("Anthropic answers in a format by a forced tool call, which it does not make while thinking")
+        } else {
+            None
+        }
+    });
+    if let Some(why) = why {
+        return Err(unsupported("response_format", why));
+    }
+    let (description, schema) = match f.json_schema {
+        Some(j) => (j.description, j.schema),
+        None => (None, None),
+    };
+    let schema = schema.unwrap_or_else(|| serde_json::json!({"type": "object"}));
+    if schema.get("type").is_some_and(|t| t != "object") {
+        return Err(unsupported(
+            "response_format.json_schema.schema.type",
+            "Anthropic's structured answer is a tool's input, which must be an object",
+        ));
+    }
+    Ok(Some(AnTool {
+        kind: None,
+        name: JSON_TOOL.into(),
+        description: Some(
+            description.unwrap_or_else(|| "Give the answer as this tool's input.".into()),
+        ),
+        input_schema: Some(schema),
+        extra: Extra::new(),
+    }))
 }
 
 fn oa_message(role: &str, content: Option<OaContent>) -> OaMessage {
@@ -1408,10 +1493,7 @@ mod tests {
             ("presence_penalty", json!(0.5)),
             ("seed", json!(7)),
             ("modalities", json!(["text", "audio"])),
-            (
-                "response_format",
-                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-            ),
+            ("response_format", json!({"type": "grammar"})),
             ("prediction", json!({"type": "content", "content": "x"})),
             ("frobnicate", json!(1)),
         ] {
@@ -1419,6 +1501,58 @@ mod tests {
         }
         assert!(oa_to_an(base("store", json!(true))).is_ok());
         assert!(oa_to_an(base("presence_penalty", json!(0))).is_ok());
+    }
+
+    #[test]
+    fn x2_structured_output_becomes_a_forced_tool_towards_anthropic() {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
+            "required": ["city"]});
+        let req = json!({"model": "m", "messages": [{"role": "user", "content": "Where?"}],
+            "response_format": {"type": "json_schema", "json_schema": {
+                "name": "place", "description": "The place.", "schema": schema, "strict": true}}});
+        let got = oa_to_an(req.clone()).unwrap();
+        assert_eq!(
+            got["tools"],
+            json!([{"name": JSON_TOOL, "description": "The place.", "input_schema": schema}])
+        );
+        assert_eq!(
+            got["tool_choice"],
+            json!({"type": "tool", "name": JSON_TOOL, "disable_parallel_tool_use": true})
+        );
+        // json_object: any object.
+        let mut obj = req.clone();
+        obj["response_format"] = json!({"type": "json_object"});
+        let got = oa_to_an(obj).unwrap();
+        assert_eq!(got["tools"][0]["input_schema"], json!({"type": "object"}));
+        assert_eq!(got["tool_choice"]["name"], JSON_TOOL);
+        // Where a forced call cannot stand in for a format: refused, never dropped.
+        let with = |k: &str, v: Value| {
+            let mut r = req.clone();
+            r[k] = v;
+            r
+        };
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        for r in [
+            with("tools", tools.clone()),
+            with("tool_choice", json!("none")),
+            with("reasoning_effort", json!("low")),
+        ] {
+            assert_eq!(refused(oa_to_an(r)), "response_format");
+        }
+        let mut array = req.clone();
+        array["response_format"]["json_schema"]["schema"] = json!({"type": "array"});
+        assert_eq!(
+            refused(oa_to_an(array)),
+            "response_format.json_schema.schema.type"
+        );
+        let reserved = json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": JSON_TOOL}}]});
+        assert_eq!(refused(oa_to_an(reserved)), "tools[0].function.name");
+        // A text format is no format.
+        assert!(oa_to_an(with("response_format", json!({"type": "text"})))
+            .unwrap()
+            .get("tools")
+            .is_none());
     }
 
     #[test]

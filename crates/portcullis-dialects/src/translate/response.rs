@@ -22,7 +22,9 @@
 //! `input_tokens` is `prompt_tokens` less the cached tokens, which become
 //! `cache_read_input_tokens`. More or less than one choice is `Malformed`.
 use super::TranslateError;
-use super::request::{AnBlock, OaFunctionCall, OaToolCall, parse, unsupported, wrap_tool_id};
+use super::request::{
+    AnBlock, JSON_TOOL, OaFunctionCall, OaToolCall, parse, unsupported, wrap_tool_id,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -128,11 +130,18 @@ fn to_openai(r: AnResponse, model: &str, created: u64) -> Result<OaResponse, Tra
     let mut has_reasoning = false;
     let mut thinking = Vec::new();
     let mut calls = Vec::new();
+    let mut structured = false;
     for (j, b) in r.content.into_iter().enumerate() {
         match b {
             AnBlock::Text { text: t, .. } => {
                 text.push_str(&t);
                 has_text = true;
+            }
+            // The structured answer of a `response_format` request (its forced tool).
+            AnBlock::ToolUse { name, input, .. } if name == JSON_TOOL => {
+                text.push_str(&input.to_string());
+                has_text = true;
+                structured = true;
             }
             AnBlock::ToolUse {
                 id, name, input, ..
@@ -167,6 +176,7 @@ fn to_openai(r: AnResponse, model: &str, created: u64) -> Result<OaResponse, Tra
     }
     let finish = match r.stop_reason.as_deref() {
         Some("max_tokens") => "length",
+        Some("tool_use") if structured && calls.is_empty() => "stop",
         Some("tool_use") => "tool_calls",
         Some("refusal") => "content_filter",
         _ => "stop",
@@ -278,6 +288,21 @@ mod tests {
             to_openai(serde_json::from_value(body).unwrap(), "pub", 1_700_000_000).unwrap(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn x2_the_forced_tools_input_is_the_structured_answers_text() {
+        let v = an_to_oa(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": JSON_TOOL,
+                "input": {"city": "Paris"}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 5}
+        }));
+        let m = &v["choices"][0]["message"];
+        assert_eq!(m["content"], json!(r#"{"city":"Paris"}"#), "{v}");
+        assert!(m.get("tool_calls").is_none_or(Value::is_null), "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
     }
 
     fn oa_to_an(body: Value) -> Result<Value, TranslateError> {

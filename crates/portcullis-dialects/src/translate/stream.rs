@@ -27,7 +27,7 @@
 //!   input tokens are only known at the end, so `message_start` reports 0 and
 //!   `message_delta` carries the real counts.
 use super::Wire;
-use super::request::wrap_tool_id;
+use super::request::{JSON_TOOL, wrap_tool_id};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -495,6 +495,8 @@ struct AToO {
     /// Thinking blocks seen so far, for the first tool call's id.
     thinking: Vec<Value>,
     tools: usize,
+    /// The answer is a structured one (its text is the forced tool's input).
+    structured: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -504,6 +506,8 @@ enum Block {
     Thinking(usize),
     /// The OpenAI tool-call index.
     Tool(usize),
+    /// The forced tool of a structured answer (`request::JSON_TOOL`).
+    Structured,
     Other,
 }
 
@@ -588,6 +592,12 @@ impl Translator {
                             .push(json!({"type": "redacted_thinking", "data": data}));
                         Block::Other
                     }
+                    // The structured answer of a `response_format` request: its
+                    // input is the answer's text.
+                    ABlock::ToolUse { name, .. } if name == JSON_TOOL => {
+                        a.structured = true;
+                        Block::Structured
+                    }
                     ABlock::ToolUse { id, name, input } => {
                         let k = a.tools;
                         a.tools += 1;
@@ -632,6 +642,9 @@ impl Translator {
                         }
                         return Ok(());
                     }
+                    (ADelta::InputJsonDelta { partial_json }, Block::Structured) => {
+                        json!({"content": partial_json})
+                    }
                     (ADelta::InputJsonDelta { partial_json }, Block::Tool(k)) => {
                         json!({"tool_calls": [{"index": k, "function": {"arguments": partial_json}}]})
                     }
@@ -644,7 +657,10 @@ impl Translator {
                 if let Some(u) = &usage {
                     a.usage(u);
                 }
-                let reason = delta.stop_reason.as_deref().map(finish_reason);
+                let reason = match delta.stop_reason.as_deref() {
+                    Some("tool_use") if a.structured && a.tools == 0 => Some("stop"),
+                    r => r.map(finish_reason),
+                };
                 sse_data(
                     out,
                     &a.chunk(model, json!({}), Some(reason.unwrap_or("stop"))),
@@ -1527,6 +1543,44 @@ data: {\"type\":\"message_stop\"}\n\n";
         let ev = parse(&out);
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].1["error"]["message"], TOO_LARGE);
+    }
+
+    #[test]
+    fn x2_a_streamed_structured_answer_arrives_as_text() {
+        let input = format!(
+            "event: message_start\n\
+data: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_s\",\"usage\":{{\"input_tokens\":9,\"output_tokens\":1}}}}}}\n\n\
+event: content_block_start\n\
+data: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_s\",\"name\":\"{JSON_TOOL}\",\"input\":{{}}}}}}\n\n\
+event: content_block_delta\n\
+data: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{{\\\"city\\\": \"}}}}\n\n\
+event: content_block_delta\n\
+data: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"Paris\\\"}}\"}}}}\n\n\
+event: content_block_stop\n\
+data: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+event: message_delta\n\
+data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"tool_use\"}},\"usage\":{{\"output_tokens\":7}}}}\n\n\
+event: message_stop\n\
+data: {{\"type\":\"message_stop\"}}\n\n"
+        );
+        let (ev, ok) = split_anywhere(A, O, &input, false);
+        assert!(ok);
+        let text: String = ev
+            .iter()
+            .filter_map(|(_, v)| v["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(text, r#"{"city": "Paris"}"#);
+        assert!(
+            ev.iter()
+                .all(|(_, v)| v["choices"][0]["delta"].get("tool_calls").is_none()),
+            "{ev:?}"
+        );
+        let finish: Vec<&Value> = ev
+            .iter()
+            .map(|(_, v)| &v["choices"][0]["finish_reason"])
+            .filter(|f| !f.is_null())
+            .collect();
+        assert_eq!(finish, [&json!("stop")]);
     }
 
     #[test]

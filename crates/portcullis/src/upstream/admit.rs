@@ -6,7 +6,7 @@ use super::layer::{ChannelFuture, Shared};
 use super::{Held, UpstreamGuard};
 use crate::time::ms;
 use http::{Request, Response};
-use portcullis_core::upstream::{RateCount, ScopeWindow, Skip, TokenMeasure, no_channel_left};
+use portcullis_core::upstream::{RateEstimates, ScopeWindow, Skip, TokenMeasure, no_channel_left};
 use portcullis_core::{
     Candidates, CapacityTake, ChannelRef, Chosen, Clock, Demand, Dialect, JointAdmission,
     JointItem, LayerKind, Rejection, Scope, StoreResult, UsageRecorder, WindowStore,
@@ -52,7 +52,8 @@ pub(crate) struct Walk<St, C> {
     shared: Arc<Shared<St, C>>,
     candidates: Candidates,
     model: Option<Arc<str>>,
-    estimate: RateCount,
+    /// The estimate under each vendor's rules: a channel is charged its own (U2).
+    estimate: RateEstimates,
     /// The channel being looked at.
     at: usize,
     /// `None` while every candidate so far is kept (the usual case: the request keeps
@@ -79,7 +80,7 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
         shared: Arc<Shared<St, C>>,
         candidates: Candidates,
         model: Option<Arc<str>>,
-        estimate: RateCount,
+        estimate: RateEstimates,
     ) -> (Self, Step<St>) {
         let mut walk = Self {
             shared,
@@ -143,7 +144,7 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
             // Every window of the channel (credential, credential + model, vendor),
             // all or nothing, in one store call (U1): a window without room leaves
             // every other one as it was.
-            let estimate = self.estimate;
+            let estimate = self.estimate.of(scopes.dialect);
             let (items, measures): (Vec<JointItem>, Vec<TokenMeasure>) = scopes
                 .windows()
                 .map(|w| {

@@ -6,7 +6,7 @@ use crate::BoxError;
 use crate::body::HoldBody;
 use crate::spawn::poll_now;
 use http::{Request, Response};
-use portcullis_core::upstream::RateCount;
+use portcullis_core::upstream::{RateCount, RateEstimates};
 use portcullis_core::{Candidates, CapacityTake, Clock, ModelId, UsageRecorder, WindowStore};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -44,11 +44,14 @@ where
             return ResponseFuture::called(self.inner.call(req), None, None);
         };
         let model = req.extensions().get::<ModelId>().map(|m| m.0.clone());
-        let estimate = req
-            .extensions()
-            .get::<RateCount>()
-            .copied()
-            .unwrap_or_else(|| RateCount::all(crate::extensions::demand(&req).tokens));
+        let x = req.extensions();
+        let estimate = x.get::<RateEstimates>().copied().unwrap_or_else(|| {
+            RateEstimates::same(
+                x.get::<RateCount>()
+                    .copied()
+                    .unwrap_or_else(|| RateCount::all(crate::extensions::demand(&req).tokens)),
+            )
+        });
         let recorder = crate::extensions::usage_recorder(&mut req);
         let (mut walk, mut step) = Walk::start(self.shared.clone(), candidates, model, estimate);
         // The in-memory store answers at once: decide here. A pending answer (Redis)

@@ -17,7 +17,7 @@
 //! | `inlineData {mimeType: image/*, data}` | `image_url` with a `data:` URL |
 //! | `fileData {mimeType: image/*, fileUri}` (from a Gemini client) | `image_url` with the file URI |
 //! | `functionCall {id?, name, args}` parts (several in parallel) | assistant `tool_calls`, each with its own id: Gemini's `id`, else `call_<n>` (`n` counts the calls of the request or of the answer) |
-//! | `functionResponse {id?, name, response}` | a `tool` message; its `tool_call_id` is the matching earlier call's (by id, else by name in order); chat → Gemini takes the name from the earlier assistant turn's call of that id, and a content that is a JSON object is the `response`, otherwise `{"result": text}` (and back: `{"result": "<string>"}` is the string, any other response its JSON text) |
+//! | `functionResponse {id?, name, response}` | a `tool` message; its `tool_call_id` is the matching earlier call's (by id, else by name in order); chat → Gemini takes the name from the earlier assistant turn's call of that id, puts consecutive tool messages in one user turn, and a content that is a JSON object is the `response`, otherwise `{"result": text}` (and back: `{"result": "<string>"}` is the string, any other response its JSON text) |
 //! | `tools[].functionDeclarations[]` (`parametersJsonSchema`, or `parameters` converted from the OpenAPI subset: lower-case types, `nullable` → a `null` type, `propertyOrdering` dropped) | `tools[].function {name, description, parameters}` (to Gemini always as `parametersJsonSchema`) |
 //! | `toolConfig.functionCallingConfig.mode` AUTO / ANY / NONE, ANY with one `allowedFunctionNames` | `tool_choice` auto / required / none / `{type: function, function: {name}}`; ANY with several names offers only those tools with `required` |
 //! | `generationConfig.maxOutputTokens` | `max_completion_tokens` (or `max_tokens`) |
@@ -75,7 +75,9 @@
 //! Gemini client, text and reasoning deltas stream as they come; a tool call is
 //! accumulated per index and sent as one `functionCall` part once its arguments form a
 //! JSON object and a later call starts (in index order), or at the end. The last chunk
-//! carries `finishReason` and `usageMetadata` (intermediate chunks carry none).
+//! carries `finishReason` and `usageMetadata` (intermediate chunks carry none). An
+//! in-stream error (Gemini's `{"error": …}` chunk, OpenAI's `{"error": …}` data) ends
+//! the stream with the client's in-stream error, mapped as in [`error`].
 mod error;
 mod request_config;
 mod request_from_chat;

@@ -134,12 +134,13 @@ mod tests {
         ] {
             assert_eq!(client_field(b, chat), client, "{chat}");
         }
-        // A real refusal of the Anthropic leg, as `translate::request` maps it back.
+        // A real refusal of the Anthropic leg (an image detail it has no setting for),
+        // as `translate::request` maps it back.
         let err = request(Wire::Responses, Wire::Messages, b, "c", 100, false).unwrap_err();
         let TranslateError::Unsupported { field, .. } = err else {
             panic!("{err:?}")
         };
-        assert_eq!(field, "text.format");
+        assert_eq!(field, "input[0].content[1].detail");
         assert_eq!(
             client_field(b"{oops", "messages[1].role"),
             "messages[1].role"
