@@ -65,6 +65,20 @@ impl Price {
             .saturating_add(self.units_cost(images, videos))
     }
 
+    /// Every rate the dearer of `self` and `other`: a price whose upper bound covers a
+    /// request served at either (a model whose channels serve it as differently
+    /// priced models).
+    pub fn dearest(&self, other: &Price) -> Price {
+        Price {
+            input_per_mtok: self.input_per_mtok.max(other.input_per_mtok),
+            cached_input_per_mtok: self.cached_input_per_mtok.max(other.cached_input_per_mtok),
+            cache_write_per_mtok: self.cache_write_per_mtok.max(other.cache_write_per_mtok),
+            output_per_mtok: self.output_per_mtok.max(other.output_per_mtok),
+            per_image: self.per_image.max(other.per_image),
+            per_video: self.per_video.max(other.per_video),
+        }
+    }
+
     /// A demand with its money upper bound filled in.
     pub fn demand(&self, input: u64, max_output: u64, images: u64, videos: u64) -> Demand {
         Demand {
@@ -78,6 +92,38 @@ impl Price {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn b1_the_dearest_of_two_prices_bounds_a_request_at_either() {
+        let a = Price {
+            input_per_mtok: 3_000_000,
+            cached_input_per_mtok: 300_000,
+            cache_write_per_mtok: 3_750_000,
+            output_per_mtok: 15_000_000,
+            per_image: 0,
+            per_video: 7,
+        };
+        let b = Price {
+            input_per_mtok: 5_000_000,
+            cached_input_per_mtok: 100_000,
+            cache_write_per_mtok: 0,
+            output_per_mtok: 10_000_000,
+            per_image: 40_000,
+            per_video: 0,
+        };
+        let d = a.dearest(&b);
+        assert_eq!(d, b.dearest(&a));
+        assert_eq!(
+            (d.input_per_mtok, d.cached_input_per_mtok, d.cache_write_per_mtok),
+            (5_000_000, 300_000, 3_750_000)
+        );
+        assert_eq!((d.output_per_mtok, d.per_image, d.per_video), (15_000_000, 40_000, 7));
+        for (input, output, images, videos) in [(1_000, 500, 0, 0), (10, 90_000, 2, 1)] {
+            let bound = d.upper_bound(input, output, images, videos);
+            assert!(bound >= a.upper_bound(input, output, images, videos));
+            assert!(bound >= b.upper_bound(input, output, images, videos));
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -8,7 +8,7 @@
 use crate::config::{Channel, Config, ModelSettings};
 use http::HeaderValue;
 use portcullis_core::capacity::ChannelRef;
-use portcullis_core::{Candidates, Dialect};
+use portcullis_core::{Candidates, Dialect, Price};
 use portcullis_dialects::translate::{Wire, translates};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -77,6 +77,10 @@ struct Pick {
 #[derive(Debug)]
 pub struct Catalog {
     models: Map<ModelSettings>,
+    /// Per model some channel serves as another configured model (`upstream_models`):
+    /// the dearest rates of all it may be served as, which its reservation is made
+    /// at (the attempt is then settled at the price of the model that served it).
+    reserve_prices: Map<Price>,
     routes: Map<Vec<Arc<Route>>>,
     /// Per model, per client dialect (in [`dialect_index`] order): the channels of the
     /// client's own vendor.
@@ -121,8 +125,22 @@ impl Catalog {
             })
             .collect();
         let server = config.server();
+        let models: Map<ModelSettings> = config.models().clone().into_iter().collect();
+        let mut reserve_prices: Map<Price> = Map::default();
+        for (public, rs) in &routes {
+            let Some(own) = models.get(public) else {
+                continue;
+            };
+            for served in rs.iter().filter_map(|r| r.upstream_model(public)) {
+                if let Some(m) = models.get(&**served) {
+                    let at = reserve_prices.entry(public.clone()).or_insert(own.price);
+                    *at = at.dearest(&m.price);
+                }
+            }
+        }
         Ok(Self {
-            models: config.models().clone().into_iter().collect(),
+            models,
+            reserve_prices,
             routes,
             choices,
             reach,
@@ -137,6 +155,23 @@ impl Catalog {
     /// A configured model.
     pub fn model(&self, id: &str) -> Option<&ModelSettings> {
         self.models.get(id)
+    }
+
+    /// The price a request for `model` reserves at: its own, or the dearest rates of
+    /// the configured models its channels serve it as.
+    pub fn reserve_price<'a>(&'a self, model: &'a ModelSettings, id: &str) -> &'a Price {
+        self.reserve_prices.get(id).unwrap_or(&model.price)
+    }
+
+    /// The price an attempt of `model` on `route` is settled at: that of the model the
+    /// channel serves it as, when that is a configured model, else the model's own.
+    pub fn served_price(&self, model: &str, route: &Route) -> Price {
+        route
+            .upstream_model(model)
+            .and_then(|id| self.models.get(&**id))
+            .or_else(|| self.models.get(model))
+            .map(|m| m.price)
+            .unwrap_or_default()
     }
 
     /// Every configured model id.
@@ -457,6 +492,54 @@ price = { input_per_mtok = 1, output_per_mtok = 1 }
 "#;
         let config = Config::parse(text).expect("test config");
         Catalog::new(&config, None).expect("catalog")
+    }
+
+    #[test]
+    fn x1_a_model_served_as_other_models_reserves_at_their_dearest_rates() {
+        let text = r#"
+[channels.a]
+vendor = "openai"
+base_url = "http://127.0.0.1:9"
+models = ["smart", "gpt"]
+upstream_models = { smart = "gpt" }
+
+[channels.b]
+vendor = "anthropic"
+base_url = "http://127.0.0.1:9"
+models = ["smart", "claude"]
+upstream_models = { smart = "claude", claude = "claude-20250929" }
+
+[channels.c]
+vendor = "gemini"
+base_url = "http://127.0.0.1:9"
+models = ["smart"]
+upstream_models = { smart = "gemini-unpriced" }
+
+[models.smart]
+price = { input_per_mtok = 1, output_per_mtok = 1 }
+[models.gpt]
+price = { input_per_mtok = 2, output_per_mtok = 8 }
+[models.claude]
+price = { input_per_mtok = 3, output_per_mtok = 5, cached_input_per_mtok = 1 }
+"#;
+        let config = Config::parse(text).expect("test config");
+        let cat = Catalog::new(&config, None).expect("catalog");
+        let smart = cat.model("smart").unwrap();
+        let p = cat.reserve_price(smart, "smart");
+        assert_eq!(
+            (p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok),
+            (3, 8, 1)
+        );
+        // A model served under its own name, or as an unpriced id, reserves at its own.
+        let claude = cat.model("claude").unwrap();
+        assert_eq!(cat.reserve_price(claude, "claude"), &claude.price);
+        // Each attempt is settled at what served it.
+        let route = |n: &str| cat.route("smart", n).unwrap();
+        assert_eq!(cat.served_price("smart", &route("a")), cat.model("gpt").unwrap().price);
+        assert_eq!(cat.served_price("smart", &route("b")), claude.price);
+        assert_eq!(cat.served_price("smart", &route("c")), smart.price);
+        assert_eq!(&**route("b").upstream_model("claude").unwrap(), "claude-20250929");
+        assert!(route("a").upstream_model("gpt").is_none());
     }
 
     fn names(c: &Candidates) -> Vec<String> {

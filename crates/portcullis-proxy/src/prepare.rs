@@ -6,7 +6,7 @@
 //! request, and nothing here reads them.
 
 use crate::catalog::{Catalog, Reach};
-use crate::config::{KeyEntry, ModelSettings};
+use crate::config::KeyEntry;
 use crate::homes::Homes;
 use bytes::Bytes;
 use http::Request;
@@ -14,7 +14,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use portcullis::BoxError;
 use portcullis::core::homes::Home;
 use portcullis::failover::{FallbackRequest, ModelFallback};
-use portcullis_core::{Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Rejection};
+use portcullis_core::{
+    Demand, Dialect, GatewayCode, LayerKind, MAX_STORABLE_MONEY, Price, Rejection,
+};
 use portcullis_dialects::estimate::FALLBACK_MAX_OUTPUT_TOKENS;
 use portcullis_dialects::multipart::inspect_image_edit;
 use portcullis_dialects::translate::Wire;
@@ -122,7 +124,8 @@ where
             // Per choice: the fallback contract (context window, output limit) applies to
             // each choice; the reservation multiplies it by the choices (W5).
             let max_output = facts.max_output_tokens;
-            let demand = demand_within_store_limits(&facts, model)?;
+            let demand =
+                demand_within_store_limits(&facts, catalog.reserve_price(model, &facts.model))?;
             // An OpenAI stream reports usage only when asked to: ask, so the stream can
             // be settled at its real cost instead of staying pending (B4). The client
             // then also receives the final usage chunk (`choices: []`), which OpenAI's
@@ -352,11 +355,8 @@ fn object_facts(home: &Home) -> RequestFacts {
 /// by the choices the request asks for, saturating). A money upper bound above
 /// [`MAX_STORABLE_MONEY`] (what every store can hold exactly) is a 400 here, before any
 /// store is asked, instead of a store failure later.
-fn demand_within_store_limits(
-    facts: &RequestFacts,
-    model: &ModelSettings,
-) -> Result<Demand, BoxError> {
-    let demand = facts.demand(&model.price);
+fn demand_within_store_limits(facts: &RequestFacts, price: &Price) -> Result<Demand, BoxError> {
+    let demand = facts.demand(price);
     if demand.money > MAX_STORABLE_MONEY {
         return Err(reject(
             GatewayCode::InvalidRequest,
@@ -583,7 +583,7 @@ fn rewrite_for(
     let mut facts = facts.clone();
     facts.model = to.to_owned();
     // A fallback whose money upper bound no store can hold is not offered.
-    let demand = demand_within_store_limits(&facts, model).ok()?;
+    let demand = demand_within_store_limits(&facts, catalog.reserve_price(model, to)).ok()?;
     let reach = Reach::of(
         dialect,
         facts.operation,

@@ -30,8 +30,8 @@ upstream_models = { smart = "gpt-4.1" }
 vendor = "anthropic"
 base_url = "fake://"
 credential = "cred-anthropic"
-models = ["claude-sonnet-4-5", "sonnet"]
-upstream_models = { sonnet = "claude-sonnet-4-5-20250929" }
+models = ["claude-sonnet-4-5", "sonnet", "cheap"]
+upstream_models = { sonnet = "claude-sonnet-4-5-20250929", cheap = "claude-sonnet-4-5" }
 
 [channels.gemini-a]
 vendor = "gemini"
@@ -50,6 +50,12 @@ max_output_tokens = 64
 
 [models.claude-sonnet-4-5]
 price = { input_per_mtok = 3_000_000, cached_input_per_mtok = 300_000, output_per_mtok = 15_000_000 }
+max_output_tokens = 256
+
+# Served by the Anthropic channel as `claude-sonnet-4-5`, a configured model: priced as
+# that model when it serves it.
+[models.cheap]
+price = { input_per_mtok = 1, output_per_mtok = 1 }
 max_output_tokens = 256
 
 [models.sonnet]
@@ -579,4 +585,144 @@ async fn x1_a_channel_serves_a_public_model_under_its_own_id() {
         .find(|r| r["model"] == "gpt-4o-mini")
         .unwrap();
     assert!(last["upstream_model"].is_null(), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x3_a_mid_stream_error_reaches_an_openai_client_as_its_error_never_done() {
+    let p = Proxy::start(CONFIG).await;
+    for model in ["gemini-2.5-flash", "claude-sonnet-4-5"] {
+        let o = open(
+            p.addr,
+            &openai_chat(model, true).header("x-fake-fail-after-chunks", 2),
+        )
+        .await;
+        assert_eq!(o.status, 200, "{model}");
+        let body: Vec<u8> = o
+            .frames()
+            .await
+            .into_iter()
+            .flat_map(|(_, b)| b.to_vec())
+            .collect();
+        let body = String::from_utf8_lossy(&body);
+        let data = sse_data(&body);
+        assert!(
+            !data.contains(&json!("[DONE]")),
+            "{model}: an errored stream ended cleanly: {body}"
+        );
+        let last = data.last().expect("events");
+        assert!(
+            last["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{model}: the stream does not end with the client's error event: {body}"
+        );
+        let text: String = data
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert!(!text.is_empty(), "{model}: the chunks before the error: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x2_an_image_reaches_anthropic_and_gemini_channels_inline() {
+    let p = Proxy::start(CONFIG).await;
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    let body = |model: &str| {
+        json!({"model": model, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{png}")}}
+        ]}]})
+        .to_string()
+    };
+    for model in ["claude-sonnet-4-5", "gemini-2.5-flash"] {
+        let r = send(
+            p.addr,
+            &Req::post("/v1/chat/completions", body(model)).key(KeyAt::Bearer, "sk-a"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+    }
+    let s = p.fake.stats();
+    let anthropic = s.last_json_for("/v1/messages").unwrap();
+    assert_eq!(
+        anthropic["messages"][0]["content"][1],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}),
+        "{anthropic}"
+    );
+    let gemini = s
+        .last_json_for("/v1beta/models/gemini-2.5-flash:generateContent")
+        .unwrap();
+    assert_eq!(
+        gemini["contents"][0]["parts"][1],
+        json!({"inlineData": {"mimeType": "image/png", "data": png}}),
+        "{gemini}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x3_a_gemini_429_reaches_an_openai_client_as_its_429_with_retry_after() {
+    let p = Proxy::start(CONFIG).await;
+    let r = send(
+        p.addr,
+        &openai_chat("gemini-2.5-flash", false)
+            .header("x-fake-error", "rate_limit_error")
+            .header("x-fake-retry-after", 1),
+    )
+    .await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "rate_limit_exceeded", "{v}");
+    let after: u64 = r
+        .header("retry-after")
+        .expect("retry-after")
+        .parse()
+        .unwrap();
+    assert!(after >= 1, "{after}");
+    assert!(p.fake.stats().calls_for("cred-gemini") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x1_an_attempt_is_priced_as_the_model_its_channel_served() {
+    let dir = std::env::temp_dir().join(format!("portcullis-x1-price-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("usage.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "[server]\nusage_log = {:?}\n{CONFIG}",
+        log.display().to_string()
+    );
+    let p = Proxy::start(&toml).await;
+    for model in ["cheap", "claude-sonnet-4-5"] {
+        let r = send(
+            p.addr,
+            &openai_chat(model, false).header("x-fake-input-tokens", 1_000),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+    }
+    let lines = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(WAIT, || async { lines().len() == 2 }).await,
+        "{:?}",
+        lines()
+    );
+    let recs = lines();
+    let amount = |m: &str| {
+        recs.iter()
+            .find(|r| r["model"] == m)
+            .and_then(|r| r["amount"].as_i64())
+            .unwrap_or_else(|| panic!("{m}: {recs:?}"))
+    };
+    // 1,000 input and 16 output tokens at claude-sonnet-4-5's rates (3 and 15 per
+    // token, in micro-units per million): the price of what served it, not `cheap`'s.
+    assert_eq!(amount("cheap"), amount("claude-sonnet-4-5"), "{recs:?}");
+    assert_eq!(amount("cheap"), 3_240, "{recs:?}");
+    let cheap = recs.iter().find(|r| r["model"] == "cheap").unwrap();
+    assert_eq!(cheap["outcome"], "settled", "reserved at the dearest, settled within it");
+    assert_eq!(cheap["upstream_model"], "claude-sonnet-4-5");
 }

@@ -598,6 +598,29 @@ tenant = "any"
     }
 
     #[test]
+    fn x1_upstream_models_name_served_models_by_valid_ids() {
+        let channel = |ids: &str| {
+            format!(
+                "[channels.a]\nvendor = \"gemini\"\nbase_url = \"fake://\"\n\
+                 models = [\"smart\"]\nupstream_models = {ids}\n\
+                 [models.smart]\nprice = {{ input_per_mtok = 1 }}\n"
+            )
+        };
+        let c = Config::parse(&channel(r#"{ smart = "gemini-2.5-flash@001" }"#)).expect("valid");
+        assert_eq!(c.channels[0].upstream_models["smart"], "gemini-2.5-flash@001");
+        for (ids, reason) in [
+            (r#"{ other = "x" }"#, "not among"),
+            (r#"{ smart = "" }"#, "is not a model id"),
+            (r#"{ smart = "a/b" }"#, "is not a model id"),
+            (r#"{ smart = "m:generateContent" }"#, "is not a model id"),
+            (r#"{ smart = "a b" }"#, "is not a model id"),
+        ] {
+            let e = Config::parse(&channel(ids)).expect_err(ids).to_string();
+            assert!(e.contains(reason), "{ids}: {e}");
+        }
+    }
+
+    #[test]
     fn p4_metrics_token_is_checked_like_the_admin_token() {
         let c = Config::parse("[server]\nmetrics_token = \"metrics-0123456789\"\n").unwrap();
         assert_eq!(c.metrics_token.as_deref(), Some("metrics-0123456789"));

@@ -119,11 +119,8 @@ impl Shared {
                 )
             })
             .flatten();
-        let price = self
-            .catalog
-            .model(model)
-            .map(|m| m.price)
-            .unwrap_or_default();
+        // Settled at the price of the model the channel serves it as (X1).
+        let price = self.catalog.served_price(model, &route);
         let recorder = parts.extensions.get::<UsageRecorder>().cloned();
         // The last guard of "only what is priced is sent" (the route table refuses
         // other Gemini methods first).
