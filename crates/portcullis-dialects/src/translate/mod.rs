@@ -15,9 +15,12 @@
 //! - [`error`]: a provider's error answer rendered in the client's dialect (status,
 //!   type, message; the classifier reads the provider's own body, F5).
 //!
-//! Pairs translated today: OpenAI chat completions ↔ Anthropic messages
-//! ([`translates`]). Gemini and the Responses API are served by channels of their own
-//! vendor only, as before.
+//! Every generation API is translated to every vendor ([`translates`], [`Wire`]), with
+//! OpenAI chat completions as the hub: `request` and `response` (OpenAI chat ↔
+//! Anthropic messages), `gemini` (↔ Gemini generateContent) and `responses` (the
+//! Responses API, a client's API only) each translate to and from chat, and a pair
+//! without chat on either side runs both legs — a stream through two [`StreamTranslator`]
+//! stages. Each module's docs list what it refuses and approximates.
 //!
 //! The wire types are written here rather than taken from a crate: the maintained
 //! client crates (`async-openai`, the Anthropic and Gemini community crates) model a
