@@ -611,14 +611,19 @@ async fn x3_a_mid_stream_error_reaches_an_openai_client_as_its_error_never_done(
         );
         let last = data.last().expect("events");
         assert!(
-            last["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+            last["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
             "{model}: the stream does not end with the client's error event: {body}"
         );
         let text: String = data
             .iter()
             .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
             .collect();
-        assert!(!text.is_empty(), "{model}: the chunks before the error: {body}");
+        assert!(
+            !text.is_empty(),
+            "{model}: the chunks before the error: {body}"
+        );
     }
 }
 
@@ -723,6 +728,43 @@ async fn x1_an_attempt_is_priced_as_the_model_its_channel_served() {
     assert_eq!(amount("cheap"), amount("claude-sonnet-4-5"), "{recs:?}");
     assert_eq!(amount("cheap"), 3_240, "{recs:?}");
     let cheap = recs.iter().find(|r| r["model"] == "cheap").unwrap();
-    assert_eq!(cheap["outcome"], "settled", "reserved at the dearest, settled within it");
+    assert_eq!(
+        cheap["outcome"], "settled",
+        "reserved at the dearest, settled within it"
+    );
     assert_eq!(cheap["upstream_model"], "claude-sonnet-4-5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x1_a_responses_client_is_served_by_a_gemini_channel_streamed() {
+    let p = Proxy::start(CONFIG).await;
+    let r = send(
+        p.addr,
+        &responses(json!({"model": "gemini-2.5-flash", "input": "hi", "stream": true}))
+            .header("x-fake-tool-calls", 2),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let data = sse_data(&r.text());
+    let done = data
+        .iter()
+        .find(|d| d["type"] == "response.completed")
+        .unwrap_or_else(|| panic!("no response.completed: {}", r.text()));
+    let items: Vec<&Value> = done["response"]["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["type"] == "function_call")
+        .collect();
+    assert_eq!(items.len(), 2, "{done}");
+    assert_ne!(items[0]["call_id"], items[1]["call_id"], "{done}");
+    let args: Value = serde_json::from_str(items[1]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"city": "c1"}));
+    // The sequence numbers of the client's events count from 0, one by one.
+    let seq: Vec<u64> = data
+        .iter()
+        .filter_map(|d| d["sequence_number"].as_u64())
+        .collect();
+    assert_eq!(seq, (0..seq.len() as u64).collect::<Vec<_>>());
+    assert_eq!(calls(&p), (0, 0, 1));
 }
