@@ -121,7 +121,8 @@ where
                 .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
             log_seed(name, balance, seeded);
         }
-        self.router()
+        // Seeded above: one line per tenant, not a second "kept" for each.
+        self.serve_router()
     }
 
     /// The router. Balances are seeded here when the store answers at once (the
@@ -130,6 +131,11 @@ where
     /// upstream, or a usage log that cannot be opened).
     pub fn router(self) -> Result<Router, String> {
         self.seed_balances();
+        self.serve_router()
+    }
+
+    /// The router, the balances seeded already.
+    fn serve_router(self) -> Result<Router, String> {
         let running = self.assemble()?;
         let token = self.config.admin_token.clone();
         let accept_traceparent = self.config.telemetry().accept_traceparent;

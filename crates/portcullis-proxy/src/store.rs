@@ -128,6 +128,15 @@ pub fn check_url(config: &StoreSettings) -> Result<(), OpenError> {
 fn check(config: &StoreSettings) -> Result<Kind, OpenError> {
     let url = config.url.trim();
     if url == "memory" {
+        // Checked on the store's effective URL, so that `--store redis://…` (which
+        // overrides `[store] url`) can serve a file that asks for acknowledgements.
+        if config.replica_acks > 0 {
+            return Err(OpenError(
+                "store.replica_acks needs a Redis store: set store.url (or --store) to a \
+                 redis:// URL"
+                    .into(),
+            ));
+        }
         return Ok(Kind::Memory);
     }
     let redis = |u: &str| u.starts_with("redis://") || u.starts_with("rediss://");
