@@ -535,10 +535,16 @@ price = { input_per_mtok = 3, output_per_mtok = 5, cached_input_per_mtok = 1 }
         assert_eq!(cat.reserve_price(claude, "claude"), &claude.price);
         // Each attempt is settled at what served it.
         let route = |n: &str| cat.route("smart", n).unwrap();
-        assert_eq!(cat.served_price("smart", &route("a")), cat.model("gpt").unwrap().price);
+        assert_eq!(
+            cat.served_price("smart", &route("a")),
+            cat.model("gpt").unwrap().price
+        );
         assert_eq!(cat.served_price("smart", &route("b")), claude.price);
         assert_eq!(cat.served_price("smart", &route("c")), smart.price);
-        assert_eq!(&**route("b").upstream_model("claude").unwrap(), "claude-20250929");
+        assert_eq!(
+            &**route("b").upstream_model("claude").unwrap(),
+            "claude-20250929"
+        );
         assert!(route("a").upstream_model("gpt").is_none());
     }
 

@@ -607,7 +607,10 @@ tenant = "any"
             )
         };
         let c = Config::parse(&channel(r#"{ smart = "gemini-2.5-flash@001" }"#)).expect("valid");
-        assert_eq!(c.channels[0].upstream_models["smart"], "gemini-2.5-flash@001");
+        assert_eq!(
+            c.channels[0].upstream_models["smart"],
+            "gemini-2.5-flash@001"
+        );
         for (ids, reason) in [
             (r#"{ other = "x" }"#, "not among"),
             (r#"{ smart = "" }"#, "is not a model id"),
