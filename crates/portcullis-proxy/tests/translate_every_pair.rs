@@ -285,7 +285,7 @@ async fn x2_a_gemini_stream_from_an_anthropic_channel_goes_through_both_legs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn x1_a_gemini_stream_served_by_another_vendor_needs_sse() {
+async fn x1_a_gemini_stream_without_sse_is_served_as_one_json_array() {
     let p = Proxy::start(CONFIG).await;
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
     let r = send(
@@ -297,9 +297,24 @@ async fn x1_a_gemini_stream_served_by_another_vendor_needs_sse() {
         .key(KeyAt::XGoogApiKey, "sk-a"),
     )
     .await;
-    assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.text().contains("alt=sse"), "{}", r.text());
-    assert_eq!(calls(&p), (0, 0, 0));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/json")
+    );
+    let chunks: Vec<Value> = serde_json::from_str(&r.text())
+        .unwrap_or_else(|e| panic!("not one JSON array ({e}): {}", r.text()));
+    assert!(chunks.len() > 1, "{}", r.text());
+    let text: String = chunks
+        .iter()
+        .flat_map(|c| c["candidates"][0]["content"]["parts"].as_array().cloned())
+        .flatten()
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, expected_text(4));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP", "{last}");
+    assert_eq!(calls(&p), (1, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,13 +110,7 @@ impl Shared {
         // X1: a channel of another vendor gets the request in its own dialect.
         let translation = matches!(reach, Reach::Translated(_))
             .then(|| {
-                Translation::between(
-                    dialect,
-                    parts.uri.path(),
-                    route.dialect,
-                    model,
-                    facts.0.stream,
-                )
+                Translation::between(dialect, &parts.uri, route.dialect, model, facts.0.stream)
             })
             .flatten();
         // Settled at the price of the model the channel serves it as (X1).

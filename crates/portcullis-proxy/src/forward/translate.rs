@@ -26,6 +26,9 @@ pub(super) struct Translation {
     pub(super) public_model: Arc<str>,
     /// The client asked for a stream.
     pub(super) stream: bool,
+    /// A Gemini client's stream is framed as one JSON array (it did not ask for
+    /// `?alt=sse`).
+    array: bool,
 }
 
 impl Translation {
@@ -33,18 +36,22 @@ impl Translation {
     /// `vendor`, when they speak different generation APIs.
     pub(super) fn between(
         client: Dialect,
-        path: &str,
+        uri: &Uri,
         vendor: Dialect,
         public_model: &str,
         stream: bool,
     ) -> Option<Self> {
-        let client = Wire::of(client, path)?;
+        let client = Wire::of(client, uri.path())?;
         let vendor = Wire::served_by(vendor)?;
+        let sse = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
         (client.dialect() != vendor.dialect()).then(|| Self {
             client,
             vendor,
             public_model: Arc::from(public_model),
             stream,
+            array: client == Wire::Gemini && stream && !sse,
         })
     }
 
@@ -56,22 +63,6 @@ impl Translation {
         upstream_model: &str,
         default_max_tokens: u64,
     ) -> Result<Full<Bytes>, BoxError> {
-        if self.client == Wire::Gemini
-            && self.stream
-            && !parts
-                .uri
-                .query()
-                .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"))
-        {
-            // Gemini's other stream framing (one JSON array) is not written for a
-            // client served by another vendor.
-            return Err(refusal(TranslateError::Unsupported {
-                field: "alt".into(),
-                why: "a stream served by another vendor is sent as server-sent events: \
-                      ask with `?alt=sse`"
-                    .into(),
-            }));
-        }
         let bytes = body.collect().await.map_err(|e| match e {})?.to_bytes();
         let out = translate::request(
             self.client,
@@ -143,12 +134,15 @@ impl Translation {
     pub(super) fn answer(&self, rparts: &mut http::response::Parts, stream: bool) -> Answer {
         rparts.headers.remove(header::CONTENT_LENGTH);
         if stream {
-            Answer::Stream(Box::new(StreamTranslator::new(
-                self.vendor,
-                self.client,
-                &self.public_model,
-                true,
-            )))
+            let array = self.array.then(|| {
+                rparts.headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                JsonArray::default()
+            });
+            let t = StreamTranslator::new(self.vendor, self.client, &self.public_model, true);
+            Answer::Stream(Box::new(t), array)
         } else {
             Answer::Whole {
                 t: self.clone(),
@@ -161,8 +155,9 @@ impl Translation {
 /// A successful answer's body on its way back to the client's dialect.
 #[derive(Debug)]
 pub(super) enum Answer {
-    /// A streamed answer, translated as its events arrive.
-    Stream(Box<StreamTranslator>),
+    /// A streamed answer, translated as its events arrive (and framed as a JSON
+    /// array for a Gemini client that asked for that framing).
+    Stream(Box<StreamTranslator>, Option<JsonArray>),
     /// A buffered answer, translated at its end (bounded by the provider's answer,
     /// which the gateway asked for without streaming).
     Whole { t: Translation, buf: Vec<u8> },
@@ -172,9 +167,12 @@ impl Answer {
     /// The client's bytes for the provider's next `data` (possibly none yet).
     pub(super) fn push(&mut self, data: &[u8]) -> Bytes {
         match self {
-            Self::Stream(s) => {
+            Self::Stream(s, array) => {
                 let mut out = Vec::new();
                 s.push(data, &mut out);
+                if let Some(a) = array {
+                    out = a.frame(&out);
+                }
                 Bytes::from(out)
             }
             Self::Whole { buf, .. } => {
@@ -189,9 +187,13 @@ impl Answer {
     /// its own in-stream error for a cut stream and ends).
     pub(super) fn finish(&mut self) -> Result<Bytes, BoxError> {
         match self {
-            Self::Stream(s) => {
+            Self::Stream(s, array) => {
                 let mut out = Vec::new();
                 s.finish(&mut out);
+                if let Some(a) = array {
+                    out = a.frame(&out);
+                    out.push(b']');
+                }
                 Ok(Bytes::from(out))
             }
             Self::Whole { t, buf } => translate::response(t.vendor, t.client, buf, &t.public_model)
@@ -204,9 +206,60 @@ impl Answer {
     }
 }
 
+/// Gemini's stream framing without `?alt=sse`: one JSON array whose elements arrive as
+/// the answer goes (`[{…},\r\n{…}` … `]`). The translator writes each of its events
+/// whole (`data: {…}` and a blank line) in the output of the push that completes it, so
+/// every `data:` line of an output is one element.
+#[derive(Debug, Default)]
+pub(super) struct JsonArray {
+    opened: bool,
+    elements: bool,
+}
+
+impl JsonArray {
+    /// The elements of the events in `sse`, the array opened before the first.
+    fn frame(&mut self, sse: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(sse.len() + 4);
+        if !std::mem::replace(&mut self.opened, true) {
+            out.push(b'[');
+        }
+        for line in sse.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                if std::mem::replace(&mut self.elements, true) {
+                    out.extend_from_slice(b",\r\n");
+                }
+                out.extend_from_slice(data);
+            }
+        }
+        out
+    }
+}
+
 /// A request the channel's dialect cannot express: the client's 400, naming the field.
 fn refusal(e: TranslateError) -> BoxError {
     Box::new(
         Rejection::new(GatewayCode::InvalidRequest, LayerKind::Request).with_message(e.to_string()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JsonArray;
+
+    #[test]
+    fn x1_a_gemini_array_stream_frames_every_event_as_one_element() {
+        let mut a = JsonArray::default();
+        let mut out = a.frame(b"data: {\"a\":1}\r\n\r\ndata: {\"b\":2}\r\n\r\n");
+        out.extend(a.frame(b""));
+        out.extend(a.frame(b"data: {\"c\":3}\n\n"));
+        out.extend(a.frame(b""));
+        out.push(b']');
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("one JSON array");
+        assert_eq!(v, serde_json::json!([{"a": 1}, {"b": 2}, {"c": 3}]));
+        // An answer with no event at all is still an array.
+        let mut empty = JsonArray::default().frame(b"");
+        empty.push(b']');
+        assert_eq!(empty, b"[]");
+    }
 }
