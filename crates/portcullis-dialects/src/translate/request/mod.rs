@@ -17,7 +17,9 @@
 //! `modalities`, a `response_format` a forced tool cannot stand in for (below),
 //! `prediction`,
 //! `temperature` > 1, a message `name`, unknown roles, content parts other than text /
-//! image_url (images only as http(s) or base64 data URLs, `detail` other than `auto`),
+//! image_url / file (images only as http(s) or base64 data URLs, `detail` other than
+//! `auto`; files only as a PDF's base64 data URL, which becomes a `document` block —
+//! an uploaded file's `file_id` lives at OpenAI),
 //! non-function tools, a conversation whose first message is not the user's, and any
 //! unknown field. Ignored on purpose: `store`, `metadata`, `service_tier`,
 //! `stream_options` (the stream translator is told separately), a tool's `strict`, an
@@ -38,8 +40,10 @@
 //! `reasoning_effort`; `metadata.user_id` becomes `user`; a stream asks for usage.
 //! Thinking blocks of earlier turns are dropped (OpenAI cannot take them back) and a
 //! `tool_result`'s `is_error` is not expressible (its content is kept). Refused:
-//! `top_k`, `cache_control` anywhere, document and other unknown block types, images
-//! outside user messages, server tools, and any unknown field (`service_tier` ignored).
+//! `top_k`, `cache_control` anywhere, documents other than a base64 PDF (which
+//! becomes a `file` part, its title the file name) and unknown block types, images and
+//! documents outside user messages, server tools, and any unknown field
+//! (`service_tier` ignored).
 use super::TranslateError;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -195,6 +199,13 @@ pub(super) enum AnBlock {
     },
     Image {
         source: AnSource,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    Document {
+        source: AnSource,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
         #[serde(flatten)]
         extra: Extra,
     },
@@ -411,6 +422,8 @@ struct OaPart {
     text: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     image_url: Option<OaImageUrl>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<OaFile>,
     #[serde(flatten)]
     extra: Extra,
 }
@@ -421,10 +434,26 @@ impl OaPart {
             kind: "text".into(),
             text: Some(text),
             image_url: None,
+            file: None,
             extra: Extra::new(),
         }
     }
 }
+
+/// A chat `file` part: inline as a data URL, or an id of a file uploaded to OpenAI.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OaFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file_data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    filename: Option<String>,
+}
+
+/// The one file type both sides take inline: a PDF (Anthropic's base64 document).
+const PDF: &str = "application/pdf";
 
 #[derive(Serialize, Deserialize)]
 struct OaImageUrl {

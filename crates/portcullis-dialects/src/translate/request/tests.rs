@@ -408,3 +408,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn x2_pdf_files_cross_as_anthropic_documents_and_back() {
+    let pdf = "JVBERi0xLjQK";
+    let req = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Summarise."},
+        {"type": "file", "file": {"file_data": format!("data:application/pdf;base64,{pdf}"),
+            "filename": "report.pdf"}}
+    ]}]});
+    let got = oa_to_an(req).unwrap();
+    assert_eq!(
+        got["messages"][0]["content"][1],
+        json!({"type": "document", "title": "report.pdf",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}})
+    );
+    // And an Anthropic client's document reaches OpenAI as a file part.
+    let back = an_to_oa(
+        json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user",
+        "content": [{"type": "document", "source": {"type": "base64",
+            "media_type": "application/pdf", "data": pdf}}]}]}),
+    )
+    .unwrap();
+    assert_eq!(
+        back["messages"][0]["content"][0],
+        json!({"type": "file", "file": {"file_data": format!("data:application/pdf;base64,{pdf}"),
+            "filename": "document.pdf"}})
+    );
+    // What the other side cannot read is refused, naming it.
+    let file = |f: Value| json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "file", "file": f}]}]});
+    assert_eq!(
+        refused(oa_to_an(file(json!({"file_id": "file-abc"})))),
+        "messages[0].content[0].file.file_id"
+    );
+    assert_eq!(
+        refused(oa_to_an(file(
+            json!({"file_data": "data:text/csv;base64,YQ=="})
+        ))),
+        "messages[0].content[0].file.file_data"
+    );
+    let url_doc = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user",
+        "content": [{"type": "document", "source": {"type": "url", "url": "https://x/y.pdf"}}]}]});
+    assert_eq!(
+        refused(an_to_oa(url_doc)),
+        "messages[0].content[0].source.type"
+    );
+}

@@ -68,6 +68,40 @@ pub(super) fn to_openai(r: AnRequest, model: &str) -> Result<Vec<u8>, TranslateE
                         kind: "image_url".into(),
                         text: None,
                         image_url: Some(OaImageUrl { url, detail: None }),
+                        file: None,
+                        extra: Extra::new(),
+                    });
+                }
+                (
+                    AnRole::User,
+                    AnBlock::Document {
+                        source,
+                        title,
+                        extra,
+                    },
+                ) => {
+                    refuse_extra(&bp, &extra, OA)?;
+                    let AnSource::Base64 { media_type, data } = source else {
+                        return Err(unsupported(
+                            format!("{bp}.source.type"),
+                            "OpenAI chat takes files inline: only base64 documents are translated",
+                        ));
+                    };
+                    if media_type != PDF {
+                        return Err(unsupported(
+                            format!("{bp}.source.media_type"),
+                            "only PDF documents are translated",
+                        ));
+                    }
+                    parts.push(OaPart {
+                        kind: "file".into(),
+                        text: None,
+                        image_url: None,
+                        file: Some(OaFile {
+                            file_data: Some(format!("data:{PDF};base64,{data}")),
+                            file_id: None,
+                            filename: Some(title.unwrap_or_else(|| "document.pdf".into())),
+                        }),
                         extra: Extra::new(),
                     });
                 }

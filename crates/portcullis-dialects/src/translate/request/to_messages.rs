@@ -82,6 +82,38 @@ fn image_block(path: &str, image: Option<OaImageUrl>) -> Result<AnBlock, Transla
     })
 }
 
+/// A chat `file` part as an Anthropic document: a PDF given inline (`data:` URL); an
+/// uploaded file's id (it lives at OpenAI) or another type is refused.
+fn document_block(path: &str, file: Option<OaFile>) -> Result<AnBlock, TranslateError> {
+    let file = file.ok_or_else(|| TranslateError::Malformed(format!("{path}.file is missing")))?;
+    if file.file_id.is_some() {
+        return Err(unsupported(
+            format!("{path}.file.file_id"),
+            "a file uploaded to OpenAI cannot be read by Anthropic: send it as file_data",
+        ));
+    }
+    let data = file
+        .file_data
+        .ok_or_else(|| TranslateError::Malformed(format!("{path}.file.file_data is missing")))?;
+    match data
+        .strip_prefix("data:")
+        .and_then(|d| d.split_once(";base64,"))
+    {
+        Some((PDF, b64)) => Ok(AnBlock::Document {
+            source: AnSource::Base64 {
+                media_type: PDF.into(),
+                data: b64.into(),
+            },
+            title: file.filename,
+            extra: Extra::new(),
+        }),
+        _ => Err(unsupported(
+            format!("{path}.file.file_data"),
+            "Anthropic takes PDF files, as a base64 data URL of application/pdf",
+        )),
+    }
+}
+
 fn user_content(path: &str, content: Option<OaContent>) -> Result<AnContent, TranslateError> {
     match content {
         None => Err(TranslateError::Malformed(format!(
@@ -92,7 +124,7 @@ fn user_content(path: &str, content: Option<OaContent>) -> Result<AnContent, Tra
             let mut blocks = Vec::with_capacity(parts.len());
             for (j, p) in parts.into_iter().enumerate() {
                 let pp = format!("{path}.content[{j}]");
-                if p.kind == "text" || p.kind == "image_url" {
+                if matches!(p.kind.as_str(), "text" | "image_url" | "file") {
                     refuse_extra(&pp, &p.extra, AN)?;
                 }
                 blocks.push(match p.kind.as_str() {
@@ -100,6 +132,7 @@ fn user_content(path: &str, content: Option<OaContent>) -> Result<AnContent, Tra
                         TranslateError::Malformed(format!("{pp}.text is missing"))
                     })?),
                     "image_url" => image_block(&pp, p.image_url)?,
+                    "file" => document_block(&pp, p.file)?,
                     other => {
                         return Err(unsupported(
                             format!("{pp}.type"),
