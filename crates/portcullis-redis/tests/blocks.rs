@@ -3,8 +3,6 @@
 //! requests in memory; instances together never admit more than a limit, what is not
 //! used goes back, and a crashed instance's borrowed leases heal with their TTL.
 
-#[path = "../../../tests/support/cluster.rs"]
-mod cluster;
 mod common;
 
 use cluster::RedisCluster;
@@ -16,6 +14,7 @@ use portcullis_core::{
     WindowAsk, WindowStore,
 };
 use portcullis_redis::RedisStore;
+use portcullis_test_support::cluster;
 use std::sync::Arc;
 use std::time::Duration;
 

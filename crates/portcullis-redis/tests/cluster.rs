@@ -3,14 +3,15 @@
 //!
 //! - The store conformance suite of portcullis-core (slots, windows, billing) and the
 //!   channel-capacity suite run unchanged on a 3-master Cluster, once reached through
-//!   one node URL (Cluster mode detected) and once through the comma-separated list.
+//!   one node URL (Cluster mode detected) and once through the comma-separated list;
+//!   every case ends with the invariants of D9 and D10 (`run_all` checks them after
+//!   each case). One Cluster per harness runs the whole list in order (`run_all`, which
+//!   `conformance_cases!` generates from the suite's one list): a Cluster of its own per
+//!   case would start 66 Clusters.
 //! - Keys spread over the masters (D3): every script's keys are on one slot, different
 //!   subjects on different slots.
 //! - A master failing over to its replica under load (D6): no over-admission, every
 //!   call answered or failed within its deadline, and normal service within 1 s.
-
-#[path = "../../../tests/support/cluster.rs"]
-mod cluster;
 
 use cluster::RedisCluster;
 use portcullis_core::store::conformance::Harness;
@@ -19,6 +20,7 @@ use portcullis_core::{
     StoreErrorKind, SubjectKey,
 };
 use portcullis_redis::{RedisStore, RedisStoreOptions};
+use portcullis_test_support::cluster;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -2,7 +2,8 @@
 //! Redis store makes the same decisions as the in-memory store — slots, windows and
 //! billing (balances, spend caps, budgets, per-attempt settlement), to the cent.
 //!
-//! Every suite function runs twice, each time on its own fresh `redis-server`:
+//! Every case runs twice, each time on its own fresh `redis-server`, and ends with the
+//! invariants of D9 and D10 (`assert_nothing_held`, `assert_books_exact`):
 //! - `server_time::*`: time is the server's `TIME` plus an offset shared by the
 //!   harness's stores (the production path; `advance` is instant, real time adds a
 //!   little drift, declared as `SLACK_MS`);
@@ -95,64 +96,17 @@ fn manual_clock() -> ManualClockHarness {
     }
 }
 
-macro_rules! redis_conformance {
-    ($($name:ident),* $(,)?) => {
-        mod server_time {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    portcullis_core::store::conformance::$name(&super::server_time()).await;
-                }
-            )*
-        }
-        mod manual_clock {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    portcullis_core::store::conformance::$name(&super::manual_clock()).await;
-                }
-            )*
-        }
-    };
+// Every case of the suite (the one list, in portcullis-core), each ending with the
+// invariants (nothing held by nobody, books exact: D9, D10), and `run_all`: the whole
+// suite in order on one server, the database flushed before each case (by `store()`),
+// as a long-lived gateway would see it.
+mod server_time {
+    portcullis_core::conformance_cases!(#[tokio::test] async super::server_time());
 }
 
-redis_conformance!(
-    c1_limit_enforced_zero_unlimited,
-    c3_release_exactly_once,
-    c4_expired_lease_purged_at_next_check,
-    c4_renewal_keeps_lease,
-    slots_are_per_key,
-    w1_every_tier_enforced,
-    w2_anchor_at_first_use_and_rolls_by_whole_windows,
-    w2_reanchor_after_idle,
-    w3_images_have_own_anchor,
-    w4_all_or_nothing_rejected_changes_nothing,
-    w5_settle_applies_delta_and_drops_after_roll,
-    w6_amount_cap_counts_reservations,
-    w9_retry_after_is_time_to_reset,
-    w10_rolling_window,
-    l5_refund_gives_everything_back,
-    u1_admit_all_is_all_or_nothing_across_subjects,
-    d2_slot_and_window_decided_together,
-    u1_windows_and_capacity_lease_in_one_step,
-    windows_are_per_key_and_scope,
-    b1_balance_and_spend_cap,
-    b2_settle_may_go_below_zero,
-    b3_budgets_reserve_and_roll_by_period,
-    b3_concurrent_reservations_never_exceed_budget,
-    b3_a_zero_period_is_no_period,
-    b4_settlement_idempotent_and_pending_reconciled,
-    b7_final_attempts_forgotten_open_ones_swept,
-    b7_missing_tenant_record_is_its_own_refusal,
-    b7_pending_listed_in_pages_and_reconciled_once,
-    b7_pending_counter_follows_attempts,
-    d3_books_are_kept_per_tenant,
-    w8_covered_requests_skip_balance_and_spend,
-    seed_balance_keeps_running_balance,
-    // The whole suite in order on one server, the database flushed before each
-    // function (by `store()`), as a long-lived gateway would see it.
-    run_all,
-);
+mod manual_clock {
+    portcullis_core::conformance_cases!(#[tokio::test] async super::manual_clock());
+}
 
 /// The channel-capacity suite (Q1, D5) on Redis, with exact time.
 mod capacity {

@@ -1,11 +1,15 @@
 //! T5, D9, D10: faults under load from several gateway instances sharing one Redis,
-//! each run ending with the invariants:
+//! each run ending with the invariants — the same two checks every conformance case
+//! ends with (`portcullis_core::store::conformance`), on a footprint the clients fill
+//! from the store's answers:
 //!
-//! - **nothing held by nobody** — no slot lease, no channel capacity lease, no window
-//!   unit beyond the requests that completed, no money reserved in a budget or held by
-//!   a billing block, no admission record; every instance's give-backs landed;
-//! - **books exact** — the balance went down by exactly the costs the store answered
-//!   "settled", and every unknown outcome is listed pending with its cost.
+//! - **nothing held by nobody** (`assert_nothing_held`) — no slot lease, no channel
+//!   capacity lease, no window unit beyond the requests that completed, no attempt left
+//!   open, no money reserved in a budget; and, read from Redis directly, no money held
+//!   by a billing block and no admission record; every instance's give-backs landed;
+//! - **books exact** (`assert_books_exact`) — the balance went down by exactly the
+//!   costs the store answered "settled", the key's spend went up by as much, and every
+//!   unknown outcome is listed pending with its cost.
 //!
 //! An instance here is a [`RedisStore`] driven as the layers drive it: a joint slot and
 //! window decision, a billing reservation, a channel's provider windows with a capacity
@@ -13,13 +17,12 @@
 //! until it lands, as the billing layer does. A decision that fails is what the layers
 //! fail open or closed on; here it is counted and the request goes no further.
 
-#[path = "../../../tests/support/cluster.rs"]
-mod cluster;
 mod common;
 
 use cluster::{CLUSTER_WAIT, RedisCluster};
 use common::RedisServer;
 use portcullis_core::blocks::BlockSizing;
+use portcullis_core::store::conformance::{Footprint, assert_books_exact, assert_nothing_held};
 use portcullis_core::{
     AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget,
     CapacityStore, CapacityTake, ChannelStore, Demand, Dimension, JointAdmission, JointDecision,
@@ -27,6 +30,7 @@ use portcullis_core::{
     WindowAsk, WindowStore,
 };
 use portcullis_redis::{RedisStore, RedisStoreOptions};
+use portcullis_test_support::cluster;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -153,6 +157,14 @@ struct Tally {
     /// Settlements that found no attempt at all: its reservation was lost with a forced
     /// failover without replica acks (only allowed in a lossy run; nothing is charged).
     lost: AtomicU64,
+    /// Every reservation and settlement with the store's answer, for the checks.
+    footprint: std::sync::Mutex<Footprint>,
+}
+
+impl Tally {
+    fn record(&self, f: impl FnOnce(&mut Footprint)) {
+        f(&mut self.footprint.lock().unwrap_or_else(|e| e.into_inner()));
+    }
 }
 
 /// Settles `attempt` until the store answers, as the billing layer's retries do; a
@@ -166,7 +178,10 @@ async fn settle_until_landed(
     let start = Instant::now();
     loop {
         match s.settle_attempt(attempt, outcome).await {
-            Ok(state) => return state,
+            Ok(state) => {
+                tally.record(|f| f.ledger_mut().settled(attempt, state));
+                return state;
+            }
             Err(_) => {
                 tally.failed.fetch_add(1, Ordering::Relaxed);
                 assert!(
@@ -232,7 +247,11 @@ async fn client(
             tenant_expected: true,
         };
         let attempt = req.attempt_ref();
-        match s.check_and_reserve(&req).await {
+        let decision = s.check_and_reserve(&req).await;
+        if let Ok(d) = &decision {
+            tally.record(|f| f.ledger_mut().reserved(&req, d));
+        }
+        match decision {
             Ok(BillingDecision::Admitted) => {}
             Ok(other) => panic!("billing refused: {other:?}"),
             Err(_) => {
@@ -352,6 +371,10 @@ async fn under_load(
         instances.push(RedisStore::connect(&target.url(), options()).await.unwrap());
     }
     let tally = Arc::new(Tally::default());
+    tally.record(|f| {
+        f.slot(&on.key).channel(CHANNEL);
+        f.ledger_mut().balance_set(TENANT, BALANCE);
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for (i, s) in instances.iter().enumerate() {
@@ -417,51 +440,43 @@ async fn under_load(
         assert!(failed > 0, "the fault was felt: no call failed");
     }
 
-    // Nothing held by nobody.
+    // Nothing held by nobody, books exact: the checks every conformance case ends with.
+    let mut footprint = tally
+        .footprint
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let key = &on.key;
-    assert_eq!(
-        SlotStore::in_flight(&observer, key).await.unwrap(),
-        0,
-        "slot leases"
-    );
-    let chan = format!(
-        "local n = 0 for _, k in ipairs(redis.call('KEYS', '*capacity*{CHANNEL}*')) do \
-         n = n + redis.call('ZCARD', k) end return n"
-    );
-    assert_eq!(target.sum(&chan), 0, "capacity leases");
     let view = observer
         .account(Some(TENANT), key, &[budget()])
         .await
         .unwrap();
     if setup.lossy {
+        // Acknowledged writes may be lost: only the leases are exact (their TTL has
+        // passed); the rest is bounded below.
+        let mut leases = Footprint::new();
+        leases.slot(key).channel(CHANNEL);
+        assert_nothing_held(&observer, &leases).await;
         lost_at_most(&observer, target, on, &view, completed, charged).await;
         return;
     }
-    let exact = (completed, completed * TOKENS);
-    assert_eq!(used(&observer, key).await, exact, "the key's window units");
-    for it in on.provider_items() {
-        assert_eq!(
-            used(&observer, &it.key).await,
-            exact,
-            "{:?}'s units",
-            it.key
-        );
+    // What the completed requests leave counted in the hour windows.
+    let hour = 3_600_000;
+    let exact = [
+        (Dimension::Requests, hour, completed),
+        (Dimension::Tokens, hour, completed * TOKENS),
+    ];
+    for k in std::iter::once(key).chain(&on.creds) {
+        footprint
+            .window(k, Scope::Key, &policy())
+            .counted(k, Scope::Key, &exact);
     }
-    let records = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*:adm')) do \
-                   n = n + redis.call('ZCARD', k) end return n";
-    assert_eq!(target.sum(records), 0, "admission records");
-    assert_eq!(view.budgets[0].reserved, 0, "money reserved in the budget");
+    assert_nothing_held(&observer, &footprint).await;
+    assert_books_exact(&observer, &footprint).await;
     assert_eq!(
-        block_money(target, &observer),
-        0,
-        "money held by billing blocks"
-    );
-
-    // Books exact.
-    assert_eq!(
-        view.balance,
+        footprint.ledger().balance(TENANT),
         Some(BALANCE - charged),
-        "the balance went down by what was settled"
+        "the ledger holds what the clients were answered"
     );
     let listed: i64 = observer
         .pending()
@@ -471,6 +486,15 @@ async fn under_load(
         .map(|(_, m)| m)
         .sum();
     assert_eq!(listed, pending, "unknown outcomes are listed pending");
+    // What only Redis holds, read from outside.
+    let records = "local n = 0 for _, k in ipairs(redis.call('KEYS', '*:adm')) do \
+                   n = n + redis.call('ZCARD', k) end return n";
+    assert_eq!(target.sum(records), 0, "admission records");
+    assert_eq!(
+        block_money(target, &observer),
+        0,
+        "money held by billing blocks"
+    );
 }
 
 /// Money the tenant's billing blocks hold.
