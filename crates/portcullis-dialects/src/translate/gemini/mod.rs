@@ -15,6 +15,7 @@
 //! | `contents[]` role `user` / `model` (consecutive turns of one role kept) | `user` / `assistant` messages |
 //! | `text` part, `thought: true` text part | content text, `reasoning_content` (answers; thoughts of earlier turns are not sent back) |
 //! | `inlineData {mimeType: image/*, data}` | `image_url` with a `data:` URL |
+//! | `inlineData {mimeType: application/pdf, data}` | a `file` part with a base64 `data:` URL (`file_data`; an uploaded `file_id` is refused) |
 //! | `fileData {mimeType: image/*, fileUri}` (from a Gemini client) | `image_url` with the file URI |
 //! | `functionCall {id?, name, args}` parts (several in parallel) | assistant `tool_calls`, each with its own id: Gemini's `id`, else `call_<n>` (`n` counts the calls of the request or of the answer) |
 //! | `functionResponse {id?, name, response}` | a `tool` message; its `tool_call_id` is the matching earlier call's (by id, else by name in order); chat → Gemini takes the name from the earlier assistant turn's call of that id, puts consecutive tool messages in one user turn, and a content that is a JSON object is the `response`, otherwise `{"result": text}` (and back: `{"result": "<string>"}` is the string, any other response its JSON text) |

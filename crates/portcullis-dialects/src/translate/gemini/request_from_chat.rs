@@ -3,7 +3,7 @@
 use super::wire::{
     ChatContent, ChatMessage, ChatRequest, ChatStop, ChatTool, ChatToolChoice, GBlob, GContent,
     GFunctionCallingConfig, GFunctionDeclaration, GFunctionResponse, GGenerationConfig, GPart,
-    GRequest, GThinkingConfig, GTool, GToolConfig,
+    GRequest, GThinkingConfig, GTool, GToolConfig, PDF,
 };
 use super::{CallId, GEMINI, asks, call_from_chat, malformed, refuse_extra, ser, unwrap_signature};
 use crate::translate::TranslateError;
@@ -301,6 +301,36 @@ fn user_parts(path: &str, content: Option<ChatContent>) -> Result<Vec<GPart>, Tr
                 out.push(GPart {
                     inline_data: Some(GBlob {
                         mime_type: mime.into(),
+                        data: data.into(),
+                    }),
+                    ..GPart::default()
+                });
+            }
+            "file" => {
+                refuse_extra(&pp, &p.extra, GEMINI)?;
+                let file = p
+                    .file
+                    .ok_or_else(|| malformed(format!("invalid body: `{pp}.file` is missing")))?;
+                if file.file_id.is_some() {
+                    return Err(unsupported(
+                        format!("{pp}.file.file_id"),
+                        "a file uploaded to OpenAI cannot be read by Gemini: send it as file_data",
+                    ));
+                }
+                let inline = file
+                    .file_data
+                    .as_deref()
+                    .and_then(|d| d.strip_prefix("data:"))
+                    .and_then(|rest| rest.split_once(";base64,"));
+                let Some((PDF, data)) = inline else {
+                    return Err(unsupported(
+                        format!("{pp}.file.file_data"),
+                        "Gemini is sent PDF files, as a base64 data URL of application/pdf",
+                    ));
+                };
+                out.push(GPart {
+                    inline_data: Some(GBlob {
+                        mime_type: PDF.into(),
                         data: data.into(),
                     }),
                     ..GPart::default()

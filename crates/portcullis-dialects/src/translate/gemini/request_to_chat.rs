@@ -1,6 +1,8 @@
 //! A Gemini client's `generateContent` request written as an OpenAI chat request.
 use super::request_config as config;
-use super::wire::{ChatContent, ChatMessage, ChatPart, ChatRequest, GContent, GPart, GRequest};
+use super::wire::{
+    ChatContent, ChatMessage, ChatPart, ChatRequest, GContent, GPart, GRequest, PDF,
+};
 use super::{CHAT, asks, call_to_chat, malformed, refuse_extra, ser};
 use crate::translate::TranslateError;
 use crate::translate::request::{OaToolCall, parse, unsupported};
@@ -188,7 +190,7 @@ fn user_turn(
     messages: &mut Vec<ChatMessage>,
 ) -> Result<(), TranslateError> {
     let mut content = Vec::new();
-    for (j, part) in parts.into_iter().enumerate() {
+    for (j, mut part) in parts.into_iter().enumerate() {
         let pp = format!("{p}.parts[{j}]");
         check_part(&pp, &part)?;
         if part.thought == Some(true) {
@@ -201,12 +203,14 @@ fn user_turn(
             if !t.is_empty() {
                 content.push(ChatPart::text(t));
             }
+        } else if let Some(blob) = part.inline_data.take_if(|b| b.mime_type == PDF) {
+            content.push(ChatPart::pdf(blob.data));
         } else if let Some(blob) = part.inline_data {
             if !blob.mime_type.starts_with("image/") {
                 return Err(unsupported(
                     format!("{pp}.inlineData"),
                     format!(
-                        "`{}` data is not translated (only images reach OpenAI chat completions)",
+                        "`{}` data is not translated (only images and PDFs reach OpenAI chat completions)",
                         blob.mime_type
                     ),
                 ));

@@ -369,3 +369,78 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn x2_pdf_files_cross_between_chat_anthropic_and_gemini_inline() {
+    let pdf = "JVBERi0xLjQK";
+    let url = format!("data:application/pdf;base64,{pdf}");
+    let to_gemini = |from: Wire, body: Value| -> Value {
+        let out = request(
+            from,
+            Wire::Gemini,
+            body.to_string().as_bytes(),
+            "g",
+            64,
+            false,
+        )
+        .expect("translated");
+        serde_json::from_slice(&out).unwrap()
+    };
+    let inline = json!({"inlineData": {"mimeType": "application/pdf", "data": pdf}});
+    // An OpenAI chat file part, and an Anthropic document through the hub.
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Summarise."},
+        {"type": "file", "file": {"file_data": url, "filename": "r.pdf"}}]}]});
+    assert_eq!(
+        to_gemini(Wire::Chat, chat)["contents"][0]["parts"][1],
+        inline
+    );
+    let anthropic = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user",
+        "content": [{"type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}]}]});
+    assert_eq!(
+        to_gemini(Wire::Messages, anthropic)["contents"][0]["parts"][0],
+        inline
+    );
+    // A Gemini client's inline PDF reaches chat as a file part.
+    let gemini = json!({"contents": [{"role": "user", "parts": [inline]}]});
+    let out = request(
+        Wire::Gemini,
+        Wire::Chat,
+        gemini.to_string().as_bytes(),
+        "c",
+        64,
+        false,
+    )
+    .expect("translated");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["messages"][0]["content"][0]["type"], "file", "{v}");
+    assert_eq!(
+        v["messages"][0]["content"][0]["file"]["file_data"],
+        json!(url)
+    );
+    // What Gemini cannot read is refused, naming it.
+    let refused = |f: Value| {
+        let body = json!({"model": "m", "messages": [{"role": "user",
+            "content": [{"type": "file", "file": f}]}]});
+        match request(
+            Wire::Chat,
+            Wire::Gemini,
+            body.to_string().as_bytes(),
+            "g",
+            64,
+            false,
+        ) {
+            Err(TranslateError::Unsupported { field, .. }) => field,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        refused(json!({"file_id": "file-1"})),
+        "messages[0].content[0].file.file_id"
+    );
+    assert_eq!(
+        refused(json!({"file_data": "data:text/csv;base64,YQ=="})),
+        "messages[0].content[0].file.file_data"
+    );
+}

@@ -398,9 +398,26 @@ pub(super) struct ChatPart {
     pub(super) text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) image_url: Option<ChatImageUrl>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) file: Option<ChatFile>,
     #[serde(flatten)]
     pub(super) extra: Extra,
 }
+
+/// A chat `file` part: inline as a data URL, or the id of a file uploaded to OpenAI.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ChatFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) file_data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) file_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) filename: Option<String>,
+}
+
+/// The file type chat and Gemini both take inline besides images.
+pub(super) const PDF: &str = "application/pdf";
 
 impl ChatPart {
     pub(super) fn text(text: String) -> Self {
@@ -408,6 +425,22 @@ impl ChatPart {
             kind: "text".into(),
             text: Some(text),
             image_url: None,
+            file: None,
+            extra: Extra::new(),
+        }
+    }
+
+    /// A PDF given inline (base64).
+    pub(super) fn pdf(data: String) -> Self {
+        Self {
+            kind: "file".into(),
+            text: None,
+            image_url: None,
+            file: Some(ChatFile {
+                file_data: Some(format!("data:{PDF};base64,{data}")),
+                file_id: None,
+                filename: Some("document.pdf".into()),
+            }),
             extra: Extra::new(),
         }
     }
@@ -417,6 +450,7 @@ impl ChatPart {
             kind: "image_url".into(),
             text: None,
             image_url: Some(ChatImageUrl { url, detail: None }),
+            file: None,
             extra: Extra::new(),
         }
     }

@@ -358,8 +358,9 @@ fn x2_anthropic_only_fields_are_refused_towards_openai() {
     r["system"] = json!([{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}]);
     assert_eq!(refused(an_to_oa(r)), "system[0].cache_control");
     let mut r = base.clone();
+    // A document is read only as a base64 PDF: a text one is refused by its source.
     r["messages"][0]["content"] = json!([{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]);
-    assert_eq!(refused(an_to_oa(r)), "messages[0].content[0].type");
+    assert_eq!(refused(an_to_oa(r)), "messages[0].content[0].source.type");
     let mut r = base;
     r["tools"] = json!([{"type": "web_search_20250305", "name": "web_search"}]);
     assert_eq!(refused(an_to_oa(r)), "tools[0].type");
