@@ -40,9 +40,11 @@
 //! none), built-in tools (`web_search`, `file_search`, `computer_use_preview`,
 //! `code_interpreter`, `image_generation`, `mcp`, `custom`, …) named `tools[i].type`,
 //! tool choices other than the above, input items other than the four above (e.g.
-//! `item_reference`, built-in tool calls), `input_file` parts, an image by `file_id`
-//! (files live at OpenAI), an image `detail` of `original`, images outside user
-//! messages, and any unknown field anywhere.
+//! `item_reference`, built-in tool calls), an image or `input_file` by `file_id`
+//! (files live at OpenAI) or an `input_file` by `file_url`, an image `detail` of
+//! `original`, images and files outside user messages, and any unknown field
+//! anywhere. An `input_file` given inline (`file_data`) becomes a chat `file` part
+//! (which the next leg takes as a PDF).
 //!
 //! A request with neither `input` nor `instructions` is `Malformed`.
 //!

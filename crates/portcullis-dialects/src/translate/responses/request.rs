@@ -1,7 +1,7 @@
 //! Responses requests → OpenAI chat requests (see the module docs for the mapping).
 use super::wire::{
-    ChatContent, ChatFunction, ChatFunctionCall, ChatImage, ChatMessage, ChatPart, ChatRequest,
-    ChatTool, ChatToolCall, Extra, FunctionCallItem, FunctionOutputItem, FunctionTool,
+    ChatContent, ChatFile, ChatFunction, ChatFunctionCall, ChatImage, ChatMessage, ChatPart,
+    ChatRequest, ChatTool, ChatToolCall, Extra, FunctionCallItem, FunctionOutputItem, FunctionTool,
     JsonSchemaFormat, MessageItem, Part, ReasoningItem, Request, from_value,
 };
 use crate::translate::TranslateError;
@@ -255,7 +255,7 @@ fn push_item(
                         let pp = format!("{path}.output[{j}]");
                         match (part(&pp, "tool", p)?, &pp) {
                             (t @ ChatPart::Text { .. }, _) => texts.push(t),
-                            (ChatPart::ImageUrl { .. }, pp) => {
+                            (ChatPart::ImageUrl { .. } | ChatPart::File { .. }, pp) => {
                                 return Err(unsupported(
                                     format!("{pp}.type"),
                                     "a chat tool message holds text only",
@@ -394,6 +394,36 @@ fn part(path: &str, role: &str, p: Value) -> Result<ChatPart, TranslateError> {
             };
             Ok(ChatPart::ImageUrl {
                 image_url: ChatImage { url, detail },
+            })
+        }
+        Part::InputFile {
+            file_data,
+            file_id,
+            file_url,
+            filename,
+            extra,
+        } => {
+            refuse_extra(path, &extra)?;
+            if role != "user" {
+                return wrong_place("files are translated in user messages only");
+            }
+            if file_id.is_some() || file_url.is_some() {
+                let field = if file_id.is_some() {
+                    "file_id"
+                } else {
+                    "file_url"
+                };
+                return Err(unsupported(
+                    join(path, field),
+                    format!("{NOT_OPENAI}; send the file inline as file_data"),
+                ));
+            }
+            let file_data = file_data.ok_or_else(|| malformed(path, "a file needs `file_data`"))?;
+            Ok(ChatPart::File {
+                file: ChatFile {
+                    file_data,
+                    filename,
+                },
             })
         }
         Part::Other => Err(unsupported(

@@ -301,7 +301,13 @@ fn x2_unexpressible_items_and_parts_are_refused_naming_the_path() {
     );
     assert_eq!(
         refused(user(json!([{"type": "input_file", "file_id": "file-1"}]))),
-        "input[1].content[0].type"
+        "input[1].content[0].file_id"
+    );
+    assert_eq!(
+        refused(user(
+            json!([{"type": "input_file", "file_url": "https://x/y.pdf"}])
+        )),
+        "input[1].content[0].file_url"
     );
     assert_eq!(
         refused(user(
@@ -481,4 +487,40 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn x2_an_inline_input_file_becomes_a_chat_file_part_and_an_anthropic_document() {
+    let pdf = "JVBERi0xLjQK";
+    let body = json!({"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Summarise."},
+        {"type": "input_file", "filename": "r.pdf",
+            "file_data": format!("data:application/pdf;base64,{pdf}")}]}]});
+    let chat = crate::translate::request(
+        Wire::Responses,
+        Wire::Chat,
+        body.to_string().as_bytes(),
+        "c",
+        64,
+        false,
+    )
+    .unwrap();
+    let chat: Value = serde_json::from_slice(&chat).unwrap();
+    assert_eq!(
+        chat["messages"][0]["content"][1],
+        json!({"type": "file", "file": {"file_data": format!("data:application/pdf;base64,{pdf}"),
+            "filename": "r.pdf"}})
+    );
+    let an = crate::translate::request(
+        Wire::Responses,
+        Wire::Messages,
+        body.to_string().as_bytes(),
+        "claude",
+        64,
+        false,
+    )
+    .unwrap();
+    let an: Value = serde_json::from_slice(&an).unwrap();
+    assert_eq!(an["messages"][0]["content"][1]["type"], "document", "{an}");
+    assert_eq!(an["messages"][0]["content"][1]["title"], "r.pdf");
 }

@@ -169,7 +169,15 @@ pub(super) enum Part {
         #[serde(flatten)]
         extra: Extra,
     },
-    /// Refused by `type` (input_file, and anything unknown).
+    InputFile {
+        file_data: Option<String>,
+        file_id: Option<String>,
+        file_url: Option<String>,
+        filename: Option<String>,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// Refused by `type` (anything unknown).
     #[serde(other)]
     Other,
 }
@@ -280,6 +288,15 @@ pub(super) enum ChatContent {
 pub(super) enum ChatPart {
     Text { text: String },
     ImageUrl { image_url: ChatImage },
+    File { file: ChatFile },
+}
+
+/// A chat `file` part given inline.
+#[derive(Serialize)]
+pub(super) struct ChatFile {
+    pub file_data: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
 }
 
 #[derive(Serialize)]
