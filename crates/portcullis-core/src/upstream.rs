@@ -261,7 +261,17 @@ struct ChannelEntry {
     credential_key: Arc<str>,
     credential: Arc<str>,
     credential_windows: Vec<ScopeWindow>,
+    /// By the provider's model id.
     model_windows: HashMap<Arc<str>, Vec<ScopeWindow>, foldhash::fast::RandomState>,
+    /// Public model name → the provider's id for it on this channel, where they differ.
+    served_as: HashMap<Arc<str>, Arc<str>, foldhash::fast::RandomState>,
+}
+
+impl ChannelEntry {
+    /// The provider's id of `model` on this channel.
+    fn provider_model<'a>(&'a self, model: &'a str) -> &'a str {
+        self.served_as.get(model).map_or(model, |id| id)
+    }
 }
 
 /// The scopes of one (channel, model): the window keys to admit on and the cooldown
@@ -344,8 +354,51 @@ impl UpstreamRegistry {
                 credential_key: Arc::from(ck),
                 credential: ch.credential,
                 model_windows,
+                served_as: HashMap::default(),
             },
         );
+        self
+    }
+    /// Says that `channel` serves the public `model` as the provider's `id` (a channel
+    /// that knows a model by its own name): the credential + model windows and
+    /// cooldowns of that model on the channel are the provider's model's — limits
+    /// written for `id` apply (or, if only the public name has some, those, keyed by
+    /// `id`), and public models served as one id share its windows. Call it after
+    /// [`with_channel`](Self::with_channel); an unknown channel is left as it is.
+    pub fn serving_as(
+        mut self,
+        channel: &str,
+        model: impl Into<Arc<str>>,
+        id: impl Into<Arc<str>>,
+    ) -> Self {
+        let (model, id) = (model.into(), id.into());
+        let Some(e) = self.channels.get_mut(channel) else {
+            return self;
+        };
+        if model == id {
+            return self;
+        }
+        if !e.model_windows.contains_key(&id) {
+            if let Some(windows) = e.model_windows.remove(&model) {
+                // The same windows (and their ITPM / OTPM suffixes) under the id's key.
+                let (from, to) = (
+                    model_key(&e.credential, &model),
+                    model_key(&e.credential, &id),
+                );
+                let rekeyed = windows
+                    .into_iter()
+                    .map(|w| {
+                        let suffix = w.key.as_str().strip_prefix(&from).unwrap_or_default();
+                        ScopeWindow {
+                            key: SubjectKey::from(format!("{to}{suffix}")),
+                            ..w
+                        }
+                    })
+                    .collect();
+                e.model_windows.insert(id.clone(), rekeyed);
+            }
+        }
+        e.served_as.insert(model, id);
         self
     }
     /// Sets a vendor's account-wide limits.
@@ -367,6 +420,7 @@ impl UpstreamRegistry {
         model: Option<&'a str>,
     ) -> Option<ChannelScopes<'a>> {
         let e = self.channels.get(channel)?;
+        let model = model.map(|m| e.provider_model(m));
         let model_windows = model.and_then(|m| e.model_windows.get(m));
         let vendor_windows = self.vendors.get(&e.vendor);
         Some(ChannelScopes {
@@ -388,7 +442,7 @@ impl UpstreamRegistry {
     pub fn signal_key(&self, channel: &str, model: Option<&str>) -> Option<String> {
         let e = self.channels.get(channel)?;
         Some(match model {
-            Some(m) => model_key(&e.credential, m),
+            Some(m) => model_key(&e.credential, e.provider_model(m)),
             None => e.credential_key.to_string(),
         })
     }
@@ -696,6 +750,68 @@ mod tests {
         assert_eq!(s.cooldown_keys().len(), 3);
         assert_eq!(r.scopes("a", Some("other")).unwrap().window_count(), 2);
         assert!(r.scopes("b", None).is_none());
+    }
+
+    #[test]
+    fn u1_a_model_served_under_the_providers_id_has_that_models_limits() {
+        let tpm = |n| RateLimits {
+            tpm: Some(n),
+            itpm: Some(n),
+            ..RateLimits::default()
+        };
+        let r = UpstreamRegistry::new()
+            .with_channel(UpstreamChannel {
+                name: "a".into(),
+                dialect: Dialect::Anthropic,
+                vendor: "anthropic".into(),
+                credential: "cred".into(),
+                limits: RateLimits::default(),
+                // Limits written for the provider's model, and for a public name.
+                model_limits: vec![("claude-4".into(), tpm(9)), ("fast".into(), tpm(5))],
+            })
+            .serving_as("a", "smart", "claude-4")
+            .serving_as("a", "clever", "claude-4")
+            .serving_as("a", "fast", "claude-haiku")
+            .serving_as("unknown", "x", "y");
+        let keys = |m: &str| -> Vec<String> {
+            r.scopes("a", Some(m))
+                .unwrap()
+                .windows()
+                .map(|w| w.key.to_string())
+                .collect()
+        };
+        let claude = model_key("cred", "claude-4");
+        // Both public names served as one provider model share its windows.
+        assert_eq!(keys("smart"), [claude.clone(), format!("{claude}\0i")]);
+        assert_eq!(keys("clever"), keys("smart"));
+        assert_eq!(
+            r.scopes("a", Some("smart"))
+                .unwrap()
+                .windows()
+                .next()
+                .unwrap()
+                .policy
+                .tokens[0]
+                .limit,
+            9
+        );
+        // Limits written under the public name are the provider model's, by its id.
+        let haiku = model_key("cred", "claude-haiku");
+        assert_eq!(keys("fast"), [haiku.clone(), format!("{haiku}\0i")]);
+        // Cooldowns too: a provider signal for `smart` cools the provider's model.
+        assert_eq!(r.signal_key("a", Some("smart")), Some(claude.clone()));
+        assert!(
+            r.scopes("a", Some("smart"))
+                .unwrap()
+                .cooldown_keys()
+                .contains(&claude)
+        );
+        // A model served under its own name is as before.
+        assert_eq!(
+            r.signal_key("a", Some("other")),
+            Some(model_key("cred", "other"))
+        );
+        assert!(keys("other").is_empty());
     }
 
     #[test]

@@ -446,6 +446,11 @@ pub fn upstream_registry(config: &Config) -> portcullis_core::upstream::Upstream
                 .map(|(m, l)| (Arc::from(m.as_str()), *l))
                 .collect(),
         });
+        // The provider's limits of the model a channel serves (X1): windows and
+        // cooldowns by the channel's id for it.
+        for (public, id) in &ch.upstream_models {
+            reg = reg.serving_as(&ch.name, public.as_str(), id.as_str());
+        }
     }
     reg
 }
@@ -546,6 +551,41 @@ price = { input_per_mtok = 3, output_per_mtok = 5, cached_input_per_mtok = 1 }
             "claude-20250929"
         );
         assert!(route("a").upstream_model("gpt").is_none());
+    }
+
+    #[test]
+    fn x1_provider_limits_follow_the_model_a_channel_serves() {
+        let text = r#"
+[channels.a]
+vendor = "anthropic"
+base_url = "http://127.0.0.1:9"
+credential_id = "acct"
+models = ["smart", "clever"]
+upstream_models = { smart = "claude-4", clever = "claude-4" }
+model_limits = { "claude-4" = { rpm = 50 } }
+
+[models.smart]
+price = { input_per_mtok = 1 }
+[models.clever]
+price = { input_per_mtok = 1 }
+"#;
+        let config = Config::parse(text).expect("limits keyed by the channel's id are valid");
+        let reg = upstream_registry(&config);
+        let keys = |m: &str| -> Vec<String> {
+            reg.scopes("a", Some(m))
+                .unwrap()
+                .windows()
+                .map(|w| w.key.to_string())
+                .collect()
+        };
+        let claude = portcullis_core::upstream::model_key("acct", "claude-4");
+        assert_eq!(keys("smart"), std::slice::from_ref(&claude));
+        assert_eq!(keys("clever"), [claude]);
+        let unserved = text.replace(r#""claude-4" = { rpm"#, r#""claude-5" = { rpm"#);
+        assert!(
+            Config::parse(&unserved).is_err(),
+            "limits of a model the channel does not serve"
+        );
     }
 
     fn names(c: &Candidates) -> Vec<String> {

@@ -314,7 +314,10 @@ pub(super) fn channel(
     let at = || At::Entry("channels", name.to_owned());
     limits(&c.limits).map_err(|m| bad(at(), format!("channel {name:?}: limits: {m}")))?;
     for (model, l) in &c.model_limits {
-        if !c.models.iter().any(|m| m.get_ref() == model) {
+        // A served model, by its public name or by the id the channel serves it as.
+        let served = c.models.iter().any(|m| m.get_ref() == model)
+            || c.upstream_models.values().any(|id| id == model);
+        if !served {
             return Err(bad(
                 at(),
                 format!(
