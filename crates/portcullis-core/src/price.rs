@@ -113,10 +113,17 @@ mod tests {
         let d = a.dearest(&b);
         assert_eq!(d, b.dearest(&a));
         assert_eq!(
-            (d.input_per_mtok, d.cached_input_per_mtok, d.cache_write_per_mtok),
+            (
+                d.input_per_mtok,
+                d.cached_input_per_mtok,
+                d.cache_write_per_mtok
+            ),
             (5_000_000, 300_000, 3_750_000)
         );
-        assert_eq!((d.output_per_mtok, d.per_image, d.per_video), (15_000_000, 40_000, 7));
+        assert_eq!(
+            (d.output_per_mtok, d.per_image, d.per_video),
+            (15_000_000, 40_000, 7)
+        );
         for (input, output, images, videos) in [(1_000, 500, 0, 0), (10, 90_000, 2, 1)] {
             let bound = d.upper_bound(input, output, images, videos);
             assert!(bound >= a.upper_bound(input, output, images, videos));

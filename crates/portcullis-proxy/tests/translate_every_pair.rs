@@ -298,10 +298,7 @@ async fn x1_a_gemini_stream_without_sse_is_served_as_one_json_array() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(
-        r.header("content-type"),
-        Some("application/json")
-    );
+    assert_eq!(r.header("content-type"), Some("application/json"));
     let chunks: Vec<Value> = serde_json::from_str(&r.text())
         .unwrap_or_else(|e| panic!("not one JSON array ({e}): {}", r.text()));
     assert!(chunks.len() > 1, "{}", r.text());

@@ -6,8 +6,7 @@ use common::*;
 use http::{Request, Response, StatusCode};
 use portcullis::core::upstream::{
     RateCount, RateEstimates, RateLimits, UpstreamChannel, UpstreamRegistry, credential_key,
-    model_key,
-    scope_windows,
+    model_key, scope_windows,
 };
 use portcullis::core::{
     Candidates, ChannelRef, Chosen, Demand, Dialect, GatewayCode, LayerKind, MemoryStore, ModelId,
@@ -266,9 +265,21 @@ async fn u2_each_candidate_is_charged_the_estimate_of_its_own_vendors_rules() {
     let layer = layer(&st, reg);
     let up = Upstream::ok();
     let estimates = RateEstimates {
-        openai: RateCount { tpm: 150, itpm: 60, otpm: 90 },
-        anthropic: RateCount { tpm: 150, itpm: 60, otpm: 90 },
-        gemini: RateCount { tpm: 60, itpm: 60, otpm: 90 },
+        openai: RateCount {
+            tpm: 150,
+            itpm: 60,
+            otpm: 90,
+        },
+        anthropic: RateCount {
+            tpm: 150,
+            itpm: 60,
+            otpm: 90,
+        },
+        gemini: RateCount {
+            tpm: 60,
+            itpm: 60,
+            otpm: 90,
+        },
     };
     let mut r = request(&["a", "g"], 0);
     r.extensions_mut().insert(estimates);
