@@ -171,14 +171,63 @@ pub fn request(
         _ => from_chat(&to_chat(body)?).map_err(|e| match e {
             // The second leg names a field of the chat request it read: the client
             // is told the field of its own request.
-            TranslateError::Unsupported { field, why } if from == Wire::Responses => {
-                TranslateError::Unsupported {
-                    field: responses::client_field(body, &field),
-                    why,
-                }
-            }
+            TranslateError::Unsupported { field, why } => TranslateError::Unsupported {
+                field: client_field(from, body, &field),
+                why,
+            },
             e => e,
         }),
+    }
+}
+
+/// The field of a `from` client's request `body` that a path `field` of the hub's
+/// chat request was written from. Responses requests map item by item; for the other
+/// APIs the settings map one to one and a path into the conversation names the
+/// conversation (its turns are merged and reordered on the way, so an index would
+/// mislead).
+fn client_field(from: Wire, body: &[u8], field: &str) -> String {
+    const MESSAGES: [(&str, &str); 9] = [
+        ("max_completion_tokens", "max_tokens"),
+        ("stop", "stop_sequences"),
+        ("reasoning_effort", "thinking"),
+        (
+            "parallel_tool_calls",
+            "tool_choice.disable_parallel_tool_use",
+        ),
+        ("user", "metadata.user_id"),
+        ("messages", "messages"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("tools", "tools"),
+    ];
+    const GEMINI: [(&str, &str); 14] = [
+        ("max_completion_tokens", "generationConfig.maxOutputTokens"),
+        ("max_tokens", "generationConfig.maxOutputTokens"),
+        ("temperature", "generationConfig.temperature"),
+        ("top_p", "generationConfig.topP"),
+        ("stop", "generationConfig.stopSequences"),
+        ("seed", "generationConfig.seed"),
+        ("presence_penalty", "generationConfig.presencePenalty"),
+        ("frequency_penalty", "generationConfig.frequencyPenalty"),
+        ("n", "generationConfig.candidateCount"),
+        ("response_format", "generationConfig.responseMimeType"),
+        ("reasoning_effort", "generationConfig.thinkingConfig"),
+        ("tool_choice", "toolConfig.functionCallingConfig"),
+        ("messages", "contents"),
+        ("tools", "tools"),
+    ];
+    let table: &[(&str, &str)] = match from {
+        Wire::Responses => return responses::client_field(body, field),
+        Wire::Chat => return field.to_owned(),
+        Wire::Messages => &MESSAGES,
+        Wire::Gemini => &GEMINI,
+    };
+    let head = field.split(['.', '[']).next().unwrap_or(field);
+    match table.iter().find(|(chat, _)| *chat == head) {
+        // A path into the conversation or the tools names it whole.
+        Some((_, client)) if head == "messages" || head == "tools" => (*client).to_owned(),
+        Some((_, client)) => format!("{client}{}", &field[head.len()..]),
+        None => field.to_owned(),
     }
 }
 
@@ -240,6 +289,38 @@ mod tests {
         assert!(
             matches!(&e, TranslateError::Unsupported { field, .. } if field == "text.format"),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn x2_a_refusal_of_the_hubs_second_leg_names_the_anthropic_or_gemini_clients_field() {
+        // A Gemini client's seed and candidate count, which Anthropic has no room for.
+        let gemini = br#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"seed": 7}}"#;
+        let field = |from, body: &[u8], to| match request(from, to, body, "m", 64, false) {
+            Err(TranslateError::Unsupported { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            field(Wire::Gemini, gemini, Wire::Messages),
+            "generationConfig.seed"
+        );
+        let gemini = br#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"candidateCount": 1, "temperature": 1.5}}"#;
+        assert_eq!(
+            field(Wire::Gemini, gemini, Wire::Messages),
+            "generationConfig.temperature"
+        );
+        // An Anthropic client's image by URL, which Gemini does not fetch: the
+        // conversation is named, not the hub's index into it.
+        let anthropic = br#"{"model": "m", "max_tokens": 10, "messages": [{"role": "user",
+            "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]}"#;
+        assert_eq!(field(Wire::Messages, anthropic, Wire::Gemini), "messages");
+        // A field with no counterpart is passed on as the hub named it.
+        assert_eq!(client_field(Wire::Messages, b"{}", "logprobs"), "logprobs");
+        assert_eq!(
+            client_field(Wire::Gemini, b"{}", "stop[1]"),
+            "generationConfig.stopSequences[1]"
         );
     }
 
