@@ -317,7 +317,4 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The message of a stream that ended before its final event (as `stream.rs` says it).
-const TRUNCATED: &str = "the upstream stream ended before its final event";
-/// The message of a stream event that could not be read (as `stream.rs` says it).
-const MALFORMED_EVENT: &str = "the upstream stream sent an event that could not be read";
+use super::stream::{MALFORMED as MALFORMED_EVENT, TRUNCATED};

@@ -7,15 +7,8 @@ use super::{
 };
 use crate::translate::TranslateError;
 use crate::translate::request::{Extra, OaFunctionCall, OaToolCall};
-use crate::translate::stream::Leg;
+use crate::translate::stream::{End, Leg};
 use serde_json::Value;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    Open,
-    Clean,
-    Failed,
-}
 
 /// A tool call being streamed: its arguments accumulate until it is sent whole.
 #[derive(Debug)]

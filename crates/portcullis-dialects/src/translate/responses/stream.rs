@@ -2,12 +2,9 @@
 use super::response::{call_item_id, item_id};
 use super::wire::{ChatUsage, OutputContent, OutputItem, Response, SummaryText};
 use super::{finished, now, skeleton, status_of, usage};
-use crate::translate::stream::Leg;
+use crate::translate::stream::{End, Leg, MALFORMED, TRUNCATED};
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-const TRUNCATED: &str = "the upstream stream ended before its final event";
-const MALFORMED: &str = "the upstream stream sent an event that could not be read";
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -59,13 +56,6 @@ struct ChunkError {
     kind: Option<String>,
     code: Option<Value>,
     param: Option<Value>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    Open,
-    Clean,
-    Failed,
 }
 
 /// A function call item: its chat tool-call index, output index, and whether open.

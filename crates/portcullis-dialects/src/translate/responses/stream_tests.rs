@@ -1,9 +1,8 @@
 //! Tests of chat streams → Responses events (and Anthropic streams through the hub).
 use super::response_from_chat;
+use crate::translate::stream::TRUNCATED;
 use crate::translate::{StreamTranslator, Wire};
 use serde_json::{Value, json};
-
-const TRUNCATED: &str = "the upstream stream ended before its final event";
 
 fn run(from: Wire, parts: &[&[u8]]) -> (Vec<u8>, bool) {
     let mut t = StreamTranslator::new(from, Wire::Responses, "pub", true);

@@ -33,9 +33,9 @@ use serde_json::{Value, json};
 
 /// Largest single SSE event buffered.
 const EVENT_CAP: usize = 4 << 20;
-const TRUNCATED: &str = "the upstream stream ended before its final event";
+pub(crate) const TRUNCATED: &str = "the upstream stream ended before its final event";
 const TOO_LARGE: &str = "an upstream stream event exceeded 4 MiB";
-const MALFORMED: &str = "the upstream stream sent an event that could not be read";
+pub(crate) const MALFORMED: &str = "the upstream stream sent an event that could not be read";
 
 /// One leg of a stream's translation: the events of one dialect in, the bytes of
 /// another out. A translation between two dialects neither of which is OpenAI chat
@@ -316,8 +316,10 @@ struct Translator {
     at_eof: bool,
 }
 
+/// Where a leg's stream is: still open, ended with its final event, or ended with the
+/// client's error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+pub(crate) enum End {
     Open,
     Clean,
     Failed,
