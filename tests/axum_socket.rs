@@ -20,7 +20,6 @@ use portcullis_tests::{
 };
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::time::Duration;
 use tower::filter::FilterLayer;
 use tower::{Service, ServiceBuilder};
 
@@ -251,13 +250,13 @@ async fn l3_client_disconnect_mid_stream_frees_slot() {
 
     // The handler's stream is dropped (the sender sees its receiver closed) …
     assert!(
-        feed.dropped_within(Duration::from_secs(2)).await,
+        feed.dropped_within(portcullis_tests::WAIT).await,
         "the server kept the response body of a closed connection"
     );
     // … and with it the slot.
     assert!(
-        portcullis_tests::eventually(Duration::from_secs(2), || app.in_flight("k") == 0).await,
-        "slot still held 2 s after the client left: {}",
+        portcullis_tests::eventually(portcullis_tests::WAIT, || app.in_flight("k") == 0).await,
+        "slot still held 5 s after the client left: {}",
         app.in_flight("k")
     );
     assert_ok(&app.get("/a", "k").await, "/a");
@@ -288,7 +287,7 @@ async fn l3_stream_error_frees_slot() {
     assert!(end.is_err(), "a failed stream ended like a complete one");
     drop(conn);
     assert!(
-        portcullis_tests::eventually(Duration::from_secs(2), || app.in_flight("k") == 0).await,
+        portcullis_tests::eventually(portcullis_tests::WAIT, || app.in_flight("k") == 0).await,
         "slot still held after the stream failed"
     );
     assert_ok(&app.get("/a", "k").await, "/a");

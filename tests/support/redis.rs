@@ -20,6 +20,11 @@ use std::time::{Duration, Instant};
 /// The longest a start or restart may take before it counts as failed.
 pub const READY_WAIT: Duration = Duration::from_secs(10);
 
+/// The longest [`RedisServer::command`] waits for a connection and its reply: a
+/// loaded host may take a while to run the server, and no caller is timing it (a
+/// server that is down refuses the connection at once).
+pub const REPLY_WAIT: Duration = Duration::from_secs(2);
+
 /// How to get `redis-server` when it is missing.
 const INSTALL_HINT: &str = "the Redis store tests need `redis-server` on PATH; install it \
     (Debian/Ubuntu: `apt-get install redis-server`)";
@@ -154,15 +159,16 @@ impl RedisServer {
         self.child.is_some()
     }
 
-    /// Whether the server answers `PING` now (within 200 ms).
+    /// Whether the server answers `PING` now (within [`REPLY_WAIT`]).
     pub fn ping(&self) -> bool {
         self.command(&["PING"]).is_ok_and(|r| r == "+PONG")
     }
 
     /// Sends one command and returns the first line of the reply (`+OK`, `:3`, `-ERR …`,
-    /// `$5` …), within 200 ms. Enough for PING, FLUSHALL, DBSIZE, ZCARD and the like.
+    /// `$5` …), within [`REPLY_WAIT`]. Enough for PING, FLUSHALL, DBSIZE, ZCARD and the
+    /// like.
     pub fn command(&self, args: &[&str]) -> Result<String, String> {
-        let limit = Duration::from_millis(200);
+        let limit = REPLY_WAIT;
         let mut c = TcpStream::connect_timeout(&self.addr(), limit).map_err(|e| e.to_string())?;
         c.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
         c.set_write_timeout(Some(limit))

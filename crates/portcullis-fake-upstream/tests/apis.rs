@@ -1125,17 +1125,23 @@ async fn latency_and_rate_limit_headers_apply_to_new_routes() {
     .await;
     assert_eq!(r.header("anthropic-ratelimit-tokens-remaining"), Some("7"));
 
-    // Responses stream: the head at once, the first delta after the TTFB.
+    // Responses stream: the head at once, the first delta after the TTFB. A TTFB of
+    // 600 ms: a head held for the TTFB would come after it, and a loaded host still
+    // opens the connection and sends the head well within it.
     let t = Instant::now();
     let (res, _g) = open(
         &fake,
         Method::POST,
         RESPONSES,
-        &[("x-fake-ttfb-ms", "150"), ("x-fake-chunks", "2")],
+        &[("x-fake-ttfb-ms", "600"), ("x-fake-chunks", "2")],
         &responses_body(true),
     )
     .await;
-    assert!(t.elapsed() < Duration::from_millis(150));
+    assert!(
+        t.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t.elapsed()
+    );
     let mut body = res.into_body();
     let pre = next_frame(&mut body, Duration::from_secs(2))
         .await
@@ -1147,13 +1153,14 @@ async fn latency_and_rate_limit_headers_apply_to_new_routes() {
         .unwrap()
         .unwrap();
     assert!(String::from_utf8_lossy(&first).contains("response.output_text.delta"));
-    assert!(t.elapsed() >= Duration::from_millis(150));
+    assert!(t.elapsed() >= Duration::from_millis(600));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_is_exact_across_new_routes() {
     let fake = Arc::new(FakeUpstream::start().await);
-    fake.set_default(Behavior::new().with_latency(Duration::from_millis(300)));
+    // Each call held for 2 s: the six overlap however late a loaded host sends them.
+    fake.set_default(Behavior::new().with_latency(Duration::from_secs(2)));
     let calls: [(&str, &str); 6] = [
         (RESPONSES, r#"{"input":"x"}"#),
         (EMBEDDINGS, r#"{"input":"x"}"#),

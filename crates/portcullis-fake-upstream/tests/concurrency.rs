@@ -14,7 +14,8 @@ use tokio::sync::Semaphore;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t4_calls_whose_client_will_leave_are_counted_apart() {
     let fake = Arc::new(FakeUpstream::start().await);
-    fake.set_default(Behavior::new().with_latency(Duration::from_millis(300)));
+    // Held for 2 s each: the five overlap however late a loaded host sends them.
+    fake.set_default(Behavior::new().with_latency(Duration::from_secs(2)));
     let mut tasks = Vec::new();
     for i in 0..5 {
         let fake = fake.clone();
@@ -41,7 +42,8 @@ async fn t4_calls_whose_client_will_leave_are_counted_apart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_in_flight_is_exact_with_parallel_slow_requests() {
     let fake = Arc::new(FakeUpstream::start().await);
-    fake.set_default(Behavior::new().with_latency(Duration::from_millis(400)));
+    // Held for 2 s each: the sixteen overlap however late a loaded host sends them.
+    fake.set_default(Behavior::new().with_latency(Duration::from_secs(2)));
     let mut tasks = Vec::new();
     for i in 0..16 {
         let fake = fake.clone();

@@ -525,10 +525,11 @@ async fn f3_cut_connection_mid_stream_and_mid_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f4_hang_is_bounded_by_the_client_timeout() {
     let fake = FakeUpstream::start().await;
-    // Non-stream: no head ever.
+    // Non-stream: no head ever. The client gives up after 2 s: long enough for a loaded
+    // host to get the call to the fake (counted below), far short of never.
     let t = Instant::now();
     let res = tokio::time::timeout(
-        Duration::from_millis(300),
+        Duration::from_secs(2),
         post(
             &fake,
             OPENAI,
@@ -538,7 +539,7 @@ async fn f4_hang_is_bounded_by_the_client_timeout() {
     )
     .await;
     assert!(res.is_err(), "no answer");
-    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(
         fake.wait_idle(Duration::from_secs(2)).await,
         "the dropped client ends the call"

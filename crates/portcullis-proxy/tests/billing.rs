@@ -191,7 +191,7 @@ async fn b4_provider_error_answer_costs_nothing() {
         400,
         "the provider's answer passes through"
     );
-    let ok = eventually(Duration::from_secs(2), || async {
+    let ok = eventually(WAIT, || async {
         let v = usage(p.addr, "sk-rich").await;
         money(&v)["key_spent"] == 0
             && money(&v)["key_pending_reconciliation"] == 0

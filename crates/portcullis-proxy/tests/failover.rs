@@ -109,11 +109,9 @@ async fn s5_provider_retry_after_is_a_floor_and_a_wait_past_the_deadline_stops()
     rejection(&r, Dialect::OpenAi, 42911);
     let after: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!((4..=5).contains(&after), "{after}");
-    assert!(
-        t.elapsed() < Duration::from_millis(900),
-        "{:?}",
-        t.elapsed()
-    );
+    // At once: waiting out the provider's 5 s would take 5 s; 2 s is the slack of a
+    // loaded 2-core host around the 500 ms deadline.
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!(
         p.fake.stats().calls_for("cred-one"),
         3,

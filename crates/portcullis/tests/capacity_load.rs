@@ -309,16 +309,32 @@ async fn t4_load_capacity_never_exceeded_and_all_released() {
         assert!(g.max.load(Ordering::SeqCst) <= *cap);
     }
     // L3: everything given back — leases, queue places, the inner counters. Leases of
-    // abandoned requests outlive them by the abort grace.
-    tokio::time::sleep(portcullis::capacity::DEFAULT_ABORT_GRACE + Duration::from_millis(100))
-        .await;
-    for (name, _) in CHANNELS {
+    // abandoned requests outlive them by the abort grace: polled until they are gone,
+    // for the grace plus a generous 10 s (the grace's own timing is tested on a paused
+    // clock in capacity.rs; here a loaded host only makes the give-back later).
+    let leases = |name: &str| {
         let mut f = CapacityStore::in_flight(&store, name);
-        let n = match Pin::new(&mut f).poll(&mut Context::from_waker(std::task::Waker::noop())) {
+        match Pin::new(&mut f).poll(&mut Context::from_waker(std::task::Waker::noop())) {
             Poll::Ready(r) => r.unwrap(),
             Poll::Pending => unreachable!(),
-        };
-        assert_eq!(n, 0, "{name} still has leases");
+        }
+    };
+    let given_back = || {
+        CHANNELS.iter().all(|(name, _)| {
+            leases(name) == 0
+                && tracker.gauge(name).now.load(Ordering::SeqCst) == 0
+                && layer.queued(name) == 0
+        })
+    };
+    let wait = portcullis::capacity::DEFAULT_ABORT_GRACE + Duration::from_secs(10);
+    for _ in 0..(wait.as_millis() / 20) {
+        if given_back() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (name, _) in CHANNELS {
+        assert_eq!(leases(name), 0, "{name} still has leases");
         assert_eq!(tracker.gauge(name).now.load(Ordering::SeqCst), 0);
         assert_eq!(layer.queued(name), 0);
     }
@@ -385,5 +401,12 @@ async fn t4_load_capacity_never_exceeded_and_all_released() {
         share(2) > share(1) && share(1) > share(0),
         "weights order the shares while every tenant is backlogged"
     );
-    assert!(elapsed < Duration::from_secs(30));
+    // A backstop on the whole run, not a deadline under test (the queue's timing is
+    // tested on a paused clock in capacity.rs): it catches a run that crawls — waiters
+    // left to their timeouts, a lost wake-up — at several times what a loaded 2-core
+    // host takes (15 s on this 2-core machine, with or without two CPU hogs beside it).
+    assert!(
+        elapsed < Duration::from_secs(120),
+        "{REQUESTS} requests took {elapsed:?}"
+    );
 }
