@@ -179,6 +179,16 @@ impl Conn {
         }
     }
 
+    /// Counts the connection's idle time afresh from now (when no stream is open): the
+    /// grace after a GOAWAY runs from the GOAWAY, not from the start of the idle time
+    /// that caused it.
+    fn restart_idle(&self) {
+        let mut o = self.lock();
+        if o.streams == 0 {
+            o.idle_since = Instant::now();
+        }
+    }
+
     /// Resolves once the connection has had no open stream for `d`.
     async fn idle_for(&self, d: Duration) {
         loop {
@@ -500,6 +510,10 @@ async fn serve_connection(
                     () = conn.idle_for(options.h2_idle_timeout) => {
                         tracing::debug!("HTTP/2 connection idle for h2_idle_timeout: GOAWAY");
                         served.as_mut().graceful_shutdown();
+                        // The client gets the whole grace to read the GOAWAY and close
+                        // (else, with an idle timeout above the grace, the connection
+                        // was dropped at once and the client saw a broken pipe).
+                        conn.restart_idle();
                         break tokio::select! {
                             r = served.as_mut() => Some(r),
                             () = conn.idle_for(H2_CLOSE_GRACE) => None,
@@ -515,5 +529,42 @@ async fn serve_connection(
     };
     if let Some(Err(e)) = ended {
         tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// P2: an idle HTTP/2 connection's GOAWAY is followed by the whole
+    /// [`H2_CLOSE_GRACE`] before the server drops it, however long the idle time
+    /// before the GOAWAY was (counted from the start of that idle time, the grace
+    /// was already over at the GOAWAY of any idle timeout above it).
+    #[tokio::test(start_paused = true)]
+    async fn p2_the_close_grace_after_a_goaway_runs_from_the_goaway() {
+        let conn = Conn::new(Proto::Http2);
+        let idle_timeout = H2_CLOSE_GRACE * 3;
+        let start = Instant::now();
+        conn.idle_for(idle_timeout).await;
+        assert_eq!(start.elapsed(), idle_timeout);
+        // The GOAWAY goes out here.
+        conn.restart_idle();
+        let goaway = Instant::now();
+        conn.idle_for(H2_CLOSE_GRACE).await;
+        assert_eq!(goaway.elapsed(), H2_CLOSE_GRACE);
+        // A stream still open after the GOAWAY holds the connection until it ends,
+        // and the grace then runs from its end.
+        conn.restart_idle();
+        let stream = conn.open_stream();
+        let waiting = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.idle_for(H2_CLOSE_GRACE).await }
+        });
+        tokio::time::sleep(H2_CLOSE_GRACE * 2).await;
+        assert!(!waiting.is_finished(), "closed under an open stream");
+        let ended = Instant::now();
+        stream.end();
+        waiting.await.unwrap();
+        assert_eq!(ended.elapsed(), H2_CLOSE_GRACE);
     }
 }
