@@ -161,6 +161,10 @@ async fn d3_subjects_spread_over_the_masters_of_a_cluster() {
     assert_eq!(total, 64, "one lease key per subject across the masters");
 }
 
+/// Scheduling slack of a failed call's time on a loaded 2-core host: far below the
+/// seconds a call waiting on a failed master's reconnection would take.
+const FAILURE_SLACK: Duration = Duration::from_millis(200);
+
 /// What the failover test measured.
 #[derive(Default)]
 struct Tally {
@@ -252,8 +256,14 @@ async fn d6_master_failover_under_load_loses_no_limit_and_recovers_within_a_seco
             }
         }));
     }
-    // Load on every master, then fail over the master of subject 0's slot.
+    // Load on every master (at least 500 ms of it, and until calls succeed: a loaded
+    // host may take longer to start the workers), then fail over the master of subject
+    // 0's slot.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = Instant::now();
+    while tally.ok.load(Ordering::Relaxed) < 100 && loaded.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let before_ok = tally.ok.load(Ordering::Relaxed);
     assert!(before_ok > 0, "no call succeeded before the failover");
     let slot = cluster::key_slot(store.slots_key(&SubjectKey::from("sub-0")).as_bytes());
@@ -296,10 +306,12 @@ async fn d6_master_failover_under_load_loses_no_limit_and_recovers_within_a_seco
         0,
         "calls still failed more than 1 s after the failover"
     );
-    // A failure costs at most the deadline, plus scheduling slack on a busy 2-core box.
+    // A failure costs at most the deadline, plus scheduling slack on a busy 2-core box:
+    // what the bound catches is a call that waits on the failed master past its
+    // deadline (a reconnection or a slot refresh takes seconds), not scheduling noise.
     assert!(
-        slowest <= deadline + Duration::from_millis(50),
-        "a failed call took {slowest:?} (deadline {deadline:?})"
+        slowest <= deadline + FAILURE_SLACK,
+        "a failed call took {slowest:?} (deadline {deadline:?} + {FAILURE_SLACK:?} of slack)"
     );
     // Nothing left held: every lease of the run was released.
     for s in 0..SUBJECTS {
@@ -380,7 +392,7 @@ async fn t5_one_stalled_master_fails_its_own_calls_at_the_deadline_and_no_others
     for (took, r) in &stalled_calls {
         // The deadline (or at once, while its breaker is open), plus scheduling slack.
         assert!(
-            *took <= deadline + Duration::from_millis(25),
+            *took <= deadline + FAILURE_SLACK,
             "a call on the stalled master took {took:?} ({r:?})"
         );
     }
