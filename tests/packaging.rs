@@ -18,7 +18,11 @@ const PUBLISHED: [&str; 7] = [
 ];
 
 /// What stays in the repository.
-const UNPUBLISHED: [&str; 2] = ["portcullis-examples", "portcullis-tests"];
+const UNPUBLISHED: [&str; 3] = [
+    "portcullis-examples",
+    "portcullis-tests",
+    "portcullis-test-support",
+];
 
 fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
