@@ -4,52 +4,17 @@
 //! contents or is refused.
 use super::stream_to_chat::tests as to_chat;
 use crate::translate::request::unwrap_tool_id;
-use crate::translate::{StreamTranslator, TranslateError, Wire, request, response};
+use crate::translate::{TranslateError, Wire, request, response};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-pub(super) fn run(from: Wire, to: Wire, parts: &[&[u8]], usage: bool) -> (Vec<u8>, bool) {
-    let mut t = StreamTranslator::new(from, to, "public", usage);
-    let mut out = Vec::new();
-    for p in parts {
-        t.push(p, &mut out);
-    }
-    let ok = t.finish(&mut out);
-    (out, ok)
-}
+pub(super) use crate::translate::stream::tests::{data_only, run};
 
 /// The client's events: (event name, data JSON; `[DONE]` as a string), `created`
 /// zeroed. Events may end with CRLF (Gemini) or LF.
 pub(super) fn events(out: &[u8]) -> Vec<(String, Value)> {
     let s = std::str::from_utf8(out).expect("utf-8 output");
-    let s = s.replace("\r\n", "\n");
-    assert!(s.is_empty() || s.ends_with("\n\n"), "{s}");
-    s.split_terminator("\n\n")
-        .map(|ev| {
-            let mut name = String::new();
-            let mut data = None;
-            for line in ev.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n.to_owned();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    assert!(data.is_none(), "one data line per event");
-                    data = Some(d.to_owned());
-                } else {
-                    panic!("unexpected line {line:?}");
-                }
-            }
-            let data = data.expect("data line");
-            let mut v = if data == "[DONE]" {
-                Value::String(data)
-            } else {
-                serde_json::from_str(&data).expect("valid JSON")
-            };
-            if let Some(c) = v.get_mut("created") {
-                *c = json!(0);
-            }
-            (name, v)
-        })
-        .collect()
+    crate::translate::stream::tests::parse(s.replace("\r\n", "\n").as_bytes())
 }
 
 /// Translates `input` whole, split at every byte and one byte at a time; all must
@@ -60,21 +25,7 @@ pub(super) fn split_anywhere(
     input: &str,
     usage: bool,
 ) -> (Vec<(String, Value)>, bool) {
-    let b = input.as_bytes();
-    let (whole, ok) = run(from, to, &[b], usage);
-    let want = events(&whole);
-    for i in 0..=b.len() {
-        let (o, k) = run(from, to, &[&b[..i], &b[i..]], usage);
-        assert_eq!((events(&o), k), (want.clone(), ok), "split at {i}");
-    }
-    let bytes: Vec<&[u8]> = b.chunks(1).collect();
-    let (o, k) = run(from, to, &bytes, usage);
-    assert_eq!((events(&o), k), (want.clone(), ok), "byte by byte");
-    (want, ok)
-}
-
-pub(super) fn data_only(events: &[(String, Value)]) -> Vec<Value> {
-    events.iter().map(|(_, v)| v.clone()).collect()
+    crate::translate::stream::tests::split_anywhere_read(events, from, to, input, usage)
 }
 
 fn body(v: &Value) -> Vec<u8> {

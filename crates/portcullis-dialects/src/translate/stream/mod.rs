@@ -383,7 +383,7 @@ impl Translator {
 mod a_to_o;
 mod o_to_a;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use a_to_o::AToO;
 use o_to_a::OToA;

@@ -3,7 +3,9 @@ use super::*;
 const A: Wire = Wire::Messages;
 const O: Wire = Wire::Chat;
 
-fn run(from: Wire, to: Wire, parts: &[&[u8]], usage: bool) -> (Vec<u8>, bool) {
+/// The client's bytes of a `from` stream fed to a `to` client in `parts` (under the
+/// public model `public`), and `finish`. Shared by the legs' stream tests.
+pub(crate) fn run(from: Wire, to: Wire, parts: &[&[u8]], usage: bool) -> (Vec<u8>, bool) {
     let mut t = StreamTranslator::new(from, to, "public", usage);
     let mut out = Vec::new();
     for p in parts {
@@ -15,7 +17,7 @@ fn run(from: Wire, to: Wire, parts: &[&[u8]], usage: bool) -> (Vec<u8>, bool) {
 
 /// The client's events: (event name, data JSON; `[DONE]` as a string), with
 /// `created` zeroed.
-fn parse(out: &[u8]) -> Vec<(String, Value)> {
+pub(crate) fn parse(out: &[u8]) -> Vec<(String, Value)> {
     let s = std::str::from_utf8(out).expect("utf-8 output");
     assert!(s.is_empty() || s.ends_with("\n\n"), "{s}");
     s.split_terminator("\n\n")
@@ -49,20 +51,32 @@ fn parse(out: &[u8]) -> Vec<(String, Value)> {
 /// Translates `input` whole, split at every byte and one byte at a time; all
 /// must agree. Returns the parsed events and `finish`.
 fn split_anywhere(from: Wire, to: Wire, input: &str, usage: bool) -> (Vec<(String, Value)>, bool) {
+    split_anywhere_read(parse, from, to, input, usage)
+}
+
+/// [`split_anywhere`] with the client's events read by `read` (each client API has
+/// its own framing checks).
+pub(crate) fn split_anywhere_read(
+    read: fn(&[u8]) -> Vec<(String, Value)>,
+    from: Wire,
+    to: Wire,
+    input: &str,
+    usage: bool,
+) -> (Vec<(String, Value)>, bool) {
     let b = input.as_bytes();
     let (whole, ok) = run(from, to, &[b], usage);
-    let want = parse(&whole);
+    let want = read(&whole);
     for i in 0..=b.len() {
         let (o, k) = run(from, to, &[&b[..i], &b[i..]], usage);
-        assert_eq!((parse(&o), k), (want.clone(), ok), "split at {i}");
+        assert_eq!((read(&o), k), (want.clone(), ok), "split at {i}");
     }
     let bytes: Vec<&[u8]> = b.chunks(1).collect();
     let (o, k) = run(from, to, &bytes, usage);
-    assert_eq!((parse(&o), k), (want.clone(), ok), "byte by byte");
+    assert_eq!((read(&o), k), (want.clone(), ok), "byte by byte");
     (want, ok)
 }
 
-fn data_only(events: &[(String, Value)]) -> Vec<Value> {
+pub(crate) fn data_only(events: &[(String, Value)]) -> Vec<Value> {
     events.iter().map(|(_, v)| v.clone()).collect()
 }
 
