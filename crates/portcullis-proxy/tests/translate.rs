@@ -62,29 +62,6 @@ fn anthropic_messages(model: &str, stream: bool) -> Req {
     gen_for(Dialect::Anthropic, model, stream, Some(64)).key(KeyAt::XApiKey, "sk-a")
 }
 
-/// The JSON of every `data:` line of an SSE body (`[DONE]` as the string "[DONE]").
-fn sse_data(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.trim())
-        .map(|d| {
-            if d == "[DONE]" {
-                json!("[DONE]")
-            } else {
-                serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"))
-            }
-        })
-        .collect()
-}
-
-/// The `event:` names of an SSE body, in order.
-fn sse_events(body: &str) -> Vec<String> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("event:"))
-        .map(|e| e.trim().to_owned())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x1_an_openai_client_is_served_by_an_anthropic_channel() {
     let p = Proxy::start(CONFIG).await;

@@ -87,26 +87,12 @@ fn responses(body: Value) -> Req {
     Req::post("/v1/responses", body.to_string()).key(KeyAt::Bearer, "sk-a")
 }
 
-/// The JSON of every `data:` line of an SSE body (`[DONE]` as the string "[DONE]").
-fn sse_data(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.trim())
-        .map(|d| {
-            if d == "[DONE]" {
-                json!("[DONE]")
-            } else {
-                serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"))
-            }
-        })
-        .collect()
-}
-
-/// The `event:` names of an SSE body, in order.
-fn sse_events(body: &str) -> Vec<String> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("event:"))
-        .map(|e| e.trim().to_owned())
+/// The records of a usage log written so far.
+fn usage_log(log: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .collect()
 }
 
@@ -557,13 +543,7 @@ async fn x1_a_channel_serves_a_public_model_under_its_own_id() {
     let sent = p.fake.stats().last_json_for("/v1/messages").unwrap();
     assert_eq!(sent["model"], "claude-sonnet-4-5-20250929", "{sent}");
     // The usage records name both.
-    let lines = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .collect::<Vec<_>>()
-    };
+    let lines = || usage_log(&log);
     assert!(
         eventually(WAIT, || async { lines().len() == 3 }).await,
         "{:?}",
@@ -716,13 +696,7 @@ async fn x1_an_attempt_is_priced_as_the_model_its_channel_served() {
         .await;
         assert_eq!(r.status, 200, "{model}: {}", r.text());
     }
-    let lines = || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .collect::<Vec<_>>()
-    };
+    let lines = || usage_log(&log);
     assert!(
         eventually(WAIT, || async { lines().len() == 2 }).await,
         "{:?}",

@@ -699,3 +699,28 @@ pub fn reported_tokens(dialect: Dialect, body: &[u8]) -> u64 {
         }
     }
 }
+
+// ------------------------------------------------------------------ SSE bodies
+
+/// The JSON of every `data:` line of an SSE body (`[DONE]` as the string "[DONE]").
+pub fn sse_data(body: &str) -> Vec<serde_json::Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| d.trim())
+        .map(|d| {
+            if d == "[DONE]" {
+                serde_json::json!("[DONE]")
+            } else {
+                serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"))
+            }
+        })
+        .collect()
+}
+
+/// The `event:` names of an SSE body, in order.
+pub fn sse_events(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("event:"))
+        .map(|e| e.trim().to_owned())
+        .collect()
+}
