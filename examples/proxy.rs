@@ -101,6 +101,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut options = BuildOptions {
         limits: !args.bare,
         fake_upstream: None,
+        directory: None,
     };
     let _fake = if uses_fake {
         let fake = FakeUpstream::start_on(args.fake).await?;

@@ -7,10 +7,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// The crates a user can `cargo add` (or `cargo install`).
-const PUBLISHED: [&str; 7] = [
+const PUBLISHED: [&str; 8] = [
     "portcullis",
     "portcullis-core",
     "portcullis-redis",
+    "portcullis-records",
     "portcullis-proxy",
     "portcullis-dialects",
     "portcullis-fake-upstream",

@@ -71,6 +71,10 @@ struct ServeArgs {
     /// list for a Cluster).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// The records database (client keys, tenants, management tokens), overriding
+    /// `[database] url`: `sqlite://PATH` or `postgres://…`.
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
     /// Where the bundled fake upstream listens when a channel uses `fake://`.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     fake_upstream: SocketAddr,
@@ -236,6 +240,9 @@ async fn serve(args: ServeArgs, mut config: Config) -> Result<(), Box<dyn std::e
     if let Some(url) = args.store {
         config.set_store_url(url);
     }
+    if let Some(url) = args.database {
+        config.set_database_url(url);
+    }
     let listen = args.listen.unwrap_or(config.server().listen);
     let serving = ServeOptions::from(config.server());
     let drain = config.server().drain_timeout;
@@ -245,6 +252,7 @@ async fn serve(args: ServeArgs, mut config: Config) -> Result<(), Box<dyn std::e
     let mut options = BuildOptions {
         limits: !args.bare,
         fake_upstream: None,
+        directory: portcullis_proxy::keys::Directory::open(&config).await?,
     };
     let _fake = if config.uses_fake_upstream() {
         let fake = FakeUpstream::start_on(args.fake_upstream).await?;

@@ -45,6 +45,8 @@ pub struct Gateway<St> {
     rejections: crate::pages::RejectionLog,
     /// Where provider-side objects live (kept across reloads, P6).
     homes: Arc<crate::homes::Homes>,
+    /// The records database's keys, tenants and tokens (kept across reloads).
+    directory: Option<Arc<crate::keys::Directory>>,
 }
 
 /// Called with every channel registry the gateway builds (at start and on each
@@ -71,7 +73,16 @@ where
             on_scrape: None,
             rejections: crate::pages::RejectionLog::default(),
             homes: Arc::default(),
+            directory: None,
         }
+    }
+
+    /// Serves the keys of the records database beside the file's, and the key and
+    /// tenant admin routes (`/admin/keys…`, `/admin/tenants…`) on it. Open it with
+    /// [`crate::keys::Directory::open`].
+    pub fn directory(mut self, directory: Arc<crate::keys::Directory>) -> Self {
+        self.directory = Some(directory);
+        self
     }
 
     /// Shares the homes of provider-side objects (Responses API responses, video jobs)
@@ -138,13 +149,18 @@ where
     fn serve_router(self) -> Result<Router, String> {
         let running = self.assemble()?;
         let token = self.config.admin_token.clone();
+        let directory = self.directory.clone();
         let accept_traceparent = self.config.telemetry().accept_traceparent;
         let stack = Arc::new(Stack::new(
             running,
             Box::new(move |config| self.reassemble(config)),
         ));
         // Admin and page routes, then everything else on the running (reloadable) stack.
-        let app = crate::routes::admin::routes(token, stack.clone())
+        let mut app = crate::routes::admin::routes(token.clone(), stack.clone());
+        if let Some(d) = directory {
+            app = app.merge(crate::routes::keys::routes(token, d, stack.clone()));
+        }
+        let app = app
             .merge(crate::pages::routes())
             .fallback_service(Current(stack));
         Ok(app.layer(
@@ -213,6 +229,9 @@ where
             ..self.clone()
         };
         let running = next.assemble()?;
+        if let Some(d) = &next.directory {
+            d.set_config(&next.config);
+        }
         next.seed_balances();
         Ok(running)
     }
@@ -323,7 +342,7 @@ where
             .tasks()
             .iter()
             .map(|(n, t)| (n.clone(), t.budget.clone(), t.owners.clone()));
-        let keys = KeyTable::with_tasks(self.config.keys.clone(), tasks);
+        let keys = KeyTable::serving(self.config.keys.clone(), tasks, self.directory.clone());
         let sink = self.usage_sink()?;
         let auth_keys = keys.clone();
         let native_keys = keys.clone();

@@ -6,12 +6,22 @@ use portcullis_core::{Budget, GatewayCode, LayerKind, Rejection};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Keys by secret. Looked up by hash, so a lookup's time does not depend on how much
-/// of a wrong key matches a right one.
-#[derive(Clone, Default)]
+/// Keys by the keyed hash of their secret: the file's keys, and those of the records
+/// database ([`crate::keys::Directory`]) when there is one. The table holds no secret,
+/// only digests (HMAC-SHA-256: a lookup's time does not depend on how much of a wrong
+/// key matches a right one, and a memory dump shows no key).
+#[derive(Clone)]
 pub struct KeyTable {
-    keys: Arc<HashMap<String, Arc<KeyEntry>>>,
+    keys: Arc<HashMap<portcullis_records::Digest, Arc<KeyEntry>>>,
+    hasher: portcullis_records::Hasher,
+    directory: Option<Arc<crate::keys::Directory>>,
     tasks: Arc<HashMap<String, Task>>,
+}
+
+impl Default for KeyTable {
+    fn default() -> Self {
+        Self::new([], [])
+    }
 }
 
 /// A task budget and the tenants whose keys may name it (empty = any key).
@@ -64,8 +74,31 @@ impl KeyTable {
         keys: impl IntoIterator<Item = (String, KeyEntry)>,
         tasks: impl IntoIterator<Item = (String, Budget, Vec<Arc<str>>)>,
     ) -> Self {
+        Self::serving(keys, tasks, None)
+    }
+
+    /// A table of `keys` and task budgets that also serves the keys of `directory` (the
+    /// records database); all are hashed under the directory's secret, so one digest
+    /// per request finds a key of either kind. Without a directory the file's keys are
+    /// hashed under a secret of this process's own.
+    pub fn serving(
+        keys: impl IntoIterator<Item = (String, KeyEntry)>,
+        tasks: impl IntoIterator<Item = (String, Budget, Vec<Arc<str>>)>,
+        directory: Option<Arc<crate::keys::Directory>>,
+    ) -> Self {
+        let hasher = directory
+            .as_ref()
+            .map_or_else(portcullis_records::Hasher::ephemeral, |d| {
+                d.hasher().clone()
+            });
         Self {
-            keys: Arc::new(keys.into_iter().map(|(k, e)| (k, Arc::new(e))).collect()),
+            keys: Arc::new(
+                keys.into_iter()
+                    .map(|(k, e)| (hasher.digest(&k), Arc::new(e)))
+                    .collect(),
+            ),
+            hasher,
+            directory,
             tasks: Arc::new(
                 tasks
                     .into_iter()
@@ -84,16 +117,25 @@ impl KeyTable {
     }
 
     /// The entry of a request's key, or 40101.
-    pub fn identify(&self, headers: &HeaderMap, uri: &Uri) -> Result<&Arc<KeyEntry>, Rejection> {
+    pub fn identify(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<KeyEntry>, Rejection> {
         client_key(headers, uri)
-            .and_then(|k| self.keys.get(k))
+            .and_then(|k| {
+                let digest = self.hasher.digest(k);
+                match self.keys.get(&digest) {
+                    Some(e) => Some(e.clone()),
+                    None => self
+                        .directory
+                        .as_ref()?
+                        .open_key(&digest, crate::keys::now_ms()),
+                }
+            })
             .ok_or_else(|| Rejection::new(GatewayCode::Unauthenticated, LayerKind::Identity))
     }
 
     /// Puts the key's `Arc<KeyEntry>`, `Subject` and `BillingProfile` (with the task budget
     /// the request names, if any) in the request's extensions.
     pub fn authenticate<B>(&self, mut req: Request<B>) -> Result<Request<B>, Rejection> {
-        let entry = self.identify(req.headers(), req.uri())?.clone();
+        let entry = self.identify(req.headers(), req.uri())?;
         let mut billing = entry.billing.clone();
         if let Some(task) = req.headers().get(TASK_HEADER) {
             // Another tenant's task and an unknown name answer alike (E4).

@@ -29,6 +29,7 @@ pub mod config;
 pub mod docs;
 pub mod forward;
 pub mod homes;
+pub mod keys;
 pub mod metrics;
 pub mod pages;
 pub mod prepare;

@@ -82,6 +82,8 @@ pub struct BuildOptions {
     pub limits: bool,
     /// Where `fake://` channels go ([`crate::Gateway::fake_upstream`]).
     pub fake_upstream: Option<String>,
+    /// The records database's keys ([`crate::Gateway::directory`]).
+    pub directory: Option<std::sync::Arc<crate::keys::Directory>>,
 }
 
 impl Default for BuildOptions {
@@ -89,6 +91,7 @@ impl Default for BuildOptions {
         Self {
             limits: true,
             fake_upstream: None,
+            directory: None,
         }
     }
 }
@@ -270,6 +273,9 @@ impl OpenedStore {
             gateway = gateway.limits(options.limits);
             if let Some(base) = options.fake_upstream {
                 gateway = gateway.fake_upstream(base);
+            }
+            if let Some(d) = options.directory {
+                gateway = gateway.directory(d);
             }
             gateway
         }

@@ -135,6 +135,13 @@ impl Replica {
         self.secrets.values()
     }
 
+    /// Every active management token.
+    pub fn tokens(&self) -> impl Iterator<Item = &TokenRecord> {
+        self.tokens
+            .values()
+            .filter(|t| t.state == crate::spec::KeyState::Active)
+    }
+
     /// Every tenant.
     pub fn tenants(&self) -> impl Iterator<Item = &TenantRecord> {
         self.tenants.values()

@@ -4,7 +4,9 @@
 //! - [`redis`]: a private `redis-server` per test ([`redis::RedisServer`]), with the
 //!   faults of T5 (stop, continue, kill, restart) and `INFO commandstats` parsing;
 //! - [`cluster`]: a private Redis Cluster per test ([`cluster::RedisCluster`]), with its
-//!   faults (failover, kill, freeze, slot migration).
+//!   faults (failover, kill, freeze, slot migration);
+//! - [`postgres`]: a private PostgreSQL server per test ([`postgres::PostgresServer`],
+//!   also re-exported as [`PostgresServer`]), with its faults (kill, stall, restart).
 //!
 //! Only `std` is used. A dev-dependency of the crates whose tests use it
 //! (`portcullis-test-support = { path = "../portcullis-test-support" }`).
@@ -18,4 +20,7 @@
 
 #[path = "../../../tests/support/cluster.rs"]
 pub mod cluster;
+pub mod postgres;
 pub mod redis;
+
+pub use postgres::PostgresServer;

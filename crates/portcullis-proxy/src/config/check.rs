@@ -46,7 +46,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     let too_long = DAY;
     let f = &raw.failover;
-    let checks: [(&str, bool, &str); 11] = [
+    let checks: [(&str, bool, &str); 13] = [
         (
             "failover.max_attempts",
             f.max_attempts == 0 || f.max_attempts > 10,
@@ -96,6 +96,20 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             "store.money_blocks",
             raw.store.money_blocks == Some(true) && !raw.store.blocks,
             "store.money_blocks needs store.blocks = true",
+        ),
+        (
+            "database.poll",
+            raw.database.poll.is_zero() || raw.database.poll > Duration::from_secs(1),
+            "database.poll must be between 1ms and 1s (a change reaches every instance \
+             within one poll at worst)",
+        ),
+        (
+            "database.url",
+            raw.database
+                .url
+                .as_deref()
+                .is_some_and(|u| portcullis_records::Backend::of(u).is_err()),
+            "database.url must be sqlite://PATH or postgres://…",
         ),
         (
             "store.replica_acks",

@@ -22,9 +22,9 @@ mod settings;
 
 pub use check::check_endpoint;
 pub use settings::{
-    DEFAULT_EXPORT_TIMEOUT, FailureModeConfig, ForwardedHeader, ForwardingSettings, LimitSettings,
-    ModelSettings, NEVER_FORWARDED, QueueSettings, ServerSettings, StoreSettings, TaskEntry,
-    TelemetrySettings, UpstreamLimits, Vendor,
+    DEFAULT_EXPORT_TIMEOUT, DatabaseSettings, FailureModeConfig, ForwardedHeader,
+    ForwardingSettings, LimitSettings, ModelSettings, NEVER_FORWARDED, QueueSettings,
+    ServerSettings, StoreSettings, TaskEntry, TelemetrySettings, UpstreamLimits, Vendor,
 };
 
 use portcullis_core::Money;
@@ -80,6 +80,17 @@ pub struct KeyEntry {
     pub native_errors: bool,
     /// The data boundary (X4): the only vendors (as their dialects) the key's requests
     /// may go to, its own and its tenant's lists intersected; `None` = every vendor.
+    pub allowed_vendors: Option<Vec<portcullis_core::Dialect>>,
+}
+
+/// What a tenant of the file gives the keys that name it.
+#[derive(Clone, Debug)]
+pub struct TenantProfile {
+    /// Weight in the capacity queue (Q4).
+    pub weight: u32,
+    /// Its money budgets.
+    pub budgets: Vec<portcullis_core::Budget>,
+    /// Its data boundary (X4).
     pub allowed_vendors: Option<Vec<portcullis_core::Dialect>>,
 }
 

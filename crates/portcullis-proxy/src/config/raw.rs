@@ -396,6 +396,8 @@ pub(super) struct RawConfig {
     pub(super) server: ServerConfig,
     /// Store settings.
     pub(super) store: StoreSettings,
+    /// The records database.
+    pub(super) database: super::settings::DatabaseSettings,
     /// User-policy layer settings.
     pub(super) limits: LimitSettings,
     /// Capacity queue settings.

@@ -126,8 +126,21 @@ fn settings(raw: RawConfig, policies: BTreeMap<String, Arc<Policy>>) -> Settings
             .iter()
             .map(|(name, t)| (name.clone(), task(name, t)))
             .collect(),
+        tenant_profiles: raw
+            .tenants
+            .iter()
+            .map(|(name, t)| {
+                let profile = super::TenantProfile {
+                    weight: t.weight.unwrap_or(1),
+                    budgets: tenant_budgets(name, t),
+                    allowed_vendors: data_boundary(None, t.allowed_vendors.as_deref()),
+                };
+                (name.clone(), profile)
+            })
+            .collect(),
         policies,
         store: raw.store,
+        database: raw.database,
         limits: raw.limits,
         queue: raw.queue,
         forwarding: raw.forwarding,

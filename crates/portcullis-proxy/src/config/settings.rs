@@ -9,8 +9,8 @@
 //! secrets, environment variables and places left behind), `[failover]` into the
 //! layer's own [`FailoverConfig`](portcullis::failover::FailoverConfig).
 
-use super::Config;
 use super::raw::{self, duration, optional_duration};
+use super::{Config, TenantProfile};
 use portcullis_core::{Budget, Dialect, Money, Policy, Price};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -25,6 +25,7 @@ use std::time::Duration;
 pub(super) struct Settings {
     pub(super) server: ServerSettings,
     pub(super) store: StoreSettings,
+    pub(super) database: DatabaseSettings,
     pub(super) limits: LimitSettings,
     pub(super) queue: QueueSettings,
     pub(super) failover: portcullis::failover::FailoverConfig,
@@ -33,6 +34,7 @@ pub(super) struct Settings {
     pub(super) policies: BTreeMap<String, Arc<Policy>>,
     pub(super) tenants: BTreeMap<String, Money>,
     pub(super) tasks: BTreeMap<String, TaskEntry>,
+    pub(super) tenant_profiles: BTreeMap<String, TenantProfile>,
     pub(super) models: BTreeMap<String, ModelSettings>,
     pub(super) vendors: BTreeMap<String, UpstreamLimits>,
 }
@@ -52,6 +54,16 @@ impl Config {
     /// is checked when the store is opened.
     pub fn set_store_url(&mut self, url: impl Into<String>) {
         self.settings.store.url = url.into();
+    }
+
+    /// `[database]`: the records database.
+    pub fn database(&self) -> &DatabaseSettings {
+        &self.settings.database
+    }
+
+    /// Points `[database] url` elsewhere (a `--database` given on the command line).
+    pub fn set_database_url(&mut self, url: impl Into<String>) {
+        self.settings.database.url = Some(url.into());
     }
 
     /// `[limits]`: the user-policy layers' settings.
@@ -93,6 +105,12 @@ impl Config {
     /// balance is kept).
     pub fn tenants(&self) -> &BTreeMap<String, Money> {
         &self.settings.tenants
+    }
+
+    /// `[tenants]`: what a tenant of the file gives the keys that name it (also keys
+    /// of the records database).
+    pub fn tenant_profiles(&self) -> &BTreeMap<String, TenantProfile> {
+        &self.settings.tenant_profiles
     }
 
     /// The task budgets by name (B3, E4).
@@ -175,6 +193,34 @@ impl From<FailureModeConfig> for portcullis::FailureMode {
             // should the local store ever fail, admit.
             FailureModeConfig::Open | FailureModeConfig::Local => portcullis::FailureMode::Open,
             FailureModeConfig::Closed => portcullis::FailureMode::Closed,
+        }
+    }
+}
+
+/// `[database]`: where client keys, tenants and management tokens are kept (beside the
+/// file's own keys), and how fast every instance follows their changes.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://PATH` (relative to the configuration file) or `postgres://…`; absent =
+    /// no database (the file's keys only).
+    pub url: Option<String>,
+    /// The environment variable holding the secret keys are hashed with (at least 16
+    /// bytes). Unset on SQLite: a secret file beside the database (`PATH.hash-secret`,
+    /// created on first start); PostgreSQL requires it (every instance must hash alike).
+    pub hash_secret_env: String,
+    /// The safety-net poll of the database's revision (changes also arrive by
+    /// notification on PostgreSQL); at most 1 s.
+    #[serde(deserialize_with = "duration")]
+    pub poll: Duration,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            hash_secret_env: "PORTCULLIS_KEY_HASH_SECRET".into(),
+            poll: Duration::from_millis(250),
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod api;
+pub(crate) mod keys;
 pub(crate) mod ops;
 
 use axum::extract::Request;

@@ -171,6 +171,7 @@ pub async fn serve_opened(config: Config, fake_base: String) -> (SocketAddr, Joi
             BuildOptions {
                 limits: true,
                 fake_upstream: Some(fake_base),
+                directory: None,
             },
         )
         .await

@@ -1,0 +1,803 @@
+//! The records admin routes (`/admin/keys…`, `/admin/tenants…`, `/admin/audit`): keys
+//! and tenants of the records database, managed while the gateway runs. Thin: the
+//! checks that need no configuration are `portcullis_records::check_key` and
+//! `check_tenant`; those that do (a policy, a tenant, a model that must exist) are
+//! here; every write is one `Records` call, then this instance follows it at once.
+//!
+//! The admin token may do everything. A tenant's management token (`POST
+//! /admin/tenants/{name}/tokens`) may use the key routes for its own tenant's keys only:
+//! another tenant's key answers 404, as an unknown one does, and a key it creates or
+//! changes stays in its tenant.
+
+// The helpers' error is the handler's answer itself (a 400 naming the field, a 404, a
+// 503): it is returned at once, never carried, so its size costs nothing.
+#![allow(clippy::result_large_err)]
+
+use crate::keys::{Directory, now_ms};
+use crate::running::Stack;
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use portcullis::core::BillingStore;
+use portcullis_records::{
+    BudgetSpec, KeyRecord, KeySpec, NewKey, RecordsError, SubscriptionSpec, TenantSpec,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+struct Keys<St> {
+    token: Option<String>,
+    directory: Arc<Directory>,
+    stack: Arc<Stack<St>>,
+}
+
+/// Who calls: the admin token, or a tenant's management token.
+struct Caller {
+    actor: String,
+    scope: Option<String>,
+}
+
+/// The routes on `directory`, behind the admin token (none: 404 as every admin route).
+pub(crate) fn routes<St: BillingStore>(
+    token: Option<String>,
+    directory: Arc<Directory>,
+    stack: Arc<Stack<St>>,
+) -> Router {
+    let state = Arc::new(Keys {
+        token,
+        directory,
+        stack,
+    });
+    Router::new()
+        .route("/admin/keys", post(create_key::<St>).get(list_keys::<St>))
+        .route(
+            "/admin/keys/{id}",
+            get(get_key::<St>)
+                .patch(patch_key::<St>)
+                .delete(revoke_key::<St>),
+        )
+        .route("/admin/keys/{id}/rotate", post(rotate_key::<St>))
+        .route(
+            "/admin/tenants",
+            post(create_tenant::<St>).get(list_tenants::<St>),
+        )
+        .route(
+            "/admin/tenants/{name}",
+            axum::routing::patch(patch_tenant::<St>),
+        )
+        .route("/admin/tenants/{name}/top-up", post(top_up::<St>))
+        .route("/admin/tenants/{name}/tokens", post(create_token::<St>))
+        .route("/admin/audit", get(audit::<St>))
+        .with_state(state)
+}
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+fn refused(status: StatusCode, message: impl Into<String>) -> Response {
+    answer(status, json!({"error": {"message": message.into()}}))
+}
+
+fn invalid(field: &str, reason: impl std::fmt::Display) -> Response {
+    answer(
+        StatusCode::BAD_REQUEST,
+        json!({"error": {"message": format!("{field}: {reason}"), "field": field}}),
+    )
+}
+
+fn records_error(e: RecordsError) -> Response {
+    match e {
+        RecordsError::Unavailable(why) => {
+            tracing::warn!(error = %why, "a records change was refused: the database is unavailable");
+            let mut r = refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The records database is unavailable: nothing was changed. Keys already \
+                 known are still served. Retry later.",
+            );
+            r.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            r
+        }
+        RecordsError::NotFound => refused(StatusCode::NOT_FOUND, "No such record."),
+        RecordsError::Conflict(m) => refused(StatusCode::CONFLICT, m),
+        RecordsError::Invalid(i) => invalid(i.field, i.reason),
+        RecordsError::Schema(m) => {
+            tracing::error!(error = %m, "the records database answered an error");
+            refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The records database answered an error.",
+            )
+        }
+    }
+}
+
+impl<St> Keys<St> {
+    /// The caller, or the answer to one who may not call.
+    fn caller(&self, req: &Request, tenants_allowed: bool) -> Result<Caller, Response> {
+        let Some(token) = &self.token else {
+            return Err(refused(StatusCode::NOT_FOUND, "No such route."));
+        };
+        if super::bearer_is(req, token) {
+            return Ok(Caller {
+                actor: "admin".into(),
+                scope: None,
+            });
+        }
+        let bearer = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match bearer.and_then(|b| self.directory.token(&self.directory.hasher().digest(b))) {
+            Some(t) if tenants_allowed => Ok(Caller {
+                actor: format!("token:{}", t.id),
+                scope: Some(t.tenant),
+            }),
+            Some(_) => Err(refused(
+                StatusCode::FORBIDDEN,
+                "A tenant's management token may use the key routes only.",
+            )),
+            None => Err(refused(StatusCode::UNAUTHORIZED, "Admin token required.")),
+        }
+    }
+}
+
+/// A key as the API takes it (create, and a patch overlaid on the stored key).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct KeyBody {
+    label: String,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    rpm: Option<u32>,
+    #[serde(default)]
+    concurrency: Option<u32>,
+    #[serde(default)]
+    spend_cap: Option<i64>,
+    #[serde(default)]
+    models: Vec<String>,
+    #[serde(default)]
+    subscription: Option<SubscriptionBody>,
+    /// RFC 3339.
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    errors: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct SubscriptionBody {
+    policy: String,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    pay_as_you_go: bool,
+}
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .to_string()
+}
+
+fn parse_time(field: &'static str, s: &str) -> Result<u64, Response> {
+    humantime::parse_rfc3339_weak(s)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .ok_or_else(|| invalid(field, format!("{s:?} is not an RFC 3339 time")))
+}
+
+impl KeyBody {
+    fn of(k: &KeyRecord) -> Self {
+        Self {
+            label: k.label.clone(),
+            tenant: k.tenant.clone(),
+            policy: k.spec.policy.clone(),
+            rpm: k.spec.rpm,
+            concurrency: k.spec.concurrency,
+            spend_cap: k.spec.spend_cap,
+            models: k.spec.models.clone(),
+            subscription: k.spec.subscription.as_ref().map(|s| SubscriptionBody {
+                policy: s.policy.clone(),
+                expires_at: s.expires_at.map(rfc3339),
+                pay_as_you_go: s.pay_as_you_go,
+            }),
+            expires_at: k.expires_at.map(rfc3339),
+            errors: k.spec.errors.clone(),
+        }
+    }
+
+    /// The key this body describes, checked against the running configuration and the
+    /// database's tenants.
+    fn into_key(
+        self,
+        config: &crate::config::Config,
+        db_tenants: &[String],
+    ) -> Result<NewKey, Response> {
+        let policy_known = |field: &'static str, p: &str| {
+            if config.policies().contains_key(p) {
+                Ok(())
+            } else {
+                Err(invalid(field, format!("unknown policy {p:?}")))
+            }
+        };
+        if let Some(p) = &self.policy {
+            policy_known("policy", p)?;
+        }
+        if let Some(t) = &self.tenant {
+            if !config.tenant_profiles().contains_key(t) && !db_tenants.contains(t) {
+                return Err(invalid("tenant", format!("unknown tenant {t:?}")));
+            }
+        }
+        for m in &self.models {
+            if !config.models().contains_key(m) {
+                return Err(invalid("models", format!("unknown model {m:?}")));
+            }
+        }
+        let subscription = match self.subscription {
+            None => None,
+            Some(s) => {
+                policy_known("subscription", &s.policy)?;
+                Some(SubscriptionSpec {
+                    policy: s.policy,
+                    expires_at: s
+                        .expires_at
+                        .as_deref()
+                        .map(|t| parse_time("subscription", t))
+                        .transpose()?,
+                    pay_as_you_go: s.pay_as_you_go,
+                })
+            }
+        };
+        let expires_at = self
+            .expires_at
+            .as_deref()
+            .map(|t| parse_time("expires_at", t))
+            .transpose()?;
+        let key = NewKey {
+            label: self.label,
+            tenant: self.tenant,
+            spec: KeySpec {
+                policy: self.policy,
+                rpm: self.rpm,
+                concurrency: self.concurrency,
+                spend_cap: self.spend_cap,
+                models: self.models,
+                subscription,
+                errors: self.errors,
+            },
+            expires_at,
+        };
+        portcullis_records::check_key(&key.label, key.tenant.as_deref(), &key.spec)
+            .map_err(|i| invalid(i.field, i.reason))?;
+        Ok(key)
+    }
+}
+
+/// A key as the API shows it: never a secret (no record holds one).
+fn shown(k: &KeyRecord) -> Value {
+    let mut v = serde_json::to_value(KeyBody::of(k)).unwrap_or_default();
+    v["id"] = json!(k.id);
+    v["state"] = json!(k.state);
+    v["created_at"] = json!(rfc3339(k.created_at));
+    v["updated_at"] = json!(rfc3339(k.updated_at));
+    v["revision"] = json!(k.revision);
+    v
+}
+
+/// The JSON body of a request (at most 64 KiB), or the 400 saying why not.
+async fn body<T: serde::de::DeserializeOwned>(req: Request) -> Result<T, Response> {
+    let bytes = axum::body::to_bytes(req.into_body(), 64 * 1024)
+        .await
+        .map_err(|_| refused(StatusCode::PAYLOAD_TOO_LARGE, "The body is over 64 KiB."))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        // serde names the field it could not take ("unknown field `x`", "invalid type
+        // … at line 1 column 9").
+        refused(StatusCode::BAD_REQUEST, format!("Bad JSON body: {e}"))
+    })
+}
+
+async fn db_tenants(d: &Directory) -> Result<Vec<String>, Response> {
+    Ok(d.records()
+        .tenants()
+        .await
+        .map_err(records_error)?
+        .into_iter()
+        .map(|t| t.name)
+        .collect())
+}
+
+async fn create_key<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
+    let caller = match s.caller(&req, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let mut b: KeyBody = match body(req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    if let Some(scope) = &caller.scope {
+        match &b.tenant {
+            Some(t) if t != scope => {
+                return invalid(
+                    "tenant",
+                    "a tenant's token creates keys of its own tenant only",
+                );
+            }
+            _ => b.tenant = Some(scope.clone()),
+        }
+    }
+    let tenants = match db_tenants(&s.directory).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let key = match b.into_key(&s.stack.load().config, &tenants) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    match s
+        .directory
+        .records()
+        .create_key(&caller.actor, key, now_ms())
+        .await
+    {
+        Ok((k, secret)) => {
+            s.directory.changed();
+            tracing::info!(key = %k.id, tenant = ?k.tenant, actor = %caller.actor, "key created");
+            let mut v = shown(&k);
+            // The secret, this once: it is not stored and never shown again.
+            v["key"] = json!(secret.expose());
+            answer(StatusCode::CREATED, v)
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    tenant: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list_keys<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Query(q): Query<ListQuery>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let tenant = caller.scope.clone().or(q.tenant);
+    let limit = q
+        .limit
+        .unwrap_or(100)
+        .clamp(1, portcullis_records::PAGE_MAX);
+    match s
+        .directory
+        .records()
+        .keys(tenant.as_deref(), q.cursor.as_deref(), limit)
+        .await
+    {
+        Ok(page) => {
+            let next = (page.len() == limit as usize).then(|| page.last().map(|k| k.id.clone()));
+            let mut v = json!({
+                "keys": page.iter().map(shown).collect::<Vec<_>>(),
+                "next_cursor": next.flatten(),
+            });
+            // The file's keys, read-only, on the admin's first page.
+            if caller.scope.is_none() && q.cursor.is_none() {
+                let config = &s.stack.load().config;
+                let file: Vec<Value> = config
+                    .keys
+                    .values()
+                    .filter(|e| tenant.is_none() || e.subject.tenant.as_deref() == tenant.as_deref())
+                    .map(|e| json!({"label": &*e.label, "tenant": e.subject.tenant.as_deref(), "static": true}))
+                    .collect();
+                v["static_keys"] = json!(file);
+            }
+            answer(StatusCode::OK, v)
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+async fn get_key<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    match s
+        .directory
+        .records()
+        .key(&id, caller.scope.as_deref())
+        .await
+    {
+        Ok(k) => answer(StatusCode::OK, shown(&k)),
+        Err(e) => records_error(e),
+    }
+}
+
+async fn patch_key<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let patch: serde_json::Map<String, Value> = match body(req).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if caller.scope.is_some() && patch.contains_key("tenant") {
+        return invalid(
+            "tenant",
+            "a tenant's token cannot move a key to another tenant",
+        );
+    }
+    let records = s.directory.records();
+    let stored = match records.key(&id, caller.scope.as_deref()).await {
+        Ok(k) => k,
+        Err(e) => return records_error(e),
+    };
+    // The patch over the stored key: a field given replaces, `null` clears.
+    let mut merged = serde_json::to_value(KeyBody::of(&stored)).unwrap_or_default();
+    for (k, v) in patch {
+        merged[k] = v;
+    }
+    let b: KeyBody = match serde_json::from_value(merged) {
+        Ok(b) => b,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, format!("Bad JSON body: {e}")),
+    };
+    let tenants = match db_tenants(&s.directory).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let key = match b.into_key(&s.stack.load().config, &tenants) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let result = records
+        .update_key(&caller.actor, &id, caller.scope.as_deref(), now_ms(), |k| {
+            k.label = key.label;
+            k.tenant = key.tenant;
+            k.spec = key.spec;
+            k.expires_at = key.expires_at;
+            Ok(())
+        })
+        .await;
+    match result {
+        Ok(k) => {
+            s.directory.changed();
+            answer(StatusCode::OK, shown(&k))
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rotate {
+    #[serde(default)]
+    grace_seconds: u64,
+}
+
+async fn rotate_key<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let r: Rotate = match body(req).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if r.grace_seconds > 30 * 24 * 3600 {
+        return invalid("grace_seconds", "at most 30 days");
+    }
+    let grace = r.grace_seconds * 1000;
+    match s
+        .directory
+        .records()
+        .rotate_key(&caller.actor, &id, caller.scope.as_deref(), grace, now_ms())
+        .await
+    {
+        Ok(secret) => {
+            s.directory.changed();
+            answer(
+                StatusCode::OK,
+                json!({"id": id, "key": secret.expose(), "old_key_valid_for_seconds": r.grace_seconds}),
+            )
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+async fn revoke_key<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, true) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    match s
+        .directory
+        .records()
+        .revoke_key(&caller.actor, &id, caller.scope.as_deref(), now_ms())
+        .await
+    {
+        Ok(k) => {
+            s.directory.changed();
+            tracing::info!(key = %k.id, actor = %caller.actor, "key revoked");
+            answer(StatusCode::OK, shown(&k))
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantBody {
+    name: String,
+    #[serde(default)]
+    balance: Option<i64>,
+    #[serde(default)]
+    weight: Option<u32>,
+    #[serde(default)]
+    budgets: Vec<BudgetSpec>,
+}
+
+async fn create_tenant<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
+    let caller = match s.caller(&req, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let b: TenantBody = match body(req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    if s.stack
+        .load()
+        .config
+        .tenant_profiles()
+        .contains_key(&b.name)
+    {
+        return refused(
+            StatusCode::CONFLICT,
+            format!("tenant {:?} is a tenant of the configuration file", b.name),
+        );
+    }
+    if b.balance.is_some_and(|v| v < 0) {
+        return invalid("balance", "must not be negative");
+    }
+    let spec = TenantSpec {
+        weight: b.weight,
+        budgets: b.budgets,
+    };
+    let t = match s
+        .directory
+        .records()
+        .create_tenant(&caller.actor, &b.name, spec, now_ms())
+        .await
+    {
+        Ok(t) => t,
+        Err(e) => return records_error(e),
+    };
+    s.directory.changed();
+    let store = s.stack.load().live.store.clone();
+    let balance = b.balance.unwrap_or(0);
+    if let Err(e) = store.seed_balance(&t.name, balance).await {
+        tracing::error!(tenant = %t.name, error = %e, "seeding a new tenant's balance failed");
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Tenant {:?} was created, but the store did not take its balance: set it with PUT /admin/tenants/{}/balance.",
+                t.name, t.name
+            ),
+        );
+    }
+    let mut v = serde_json::to_value(&t).unwrap_or_default();
+    v["balance"] = json!(balance);
+    answer(StatusCode::CREATED, v)
+}
+
+async fn list_tenants<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
+    if let Err(r) = s.caller(&req, false) {
+        return r;
+    }
+    let tenants = match s.directory.records().tenants().await {
+        Ok(t) => t,
+        Err(e) => return records_error(e),
+    };
+    let running = s.stack.load();
+    let mut out = Vec::new();
+    for name in tenants
+        .iter()
+        .map(|t| t.name.clone())
+        .chain(running.config.tenant_profiles().keys().cloned())
+    {
+        let nobody = portcullis::core::SubjectKey::new("");
+        let balance = running
+            .live
+            .store
+            .account(Some(&name), &nobody, &[])
+            .await
+            .ok()
+            .and_then(|a| a.balance);
+        let from_file = running.config.tenant_profiles().contains_key(&name);
+        out.push(json!({"name": name, "balance": balance, "static": from_file}));
+    }
+    answer(StatusCode::OK, json!({"tenants": out}))
+}
+
+async fn patch_tenant<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(name): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Patch {
+        #[serde(default)]
+        weight: Option<u32>,
+        #[serde(default)]
+        budgets: Option<Vec<BudgetSpec>>,
+    }
+    let p: Patch = match body(req).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let result = s
+        .directory
+        .records()
+        .update_tenant(&caller.actor, &name, now_ms(), |spec| {
+            if p.weight.is_some() {
+                spec.weight = p.weight;
+            }
+            if let Some(b) = p.budgets {
+                spec.budgets = b;
+            }
+            Ok(())
+        })
+        .await;
+    match result {
+        Ok(t) => {
+            s.directory.changed();
+            answer(StatusCode::OK, serde_json::to_value(&t).unwrap_or_default())
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+async fn tenant_known<St>(s: &Keys<St>, name: &str) -> Result<(), Response> {
+    if s.stack.load().config.tenant_profiles().contains_key(name) {
+        return Ok(());
+    }
+    let tenants = db_tenants(&s.directory).await?;
+    if tenants.iter().any(|t| t == name) {
+        Ok(())
+    } else {
+        Err(refused(
+            StatusCode::NOT_FOUND,
+            format!("No tenant {name:?}."),
+        ))
+    }
+}
+
+async fn top_up<St: BillingStore>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(name): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TopUp {
+        amount: i64,
+    }
+    let t: TopUp = match body(req).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    if t.amount <= 0 {
+        return invalid("amount", "must be a positive number of minor units");
+    }
+    if let Err(r) = tenant_known(&s, &name).await {
+        return r;
+    }
+    // The audit row first: a top-up the database could not record is not made.
+    let detail = json!({"amount": t.amount}).to_string();
+    if let Err(e) = s
+        .directory
+        .records()
+        .note(&caller.actor, "tenant.top-up", &name, detail, now_ms())
+        .await
+    {
+        return records_error(e);
+    }
+    let store = s.stack.load().live.store.clone();
+    match store.credit(&name, t.amount).await {
+        Ok(balance) => {
+            tracing::info!(tenant = %name, amount = t.amount, balance, "tenant topped up");
+            answer(
+                StatusCode::OK,
+                json!({"tenant": name, "amount": t.amount, "balance": balance}),
+            )
+        }
+        Err(e) => {
+            tracing::error!(tenant = %name, error = %e, "a top-up was recorded but the store did not take it");
+            refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The store did not take the top-up; retry it.",
+            )
+        }
+    }
+}
+
+async fn create_token<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Path(name): Path<String>,
+    req: Request,
+) -> Response {
+    let caller = match s.caller(&req, false) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if let Err(r) = tenant_known(&s, &name).await {
+        return r;
+    }
+    match s
+        .directory
+        .records()
+        .create_token(&caller.actor, &name, now_ms())
+        .await
+    {
+        Ok((id, secret)) => {
+            s.directory.changed();
+            answer(
+                StatusCode::CREATED,
+                json!({"id": id, "tenant": name, "token": secret.expose()}),
+            )
+        }
+        Err(e) => records_error(e),
+    }
+}
+
+async fn audit<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
+    if let Err(r) = s.caller(&req, false) {
+        return r;
+    }
+    match s.directory.records().audit(200).await {
+        Ok(rows) => answer(StatusCode::OK, json!({"audit": rows})),
+        Err(e) => records_error(e),
+    }
+}

@@ -1,0 +1,486 @@
+//! The records on both databases: every case runs on an SQLite file and on a PostgreSQL
+//! server of the test's own (started on a free port as an unprivileged user).
+
+use portcullis_records::{
+    Backend, Follower, Hasher, KeySpec, KeyState, NewKey, Records, RecordsError, Replica,
+    TenantSpec,
+};
+use portcullis_test_support::postgres::PostgresServer;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Generous: these tests are about what arrives, not how fast.
+const GENEROUS: Duration = Duration::from_secs(10);
+
+fn hasher() -> Hasher {
+    Hasher::new(b"test-hash-secret-0123456789").unwrap()
+}
+
+struct Db {
+    url: String,
+    _dir: Option<TempDir>,
+    pg: Option<PostgresServer>,
+}
+
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn sqlite() -> Db {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pcx-records-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    Db {
+        url: format!("sqlite://{}", dir.join("records.db").display()),
+        _dir: Some(TempDir(dir)),
+        pg: None,
+    }
+}
+
+fn postgres() -> Db {
+    let pg = PostgresServer::start();
+    Db {
+        url: pg.url(),
+        _dir: None,
+        pg: Some(pg),
+    }
+}
+
+async fn open(db: &Db) -> Records {
+    Records::open(&db.url, hasher()).await.expect("open")
+}
+
+fn key(label: &str, tenant: Option<&str>) -> NewKey {
+    NewKey {
+        label: label.into(),
+        tenant: tenant.map(Into::into),
+        spec: KeySpec {
+            rpm: Some(60),
+            concurrency: Some(2),
+            ..KeySpec::default()
+        },
+        expires_at: None,
+    }
+}
+
+/// Runs `case` on SQLite and on PostgreSQL.
+macro_rules! both {
+    ($name:ident, $case:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$case(super::sqlite()).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$case(super::postgres()).await;
+            }
+        }
+    };
+}
+
+/// K1: migrations apply to an empty database; reopening applies nothing twice and loses
+/// nothing.
+async fn migrations_apply_from_empty_and_a_reopen_keeps_everything(db: Db) {
+    let r = open(&db).await;
+    let (k, _) = r.create_key("admin", key("a", None), 1).await.unwrap();
+    r.create_tenant("admin", "acme", TenantSpec::default(), 1)
+        .await
+        .unwrap();
+    r.close().await;
+    let r = open(&db).await;
+    let c = r.changes_since(0).await.unwrap();
+    assert_eq!(c.keys, vec![k]);
+    assert_eq!(c.tenants.len(), 1);
+    assert_eq!(c.revision, 2);
+}
+both!(
+    k1_migrations_apply_from_empty_and_a_reopen_keeps_everything,
+    migrations_apply_from_empty_and_a_reopen_keeps_everything
+);
+
+/// K1: a database of a newer schema than this build knows stops the open, naming it.
+async fn a_newer_schema_stops_the_open(db: Db) {
+    open(&db).await.close().await;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let future = match Backend::of(&db.url).unwrap() {
+        Backend::Sqlite => {
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (9999, 'future', 1, x'00', 0)"
+        }
+        Backend::Postgres => {
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (9999, 'future', TRUE, '\\x00'::bytea, 0)"
+        }
+    };
+    sqlx::query(future).execute(&pool).await.unwrap();
+    pool.close().await;
+    match Records::open(&db.url, hasher()).await {
+        Err(RecordsError::Schema(m)) => {
+            assert!(m.contains("9999") && m.contains("newer"), "{m}")
+        }
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+}
+both!(
+    k1_a_newer_schema_stops_the_open,
+    a_newer_schema_stops_the_open
+);
+
+/// K1: a file that is not a database stops the open with an error naming it.
+#[tokio::test]
+async fn k1_a_file_that_is_not_a_database_stops_the_open() {
+    let db = sqlite();
+    let path = db.url.strip_prefix("sqlite://").unwrap();
+    std::fs::write(path, vec![0x42u8; 8192]).unwrap();
+    let e = Records::open(&db.url, hasher())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("records.db"), "{e}");
+}
+
+/// K2: only the keyed hash of a secret is stored; the secret opens the key through it.
+async fn only_the_hash_of_a_secret_is_stored(db: Db) {
+    let r = open(&db).await;
+    let (k, secret) = r
+        .create_key("admin", key("a", Some("acme")), 1)
+        .await
+        .unwrap();
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    use sqlx::Row;
+    for table in ["pcx_keys", "pcx_key_secrets", "pcx_audit"] {
+        let rows = sqlx::query(&format!("SELECT * FROM {table}"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert!(!rows.is_empty());
+        for row in rows {
+            for i in 0..row.len() {
+                let v: Option<String> = row.try_get(i).ok().flatten();
+                assert!(
+                    !v.unwrap_or_default().contains(&secret.expose()[7..]),
+                    "{table} holds the secret"
+                );
+            }
+        }
+    }
+    let hash: String = sqlx::query_scalar("SELECT hash FROM pcx_key_secrets")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(hash, hasher().digest(secret.expose()).to_hex());
+    let mut replica = Replica::default();
+    replica.apply(r.changes_since(0).await.unwrap());
+    assert_eq!(
+        replica
+            .open(&hasher().digest(secret.expose()), 2)
+            .map(|k| &k.id),
+        Some(&k.id)
+    );
+    assert!(replica.open(&hasher().digest("sk-pcx-guess"), 2).is_none());
+}
+both!(
+    k2_only_the_hash_of_a_secret_is_stored,
+    only_the_hash_of_a_secret_is_stored
+);
+
+/// K3/K4: a second instance catches up by revision: creation, a lowered limit and a
+/// revocation made on one reach the other's replica; a revoked key cannot be changed.
+async fn a_second_instance_catches_up_by_revision(db: Db) {
+    let a = open(&db).await;
+    let b = open(&db).await;
+    let mut replica = Replica::default();
+    replica.apply(b.changes_since(0).await.unwrap());
+    let (k, secret) = a.create_key("admin", key("a", None), 1).await.unwrap();
+    let digest = hasher().digest(secret.expose());
+    assert!(replica.open(&digest, 2).is_none());
+    replica.apply(b.changes_since(replica.revision()).await.unwrap());
+    assert_eq!(replica.open(&digest, 2).unwrap().spec.rpm, Some(60));
+    a.update_key("admin", &k.id, None, 3, |k| {
+        k.spec.rpm = Some(5);
+        Ok(())
+    })
+    .await
+    .unwrap();
+    replica.apply(b.changes_since(replica.revision()).await.unwrap());
+    assert_eq!(replica.open(&digest, 4).unwrap().spec.rpm, Some(5));
+    a.revoke_key("admin", &k.id, None, 5).await.unwrap();
+    let c = b.changes_since(replica.revision()).await.unwrap();
+    assert_eq!(c.keys.len(), 1, "only the revoked row is read again");
+    replica.apply(c);
+    assert!(replica.open(&digest, 6).is_none());
+    let again = a.update_key("admin", &k.id, None, 7, |_| Ok(())).await;
+    assert!(matches!(again, Err(RecordsError::Conflict(_))), "{again:?}");
+    let audit = a.audit(10).await.unwrap();
+    let actions: Vec<_> = audit.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(actions, ["key.revoke", "key.update", "key.create"]);
+    assert!(audit.iter().all(|r| r.actor == "admin" && r.target == k.id));
+}
+both!(
+    k4_a_second_instance_catches_up_by_revision,
+    a_second_instance_catches_up_by_revision
+);
+
+/// K3: a patch is checked (400 naming the field) and a tenant's scope hides other
+/// tenants' keys (not found); pages follow the id cursor.
+async fn patches_are_checked_scopes_hide_and_pages_follow_the_cursor(db: Db) {
+    let r = open(&db).await;
+    let (a, _) = r
+        .create_key("admin", key("a", Some("acme")), 1)
+        .await
+        .unwrap();
+    let (b, _) = r
+        .create_key("admin", key("b", Some("other")), 1)
+        .await
+        .unwrap();
+    let bad = r
+        .update_key("admin", &a.id, None, 2, |k| {
+            k.spec.rpm = Some(0);
+            Ok(())
+        })
+        .await;
+    assert!(
+        matches!(&bad, Err(RecordsError::Invalid(i)) if i.field == "rpm"),
+        "{bad:?}"
+    );
+    assert_eq!(
+        r.key(&a.id, None).await.unwrap().spec.rpm,
+        Some(60),
+        "nothing written"
+    );
+    assert_eq!(
+        r.key(&b.id, Some("acme")).await,
+        Err(RecordsError::NotFound)
+    );
+    assert!(matches!(
+        r.revoke_key("t", &b.id, Some("acme"), 2).await,
+        Err(RecordsError::NotFound)
+    ));
+    assert!(matches!(
+        r.rotate_key("t", &b.id, Some("acme"), 0, 2).await,
+        Err(RecordsError::NotFound)
+    ));
+    assert_eq!(r.key(&b.id, None).await.unwrap().state, KeyState::Active);
+    for i in 0..5 {
+        r.create_key("admin", key(&format!("p{i}"), Some("acme")), 1)
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = r.keys(Some("acme"), cursor.as_deref(), 2).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 2);
+        cursor = page.last().map(|k| k.id.clone());
+        seen.extend(page.into_iter().map(|k| k.id));
+    }
+    assert_eq!(seen.len(), 6, "every key of acme once: {seen:?}");
+    assert!(!seen.contains(&b.id));
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted);
+}
+both!(
+    k3_patches_are_checked_scopes_hide_and_pages_follow_the_cursor,
+    patches_are_checked_scopes_hide_and_pages_follow_the_cursor
+);
+
+/// K5: after a rotation the old secret opens the key until the grace ends, the new one
+/// from the start.
+async fn rotation_keeps_the_old_secret_through_its_grace(db: Db) {
+    let r = open(&db).await;
+    let (k, old) = r.create_key("admin", key("a", None), 1_000).await.unwrap();
+    let new = r
+        .rotate_key("admin", &k.id, None, 30_000, 10_000)
+        .await
+        .unwrap();
+    let mut replica = Replica::default();
+    replica.apply(r.changes_since(0).await.unwrap());
+    let (old, new) = (hasher().digest(old.expose()), hasher().digest(new.expose()));
+    assert!(replica.open(&old, 39_999).is_some());
+    assert!(replica.open(&old, 40_000).is_none());
+    assert!(replica.open(&new, 40_000).is_some());
+    // A second rotation with no grace ends both older secrets at once.
+    let newest = r.rotate_key("admin", &k.id, None, 0, 20_000).await.unwrap();
+    replica.apply(r.changes_since(replica.revision()).await.unwrap());
+    assert!(replica.open(&old, 20_000).is_none() && replica.open(&new, 20_000).is_none());
+    assert!(
+        replica
+            .open(&hasher().digest(newest.expose()), 20_000)
+            .is_some()
+    );
+}
+both!(
+    k5_rotation_keeps_the_old_secret_through_its_grace,
+    rotation_keeps_the_old_secret_through_its_grace
+);
+
+/// K6: a management token opens its tenant, and nothing else.
+async fn tokens_name_their_tenant(db: Db) {
+    let r = open(&db).await;
+    r.create_tenant("admin", "acme", TenantSpec::default(), 1)
+        .await
+        .unwrap();
+    let dup = r
+        .create_tenant("admin", "acme", TenantSpec::default(), 1)
+        .await;
+    assert!(
+        matches!(&dup, Err(RecordsError::Conflict(m)) if m.contains("acme")),
+        "{dup:?}"
+    );
+    let (id, token) = r.create_token("admin", "acme", 2).await.unwrap();
+    let mut replica = Replica::default();
+    replica.apply(r.changes_since(0).await.unwrap());
+    let t = replica.token(&hasher().digest(token.expose())).unwrap();
+    assert_eq!((t.id.as_str(), t.tenant.as_str()), (id.as_str(), "acme"));
+    assert!(replica.token(&hasher().digest("pcx-mt-guess")).is_none());
+    let updated = r
+        .update_tenant("admin", "acme", 3, |s| {
+            s.weight = Some(4);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(updated.spec.weight, Some(4));
+    assert_eq!(
+        r.update_tenant("admin", "nobody", 3, |_| Ok(())).await,
+        Err(RecordsError::NotFound)
+    );
+}
+both!(k6_tokens_name_their_tenant, tokens_name_their_tenant);
+
+/// What a follower published last.
+type Seen = Arc<Mutex<Replica>>;
+
+async fn follower(r: Arc<Records>, poll: Duration) -> (Follower, Seen) {
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let f = Follower::start(r, poll, move |rep| *s.lock().unwrap() = rep.clone())
+        .await
+        .unwrap();
+    (f, seen)
+}
+
+async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(
+            start.elapsed() < GENEROUS,
+            "{what}: not within {GENEROUS:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+/// K4: on PostgreSQL a change made by one instance reaches another's follower by
+/// notification — its poll is set to a minute here, so only the notification can
+/// bring it.
+#[tokio::test]
+async fn k4_postgres_changes_reach_other_instances_by_notification() {
+    let db = postgres();
+    let a = open(&db).await;
+    let b = Arc::new(open(&db).await);
+    let (_f, seen) = follower(b, Duration::from_secs(60)).await;
+    // The listener connects after the first read: give it the time to.
+    let (k, secret) = a.create_key("admin", key("a", None), 1).await.unwrap();
+    let digest = hasher().digest(secret.expose());
+    wait_for("the new key", || {
+        seen.lock().unwrap().open(&digest, 2).is_some()
+    })
+    .await;
+    a.revoke_key("admin", &k.id, None, 3).await.unwrap();
+    wait_for("the revocation", || {
+        seen.lock().unwrap().open(&digest, 4).is_none()
+    })
+    .await;
+}
+
+/// K4: on SQLite (no notifications between processes) the poll brings changes; in this
+/// process `changed` does at once.
+#[tokio::test]
+async fn k4_sqlite_changes_arrive_by_poll_and_by_changed() {
+    let db = sqlite();
+    let a = open(&db).await;
+    let b = Arc::new(open(&db).await);
+    let (fb, seen) = follower(b, Duration::from_millis(100)).await;
+    let (_, secret) = a.create_key("admin", key("a", None), 1).await.unwrap();
+    let digest = hasher().digest(secret.expose());
+    wait_for("the new key by poll", || {
+        seen.lock().unwrap().open(&digest, 2).is_some()
+    })
+    .await;
+    let c = Arc::new(open(&db).await);
+    let (fc, seen_c) = follower(c.clone(), Duration::from_secs(60)).await;
+    let (_, s2) = c.create_key("admin", key("b", None), 1).await.unwrap();
+    fc.changed();
+    let d2 = hasher().digest(s2.expose());
+    wait_for("the new key by changed()", || {
+        seen_c.lock().unwrap().open(&d2, 2).is_some()
+    })
+    .await;
+    assert!(fb.status().connected);
+}
+
+/// K7: the database killed: changes answer "unavailable" (never hang), the replica keeps
+/// serving the keys it had, and after a restart changes work again and the follower
+/// catches up; nothing written before is lost.
+#[tokio::test]
+async fn k7_postgres_killed_and_restarted() {
+    let mut db = postgres();
+    let r = Arc::new(open(&db).await);
+    let (k, secret) = r.create_key("admin", key("a", None), 1).await.unwrap();
+    let digest = hasher().digest(secret.expose());
+    let (f, seen) = follower(r.clone(), Duration::from_millis(100)).await;
+    wait_for("the key", || {
+        seen.lock().unwrap().open(&digest, 2).is_some()
+    })
+    .await;
+    db.pg.as_mut().unwrap().kill();
+    let start = Instant::now();
+    let e = r.create_key("admin", key("b", None), 2).await;
+    assert!(matches!(e, Err(RecordsError::Unavailable(_))), "{e:?}");
+    assert!(
+        start.elapsed() < GENEROUS,
+        "a change with the database away answers, not hangs"
+    );
+    wait_for("the follower noticing", || !f.status().connected).await;
+    assert!(
+        seen.lock().unwrap().open(&digest, 3).is_some(),
+        "known keys keep being served"
+    );
+    db.pg.as_mut().unwrap().restart();
+    let start = Instant::now();
+    let (k2, s2) = loop {
+        match r.create_key("admin", key("b", None), 4).await {
+            Ok(v) => break v,
+            Err(RecordsError::Unavailable(_)) if start.elapsed() < GENEROUS => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("after the restart: {e}"),
+        }
+    };
+    let d2 = hasher().digest(s2.expose());
+    wait_for("the follower catching up", || {
+        seen.lock().unwrap().open(&d2, 5).is_some()
+    })
+    .await;
+    assert!(f.status().connected);
+    assert_eq!(
+        r.key(&k.id, None).await.unwrap().label,
+        "a",
+        "written before: kept"
+    );
+    assert_eq!(r.key(&k2.id, None).await.unwrap().label, "b");
+}
