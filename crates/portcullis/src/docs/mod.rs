@@ -27,6 +27,7 @@ pub mod contract {
     page!(capacity, "contract/capacity.md");
     page!(failover, "contract/failover.md");
     page!(translation, "contract/translation.md");
+    page!(keys, "contract/keys.md");
     page!(errors, "contract/errors.md");
     page!(distributed, "contract/distributed.md");
     page!(proxy, "contract/proxy.md");
