@@ -74,6 +74,9 @@ pub(crate) fn routes<St: BillingStore>(
         .with_state(state)
 }
 
+/// What a handler answers: its response, or the refusal it stopped at (`?`).
+type Answer = Result<Response, Response>;
+
 fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
@@ -317,50 +320,40 @@ async fn db_tenants(d: &Directory) -> Result<Vec<String>, Response> {
         .collect())
 }
 
-async fn create_key<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
-    let caller = match s.caller(&req, true) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let mut b: KeyBody = match body(req).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+async fn create_key<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer {
+    let caller = s.caller(&req, true)?;
+    let mut b: KeyBody = body(req).await?;
     if let Some(scope) = &caller.scope {
         match &b.tenant {
             Some(t) if t != scope => {
-                return invalid(
+                return Err(invalid(
                     "tenant",
                     "a tenant's token creates keys of its own tenant only",
-                );
+                ));
             }
             _ => b.tenant = Some(scope.clone()),
         }
     }
-    let tenants = match db_tenants(&s.directory).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let key = match b.into_key(&s.stack.load().config, &tenants) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
-    match s
-        .directory
-        .records()
-        .create_key(&caller.actor, key, now_ms())
-        .await
-    {
-        Ok((k, secret)) => {
-            s.directory.changed();
-            tracing::info!(key = %k.id, tenant = ?k.tenant, actor = %caller.actor, "key created");
-            let mut v = shown(&k);
-            // The secret, this once: it is not stored and never shown again.
-            v["key"] = json!(secret.expose());
-            answer(StatusCode::CREATED, v)
-        }
-        Err(e) => records_error(e),
-    }
+    let tenants = db_tenants(&s.directory).await?;
+    let key = b.into_key(&s.stack.load().config, &tenants)?;
+    Ok(
+        match s
+            .directory
+            .records()
+            .create_key(&caller.actor, key, now_ms())
+            .await
+        {
+            Ok((k, secret)) => {
+                s.directory.changed();
+                tracing::info!(key = %k.id, tenant = ?k.tenant, actor = %caller.actor, "key created");
+                let mut v = shown(&k);
+                // The secret, this once: it is not stored and never shown again.
+                v["key"] = json!(secret.expose());
+                answer(StatusCode::CREATED, v)
+            }
+            Err(e) => records_error(e),
+        },
+    )
 }
 
 #[derive(Deserialize)]
@@ -374,106 +367,91 @@ async fn list_keys<St>(
     State(s): State<Arc<Keys<St>>>,
     Query(q): Query<ListQuery>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, true) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let caller = s.caller(&req, true)?;
     let tenant = caller.scope.clone().or(q.tenant);
     let limit = q
         .limit
         .unwrap_or(100)
         .clamp(1, portcullis_records::PAGE_MAX);
-    match s
-        .directory
-        .records()
-        .keys(tenant.as_deref(), q.cursor.as_deref(), limit)
-        .await
-    {
-        Ok(page) => {
-            let next = (page.len() == limit as usize).then(|| page.last().map(|k| k.id.clone()));
-            let mut v = json!({
-                "keys": page.iter().map(shown).collect::<Vec<_>>(),
-                "next_cursor": next.flatten(),
-            });
-            // The file's keys, read-only, on the admin's first page.
-            if caller.scope.is_none() && q.cursor.is_none() {
-                let config = &s.stack.load().config;
-                let file: Vec<Value> = config
+    Ok(
+        match s
+            .directory
+            .records()
+            .keys(tenant.as_deref(), q.cursor.as_deref(), limit)
+            .await
+        {
+            Ok(page) => {
+                let next =
+                    (page.len() == limit as usize).then(|| page.last().map(|k| k.id.clone()));
+                let mut v = json!({
+                    "keys": page.iter().map(shown).collect::<Vec<_>>(),
+                    "next_cursor": next.flatten(),
+                });
+                // The file's keys, read-only, on the admin's first page.
+                if caller.scope.is_none() && q.cursor.is_none() {
+                    let config = &s.stack.load().config;
+                    let file: Vec<Value> = config
                     .keys
                     .values()
                     .filter(|e| tenant.is_none() || e.subject.tenant.as_deref() == tenant.as_deref())
                     .map(|e| json!({"label": &*e.label, "tenant": e.subject.tenant.as_deref(), "static": true}))
                     .collect();
-                v["static_keys"] = json!(file);
+                    v["static_keys"] = json!(file);
+                }
+                answer(StatusCode::OK, v)
             }
-            answer(StatusCode::OK, v)
-        }
-        Err(e) => records_error(e),
-    }
+            Err(e) => records_error(e),
+        },
+    )
 }
 
 async fn get_key<St>(
     State(s): State<Arc<Keys<St>>>,
     Path(id): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, true) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    match s
-        .directory
-        .records()
-        .key(&id, caller.scope.as_deref())
-        .await
-    {
-        Ok(k) => answer(StatusCode::OK, shown(&k)),
-        Err(e) => records_error(e),
-    }
+) -> Answer {
+    let caller = s.caller(&req, true)?;
+    Ok(
+        match s
+            .directory
+            .records()
+            .key(&id, caller.scope.as_deref())
+            .await
+        {
+            Ok(k) => answer(StatusCode::OK, shown(&k)),
+            Err(e) => records_error(e),
+        },
+    )
 }
 
 async fn patch_key<St>(
     State(s): State<Arc<Keys<St>>>,
     Path(id): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, true) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let patch: serde_json::Map<String, Value> = match body(req).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let caller = s.caller(&req, true)?;
+    let patch: serde_json::Map<String, Value> = body(req).await?;
     if caller.scope.is_some() && patch.contains_key("tenant") {
-        return invalid(
+        return Err(invalid(
             "tenant",
             "a tenant's token cannot move a key to another tenant",
-        );
+        ));
     }
     let records = s.directory.records();
-    let stored = match records.key(&id, caller.scope.as_deref()).await {
-        Ok(k) => k,
-        Err(e) => return records_error(e),
-    };
+    let stored = records
+        .key(&id, caller.scope.as_deref())
+        .await
+        .map_err(records_error)?;
     // The patch over the stored key: a field given replaces, `null` clears.
     let mut merged = serde_json::to_value(KeyBody::of(&stored)).unwrap_or_default();
     for (k, v) in patch {
         merged[k] = v;
     }
-    let b: KeyBody = match serde_json::from_value(merged) {
-        Ok(b) => b,
-        Err(e) => return refused(StatusCode::BAD_REQUEST, format!("Bad JSON body: {e}")),
-    };
-    let tenants = match db_tenants(&s.directory).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let key = match b.into_key(&s.stack.load().config, &tenants) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
+    let b: KeyBody = serde_json::from_value(merged)
+        .map_err(|e| refused(StatusCode::BAD_REQUEST, format!("Bad JSON body: {e}")))?;
+    let tenants = db_tenants(&s.directory).await?;
+    let key = b.into_key(&s.stack.load().config, &tenants)?;
     let result = records
         .update_key(&caller.actor, &id, caller.scope.as_deref(), now_ms(), |k| {
             k.label = key.label;
@@ -483,13 +461,13 @@ async fn patch_key<St>(
             Ok(())
         })
         .await;
-    match result {
+    Ok(match result {
         Ok(k) => {
             s.directory.changed();
             answer(StatusCode::OK, shown(&k))
         }
         Err(e) => records_error(e),
-    }
+    })
 }
 
 #[derive(Deserialize)]
@@ -503,58 +481,53 @@ async fn rotate_key<St>(
     State(s): State<Arc<Keys<St>>>,
     Path(id): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, true) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let r: Rotate = match body(req).await {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let caller = s.caller(&req, true)?;
+    let r: Rotate = body(req).await?;
     if r.grace_seconds > 30 * 24 * 3600 {
-        return invalid("grace_seconds", "at most 30 days");
+        return Err(invalid("grace_seconds", "at most 30 days"));
     }
     let grace = r.grace_seconds * 1000;
-    match s
-        .directory
-        .records()
-        .rotate_key(&caller.actor, &id, caller.scope.as_deref(), grace, now_ms())
-        .await
-    {
-        Ok(secret) => {
-            s.directory.changed();
-            answer(
-                StatusCode::OK,
-                json!({"id": id, "key": secret.expose(), "old_key_valid_for_seconds": r.grace_seconds}),
-            )
-        }
-        Err(e) => records_error(e),
-    }
+    Ok(
+        match s
+            .directory
+            .records()
+            .rotate_key(&caller.actor, &id, caller.scope.as_deref(), grace, now_ms())
+            .await
+        {
+            Ok(secret) => {
+                s.directory.changed();
+                answer(
+                    StatusCode::OK,
+                    json!({"id": id, "key": secret.expose(), "old_key_valid_for_seconds": r.grace_seconds}),
+                )
+            }
+            Err(e) => records_error(e),
+        },
+    )
 }
 
 async fn revoke_key<St>(
     State(s): State<Arc<Keys<St>>>,
     Path(id): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, true) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    match s
-        .directory
-        .records()
-        .revoke_key(&caller.actor, &id, caller.scope.as_deref(), now_ms())
-        .await
-    {
-        Ok(k) => {
-            s.directory.changed();
-            tracing::info!(key = %k.id, actor = %caller.actor, "key revoked");
-            answer(StatusCode::OK, shown(&k))
-        }
-        Err(e) => records_error(e),
-    }
+) -> Answer {
+    let caller = s.caller(&req, true)?;
+    Ok(
+        match s
+            .directory
+            .records()
+            .revoke_key(&caller.actor, &id, caller.scope.as_deref(), now_ms())
+            .await
+        {
+            Ok(k) => {
+                s.directory.changed();
+                tracing::info!(key = %k.id, actor = %caller.actor, "key revoked");
+                answer(StatusCode::OK, shown(&k))
+            }
+            Err(e) => records_error(e),
+        },
+    )
 }
 
 #[derive(Deserialize)]
@@ -569,68 +542,59 @@ struct TenantBody {
     budgets: Vec<BudgetSpec>,
 }
 
-async fn create_tenant<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
-    let caller = match s.caller(&req, false) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let b: TenantBody = match body(req).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+async fn create_tenant<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer {
+    let caller = s.caller(&req, false)?;
+    let b: TenantBody = body(req).await?;
     if s.stack
         .load()
         .config
         .tenant_profiles()
         .contains_key(&b.name)
     {
-        return refused(
+        return Err(refused(
             StatusCode::CONFLICT,
             format!("tenant {:?} is a tenant of the configuration file", b.name),
-        );
+        ));
     }
     if b.balance.is_some_and(|v| v < 0) {
-        return invalid("balance", "must not be negative");
+        return Err(invalid("balance", "must not be negative"));
     }
     let spec = TenantSpec {
         weight: b.weight,
         budgets: b.budgets,
     };
-    let t = match s
+    let t = s
         .directory
         .records()
         .create_tenant(&caller.actor, &b.name, spec, now_ms())
         .await
-    {
-        Ok(t) => t,
-        Err(e) => return records_error(e),
-    };
+        .map_err(records_error)?;
     s.directory.changed();
     let store = s.stack.load().live.store.clone();
     let balance = b.balance.unwrap_or(0);
     if let Err(e) = store.seed_balance(&t.name, balance).await {
         tracing::error!(tenant = %t.name, error = %e, "seeding a new tenant's balance failed");
-        return refused(
+        return Err(refused(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "Tenant {:?} was created, but the store did not take its balance: set it with PUT /admin/tenants/{}/balance.",
                 t.name, t.name
             ),
-        );
+        ));
     }
     let mut v = serde_json::to_value(&t).unwrap_or_default();
     v["balance"] = json!(balance);
-    answer(StatusCode::CREATED, v)
+    Ok(answer(StatusCode::CREATED, v))
 }
 
-async fn list_tenants<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
-    if let Err(r) = s.caller(&req, false) {
-        return r;
-    }
-    let tenants = match s.directory.records().tenants().await {
-        Ok(t) => t,
-        Err(e) => return records_error(e),
-    };
+async fn list_tenants<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer {
+    s.caller(&req, false)?;
+    let tenants = s
+        .directory
+        .records()
+        .tenants()
+        .await
+        .map_err(records_error)?;
     let running = s.stack.load();
     let mut out = Vec::new();
     for name in tenants
@@ -649,18 +613,15 @@ async fn list_tenants<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Req
         let from_file = running.config.tenant_profiles().contains_key(&name);
         out.push(json!({"name": name, "balance": balance, "static": from_file}));
     }
-    answer(StatusCode::OK, json!({"tenants": out}))
+    Ok(answer(StatusCode::OK, json!({"tenants": out})))
 }
 
 async fn patch_tenant<St>(
     State(s): State<Arc<Keys<St>>>,
     Path(name): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, false) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let caller = s.caller(&req, false)?;
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Patch {
@@ -669,10 +630,7 @@ async fn patch_tenant<St>(
         #[serde(default)]
         budgets: Option<Vec<BudgetSpec>>,
     }
-    let p: Patch = match body(req).await {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+    let p: Patch = body(req).await?;
     let result = s
         .directory
         .records()
@@ -686,13 +644,13 @@ async fn patch_tenant<St>(
             Ok(())
         })
         .await;
-    match result {
+    Ok(match result {
         Ok(t) => {
             s.directory.changed();
             answer(StatusCode::OK, serde_json::to_value(&t).unwrap_or_default())
         }
         Err(e) => records_error(e),
-    }
+    })
 }
 
 async fn tenant_known<St>(s: &Keys<St>, name: &str) -> Result<(), Response> {
@@ -714,26 +672,21 @@ async fn top_up<St: BillingStore>(
     State(s): State<Arc<Keys<St>>>,
     Path(name): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, false) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let caller = s.caller(&req, false)?;
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct TopUp {
         amount: i64,
     }
-    let t: TopUp = match body(req).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
+    let t: TopUp = body(req).await?;
     if t.amount <= 0 {
-        return invalid("amount", "must be a positive number of minor units");
+        return Err(invalid(
+            "amount",
+            "must be a positive number of minor units",
+        ));
     }
-    if let Err(r) = tenant_known(&s, &name).await {
-        return r;
-    }
+    tenant_known(&s, &name).await?;
     // The audit row first: a top-up the database could not record is not made.
     let detail = json!({"amount": t.amount}).to_string();
     if let Err(e) = s
@@ -742,10 +695,10 @@ async fn top_up<St: BillingStore>(
         .note(&caller.actor, "tenant.top-up", &name, detail, now_ms())
         .await
     {
-        return records_error(e);
+        return Err(records_error(e));
     }
     let store = s.stack.load().live.store.clone();
-    match store.credit(&name, t.amount).await {
+    Ok(match store.credit(&name, t.amount).await {
         Ok(balance) => {
             tracing::info!(tenant = %name, amount = t.amount, balance, "tenant topped up");
             answer(
@@ -760,44 +713,39 @@ async fn top_up<St: BillingStore>(
                 "The store did not take the top-up; retry it.",
             )
         }
-    }
+    })
 }
 
 async fn create_token<St>(
     State(s): State<Arc<Keys<St>>>,
     Path(name): Path<String>,
     req: Request,
-) -> Response {
-    let caller = match s.caller(&req, false) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    if let Err(r) = tenant_known(&s, &name).await {
-        return r;
-    }
-    match s
-        .directory
-        .records()
-        .create_token(&caller.actor, &name, now_ms())
-        .await
-    {
-        Ok((id, secret)) => {
-            s.directory.changed();
-            answer(
-                StatusCode::CREATED,
-                json!({"id": id, "tenant": name, "token": secret.expose()}),
-            )
-        }
-        Err(e) => records_error(e),
-    }
+) -> Answer {
+    let caller = s.caller(&req, false)?;
+    tenant_known(&s, &name).await?;
+    Ok(
+        match s
+            .directory
+            .records()
+            .create_token(&caller.actor, &name, now_ms())
+            .await
+        {
+            Ok((id, secret)) => {
+                s.directory.changed();
+                answer(
+                    StatusCode::CREATED,
+                    json!({"id": id, "tenant": name, "token": secret.expose()}),
+                )
+            }
+            Err(e) => records_error(e),
+        },
+    )
 }
 
-async fn audit<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Response {
-    if let Err(r) = s.caller(&req, false) {
-        return r;
-    }
-    match s.directory.records().audit(200).await {
+async fn audit<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer {
+    s.caller(&req, false)?;
+    Ok(match s.directory.records().audit(200).await {
         Ok(rows) => answer(StatusCode::OK, json!({"audit": rows})),
         Err(e) => records_error(e),
-    }
+    })
 }
