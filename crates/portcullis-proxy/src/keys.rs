@@ -162,15 +162,6 @@ impl Directory {
     pub fn token(&self, digest: &Digest) -> Option<Token> {
         self.view.load().tokens.get(digest).cloned()
     }
-
-    /// Whether `tenant` is a tenant of the database.
-    pub fn has_tenant(&self, tenant: &str) -> bool {
-        let s = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.replica.tenant(tenant).is_some()
-    }
 }
 
 /// `sqlite://PATH` with a relative path is relative to the configuration file.

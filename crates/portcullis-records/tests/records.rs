@@ -393,7 +393,8 @@ async fn k4_postgres_changes_reach_other_instances_by_notification() {
     let a = open(&db).await;
     let b = Arc::new(open(&db).await);
     let (_f, seen) = follower(b, Duration::from_secs(60)).await;
-    // The listener connects after the first read: give it the time to.
+    // A change made before the listener is connected is read when it connects (it
+    // wakes the follower once then); the revocation below comes by notification.
     let (k, secret) = a.create_key("admin", key("a", None), 1).await.unwrap();
     let digest = hasher().digest(secret.expose());
     wait_for("the new key", || {
