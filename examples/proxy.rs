@@ -7,7 +7,9 @@
 //!
 //! Flags: `--config PATH` (default: the bundled `examples/demo.toml`), `--listen
 //! ADDR` (overrides `[server] listen`), `--store URL` (overrides `[store] url`:
-//! `memory` or `redis://host:port`), `--bare` (no slots, windows or billing: the
+//! `memory` or `redis://host:port`), `--database URL` (overrides `[database] url`; the
+//! demo's default is [`DEMO_DATABASE`], an SQLite file in the current directory, created
+//! on first start; `none` for no records database), `--bare` (no slots, windows or billing: the
 //! baseline forwarder the benchmarks compare against), `--fake-upstream ADDR` (where the bundled fake
 //! upstream listens when a channel uses `fake://`; default 127.0.0.1:0).
 #![deny(unreachable_pub)]
@@ -22,6 +24,10 @@ use std::process::ExitCode;
 
 const DEMO: &str = include_str!("demo.toml");
 
+/// The demo's records database (keys and tenants managed through `/admin/keys…` and
+/// the keys page): the bundled configuration is text, with no file to put it beside.
+const DEMO_DATABASE: &str = "sqlite://portcullis-demo-records.db";
+
 // A gateway allocates a little per request on many threads; mimalloc's thread-local
 // free lists cost far less there than the system allocator (measured with
 // `examples/bench_e2e.sh`).
@@ -32,6 +38,7 @@ struct Args {
     config: Option<PathBuf>,
     listen: Option<SocketAddr>,
     store: Option<String>,
+    database: Option<String>,
     fake: SocketAddr,
     bare: bool,
 }
@@ -41,6 +48,7 @@ fn args() -> Result<Args, String> {
         config: None,
         listen: None,
         store: None,
+        database: None,
         fake: SocketAddr::from(([127, 0, 0, 1], 0)),
         bare: false,
     };
@@ -51,6 +59,7 @@ fn args() -> Result<Args, String> {
             "--config" => a.config = Some(value()?.into()),
             "--listen" => a.listen = Some(value()?.parse().map_err(|e| format!("--listen: {e}"))?),
             "--store" => a.store = Some(value()?),
+            "--database" => a.database = Some(value()?),
             "--bare" => a.bare = true,
             "--fake-upstream" => {
                 a.fake = value()?
@@ -59,7 +68,8 @@ fn args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: proxy [--config PATH] [--listen ADDR] [--fake-upstream ADDR]".into(),
+                    "usage: proxy [--config PATH] [--listen ADDR] [--store URL] [--database URL] \
+                     [--bare] [--fake-upstream ADDR]".into(),
                 );
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),
@@ -95,13 +105,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(url) = &args.store {
         config.set_store_url(url.clone());
     }
+    match (&args.database, &args.config) {
+        (Some(url), _) => config.set_database_url(url.clone()),
+        (None, None) => config.set_database_url(DEMO_DATABASE),
+        (None, Some(_)) => {}
+    }
     let store = open(config.store()).await?;
     let what = store.describe();
     let uses_fake = config.uses_fake_upstream();
     let mut options = BuildOptions {
         limits: !args.bare,
         fake_upstream: None,
-        directory: None,
+        directory: portcullis_proxy::keys::Directory::open(&config).await?,
     };
     let _fake = if uses_fake {
         let fake = FakeUpstream::start_on(args.fake).await?;

@@ -116,27 +116,33 @@ const SLACK: isize = 192 * 1024;
 /// Sends `n` requests over [`CONNECTIONS`] keep-alive connections; every answer must be
 /// a 200.
 async fn drive(addr: SocketAddr, n: usize) {
+    drive_keys(addr, n, |_, _| "sk-soak".to_owned(), 200).await;
+}
+
+/// Sends `n` requests over [`CONNECTIONS`] keep-alive connections, request `i` of
+/// connection `c` with the key `key(c, i)`; every answer must be `status`.
+async fn drive_keys(addr: SocketAddr, n: usize, key: fn(usize, usize) -> String, status: u16) {
     let per = n / CONNECTIONS;
     let mut tasks = Vec::new();
-    for _ in 0..CONNECTIONS {
+    for c in 0..CONNECTIONS {
         tasks.push(tokio::spawn(async move {
             let stream = TcpStream::connect(addr).await.expect("connect");
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
                 .expect("handshake");
             let conn = tokio::spawn(conn);
-            for _ in 0..per {
+            for i in 0..per {
                 let req = hyper::Request::post("/v1/chat/completions")
                     .header("host", addr.to_string())
-                    .header("authorization", "Bearer sk-soak")
+                    .header("authorization", format!("Bearer {}", key(c, i)))
                     .header("content-type", "application/json")
                     .body(Full::new(Bytes::from_static(BODY.as_bytes())))
                     .expect("request");
                 sender.ready().await.expect("connection ready");
                 let res = sender.send_request(req).await.expect("send");
-                let status = res.status();
+                let (status, want) = (res.status(), status);
                 let body = res.into_body().collect().await.expect("body").to_bytes();
-                assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+                assert_eq!(status, want, "{}", String::from_utf8_lossy(&body));
             }
             drop(sender);
             let _ = conn.await;
@@ -231,5 +237,74 @@ async fn d7_redis_store_stack_holds_no_per_request_state() {
         keys_after <= keys_before + 16,
         "Redis holds {keys_after} keys after {MEASURED} more requests, {keys_before} \
          before: keys are written per request and kept"
+    );
+}
+
+/// K4 / D7: a flood of distinct unknown keys against a gateway with a records database
+/// costs no database call (only the follower's poll of the revision reaches it) and
+/// holds no memory per key: an unknown key is answered from the in-memory replica, which
+/// holds the keys there are, never the ones asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k4_a_flood_of_unknown_keys_costs_no_database_call_and_no_memory() {
+    let _serial = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(format!("pcx-memory-flood-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let poll = Duration::from_secs(1);
+    let text = format!(
+        "[database]\nurl = \"sqlite://{}\"\npoll = \"1s\"\n{CONFIG}",
+        dir.join("records.db").display()
+    );
+    let config = Config::parse(&text).expect("config");
+    let directory = portcullis_proxy::keys::Directory::open(&config)
+        .await
+        .expect("the records database")
+        .expect("configured");
+    let fake = FakeUpstream::start().await;
+    let app = portcullis_proxy::store::open(config.store())
+        .await
+        .expect("the store")
+        .build(
+            config,
+            portcullis_proxy::store::BuildOptions {
+                limits: true,
+                fake_upstream: Some(fake.base_url()),
+                directory: Some(directory.clone()),
+            },
+        )
+        .await
+        .expect("the gateway");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    // Every request a key never seen before (unique across the warm-up and the run).
+    fn unknown(c: usize, i: usize) -> String {
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = RUN.fetch_add(1, Ordering::Relaxed);
+        format!("sk-pcx-{c:02}{i:08}{n:010}unknown0000000000000000")
+    }
+    drive_keys(addr, WARM_UP, unknown, 401).await;
+    quiesce().await;
+    let (held_before, calls_before) = (LIVE.load(Ordering::Relaxed), directory.records().calls());
+    let start = std::time::Instant::now();
+    drive_keys(addr, MEASURED, unknown, 401).await;
+    quiesce().await;
+    let (held_after, calls_after) = (LIVE.load(Ordering::Relaxed), directory.records().calls());
+    let elapsed = start.elapsed();
+    server.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_flat("records database, unknown keys", held_before, held_after);
+    // The follower's poll: one revision read a second, and a read of the changes when
+    // the revision moved (it does not: nothing is written).
+    let polls = elapsed.as_millis() / poll.as_millis() + 2;
+    let calls = u128::from(calls_after - calls_before);
+    eprintln!(
+        "{MEASURED} unknown keys in {elapsed:?}: {calls} database calls ({polls} polls at most)"
+    );
+    assert!(
+        calls <= polls,
+        "{MEASURED} unknown keys made {calls} database calls in {elapsed:?}; the poll alone \
+         makes at most {polls}: unknown keys reach the database"
     );
 }

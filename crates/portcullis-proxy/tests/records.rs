@@ -373,6 +373,119 @@ async fn k6_a_tenant_token_cannot_read_or_change_another_tenants_key() {
     );
 }
 
+/// K6: a tenant's token cannot give a key more than its tenant has: a spend cap above
+/// the least of its balance and budgets is a 400 naming `spend_cap`; a named policy or a
+/// subscription is the operator's to give (400 naming the field), and a key the operator
+/// gave one keeps it through the tenant's own changes.
+#[tokio::test]
+async fn k6_a_tenant_token_cannot_give_a_key_more_than_its_tenant_has() {
+    let (gw, _dir) = sqlite_gateway().await;
+    let (status, v) = admin(
+        gw.addr,
+        TOKEN,
+        "POST",
+        "/admin/tenants",
+        Some(json!({"name": "acme", "balance": 5_000, "budgets": [{"name": "month", "limit": 3_000}]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
+    let (_, tok) = admin(gw.addr, TOKEN, "POST", "/admin/tenants/acme/tokens", None).await;
+    let token = tok["token"].as_str().unwrap().to_owned();
+    let create = |body: Value| {
+        let token = token.clone();
+        async move {
+            let start = Instant::now();
+            loop {
+                let (status, v) =
+                    admin(gw.addr, &token, "POST", "/admin/keys", Some(body.clone())).await;
+                // The token reaches this instance's view through its follower.
+                if status != 401 {
+                    return (status, v);
+                }
+                assert!(start.elapsed() < WAIT, "the token never worked: {v}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let (status, v) = create(json!({"label": "big", "spend_cap": 3_001})).await;
+    assert_eq!(
+        (status, v["error"]["field"].as_str()),
+        (400, Some("spend_cap")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("3000"),
+        "{v}"
+    );
+    for (field, body) in [
+        ("policy", json!({"label": "p", "policy": "tight"})),
+        (
+            "subscription",
+            json!({"label": "s", "subscription": {"policy": "tight"}}),
+        ),
+    ] {
+        let (status, v) = create(body).await;
+        assert_eq!(
+            (status, v["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{v}"
+        );
+    }
+    let (status, v) = create(json!({"label": "ok", "spend_cap": 3_000, "rpm": 5})).await;
+    assert_eq!(status, 201, "{v}");
+    // The operator gives a key a policy; the tenant renames it and keeps the policy,
+    // but cannot take it away or raise the cap past what the tenant has.
+    let (status, given) = admin(
+        gw.addr,
+        TOKEN,
+        "POST",
+        "/admin/keys",
+        Some(json!({"label": "given", "tenant": "acme", "policy": "tight", "spend_cap": 4_000})),
+    )
+    .await;
+    assert_eq!(status, 201, "{given}");
+    let path = format!("/admin/keys/{}", given["id"].as_str().unwrap());
+    let (status, v) = admin(
+        gw.addr,
+        &token,
+        "PATCH",
+        &path,
+        Some(json!({"label": "renamed"})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["policy"].as_str(), v["spend_cap"].as_i64()),
+        (200, Some("tight"), Some(4_000)),
+        "{v}"
+    );
+    let (status, v) = admin(
+        gw.addr,
+        &token,
+        "PATCH",
+        &path,
+        Some(json!({"policy": null})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["field"].as_str()),
+        (400, Some("policy")),
+        "{v}"
+    );
+    let (status, v) = admin(
+        gw.addr,
+        &token,
+        "PATCH",
+        &path,
+        Some(json!({"spend_cap": 4_500})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["field"].as_str()),
+        (400, Some("spend_cap")),
+        "{v}"
+    );
+}
+
 /// K4/K8: two gateways sharing one PostgreSQL: a key created on one answers on the
 /// other within the second; a limit lowered on one holds on both; revoked on one, it
 /// is refused on both within the second.

@@ -108,8 +108,8 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             raw.database
                 .url
                 .as_deref()
-                .is_some_and(|u| portcullis_records::Backend::of(u).is_err()),
-            "database.url must be sqlite://PATH or postgres://…",
+                .is_some_and(|u| u.trim() != "none" && portcullis_records::Backend::of(u).is_err()),
+            "database.url must be sqlite://PATH, postgres://… or \"none\"",
         ),
         (
             "store.replica_acks",

@@ -22,7 +22,7 @@ mod settings;
 
 pub use check::check_endpoint;
 pub use settings::{
-    DEFAULT_EXPORT_TIMEOUT, DatabaseSettings, FailureModeConfig, ForwardedHeader,
+    DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT, DatabaseSettings, FailureModeConfig, ForwardedHeader,
     ForwardingSettings, LimitSettings, ModelSettings, NEVER_FORWARDED, QueueSettings,
     ServerSettings, StoreSettings, TaskEntry, TelemetrySettings, UpstreamLimits, Vendor,
 };
@@ -152,16 +152,25 @@ impl Config {
             line: None,
             reason: format!("cannot read: {e}"),
         })?;
-        let mut c = Self::parse(&text).map_err(|mut e| {
+        let mut c = Self::read(&text).map_err(|mut e| {
             e.file = Some(path.to_owned());
             e
         })?;
         c.source = Some(path.to_owned());
+        // A file that names no records database gets the embedded one beside it (K1).
+        c.settle_database_url(Some(settings::DEFAULT_DATABASE));
         Ok(c)
     }
 
-    /// Parses and checks TOML text.
+    /// Parses and checks TOML text. Text has no place for a database file: without
+    /// `[database] url` it has no records database.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let mut c = Self::read(text)?;
+        c.settle_database_url(None);
+        Ok(c)
+    }
+
+    fn read(text: &str) -> Result<Self, ConfigError> {
         let raw: raw::RawConfig = toml::from_str(text).map_err(|e| ConfigError {
             file: None,
             line: e.span().map(|s| resolve::line_of(text, s.start)),
@@ -294,6 +303,39 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
         let e = Config::load(&f).unwrap_err();
         let s = e.to_string();
         assert!(s.starts_with(&format!("{}:2: ", f.display())), "{s}");
+    }
+
+    /// K1: a file that names no records database gets the embedded SQLite one beside
+    /// it; text (no place for a file) gets none; `"none"`, in the file or as an
+    /// override, turns it off; a url named is kept.
+    #[test]
+    fn k1_a_file_without_a_database_gets_the_embedded_sqlite_one() {
+        let dir = std::env::temp_dir().join(format!("portcullis-db-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = |text: &str| {
+            let f = dir.join("gateway.toml");
+            std::fs::write(&f, text).unwrap();
+            Config::load(&f).unwrap().database().url.clone()
+        };
+        assert_eq!(url(GOOD).as_deref(), Some(DEFAULT_DATABASE));
+        assert_eq!(
+            url(&format!("[database]\nurl = \"none\"\n{GOOD}")),
+            None,
+            "\"none\" in a file"
+        );
+        let named = format!("[database]\nurl = \"sqlite://keys.db\"\n{GOOD}");
+        assert_eq!(url(&named).as_deref(), Some("sqlite://keys.db"));
+        assert_eq!(Config::parse(GOOD).unwrap().database().url, None, "text");
+        assert_eq!(
+            Config::parse(&named).unwrap().database().url.as_deref(),
+            Some("sqlite://keys.db")
+        );
+        let mut c = Config::parse(&named).unwrap();
+        c.set_database_url("none");
+        assert_eq!(c.database().url, None, "--database none");
+        c.set_database_url("postgres://h/d");
+        assert_eq!(c.database().url.as_deref(), Some("postgres://h/d"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// E3 (never a credential) for `Debug`: `{:?}` of the configuration, a channel and

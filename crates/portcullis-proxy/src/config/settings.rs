@@ -61,9 +61,11 @@ impl Config {
         &self.settings.database
     }
 
-    /// Points `[database] url` elsewhere (a `--database` given on the command line).
+    /// Points `[database] url` elsewhere (a `--database` given on the command line;
+    /// `"none"`: no database).
     pub fn set_database_url(&mut self, url: impl Into<String>) {
-        self.settings.database.url = Some(url.into());
+        let url: String = url.into();
+        self.settings.database.url = (url.trim() != "none").then_some(url);
     }
 
     /// `[limits]`: the user-policy layers' settings.
@@ -202,8 +204,11 @@ impl From<FailureModeConfig> for portcullis::FailureMode {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
-    /// `sqlite://PATH` (relative to the configuration file) or `postgres://…`; absent =
-    /// no database (the file's keys only).
+    /// `sqlite://PATH` (relative to the configuration file) or `postgres://…`. Absent in
+    /// a file ([`crate::Config::load`]): [`DEFAULT_DATABASE`], the embedded SQLite file
+    /// beside it; absent in text ([`crate::Config::parse`], which has no place to put a
+    /// file): no database. `"none"`: no database (the file's keys only, no key routes).
+    /// Read through [`crate::Config::database`], where `"none"` is `None`.
     pub url: Option<String>,
     /// The environment variable holding the secret keys are hashed with (at least 16
     /// bytes). Unset on SQLite: a secret file beside the database (`PATH.hash-secret`,
@@ -213,6 +218,23 @@ pub struct DatabaseSettings {
     /// notification on PostgreSQL); at most 1 s.
     #[serde(deserialize_with = "duration")]
     pub poll: Duration,
+}
+
+/// The records database of a configuration file that names none: SQLite, created on
+/// first start beside the file.
+pub const DEFAULT_DATABASE: &str = "sqlite://portcullis-records.db";
+
+impl Config {
+    /// `[database] url` as the gateway uses it: `"none"` is no database, and so is an
+    /// absent url unless `default` names the database of a file that names none.
+    pub(super) fn settle_database_url(&mut self, default: Option<&str>) {
+        let url = &mut self.settings.database.url;
+        *url = match url.as_deref().map(str::trim) {
+            None => default.map(str::to_owned),
+            Some("none") => None,
+            Some(_) => url.take(),
+        };
+    }
 }
 
 impl Default for DatabaseSettings {

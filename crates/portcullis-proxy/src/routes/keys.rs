@@ -13,6 +13,7 @@
 // 503): it is returned at once, never carried, so its size costs nothing.
 #![allow(clippy::result_large_err)]
 
+use crate::keys::body::{KeyBody, rfc3339, tenant_may_grant};
 use crate::keys::{Directory, now_ms};
 use crate::running::Stack;
 use axum::Router;
@@ -21,10 +22,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use portcullis::core::BillingStore;
-use portcullis_records::{
-    BudgetSpec, KeyRecord, KeySpec, NewKey, RecordsError, SubscriptionSpec, TenantSpec,
-};
-use serde::{Deserialize, Serialize};
+use portcullis_records::{BudgetSpec, KeyRecord, KeySpec, RecordsError, TenantSpec};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -151,139 +150,54 @@ impl<St> Keys<St> {
     }
 }
 
-/// A key as the API takes it (create, and a patch overlaid on the stored key).
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct KeyBody {
-    label: String,
-    #[serde(default)]
-    tenant: Option<String>,
-    #[serde(default)]
-    policy: Option<String>,
-    #[serde(default)]
-    rpm: Option<u32>,
-    #[serde(default)]
-    concurrency: Option<u32>,
-    #[serde(default)]
-    spend_cap: Option<i64>,
-    #[serde(default)]
-    models: Vec<String>,
-    #[serde(default)]
-    subscription: Option<SubscriptionBody>,
-    /// RFC 3339.
-    #[serde(default)]
-    expires_at: Option<String>,
-    #[serde(default)]
-    errors: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct SubscriptionBody {
-    policy: String,
-    #[serde(default)]
-    expires_at: Option<String>,
-    #[serde(default)]
-    pay_as_you_go: bool,
-}
-
-fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .to_string()
-}
-
-fn parse_time(field: &'static str, s: &str) -> Result<u64, Response> {
-    humantime::parse_rfc3339_weak(s)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .ok_or_else(|| invalid(field, format!("{s:?} is not an RFC 3339 time")))
-}
-
-impl KeyBody {
-    fn of(k: &KeyRecord) -> Self {
-        Self {
-            label: k.label.clone(),
-            tenant: k.tenant.clone(),
-            policy: k.spec.policy.clone(),
-            rpm: k.spec.rpm,
-            concurrency: k.spec.concurrency,
-            spend_cap: k.spec.spend_cap,
-            models: k.spec.models.clone(),
-            subscription: k.spec.subscription.as_ref().map(|s| SubscriptionBody {
-                policy: s.policy.clone(),
-                expires_at: s.expires_at.map(rfc3339),
-                pay_as_you_go: s.pay_as_you_go,
-            }),
-            expires_at: k.expires_at.map(rfc3339),
-            errors: k.spec.errors.clone(),
-        }
+impl<St: BillingStore> Keys<St> {
+    /// A tenant token's key checked against what its tenant has (K6): the least of
+    /// the tenant's balance and its budgets' limits bounds a spend cap.
+    async fn within_tenant(
+        &self,
+        tenant: &str,
+        key: &KeySpec,
+        before: Option<&KeySpec>,
+    ) -> Result<(), Response> {
+        let has = match key.spend_cap {
+            None => None,
+            Some(_) => self.tenant_has(tenant).await?,
+        };
+        tenant_may_grant(key, before, has).map_err(|i| invalid(i.field, i.reason))
     }
 
-    /// The key this body describes, checked against the running configuration and the
-    /// database's tenants.
-    fn into_key(
-        self,
-        config: &crate::config::Config,
-        db_tenants: &[String],
-    ) -> Result<NewKey, Response> {
-        let policy_known = |field: &'static str, p: &str| {
-            if config.policies().contains_key(p) {
-                Ok(())
-            } else {
-                Err(invalid(field, format!("unknown policy {p:?}")))
-            }
+    /// The most a tenant has: its balance and every budget's limit, the least of them.
+    async fn tenant_has(&self, tenant: &str) -> Result<Option<i64>, Response> {
+        let running = self.stack.load();
+        let mut limits: Vec<i64> = match running.config.tenant_profiles().get(tenant) {
+            Some(t) => t.budgets.iter().map(|b| b.limit).collect(),
+            None => self
+                .directory
+                .records()
+                .tenants()
+                .await
+                .map_err(records_error)?
+                .into_iter()
+                .filter(|t| t.name == tenant)
+                .flat_map(|t| t.spec.budgets)
+                .map(|b| b.limit)
+                .collect(),
         };
-        if let Some(p) = &self.policy {
-            policy_known("policy", p)?;
-        }
-        if let Some(t) = &self.tenant {
-            if !config.tenant_profiles().contains_key(t) && !db_tenants.contains(t) {
-                return Err(invalid("tenant", format!("unknown tenant {t:?}")));
-            }
-        }
-        for m in &self.models {
-            if !config.models().contains_key(m) {
-                return Err(invalid("models", format!("unknown model {m:?}")));
-            }
-        }
-        let subscription = match self.subscription {
-            None => None,
-            Some(s) => {
-                policy_known("subscription", &s.policy)?;
-                Some(SubscriptionSpec {
-                    policy: s.policy,
-                    expires_at: s
-                        .expires_at
-                        .as_deref()
-                        .map(|t| parse_time("subscription", t))
-                        .transpose()?,
-                    pay_as_you_go: s.pay_as_you_go,
-                })
-            }
-        };
-        let expires_at = self
-            .expires_at
-            .as_deref()
-            .map(|t| parse_time("expires_at", t))
-            .transpose()?;
-        let key = NewKey {
-            label: self.label,
-            tenant: self.tenant,
-            spec: KeySpec {
-                policy: self.policy,
-                rpm: self.rpm,
-                concurrency: self.concurrency,
-                spend_cap: self.spend_cap,
-                models: self.models,
-                subscription,
-                errors: self.errors,
-            },
-            expires_at,
-        };
-        portcullis_records::check_key(&key.label, key.tenant.as_deref(), &key.spec)
-            .map_err(|i| invalid(i.field, i.reason))?;
-        Ok(key)
+        let nobody = portcullis::core::SubjectKey::new("");
+        let account = running
+            .live
+            .store
+            .account(Some(tenant), &nobody, &[])
+            .await
+            .map_err(|e| {
+                tracing::warn!(tenant, error = %e, "the store did not answer a tenant's balance");
+                refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The store did not answer the tenant's balance, which bounds a spend cap; retry.",
+                )
+            })?;
+        limits.extend(account.balance);
+        Ok(limits.into_iter().min())
     }
 }
 
@@ -320,7 +234,7 @@ async fn db_tenants(d: &Directory) -> Result<Vec<String>, Response> {
         .collect())
 }
 
-async fn create_key<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer {
+async fn create_key<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer {
     let caller = s.caller(&req, true)?;
     let mut b: KeyBody = body(req).await?;
     if let Some(scope) = &caller.scope {
@@ -335,7 +249,12 @@ async fn create_key<St>(State(s): State<Arc<Keys<St>>>, req: Request) -> Answer 
         }
     }
     let tenants = db_tenants(&s.directory).await?;
-    let key = b.into_key(&s.stack.load().config, &tenants)?;
+    let key = b
+        .into_key(&s.stack.load().config, &tenants)
+        .map_err(|i| invalid(i.field, i.reason))?;
+    if let Some(scope) = &caller.scope {
+        s.within_tenant(scope, &key.spec, None).await?;
+    }
     Ok(
         match s
             .directory
@@ -425,7 +344,7 @@ async fn get_key<St>(
     )
 }
 
-async fn patch_key<St>(
+async fn patch_key<St: BillingStore>(
     State(s): State<Arc<Keys<St>>>,
     Path(id): Path<String>,
     req: Request,
@@ -451,7 +370,13 @@ async fn patch_key<St>(
     let b: KeyBody = serde_json::from_value(merged)
         .map_err(|e| refused(StatusCode::BAD_REQUEST, format!("Bad JSON body: {e}")))?;
     let tenants = db_tenants(&s.directory).await?;
-    let key = b.into_key(&s.stack.load().config, &tenants)?;
+    let key = b
+        .into_key(&s.stack.load().config, &tenants)
+        .map_err(|i| invalid(i.field, i.reason))?;
+    if let Some(scope) = &caller.scope {
+        s.within_tenant(scope, &key.spec, Some(&stored.spec))
+            .await?;
+    }
     let result = records
         .update_key(&caller.actor, &id, caller.scope.as_deref(), now_ms(), |k| {
             k.label = key.label;

@@ -10,6 +10,8 @@
 //! The view is rebuilt from the replica when the configuration is reloaded, so a key
 //! naming a policy follows the policy's new limits.
 
+pub mod body;
+
 use crate::config::{Config, KeyEntry};
 use arc_swap::ArcSwap;
 use portcullis_core::{Budget, Policy, Subject, Subscription};
@@ -79,17 +81,9 @@ impl Directory {
     /// migrations, reads every key, and follows its changes from then on. An error names
     /// the database and why: a start with a database it cannot use stops.
     pub async fn open(config: &Config) -> Result<Option<Arc<Self>>, String> {
-        let Some(url) = config.database().url.clone() else {
+        let Some(records) = open_records(config).await? else {
             return Ok(None);
         };
-        let url = sqlite_relative_to(&url, config.source.as_deref());
-        let hasher = hash_secret(config, &url)?;
-        let records = Records::open(&url, hasher).await.map_err(|e| {
-            format!(
-                "records database {}: {e}",
-                portcullis_records::redact_url(&url)
-            )
-        })?;
         Self::follow(Arc::new(records), config.clone())
             .await
             .map(Some)
@@ -162,6 +156,26 @@ impl Directory {
     pub fn token(&self, digest: &Digest) -> Option<Token> {
         self.view.load().tokens.get(digest).cloned()
     }
+}
+
+/// The database `[database]` names (none: `Ok(None)`), opened with its migrations
+/// applied and the hash secret its keys are stored under — what `portcullis keys create
+/// --database` writes to without a running gateway. An error names the database.
+pub async fn open_records(config: &Config) -> Result<Option<Records>, String> {
+    let Some(url) = config.database().url.clone() else {
+        return Ok(None);
+    };
+    let url = sqlite_relative_to(&url, config.source.as_deref());
+    let hasher = hash_secret(config, &url)?;
+    Records::open(&url, hasher)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "records database {}: {e}",
+                portcullis_records::redact_url(&url)
+            )
+        })
 }
 
 /// `sqlite://PATH` with a relative path is relative to the configuration file.
