@@ -639,3 +639,351 @@ async fn k7_database_down_known_keys_work_changes_answer_503_then_recover() {
         "written before: kept"
     );
 }
+
+/// A gateway on the records database at `url` and the store at `store` (`memory` or a
+/// Redis url) — built as `portcullis serve` builds it. The store's deadline is generous:
+/// these tests are about keys, not about a Redis call's deadline on a loaded host.
+async fn gateway_on(url: &str, hash_env: &str, store: &str) -> Gw {
+    let text = format!(
+        "[server]\nadmin_token = \"{TOKEN}\"\n\n[store]\nurl = \"{store}\"\ndeadline = \"2s\"\n\n[database]\nurl = \"{url}\"\nhash_secret_env = \"{hash_env}\"\n\n[tenants.filed]\nbalance = 1000000\n{CHANNELS}"
+    );
+    let config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let directory = Directory::open(&config)
+        .await
+        .expect("the records database")
+        .expect("configured");
+    let fake = portcullis_fake_upstream::FakeUpstream::start().await;
+    let app = portcullis_proxy::store::open(config.store())
+        .await
+        .expect("the store")
+        .build(
+            config,
+            portcullis_proxy::store::BuildOptions {
+                limits: true,
+                fake_upstream: Some(fake.base_url()),
+                directory: Some(directory.clone()),
+            },
+        )
+        .await
+        .expect("the gateway");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Gw {
+        addr,
+        _fake: fake,
+        _directory: directory,
+        server,
+    }
+}
+
+/// One answer of a load run: when the request was sent, by which instance it was
+/// answered, and how.
+#[derive(Clone, Copy, Debug)]
+struct Shot {
+    sent: Instant,
+    instance: usize,
+    status: u16,
+}
+
+/// Requests with one secret, [`Load::PER_INSTANCE`] clients on each instance one after
+/// the other, until stopped — bounded by [`Load::MAX_TIME`] and [`Load::MAX_SHOTS`].
+struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Shot>>>,
+}
+
+impl Load {
+    const PER_INSTANCE: usize = 2;
+    const MAX_TIME: Duration = Duration::from_secs(60);
+    const MAX_SHOTS: usize = 20_000;
+
+    fn start(addrs: &[SocketAddr], secret: &str) -> Load {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for (instance, &addr) in addrs.iter().enumerate() {
+            for _ in 0..Self::PER_INSTANCE {
+                let (stop, secret) = (stop.clone(), secret.to_owned());
+                tasks.push(tokio::spawn(async move {
+                    let begun = Instant::now();
+                    let mut shots = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                        && begun.elapsed() < Self::MAX_TIME
+                        && shots.len() < Self::MAX_SHOTS
+                    {
+                        let sent = Instant::now();
+                        let status = generate(addr, &secret).await;
+                        shots.push(Shot {
+                            sent,
+                            instance,
+                            status,
+                        });
+                    }
+                    shots
+                }));
+            }
+        }
+        Load { stop, tasks }
+    }
+
+    async fn stop(self) -> Vec<Shot> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in self.tasks {
+            all.extend(t.await.expect("load client"));
+        }
+        all.sort_by_key(|s| s.sent);
+        all
+    }
+}
+
+/// K8 under load (#36 item 8): two gateways sharing one PostgreSQL database and one
+/// Redis store, clients on both all along.
+/// - A key created on A answers on B within the second.
+/// - Revoked on A while its load runs on both (and other keys are created on both at
+///   the same moment, so followers' reads race the revocation), it is refused on both
+///   within the second, and once an instance refused it, no later request is admitted
+///   there (nothing brings it back). What was admitted after the revocation is counted.
+/// - A limit lowered on A holds on both together: the limit is counted in the shared
+///   store.
+/// - A rotated key's old secret works through its grace and not after; the new one at
+///   once on both.
+/// - The database killed under load: the known key keeps answering 200 on both, key
+///   changes answer 503, and after the restart changes work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
+    let mut pg = PostgresServer::start();
+    let redis = portcullis_test_support::redis::RedisServer::start();
+    let var = "PCX_TEST_HASH_SECRET_K8_LOAD";
+    // SAFETY: set before any gateway reads it, with a name no other test uses.
+    unsafe { std::env::set_var(var, "k8-load-shared-hash-secret-0123456789") };
+    let a = gateway_on(&pg.url(), var, &redis.url()).await;
+    let b = gateway_on(&pg.url(), var, &redis.url()).await;
+    let both = [a.addr, b.addr];
+    let bound = PROPAGATION + SCHEDULING_SLACK;
+    let create = |addr: SocketAddr, label: &'static str| async move {
+        let (status, v) = admin(
+            addr,
+            TOKEN,
+            "POST",
+            "/admin/keys",
+            Some(json!({"label": label})),
+        )
+        .await;
+        assert_eq!(status, 201, "{v}");
+        (
+            v["key"].as_str().unwrap().to_owned(),
+            v["id"].as_str().unwrap().to_owned(),
+        )
+    };
+
+    // Created on A, answered on B.
+    let (secret, id) = create(a.addr, "loaded").await;
+    let took = until_status(b.addr, &secret, 200).await;
+    assert!(took < bound, "created on A, answered on B after {took:?}");
+
+    // Revoked on A under load, with other changes racing it on both instances.
+    let load = Load::start(&both, &secret);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let revoked = Instant::now();
+    let path = format!("/admin/keys/{id}");
+    let (status, _) = tokio::join!(
+        admin(a.addr, TOKEN, "DELETE", &path, None),
+        create(a.addr, "racing-a"),
+        create(b.addr, "racing-b"),
+    )
+    .0;
+    assert_eq!(status, 200);
+    for addr in both {
+        let on = until_status(addr, &secret, 401).await;
+        assert!(
+            on < bound,
+            "{addr} still served the revoked key after {on:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let shots = load.stop().await;
+    let after: Vec<&Shot> = shots.iter().filter(|s| s.sent >= revoked).collect();
+    let admitted = after.iter().filter(|s| s.status == 200).count();
+    let late: Vec<&&Shot> = after
+        .iter()
+        .filter(|s| s.status == 200 && s.sent > revoked + bound)
+        .collect();
+    println!(
+        "k8 load: {} requests, {} after the revocation, {admitted} of them admitted",
+        shots.len(),
+        after.len()
+    );
+    assert!(
+        shots.len() > after.len(),
+        "the load ran before the revocation"
+    );
+    assert!(
+        late.is_empty(),
+        "admitted past {bound:?} after the revocation: {late:?}"
+    );
+    for instance in 0..2 {
+        let mine: Vec<&Shot> = shots.iter().filter(|s| s.instance == instance).collect();
+        if let Some(first) = mine.iter().position(|s| s.status == 401) {
+            let back: Vec<_> = mine[first..].iter().filter(|s| s.status == 200).collect();
+            assert!(
+                back.is_empty(),
+                "instance {instance} admitted the key again after refusing it: {back:?}"
+            );
+        }
+        assert!(
+            mine.iter().all(|s| s.status == 200 || s.status == 401),
+            "instance {instance}: {:?}",
+            mine.iter().find(|s| s.status != 200 && s.status != 401)
+        );
+    }
+
+    // A limit lowered on A holds on both together.
+    let (secret, id) = create(b.addr, "limited").await;
+    until_status(a.addr, &secret, 200).await;
+    until_status(b.addr, &secret, 200).await;
+    let load = Load::start(&both, &secret);
+    let rpm = 10;
+    let (status, v) = admin(
+        a.addr,
+        TOKEN,
+        "PATCH",
+        &format!("/admin/keys/{id}"),
+        Some(json!({"rpm": rpm})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let lowered = Instant::now();
+    tokio::time::sleep(bound + Duration::from_secs(2)).await;
+    let shots = load.stop().await;
+    let settled: Vec<&Shot> = shots.iter().filter(|s| s.sent > lowered + bound).collect();
+    let admitted = settled.iter().filter(|s| s.status == 200).count();
+    println!(
+        "k8 load: rpm lowered to {rpm}: {admitted} of {} requests admitted on both after {bound:?}",
+        settled.len()
+    );
+    assert!(
+        admitted <= rpm,
+        "{admitted} admitted by the two instances together under rpm = {rpm}"
+    );
+    for instance in 0..2 {
+        assert!(
+            settled
+                .iter()
+                .any(|s| s.instance == instance && s.status == 429),
+            "instance {instance} never refused under the lowered limit"
+        );
+    }
+    let (status, _) = admin(
+        a.addr,
+        TOKEN,
+        "PATCH",
+        &format!("/admin/keys/{id}"),
+        Some(json!({"rpm": null})),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // Rotated on B with a grace: the new secret at once on both, the old one through
+    // its grace only.
+    let grace = Duration::from_secs(4);
+    let load = Load::start(&both, &secret);
+    let (status, r) = admin(
+        b.addr,
+        TOKEN,
+        "POST",
+        &format!("/admin/keys/{id}/rotate"),
+        Some(json!({"grace_seconds": grace.as_secs()})),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let rotated = Instant::now();
+    let new = r["key"].as_str().unwrap().to_owned();
+    for addr in both {
+        let on = until_status(addr, &new, 200).await;
+        assert!(on < bound, "the new secret answered on {addr} after {on:?}");
+    }
+    tokio::time::sleep(grace + bound).await;
+    let shots = load.stop().await;
+    // Half a second either side of the grace's end: the clock read on each side.
+    let edge = Duration::from_millis(500);
+    let in_grace: Vec<&Shot> = shots
+        .iter()
+        .filter(|s| s.sent > rotated && s.sent + edge < rotated + grace)
+        .collect();
+    let past: Vec<&Shot> = shots
+        .iter()
+        .filter(|s| s.sent > rotated + grace + edge)
+        .collect();
+    assert!(
+        !in_grace.is_empty() && !past.is_empty(),
+        "the load ran through and past the grace"
+    );
+    assert!(
+        in_grace.iter().all(|s| s.status == 200),
+        "the old secret refused during its grace: {:?}",
+        in_grace.iter().find(|s| s.status != 200)
+    );
+    assert!(
+        past.iter().all(|s| s.status == 401),
+        "the old secret served after its grace: {:?}",
+        past.iter().find(|s| s.status != 401)
+    );
+
+    // The database killed under load.
+    let load = Load::start(&both, &new);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pg.kill();
+    for addr in both {
+        let (status, v) = admin(
+            addr,
+            TOKEN,
+            "POST",
+            "/admin/keys",
+            Some(json!({"label": "x"})),
+        )
+        .await;
+        assert_eq!(status, 503, "a change while the database is down: {v}");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg.restart();
+    let start = Instant::now();
+    for addr in both {
+        loop {
+            let (status, v) = admin(
+                addr,
+                TOKEN,
+                "POST",
+                "/admin/keys",
+                Some(json!({"label": "back"})),
+            )
+            .await;
+            if status == 201 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no recovery on {addr}: {status} {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let shots = load.stop().await;
+    println!(
+        "k8 load: {} requests through the database's outage",
+        shots.len()
+    );
+    assert!(
+        shots.iter().all(|s| s.status == 200),
+        "the known key was refused while the database was down: {:?}",
+        shots.iter().find(|s| s.status != 200)
+    );
+    for instance in 0..2 {
+        assert!(
+            shots.iter().any(|s| s.instance == instance),
+            "instance {instance} ran"
+        );
+    }
+}
