@@ -23,7 +23,7 @@
 //! `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its slot is its own
 //! slots' and windows'). Expiries are documented on [`RedisStore`](crate::RedisStore).
 
-use portcullis_core::{AttemptRef, Books, Scope, SubjectKey};
+use portcullis_core::{AttemptId, AttemptRef, Books, Scope, SubjectKey};
 
 /// The key names of one store: its prefix and its billing registry's tag.
 #[derive(Clone, Debug)]
@@ -123,6 +123,55 @@ impl Keys {
             format!("{base}open"),
             format!("{base}done"),
         ]
+    }
+
+    /// The keys the reservation script takes for `attempt` of `subject` in `books`: the
+    /// attempt's record, the tenant's balance (the record again with no tenant), the
+    /// key's spend, the books' open attempts and pending list, then the budgets.
+    pub(crate) fn reserve<'a>(
+        &self,
+        books: &Books,
+        attempt: &AttemptId,
+        subject: &SubjectKey,
+        has_tenant: bool,
+        budgets: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Vec<String> {
+        let base = self.books(books);
+        let record = format!("{base}attempt:{attempt}");
+        let mut keys = Vec::with_capacity(5 + budgets.len());
+        keys.push(record.clone());
+        keys.push(if has_tenant {
+            format!("{base}tenant")
+        } else {
+            record
+        });
+        keys.push(format!("{base}key:{}", subject.as_str()));
+        keys.push(format!("{base}open"));
+        keys.push(format!("{base}pending"));
+        keys.extend(budgets.map(|id| format!("{base}budget:{id}")));
+        keys
+    }
+
+    /// The keys the account script takes: the tenant's balance (the key's spend again
+    /// with no tenant), the key's spend, then the budgets.
+    pub(crate) fn account<'a>(
+        &self,
+        books: &Books,
+        subject: &SubjectKey,
+        has_tenant: bool,
+        budgets: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Vec<String> {
+        let base = self.books(books);
+        let spend = format!("{base}key:{}", subject.as_str());
+        let mut keys = Vec::with_capacity(2 + budgets.len());
+        keys.push(if has_tenant {
+            format!("{base}tenant")
+        } else {
+            spend.clone()
+        });
+        keys.push(spend);
+        keys.extend(budgets.map(|id| format!("{base}budget:{id}")));
+        keys
     }
 
     /// The registry of books that have had pending attempts: the one billing key

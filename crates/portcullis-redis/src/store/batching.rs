@@ -4,6 +4,9 @@
 use super::*;
 use crate::batch::{self, Code, Op};
 use crate::conn::hash_slot;
+use crate::scripts::args::{
+    BatchArgs, BatchCallArgs, BlockLeasesArgs, LeaseReleaseArgs, QueuedOp, ScriptArgs,
+};
 use portcullis_core::{LeaseId, StoreError, StoreErrorKind, StoreResult, SubjectKey};
 use redis::FromRedisValue;
 use std::future::Future;
@@ -26,9 +29,10 @@ impl RedisStore {
         // fails it is sent again until it lands (see `retry`); the lease's TTL is the
         // last resort.
         let sent = self.batched(
-            Code::LeaseRelease,
             vec![self.slots_key(key)],
-            vec![self.member(lease).into_bytes()],
+            LeaseReleaseArgs {
+                member: self.member(lease),
+            },
             |_: i64| Ok(()),
         );
         if now {
@@ -39,34 +43,34 @@ impl RedisStore {
 
     /// Queues one op of the batch script (see [`batch`]) and returns its answer's
     /// future; the first op into an empty queue schedules a flush.
-    pub(crate) fn batched<R, T>(
+    pub(crate) fn batched<A, R, T>(
         &self,
-        code: Code,
         keys: Vec<String>,
-        args: Vec<Vec<u8>>,
+        args: A,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
     ) -> RedisStoreFuture<T>
     where
+        A: BatchArgs,
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        self.queue_op(code, keys, args, decode, false)
+        self.queue_op(args.code(), keys, args.argv(), decode, false)
     }
 
     /// [`batched`](Self::batched), sending the batch at once: the op's answer is
     /// awaited on the request path, and whatever was queued before it rides along.
-    pub(crate) fn batched_now<R, T>(
+    pub(crate) fn batched_now<A, R, T>(
         &self,
-        code: Code,
         keys: Vec<String>,
-        args: Vec<Vec<u8>>,
+        args: A,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
     ) -> RedisStoreFuture<T>
     where
+        A: BatchArgs,
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        self.queue_op(code, keys, args, decode, true)
+        self.queue_op(args.code(), keys, args.argv(), decode, true)
     }
 
     fn queue_op<R, T>(
@@ -173,31 +177,25 @@ impl RedisStore {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
-        let script = self.inner.script(&scripts().batch);
         async move {
             let key = ops
                 .first()
                 .and_then(|o| o.keys.first())
                 .map_or(&[][..], |k| k.as_bytes());
-            let mut cmd = redis::cmd("EVALSHA");
-            let nkeys: usize = ops.iter().map(|o| o.keys.len()).sum();
-            cmd.arg(script.get_hash()).arg(nkeys);
-            for op in &ops {
-                for k in &op.keys {
-                    cmd.arg(k.as_str());
-                }
-            }
-            cmd.arg(ops.len());
-            for op in &ops {
-                cmd.arg(op.code.as_str())
-                    .arg(op.keys.len())
-                    .arg(op.args.len());
-                for a in &op.args {
-                    cmd.arg(&a[..]);
-                }
-            }
+            let keys: Vec<String> = ops.iter().flat_map(|o| o.keys.iter().cloned()).collect();
+            let args = BatchCallArgs {
+                ops: ops
+                    .iter()
+                    .map(|o| QueuedOp {
+                        code: o.code,
+                        keys: o.keys.len(),
+                        args: &o.args,
+                    })
+                    .collect(),
+            };
+            let cmd = super::call::evalsha(Script::Batch, conn.is_cluster(), &keys, &args.argv());
             let r = inner
-                .script_call(start, key, script, cmd, &mut conn, guarded)
+                .script_call(start, key, Script::Batch, cmd, &mut conn, guarded)
                 .await;
             match r {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
@@ -286,23 +284,19 @@ impl RedisStore {
     pub(crate) fn give_back_unseen(&self, undo: Vec<Undo>) {
         for u in undo {
             let sent = match u {
-                Undo::Lease { slots, member } => self.batched(
-                    Code::LeaseRelease,
-                    vec![slots],
-                    vec![member.into_bytes()],
-                    |_: i64| Ok(()),
-                ),
+                Undo::Lease { slots, member } => {
+                    self.batched(vec![slots], LeaseReleaseArgs { member }, |_: i64| Ok(()))
+                }
                 Undo::Block {
                     slots,
                     member,
                     size,
                 } => self.batched(
-                    Code::BlockLeases,
                     vec![slots],
-                    vec![member.into_bytes(), size.to_string().into_bytes()],
+                    BlockLeasesArgs { base: member, size },
                     |_: i64| Ok(()),
                 ),
-                Undo::Window { keys, blob, id } => self.settle_window(keys, &blob, id, false),
+                Undo::Window { keys, blob, id } => self.settle_window(keys, blob, id, false),
             };
             drop(sent);
         }

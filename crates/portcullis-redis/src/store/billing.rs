@@ -11,8 +11,10 @@
 //! in the pending registry instead of every pending attempt. An attempt record
 //! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 
-use crate::batch::Code;
-use crate::scripts::SCRIPTS;
+use crate::scripts::args::{
+    AccountArgs, BudgetArg, CreditArgs, ReserveArgs, ReserveMode, SeedArgs, SettleArgs,
+    SettleOutcome,
+};
 use crate::store::{RedisStore, RedisStoreFuture};
 use portcullis_core::billing::BudgetView;
 use portcullis_core::{
@@ -49,9 +51,9 @@ fn protocol(what: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Protocol, what)
 }
 
-fn exact(v: Money, what: &str) -> StoreResult<String> {
+fn exact(v: Money, what: &str) -> StoreResult<Money> {
     if v.unsigned_abs() <= MAX_EXACT_MONEY.unsigned_abs() {
-        Ok(v.to_string())
+        Ok(v)
     } else {
         Err(protocol(format!(
             "{what} {v} is beyond the exact range of the Redis store (|x| <= 2^53 - 1)"
@@ -59,20 +61,16 @@ fn exact(v: Money, what: &str) -> StoreResult<String> {
     }
 }
 
-/// A budget's period as the scripts take it: ms, or -1 for none.
-fn period(b: &Budget) -> StoreResult<String> {
+/// A budget's period as the scripts take it: ms, or none.
+fn period(b: &Budget) -> StoreResult<Option<Millis>> {
     match b.period_ms {
-        None => Ok("-1".to_owned()),
-        Some(p) if p <= MAX_EXACT_MONEY.unsigned_abs() => Ok(p.to_string()),
+        None => Ok(None),
+        Some(p) if p <= MAX_EXACT_MONEY.unsigned_abs() => Ok(Some(p)),
         Some(p) => Err(protocol(format!(
             "budget {}: period {p} ms is beyond 2^53 - 1",
             b.id
         ))),
     }
-}
-
-fn flag(b: bool) -> String {
-    if b { "1" } else { "0" }.to_owned()
 }
 
 fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
@@ -128,8 +126,8 @@ impl RedisStore {
         self.keys().pending_registry()
     }
 
-    pub(crate) fn budget_ttl(&self) -> String {
-        self.amount_ttl_ms().to_string()
+    pub(crate) fn budget_ttl(&self) -> Millis {
+        self.amount_ttl_ms()
     }
 
     /// Registers `books` as having pending work (before the attempt becomes pending, so
@@ -250,9 +248,9 @@ impl ReconcileStore for RedisStore {
     }
 
     fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> Self::Future<Reconciled> {
-        let (code, cost) = match how {
-            Reconcile::Settle(c) => ("s", c.max(0)),
-            Reconcile::WriteOff => ("r", 0),
+        let (outcome, cost) = match how {
+            Reconcile::Settle(c) => (SettleOutcome::Settled, c.max(0)),
+            Reconcile::WriteOff => (SettleOutcome::Refund, 0),
         };
         let cost = match exact(cost, "cost") {
             Ok(c) => c,
@@ -275,37 +273,33 @@ impl ReconcileStore for RedisStore {
             else {
                 return Ok(Reconciled::NotPending);
             };
-            match (state.as_str(), amount) {
-                ("p", Some(_)) => {}
-                ("o", _) => return Ok(Reconciled::InFlight),
+            match (RecordState::of(&state), amount) {
+                (RecordState::Pending, Some(_)) => {}
+                (RecordState::Open, _) => return Ok(Reconciled::InFlight),
                 _ => return Ok(Reconciled::NotPending),
             }
-            let args = vec![
-                store.time(),
-                code.to_owned(),
+            let args = SettleArgs {
+                time: store.time(),
+                outcome,
                 cost,
-                store.budget_ttl(),
-                attempt.attempt.to_string(),
-                "1".to_owned(),
-            ];
+                budget_ttl: store.budget_ttl(),
+                attempt: attempt.attempt.to_string(),
+                reconcile: true,
+                retry: false,
+            };
             let keys = store.settle_keys(&attempt);
             store
-                .eval(
-                    &SCRIPTS.settle_attempt,
-                    keys,
-                    args,
-                    None,
-                    move |r: Vec<i64>| match r.as_slice() {
-                        [1, c] => Ok(Reconciled::Settled {
-                            attempt: was,
-                            cost: *c,
-                        }),
-                        [3] => Ok(Reconciled::WrittenOff { attempt: was }),
-                        [4] => Ok(Reconciled::InFlight),
-                        [0] => Ok(Reconciled::NotPending),
-                        _ => Err(reply_err("reconcile", &r)),
-                    },
-                )
+                .eval(keys, args, move |r: Vec<i64>| {
+                    match SettleReply::read(&r).ok_or_else(|| reply_err("reconcile", &r))? {
+                        SettleReply::Settled(cost) => {
+                            Ok(Reconciled::Settled { attempt: was, cost })
+                        }
+                        SettleReply::Refunded => Ok(Reconciled::WrittenOff { attempt: was }),
+                        SettleReply::InFlight => Ok(Reconciled::InFlight),
+                        SettleReply::Nothing => Ok(Reconciled::NotPending),
+                        SettleReply::Pending(_) => Err(reply_err("reconcile", &r)),
+                    }
+                })
                 .await
         })
     }
@@ -358,74 +352,119 @@ fn registry_books(member: &str) -> Option<Books> {
     }
 }
 
+/// What `billing_settle.lua` answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SettleReply {
+    /// Nothing done: never reserved, already final, or pending again.
+    Nothing,
+    Settled(Money),
+    Pending(Money),
+    Refunded,
+    /// Nothing done: open, and only a pending attempt was to be reconciled.
+    InFlight,
+}
+
+impl SettleReply {
+    fn read(r: &[i64]) -> Option<Self> {
+        Some(match r {
+            [0] => SettleReply::Nothing,
+            [1, c] => SettleReply::Settled(*c),
+            [2, m] => SettleReply::Pending(*m),
+            [3] => SettleReply::Refunded,
+            [4] => SettleReply::InFlight,
+            _ => return None,
+        })
+    }
+}
+
+/// The state an attempt's record keeps (its field `s`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecordState {
+    Open,
+    Pending,
+    Other,
+}
+
+impl RecordState {
+    fn of(s: &str) -> Self {
+        match s {
+            "o" => RecordState::Open,
+            "p" => RecordState::Pending,
+            _ => RecordState::Other,
+        }
+    }
+}
+
 fn reply_err(what: &str, r: &[i64]) -> StoreError {
     protocol(format!("{what}: unexpected reply {r:?}"))
 }
 
 impl RedisStore {
     /// Keys and arguments of `billing_reserve.lua` for `req`, reserving `money` under
-    /// attempt `attempt` for `lifetime_ms`; `mode` as the script's last argument ('' =
-    /// a plain reservation).
+    /// attempt `attempt` for `lifetime_ms`, checked as `mode` says.
     pub(crate) fn reserve_args(
         &self,
         req: &BillingRequest,
         attempt: &AttemptId,
         money: Money,
         lifetime_ms: Millis,
-        mode: &str,
-    ) -> StoreResult<(Vec<String>, Vec<String>)> {
+        mode: ReserveMode,
+    ) -> StoreResult<(Vec<String>, ReserveArgs)> {
         let money = exact(money.max(0), "money upper bound")?;
         let books = req.books();
-        let base = self.books_base(&books);
-        let record = format!("{base}attempt:{attempt}");
-        let spend = format!("{base}key:{}", req.key.as_str());
-        let tenant = req.tenant.is_some().then(|| format!("{base}tenant"));
-        let mut keys = Vec::with_capacity(5 + req.budgets.len());
-        keys.push(record.clone());
-        keys.push(tenant.unwrap_or(record));
-        keys.push(spend);
-        keys.push(format!("{base}open"));
-        keys.push(format!("{base}pending"));
-        let mut args = Vec::with_capacity(11 + 2 * req.budgets.len());
-        args.extend([
-            self.time(),
-            flag(req.bill_balance),
-            flag(req.tenant.is_some()),
-            req.spend_cap.map_or_else(String::new, |c| c.to_string()),
+        let keys = self.keys().reserve(
+            &books,
+            attempt,
+            &req.key,
+            req.tenant.is_some(),
+            req.budgets.iter().map(|b| &*b.id),
+        );
+        let budgets = req
+            .budgets
+            .iter()
+            .map(|b| {
+                Ok(BudgetArg {
+                    limit: b.limit,
+                    period: period(b)?,
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        let args = ReserveArgs {
+            time: self.time(),
+            bill_balance: req.bill_balance,
+            has_tenant: req.tenant.is_some(),
+            spend_cap: req.spend_cap,
             money,
-            self.budget_ttl(),
-            lifetime_ms.max(1).to_string(),
-            flag(req.tenant_expected),
-        ]);
-        for b in req.budgets.iter() {
-            keys.push(format!("{base}budget:{}", b.id));
-        }
-        args.push(base);
-        args.push(attempt.to_string());
-        for b in req.budgets.iter() {
-            args.push(b.limit.to_string());
-            args.push(period(b)?);
-        }
-        // Kept with the attempt: an operator's reconciliation names the key in its record.
-        args.push(req.key.as_str().to_owned());
-        if !mode.is_empty() {
-            args.push(mode.to_owned());
-        }
+            budget_ttl: self.budget_ttl(),
+            lifetime: lifetime_ms.max(1),
+            tenant_expected: req.tenant_expected,
+            books_base: self.books_base(&books),
+            attempt: attempt.to_string(),
+            budgets,
+            // Kept with the attempt: an operator's reconciliation names the key in its
+            // record.
+            subject: req.key.as_str().to_owned(),
+            mode,
+        };
         Ok((keys, args))
     }
 
     /// `req` reserved on its own in Redis, in the batch.
     pub(crate) fn reserve_shared(&self, req: &BillingRequest) -> RedisStoreFuture<BillingDecision> {
-        let (keys, args) =
-            match self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "") {
-                Ok(call) => call,
-                Err(e) => return failed(e),
-            };
+        let (keys, args) = match self.reserve_args(
+            req,
+            &req.attempt,
+            req.money,
+            req.lifetime_ms,
+            ReserveMode::Plain,
+        ) {
+            Ok(call) => call,
+            Err(e) => return failed(e),
+        };
         let decode = self.reserve_decoder(req);
         // In the batch, sent at once: the settlements and releases queued before it ride
         // in the same call instead of one of their own.
-        let args = args.into_iter().map(String::into_bytes).collect();
-        self.batched_now(Code::BillingReserve, keys, args, decode)
+        self.batched_now(keys, args, decode)
     }
 
     /// Reads `billing_reserve.lua`'s reply for `req`.
@@ -476,9 +515,9 @@ impl RedisStore {
         outcome: BillingOutcome,
     ) -> RedisStoreFuture<Option<AttemptState>> {
         let (code, cost) = match outcome {
-            BillingOutcome::Settled(c) => ("s", c.max(0)),
-            BillingOutcome::Pending => ("p", 0),
-            BillingOutcome::Refund => ("r", 0),
+            BillingOutcome::Settled(c) => (SettleOutcome::Settled, c.max(0)),
+            BillingOutcome::Pending => (SettleOutcome::Pending, 0),
+            BillingOutcome::Refund => (SettleOutcome::Refund, 0),
         };
         let cost = match exact(cost, "cost") {
             Ok(c) => c,
@@ -488,27 +527,26 @@ impl RedisStore {
         // A settlement of this attempt failed before (its answer never came): this is a
         // retry, which must tell "already final" from "lost" (D10).
         let retry = self.failed_settles().was_failed(&keys[0]);
-        let args = vec![
-            self.time(),
-            code.to_owned(),
+        let args = SettleArgs {
+            time: self.time(),
+            outcome: code,
             cost,
-            self.budget_ttl(),
-            attempt.attempt.to_string(),
-            "0".to_owned(),
-            if retry { "1" } else { "0" }.to_owned(),
-        ];
-        let decode = |r: Vec<i64>| match r.as_slice() {
-            [0] => Ok(None),
-            [1, c] => Ok(Some(AttemptState::Settled(*c))),
-            [2, m] => Ok(Some(AttemptState::Pending(*m))),
-            [3] => Ok(Some(AttemptState::Refunded)),
-            _ => Err(reply_err("settle_attempt", &r)),
+            budget_ttl: self.budget_ttl(),
+            attempt: attempt.attempt.to_string(),
+            reconcile: false,
+            retry,
+        };
+        let decode = |r: Vec<i64>| match SettleReply::read(&r) {
+            Some(SettleReply::Nothing) => Ok(None),
+            Some(SettleReply::Settled(c)) => Ok(Some(AttemptState::Settled(c))),
+            Some(SettleReply::Pending(m)) => Ok(Some(AttemptState::Pending(m))),
+            Some(SettleReply::Refunded) => Ok(Some(AttemptState::Refunded)),
+            Some(SettleReply::InFlight) | None => Err(reply_err("settle_attempt", &r)),
         };
         let attempt_key = keys[0].clone();
         let sent = if outcome != BillingOutcome::Pending && !retry {
             // In the batch, with the request's other settlements and releases.
-            let args = args.into_iter().map(String::into_bytes).collect();
-            self.batched(Code::BillingSettle, keys, args, decode)
+            self.batched(keys, args, decode)
         } else {
             // Becoming pending (or maybe, on a retry): registered first (its own slot,
             // so its own command), then settled; each under its own deadline. Off the
@@ -517,9 +555,7 @@ impl RedisStore {
             let store = self.clone();
             RedisStoreFuture::new(async move {
                 reg.await?;
-                store
-                    .eval(&SCRIPTS.settle_attempt, keys, args, None, decode)
-                    .await
+                store.eval(keys, args, decode).await
             })
         };
         let store = self.clone();
@@ -558,24 +594,25 @@ impl BillingStore for RedisStore {
         key: &SubjectKey,
         budgets: &[Budget],
     ) -> Self::Future<AccountView> {
-        let base = self.books_base(&Books::of(tenant, key));
-        let spend = format!("{base}key:{}", key.as_str());
-        let mut keys = Vec::with_capacity(2 + budgets.len());
-        keys.push(tenant.map_or_else(|| spend.clone(), |_| format!("{base}tenant")));
-        keys.push(spend);
-        let mut args = Vec::with_capacity(2 + budgets.len());
-        args.extend([self.time(), flag(tenant.is_some())]);
-        for b in budgets {
-            keys.push(format!("{base}budget:{}", b.id));
-            match period(b) {
-                Ok(p) => args.push(p),
-                Err(e) => return failed(e),
-            }
-        }
+        let keys = self.keys().account(
+            &Books::of(tenant, key),
+            key,
+            tenant.is_some(),
+            budgets.iter().map(|b| &*b.id),
+        );
+        let periods = match budgets.iter().map(period).collect::<StoreResult<_>>() {
+            Ok(p) => p,
+            Err(e) => return failed(e),
+        };
+        let args = AccountArgs {
+            time: self.time(),
+            has_tenant: tenant.is_some(),
+            periods,
+        };
         let has_tenant = tenant.is_some();
         let budgets: Vec<Budget> = budgets.to_vec();
         let (store, owner, subject) = (self.clone(), tenant.map(str::to_owned), key.clone());
-        self.eval(&SCRIPTS.account, keys, args, None, move |r: Vec<i64>| {
+        self.eval(keys, args, move |r: Vec<i64>| {
             if r.len() != 4 + 3 * budgets.len() {
                 return Err(reply_err("account", &r));
             }
@@ -610,10 +647,8 @@ impl BillingStore for RedisStore {
             Err(e) => return failed(e),
         };
         self.eval(
-            &SCRIPTS.seed,
             vec![self.tenant_key(tenant)],
-            vec![amount],
-            None,
+            SeedArgs { amount },
             |r: i64| Ok(r == 1),
         )
     }
@@ -634,13 +669,7 @@ impl BillingStore for RedisStore {
             Ok(a) => a,
             Err(e) => return failed(e),
         };
-        self.eval(
-            &SCRIPTS.credit,
-            vec![self.tenant_key(tenant)],
-            vec![amount],
-            None,
-            Ok,
-        )
+        self.eval(vec![self.tenant_key(tenant)], CreditArgs { amount }, Ok)
     }
 
     fn reconciler(&self) -> Option<std::sync::Arc<dyn portcullis_core::DynReconcile>> {

@@ -3,6 +3,7 @@
 //! acknowledgements of a write (D10). Every store call goes through here.
 
 use super::*;
+use crate::scripts::args::ScriptCall;
 
 impl Inner {
     /// The breaker of the node `key` lives on (the one node's, off a Cluster).
@@ -10,15 +11,6 @@ impl Inner {
         self.nodes
             .as_ref()
             .map_or(&self.breaker, |n| n.breaker_of(key))
-    }
-
-    /// The variant of `script` this connection runs (see [`for_cluster`]).
-    pub(super) fn script(&self, script: &'static Script) -> &'static Script {
-        if self.conn.is_cluster() {
-            for_cluster(script)
-        } else {
-            script
-        }
     }
 
     /// [`bounded`](Self::bounded), behind the breaker of `key`'s node: fails at once
@@ -48,7 +40,7 @@ impl Inner {
         &self,
         start: Instant,
         key: &[u8],
-        script: &'static Script,
+        script: Script,
         cmd: redis::Cmd,
         conn: &mut Conn,
         guarded: bool,
@@ -229,32 +221,15 @@ impl RedisStore {
         })
     }
 
-    /// Runs `script` on `key` with `args` under the deadline and decodes its reply.
-    pub(crate) fn eval<R, T>(
+    /// Runs the script of `args` on `keys` under the deadline and decodes its reply.
+    pub(crate) fn eval<A, R, T>(
         &self,
-        script: &'static Script,
         keys: Vec<String>,
-        args: Vec<String>,
-        blob: Option<Doubles>,
+        args: A,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
     ) -> RedisStoreFuture<T>
     where
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        self.eval_blobs(script, keys, args, blob.into_iter().collect(), decode)
-    }
-
-    /// [`eval`](Self::eval) with any number of binary arguments after `args`.
-    pub(crate) fn eval_blobs<R, T>(
-        &self,
-        script: &'static Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-        blobs: Vec<Doubles>,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
+        A: ScriptCall,
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
@@ -262,26 +237,34 @@ impl RedisStore {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
-        let script = self.inner.script(script);
+        let argv = args.argv();
         RedisStoreFuture::new(async move {
             let key = keys.first().map_or(&[][..], |k| k.as_bytes());
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash()).arg(keys.len());
-            for k in &keys {
-                cmd.arg(k.as_str());
-            }
-            for a in &args {
-                cmd.arg(a.as_str());
-            }
-            for b in &blobs {
-                cmd.arg(b.bytes());
-            }
+            let cmd = evalsha(A::SCRIPT, conn.is_cluster(), &keys, &argv);
             let v = inner
-                .script_call(start, key, script, cmd, &mut conn, true)
+                .script_call(start, key, A::SCRIPT, cmd, &mut conn, true)
                 .await?;
             read_reply(v, decode)
         })
     }
+}
+
+/// `EVALSHA` of `script` (as a Cluster runs it, on one) with `keys` and `argv`.
+pub(super) fn evalsha(
+    script: Script,
+    cluster: bool,
+    keys: &[String],
+    argv: &[Vec<u8>],
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.on(cluster).get_hash()).arg(keys.len());
+    for k in keys {
+        cmd.arg(k.as_str());
+    }
+    for a in argv {
+        cmd.arg(&a[..]);
+    }
+    cmd
 }
 
 /// `NOSCRIPT`: the script is not in the server's cache.
@@ -289,10 +272,11 @@ const NO_SCRIPT: ErrorKind = ErrorKind::Server(ServerErrorKind::NoScript);
 
 /// Loads `script` into the cache of the node `conn` reaches (`SCRIPT LOAD`; on a
 /// Cluster, every master).
-async fn load(conn: &mut Conn, script: &'static Script) -> redis::RedisResult<()> {
+async fn load(conn: &mut Conn, script: Script) -> redis::RedisResult<()> {
+    let source = script.load_source(conn.is_cluster());
     let _: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(crate::scripts::source_of(script))
+        .arg(source)
         .query_async(conn)
         .await?;
     Ok(())

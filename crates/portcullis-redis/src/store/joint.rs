@@ -5,8 +5,9 @@
 use super::batching::Undo;
 use super::blocks::spawn_quietly;
 use super::*;
-use crate::codec::{self, AdmitReply, Doubles};
+use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
+use crate::scripts::args::{ChannelArgs, JointArgs, JointWindow};
 use portcullis_core::blocks::{BlockAsk, Borrow, Local, SlotPart, WindowPart};
 use portcullis_core::{
     CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, Millis,
@@ -139,15 +140,16 @@ impl RedisStore {
         }
         let id = self.inner.next_lease.next();
         let mut keys = vec![slots.clone()];
-        let args = vec![
-            self.time(),
-            slot.limit.to_string(),
-            slot.ttl.to_string(),
-            self.member(id),
-            borrow.as_ref().map_or(1, |b| b.slots).to_string(),
-        ];
-        let mut blobs = Vec::new();
-        let mut undo = self.lease_undo(&slots, id, borrow.as_ref().map_or(1, |b| b.slots));
+        let leases = borrow.as_ref().map_or(1, |b| b.slots);
+        let mut args = JointArgs {
+            time: self.time(),
+            limit: slot.limit,
+            ttl: slot.ttl,
+            member: self.member(id),
+            leases,
+            window: None,
+        };
+        let mut undo = self.lease_undo(&slots, id, leases);
         let asked = window.map(|w| {
             let ks = self.window_keys(&slot.key, w.scope);
             let block = borrow.as_ref().and_then(|b| b.windows[0]);
@@ -157,23 +159,25 @@ impl RedisStore {
                 id,
             });
             keys.extend(ks);
-            blobs.push(codec::admit_block_args(
-                self.inner.amount_ttl_ms,
-                w.policy,
-                w.demand,
-                block,
-            ));
-            blobs.push(Doubles::text(Self::record_member(id)));
+            args.window = Some(JointWindow {
+                doubles: codec::admit_block_args(
+                    self.inner.amount_ttl_ms,
+                    w.policy,
+                    w.demand,
+                    block,
+                ),
+                record: Self::record_member(id),
+            });
             (w.policy.clone(), *w.demand, w.scope)
         });
         let Some(borrow) = borrow else {
-            let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
+            let decided = self.eval(keys, args, move |r| {
                 joint_decision(r, id, asked.as_ref().map(|(p, d, _)| (p, d))).map(|(d, ..)| d)
             });
             return self.undoing(undo, decided);
         };
         let asked_copy = asked.clone();
-        let decided = self.eval_blobs(&scripts().joint, keys, args, blobs, move |r| {
+        let decided = self.eval(keys, args, move |r| {
             joint_decision(r, id, asked_copy.as_ref().map(|(p, d, _)| (p, d)))
         });
         let decided = self.undoing(undo, decided);
@@ -493,22 +497,23 @@ impl RedisStore {
             let first = hash_slot(keys[0].as_bytes());
             keys.iter().all(|k| hash_slot(k.as_bytes()) == first)
         };
-        let mut args = vec![
-            self.time(),
-            capacity.to_string(),
-            ttl.to_string(),
-            self.member(id),
-            slots.to_string(),
-        ];
         if one_slot {
-            args.push(Self::record_member(id));
-            let blobs = items
+            let items_args = items
                 .iter()
                 .zip(asks)
                 .map(|(it, ask)| {
                     codec::admit_block_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask)
                 })
                 .collect();
+            let args = ChannelArgs {
+                time: self.time(),
+                capacity,
+                ttl,
+                member: self.member(id),
+                leases: slots,
+                record: Self::record_member(id),
+                items: items_args,
+            };
             let owned = items.to_vec();
             let mut undo = self.lease_undo(leases, id, slots);
             for ((it, ask), ks) in items.iter().zip(asks).zip(keys.chunks(3)) {
@@ -518,18 +523,22 @@ impl RedisStore {
                     id,
                 });
             }
-            let decided = self.eval_blobs(
-                &scripts().channel,
-                keys,
-                args,
-                blobs,
-                move |r: redis::Value| channel_reply(r, id, &owned),
-            );
+            let decided = self.eval(keys, args, move |r: redis::Value| {
+                channel_reply(r, id, &owned)
+            });
             return self.undoing(undo, decided);
         }
         // On different Cluster slots: the windows, then the leases — as the slot-only
         // joint script takes them (a block where it fits).
         let admitted = self.admit_all_counted(items, asks);
+        let args = JointArgs {
+            time: self.time(),
+            limit: capacity,
+            ttl,
+            member: self.member(id),
+            leases: slots,
+            window: None,
+        };
         let leases = leases.to_owned();
         let store = self.clone();
         RedisStoreFuture::new(async move {
@@ -537,13 +546,9 @@ impl RedisStore {
             if !matches!(a, JointAdmission::Admitted(_)) {
                 return Ok((a, CapacityTake::NotAsked, 0, counted));
             }
-            let call = store.eval_blobs(
-                &scripts().joint,
-                vec![leases.clone()],
-                args,
-                Vec::new(),
-                move |r| joint_decision(r, id, None),
-            );
+            let call = store.eval(vec![leases.clone()], args, move |r| {
+                joint_decision(r, id, None)
+            });
             let call = store.undoing(store.lease_undo(&leases, id, slots), call);
             let (take, took) = match call.await {
                 Ok((JointDecision::Admitted { .. }, took, _)) => (CapacityTake::Taken(id), took),

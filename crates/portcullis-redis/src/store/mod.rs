@@ -17,17 +17,16 @@ mod slots;
 mod windows;
 
 use crate::batch::Batcher;
-use crate::codec::Doubles;
 use crate::conn::{Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, says_cluster, watch_topology};
 use crate::keys::Keys;
 use crate::options::{RedisStoreOptions, TimeSource};
-use crate::scripts::{CLUSTER_SCRIPTS, SCRIPTS, Scripts, cluster_source, for_cluster};
+use crate::scripts::Script;
 use portcullis_core::id;
 use portcullis_core::{
     LeaseId, Millis, Scope, StoreError, StoreErrorKind, StoreResult, SubjectKey,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
+use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -253,10 +252,6 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-fn scripts() -> &'static Scripts {
-    &SCRIPTS
-}
-
 impl RedisStore {
     /// Connects to `url`, loads the scripts and returns the store. Fails if Redis cannot
     /// be reached within the options' connect timeout; use
@@ -416,18 +411,18 @@ impl RedisStore {
     /// does it; calls also reload a missing script by themselves (after a restart,
     /// `SCRIPT FLUSH` or a failover to a replica that never saw it).
     pub async fn load_scripts(&self) -> StoreResult<()> {
-        let s = scripts();
         let mut conn = self.inner.conn.clone();
+        let cluster = conn.is_cluster();
         let limit = self.inner.connect_timeout.max(self.inner.deadline);
         let load = async {
-            if conn.is_cluster() {
+            if cluster {
                 // One command per script: the Cluster client sends `SCRIPT LOAD` to every
                 // master (a pipeline would go to one node).
-                let mut hashes = Vec::with_capacity(s.sources.len());
-                for src in &s.sources {
+                let mut hashes = Vec::with_capacity(Script::ALL.len());
+                for s in Script::ALL {
                     let h: String = redis::cmd("SCRIPT")
                         .arg("LOAD")
-                        .arg(cluster_source(src))
+                        .arg(s.load_source(true))
                         .query_async(&mut conn)
                         .await?;
                     hashes.push(h);
@@ -435,8 +430,8 @@ impl RedisStore {
                 Ok(hashes)
             } else {
                 let mut pipe = redis::pipe();
-                for src in &s.sources {
-                    pipe.cmd("SCRIPT").arg("LOAD").arg(src.as_str());
+                for s in Script::ALL {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(s.load_source(false));
                 }
                 pipe.query_async::<Vec<String>>(&mut conn).await
             }
@@ -445,11 +440,7 @@ impl RedisStore {
             Err(_) => return Err(timeout(limit)),
             Ok(r) => r.map_err(map_err)?,
         };
-        let expected: Vec<&str> = if self.is_cluster() {
-            CLUSTER_SCRIPTS.iter().map(Script::get_hash).collect()
-        } else {
-            s.hashes().to_vec()
-        };
+        let expected = Script::ALL.map(|s| s.on(cluster).get_hash());
         if hashes.iter().map(String::as_str).ne(expected) {
             return Err(StoreError::new(
                 StoreErrorKind::Protocol,

@@ -1,6 +1,7 @@
 //! [`SlotStore`] on Redis: per-subject in-flight slots as leases in a ZSET (C1–C5).
 
 use super::*;
+use crate::scripts::args::{InFlightArgs, SlotAcquireArgs, SlotRenewArgs};
 use portcullis_core::blocks::borrowed_lease;
 use portcullis_core::{
     LeaseId, Millis, SlotDecision, SlotStore, StoreError, StoreErrorKind, SubjectKey,
@@ -11,17 +12,15 @@ impl SlotStore for RedisStore {
 
     fn acquire(&self, key: &SubjectKey, limit: u32, ttl: Millis) -> Self::Future<SlotDecision> {
         let id = self.inner.next_lease.next();
-        let args = vec![
-            self.time(),
-            limit.to_string(),
-            ttl.to_string(),
-            self.member(id),
-        ];
+        let args = SlotAcquireArgs {
+            time: self.time(),
+            limit,
+            ttl,
+            member: self.member(id),
+        };
         let decided = self.eval(
-            &scripts().acquire,
             vec![self.slots_key(key)],
             args,
-            None,
             move |r: (i64, i64)| match r {
                 (1, _) => Ok(SlotDecision::Acquired(id)),
                 (0, n) => Ok(SlotDecision::Full {
@@ -44,13 +43,13 @@ impl SlotStore for RedisStore {
         // Its slot changed owner within a lease TTL: a lease the old owner had not
         // replicated is restored (and counted) rather than reported gone (D10).
         let restore = self.slot_moved_within(&slots, ttl);
-        let mut args = vec![self.time(), ttl.to_string(), self.member(lease)];
-        if restore {
-            args.push("1".to_owned());
-        }
-        self.eval(&scripts().renew, vec![slots], args, None, |r: i64| {
-            Ok(r == 1)
-        })
+        let args = SlotRenewArgs {
+            time: self.time(),
+            ttl,
+            member: self.member(lease),
+            restore,
+        };
+        self.eval(vec![slots], args, |r: i64| Ok(r == 1))
     }
 
     fn release(&self, key: &SubjectKey, lease: LeaseId) -> Self::Future<()> {
@@ -64,10 +63,8 @@ impl SlotStore for RedisStore {
         let slots = self.slots_key(key);
         let store = self.clone();
         self.eval(
-            &scripts().in_flight,
             vec![slots.clone()],
-            vec![self.time()],
-            None,
+            InFlightArgs { time: self.time() },
             move |r: i64| {
                 // Leases this instance borrowed and did not hand out are not in flight.
                 let unused = store.blocks().map_or(0, |b| b.unused_slots(&slots));

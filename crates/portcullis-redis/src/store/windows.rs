@@ -3,10 +3,10 @@
 use super::batching::Undo;
 use super::joint::joint_reply_granted;
 use super::*;
-use crate::batch::Code;
 use crate::codec::Doubles;
 use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
+use crate::scripts::args::{AdmitAllArgs, WindowAdmitArgs, WindowSettleArgs, WindowViewArgs};
 use portcullis_core::blocks::{BlockAsk, GiveBack};
 use portcullis_core::{
     Admission, Demand, Dimension, JointAdmission, JointItem, JointSettle, LimitView, Outcome,
@@ -33,18 +33,17 @@ impl WindowStore for RedisStore {
             id,
         }];
         let (policy, demand) = (policy.clone(), *demand);
-        let decided = self.eval_blobs(
-            &scripts().admit,
-            keys,
-            vec![self.time()],
-            vec![blob, Doubles::text(Self::record_member(id))],
-            move |r: Vec<i64>| {
-                Ok(match codec::admit_reply(&r, &policy, &demand, id)? {
-                    AdmitReply::Admitted(t) => Admission::Admitted(t),
-                    AdmitReply::Exceeded(e) => Admission::Exceeded(e),
-                })
-            },
-        );
+        let args = WindowAdmitArgs {
+            time: self.time(),
+            doubles: blob,
+            record: Self::record_member(id),
+        };
+        let decided = self.eval(keys, args, move |r: Vec<i64>| {
+            Ok(match codec::admit_reply(&r, &policy, &demand, id)? {
+                AdmitReply::Admitted(t) => Admission::Admitted(t),
+                AdmitReply::Exceeded(e) => Admission::Exceeded(e),
+            })
+        });
         self.undoing(undo, decided)
     }
 
@@ -59,7 +58,7 @@ impl WindowStore for RedisStore {
             return self.settle_borrowed(key, scope, &ticket, outcome);
         }
         let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
-        self.settle_window(self.window_keys(key, scope), &blob, ticket.id, false)
+        self.settle_window(self.window_keys(key, scope), blob, ticket.id, false)
     }
 
     fn view(
@@ -72,28 +71,26 @@ impl WindowStore for RedisStore {
         let policy = policy.clone();
         let state = self.window_key(key, scope);
         let store = self.clone();
-        self.eval(
-            &scripts().view,
-            self.window_keys(key, scope),
-            vec![self.time()],
-            Some(blob),
-            move |r: Vec<i64>| {
-                let mut lines = codec::view_reply(&r, &policy)?;
-                // What this instance borrowed and did not use is not used.
-                let now = store.local_now();
-                let (requests, tokens) = store
-                    .blocks()
-                    .map_or((0, 0), |b| b.unused_window(&state, now));
-                for l in &mut lines {
-                    match l.dimension {
-                        Dimension::Requests => l.used = l.used.saturating_sub(requests),
-                        Dimension::Tokens => l.used = l.used.saturating_sub(tokens),
-                        _ => {}
-                    }
+        let args = WindowViewArgs {
+            time: self.time(),
+            doubles: blob,
+        };
+        self.eval(self.window_keys(key, scope), args, move |r: Vec<i64>| {
+            let mut lines = codec::view_reply(&r, &policy)?;
+            // What this instance borrowed and did not use is not used.
+            let now = store.local_now();
+            let (requests, tokens) = store
+                .blocks()
+                .map_or((0, 0), |b| b.unused_window(&state, now));
+            for l in &mut lines {
+                match l.dimension {
+                    Dimension::Requests => l.used = l.used.saturating_sub(requests),
+                    Dimension::Tokens => l.used = l.used.saturating_sub(tokens),
+                    _ => {}
                 }
-                Ok(lines)
-            },
-        )
+            }
+            Ok(lines)
+        })
     }
 
     fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
@@ -125,22 +122,23 @@ impl RedisStore {
     pub(super) fn settle_window(
         &self,
         keys: Vec<String>,
-        blob: &Doubles,
+        blob: Doubles,
         id: u64,
         block: bool,
     ) -> RedisStoreFuture<()> {
-        let mut args = vec![self.time().into_bytes(), blob.bytes().to_vec()];
-        let code = if id == 0 {
-            Code::WindowCorrect
-        } else {
+        let record = (id != 0).then(|| {
             let mut member = Self::record_member(id);
             if block {
                 member.push_str(":b");
             }
-            args.push(member.into_bytes());
-            Code::WindowSettle
+            member
+        });
+        let args = WindowSettleArgs {
+            time: self.time(),
+            doubles: blob,
+            record,
         };
-        self.batched(code, keys, args, |_: i64| Ok(()))
+        self.batched(keys, args, |_: i64| Ok(()))
     }
 
     /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
@@ -256,13 +254,14 @@ impl RedisStore {
                 *ask,
             ));
         }
-        let decided = self.eval_blobs(
-            &scripts().admit_all,
-            keys,
-            vec![self.time(), Self::record_member(id)],
-            blobs,
-            move |r: redis::Value| joint_reply_granted(r, &items, first, id),
-        );
+        let args = AdmitAllArgs {
+            time: self.time(),
+            record: Self::record_member(id),
+            items: blobs,
+        };
+        let decided = self.eval(keys, args, move |r: redis::Value| {
+            joint_reply_granted(r, &items, first, id)
+        });
         self.undoing(undo, decided)
     }
 }

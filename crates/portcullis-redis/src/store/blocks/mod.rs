@@ -9,8 +9,10 @@
 mod money;
 
 use super::*;
-use crate::batch::Code;
 use crate::codec;
+use crate::scripts::args::{
+    BlockLeasesArgs, LeaseReleaseArgs, SlotRenewArgs, SlotRenewBlockArgs, SomeBlockLeasesArgs,
+};
 use portcullis_core::blocks::{
     BlockKind, Blocks, GiveBack, MONEY_PART_EVERY_MS, MoneyTick, ReleaseLocal, RenewLocal, Retire,
     SettleLocal,
@@ -56,29 +58,29 @@ impl RedisStore {
                     requests,
                     used,
                 );
-                self.settle_window(Keys::window_script(key), &blob, ticket.id, requests > 1)
+                self.settle_window(Keys::window_script(key), blob, ticket.id, requests > 1)
             }
             GiveBack::SlotMembers {
                 key,
                 shared,
                 indices,
             } => {
-                let mut args = vec![self.member(shared).into_bytes()];
-                args.extend(indices.iter().map(|i| i.to_string().into_bytes()));
                 if indices.is_empty() {
                     return;
                 }
-                self.batched(Code::BlockLeasesSome, vec![key], args, |_: i64| Ok(()))
+                let args = SomeBlockLeasesArgs {
+                    base: self.member(shared),
+                    indices,
+                };
+                self.batched(vec![key], args, |_: i64| Ok(()))
             }
-            GiveBack::Slots { key, shared, size } => self.batched(
-                Code::BlockLeases,
-                vec![key],
-                vec![
-                    self.member(shared).into_bytes(),
-                    size.to_string().into_bytes(),
-                ],
-                |_: i64| Ok(()),
-            ),
+            GiveBack::Slots { key, shared, size } => {
+                let args = BlockLeasesArgs {
+                    base: self.member(shared),
+                    size,
+                };
+                self.batched(vec![key], args, |_: i64| Ok(()))
+            }
         };
         // Queued: it goes out with the next batch and, if that call fails, is sent
         // again until it lands (see `retry`); nobody waits for its answer.
@@ -173,9 +175,10 @@ impl RedisStore {
                 RedisStoreFuture::ready(Ok(()))
             }
             ReleaseLocal::Member { shared, index } => self.batched(
-                Code::LeaseRelease,
                 vec![slots.to_owned()],
-                vec![format!("{}:{index}", self.member(shared)).into_bytes()],
+                LeaseReleaseArgs {
+                    member: format!("{}:{index}", self.member(shared)),
+                },
                 |_: i64| Ok(()),
             ),
         }
@@ -201,39 +204,27 @@ impl RedisStore {
             RenewLocal::Gone => RedisStoreFuture::ready(Ok(false)),
             RenewLocal::Alive => RedisStoreFuture::ready(Ok(true)),
             RenewLocal::Member { shared, index } => {
-                let mut args = vec![
-                    self.time(),
-                    ttl.to_string(),
-                    format!("{}:{index}", self.member(shared)),
-                ];
-                if restore {
-                    args.push("1".to_owned());
-                }
-                self.eval(&scripts().renew, vec![slots], args, None, |r: i64| {
-                    Ok(r == 1)
-                })
+                let args = SlotRenewArgs {
+                    time: self.time(),
+                    ttl,
+                    member: format!("{}:{index}", self.member(shared)),
+                    restore,
+                };
+                self.eval(vec![slots], args, |r: i64| Ok(r == 1))
             }
             RenewLocal::Renew {
                 block,
                 shared,
                 size,
             } => {
-                let mut args = vec![
-                    self.time(),
-                    ttl.to_string(),
-                    self.member(shared),
-                    size.to_string(),
-                ];
-                if restore {
-                    args.push("1".to_owned());
-                }
-                let call = self.eval(
-                    &scripts().renew_block,
-                    vec![slots.clone()],
-                    args,
-                    None,
-                    |r: i64| Ok(r == 1),
-                );
+                let args = SlotRenewBlockArgs {
+                    time: self.time(),
+                    ttl,
+                    base: self.member(shared),
+                    count: size,
+                    restore,
+                };
+                let call = self.eval(vec![slots.clone()], args, |r: i64| Ok(r == 1));
                 let store = self.clone();
                 RedisStoreFuture::new(async move {
                     let r = call.await;

@@ -14,7 +14,7 @@
 //! block leaves its attempt open: the sweep takes it into pending reconciliation after
 //! its lifetime, as any attempt of a dead instance.
 
-use crate::batch::Code;
+use crate::scripts::args::{BlockReserveArgs, ReserveMode, SettleArgs, SettleOutcome};
 use crate::store::{RedisStore, RedisStoreFuture};
 use portcullis_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
 use portcullis_core::{
@@ -160,36 +160,41 @@ impl RedisStore {
         ask: portcullis_core::blocks::MoneyAsk,
         lifetime: portcullis_core::Millis,
     ) -> StoreResult<RedisStoreFuture<(bool, BillingDecision)>> {
-        let head = format!("h{}", ask.headroom);
-        let (kb, ab) = self.reserve_args(req, block, ask.money, lifetime, &head)?;
-        let (ks, as_) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "")?;
-        let mut args: Vec<Vec<u8>> = vec![
-            kb.len().to_string().into_bytes(),
-            ab.len().to_string().into_bytes(),
-        ];
-        args.extend(ab.into_iter().chain(as_).map(String::into_bytes));
+        let mode = ReserveMode::Block {
+            headroom: ask.headroom,
+        };
+        let (kb, block) = self.reserve_args(req, block, ask.money, lifetime, mode)?;
+        let (ks, alone) = self.reserve_args(
+            req,
+            &req.attempt,
+            req.money,
+            req.lifetime_ms,
+            ReserveMode::Plain,
+        )?;
+        let args = BlockReserveArgs {
+            block_keys: kb.len(),
+            block,
+            alone,
+        };
         let keys = kb.into_iter().chain(ks).collect();
         let decode = self.reserve_decoder(req);
-        Ok(
-            self.batched_now(Code::BillingBlock, keys, args, move |r: redis::Value| {
-                let bad = || {
-                    StoreError::new(
-                        StoreErrorKind::Protocol,
-                        format!("check_and_reserve (block): unexpected reply {r:?}"),
-                    )
-                };
-                let redis::Value::Array(parts) = &r else {
-                    return Err(bad());
-                };
-                let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1))
-                else {
-                    return Err(bad());
-                };
-                let inner: Vec<i64> =
-                    redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
-                Ok((*took == 1, decode(inner)?))
-            }),
-        )
+        Ok(self.batched_now(keys, args, move |r: redis::Value| {
+            let bad = || {
+                StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("check_and_reserve (block): unexpected reply {r:?}"),
+                )
+            };
+            let redis::Value::Array(parts) = &r else {
+                return Err(bad());
+            };
+            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
+                return Err(bad());
+            };
+            let inner: Vec<i64> =
+                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+            Ok((*took == 1, decode(inner)?))
+        }))
     }
 
     /// Settles an attempt admitted from a billing block; `None` if it is not one.
@@ -247,9 +252,14 @@ impl RedisStore {
     /// An attempt of a block whose result is unknown, as its own attempt in Redis,
     /// pending (both steps are idempotent per attempt, so a retry is safe).
     async fn move_to_pending(&self, req: &BillingRequest) -> StoreResult<Option<AttemptState>> {
-        let (keys, args) = self.reserve_args(req, &req.attempt, req.money, req.lifetime_ms, "f")?;
-        let args = args.into_iter().map(String::into_bytes).collect();
-        self.batched_now(Code::BillingReserve, keys, args, self.reserve_decoder(req))
+        let (keys, args) = self.reserve_args(
+            req,
+            &req.attempt,
+            req.money,
+            req.lifetime_ms,
+            ReserveMode::Force,
+        )?;
+        self.batched_now(keys, args, self.reserve_decoder(req))
             .await?;
         self.settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
             .await
@@ -259,25 +269,24 @@ impl RedisStore {
     /// so far (cumulative, so a part sent twice or late charges nothing twice), in the
     /// batch; keyed by the block's attempt and sent again until it lands (D9).
     pub(crate) fn money_part(&self, part: MoneyBack) {
-        self.money_in_batch(&part, "c");
+        self.money_in_batch(&part, SettleOutcome::Part);
     }
 
     /// Sends a block's settlement (`s`) or part (`c`) in the batch, sent again until it
     /// lands, never as a retry that would take a missing attempt for a lost one: an
     /// attempt already final, or gone, is left as it is.
-    fn money_in_batch(&self, back: &MoneyBack, outcome: &str) {
+    fn money_in_batch(&self, back: &MoneyBack, outcome: SettleOutcome) {
         let keys = self.settle_keys(&back.attempt);
-        let args = [
-            self.time(),
-            outcome.to_owned(),
-            back.cost.max(0).to_string(),
-            self.budget_ttl(),
-            back.attempt.attempt.to_string(),
-            "0".to_owned(),
-            "0".to_owned(),
-        ];
-        let args = args.into_iter().map(String::into_bytes).collect();
-        drop(self.batched(Code::BillingSettle, keys, args, |_: redis::Value| Ok(())));
+        let args = SettleArgs {
+            time: self.time(),
+            outcome,
+            cost: back.cost.max(0),
+            budget_ttl: self.budget_ttl(),
+            attempt: back.attempt.attempt.to_string(),
+            reconcile: false,
+            retry: false,
+        };
+        drop(self.batched(keys, args, |_: redis::Value| Ok(())));
     }
 
     /// Sends a block's landed settlement again if the owner of its slot changes within
@@ -295,7 +304,7 @@ impl RedisStore {
             if self.slot_moved_within(&attempt, portcullis_core::clock::millis(since)) {
                 tracing::info!(attempt = %back.attempt.attempt,
                     "billing: a quota block's books changed master after its settlement; sending it again");
-                self.money_in_batch(back, "s");
+                self.money_in_batch(back, SettleOutcome::Settled);
                 return;
             }
         }
