@@ -4,6 +4,16 @@
 //! cargo install --path crates/portcullis-cli
 //! portcullis check --config portcullis.toml        # or: portcullis check portcullis.toml
 //! portcullis serve --config portcullis.toml [--listen ADDR] [--store URL]
+//!
+//! export PORTCULLIS_URL=http://127.0.0.1:8080
+//! export PORTCULLIS_ADMIN_TOKEN="$(cat /run/secrets/portcullis-admin)"   # not typed in
+//! portcullis tenants create acme --balance 1000000
+//! portcullis keys create --label ci --tenant acme --rpm 60   # the secret, this once
+//! portcullis keys list --tenant acme --all-pages
+//! portcullis keys update key_… --policy standard --clear rpm
+//! portcullis keys rotate key_… --grace-seconds 3600
+//! portcullis keys revoke key_…
+//! portcullis keys create --config portcullis.toml --label first   # no gateway running
 //! ```
 //!
 //! - `check` loads and checks the file as `serve` does at start (no store connection,
@@ -16,6 +26,20 @@
 //! - `SIGTERM` / `SIGINT` shut down gracefully: the listener closes, requests in flight
 //!   (streams included) finish for up to `[server] drain_timeout`, then the process
 //!   exits 0.
+//! - `keys list|show|create|update|rotate|revoke` and `tenants
+//!   list|create|update|top-up|token` call a running gateway's admin API (`--gateway URL`,
+//!   default `$PORTCULLIS_URL`, else `http://127.0.0.1:8080`) with the bearer token read
+//!   from the environment variable `--token-env` names (default `PORTCULLIS_ADMIN_TOKEN`;
+//!   never from the command line, where `ps` and the shell's history would show it). A
+//!   tenant's management token works for the `keys` commands. The answer is printed as
+//!   JSON (`--json`: one line); a secret (create, rotate, token) is in it this once, and
+//!   a note on stderr says so. A refusal prints the gateway's message and the field it
+//!   names, and exits 1, as does a gateway that cannot be reached (the message names the
+//!   URL) or does not answer within `--timeout` (30 s). See `manage.rs` and
+//!   `admin_client.rs`.
+//! - `keys create --config FILE [--database URL]` writes the key straight into the
+//!   records database the file names, with no gateway running: the first key of a fresh
+//!   install.
 //!
 //! Usage errors exit 2. Logs go to stderr (`RUST_LOG` filters them); the listening
 //! address goes to stdout.
@@ -25,6 +49,9 @@
 //! names a collector; the spans still queued are sent before the process exits.
 
 #![deny(unreachable_pub)]
+
+mod admin_client;
+mod manage;
 
 use clap::{Args, Parser, Subcommand};
 use portcullis_fake_upstream::FakeUpstream;
@@ -51,12 +78,18 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Runs the gateway.
     Serve(ServeArgs),
     /// Loads and checks a configuration file without starting anything.
     Check(CheckArgs),
+    /// Manages the client keys of a running gateway's records database (admin API).
+    Keys(manage::KeysArgs),
+    /// Manages the tenants of a running gateway's records database (admin API).
+    Tenants(manage::TenantsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -102,6 +135,8 @@ fn main() -> ExitCode {
             let path = args.config.or(args.path).expect("clap requires one");
             check(&path)
         }
+        Command::Keys(args) => manage::keys(args),
+        Command::Tenants(args) => manage::tenants(args),
         Command::Serve(args) => {
             use tracing_subscriber::Layer;
             use tracing_subscriber::layer::SubscriberExt;
