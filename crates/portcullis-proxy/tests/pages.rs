@@ -1,9 +1,10 @@
-//! The usage and operator pages (P4) in a real headless browser: Debian's
-//! `chromium`, driven through `chromedriver` (WebDriver, `fantoccini`). Each browser
-//! test starts the proxy in front of the fake upstream, loads a page, types the key or
-//! the admin token, and asserts on the rendered DOM against the gateway's JSON for the
-//! same key. A screenshot of each page is kept under
-//! `$CARGO_TARGET_TMPDIR/pages/` (`target/tmp/pages/*.png`).
+//! The usage and operator pages (P4) and the keys page (K9) in a real headless browser:
+//! Debian's `chromium`, driven through `chromedriver` (WebDriver, `fantoccini`). Each
+//! browser test starts the proxy in front of the fake upstream (for the keys page, on a
+//! SQLite records database in a temporary directory), loads a page, types the key or the
+//! token, and asserts on the rendered DOM against the gateway's JSON for the same key. A
+//! screenshot of each page is kept under `$CARGO_TARGET_TMPDIR/pages/`
+//! (`target/tmp/pages/*.png`).
 //!
 //! Without `chromium` or `chromedriver` on the PATH the browser tests fail and name the
 //! packages to install (`apt-get install -y chromium chromium-driver`).
@@ -208,6 +209,60 @@ impl Browser {
             .expect("type");
     }
 
+    /// Empties an input, as a person selecting its text and deleting it.
+    async fn clear(&self, css: &str) {
+        let e = bounded(WAIT, "find input", self.client.find(Locator::Css(css)))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        bounded(WAIT, "clear input", e.clear())
+            .await
+            .expect("clear");
+    }
+
+    /// Picks the option of value `value` of the `<select>` at `css`.
+    async fn select(&self, css: &str, value: &str) {
+        let e = bounded(WAIT, "find select", self.client.find(Locator::Css(css)))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        bounded(WAIT, "select", e.select_by_value(value))
+            .await
+            .unwrap_or_else(|e| panic!("{css} = {value}: {e}"));
+    }
+
+    /// Lets the loaded page's origin write to and read from the clipboard (WebDriver's
+    /// Set Permission, sent to chromedriver directly: `fantoccini` has no call for it).
+    async fn allow_clipboard(&self) {
+        let session = bounded(WAIT, "session id", self.client.session_id())
+            .await
+            .expect("session id")
+            .expect("a session");
+        let driver = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        for name in ["clipboard-read", "clipboard-write"] {
+            let body = json!({"descriptor": {"name": name}, "state": "granted"});
+            let r = send(
+                driver,
+                &Req::post(format!("/session/{session}/permissions"), body.to_string()),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{name}: {}", r.text());
+        }
+    }
+
+    /// What the clipboard holds, read by the page.
+    async fn clipboard(&self) -> Value {
+        bounded(
+            WAIT,
+            "clipboard",
+            self.client.execute_async(
+                "const done = arguments[arguments.length - 1];
+                 navigator.clipboard.readText().then(done, (e) => done({error: String(e)}));",
+                Vec::new(),
+            ),
+        )
+        .await
+        .expect("reading the clipboard")
+    }
+
     async fn click(&self, css: &str) {
         let e = bounded(WAIT, "find button", self.client.find(Locator::Css(css)))
             .await
@@ -250,6 +305,7 @@ impl Browser {
 
     /// A screenshot of the whole page (the window grown to the page's height).
     async fn screenshot(&self, name: &str) -> PathBuf {
+        self.js("window.scrollTo(0, 0); return null").await;
         let h = self
             .js("return Math.ceil(document.documentElement.scrollHeight)")
             .await
@@ -762,6 +818,9 @@ async fn p4_admin_rejections_count_by_code_behind_the_admin_token() {
         ("/pages/pages.js", "text/javascript"),
         ("/pages/usage.js", "text/javascript"),
         ("/pages/admin.js", "text/javascript"),
+        ("/keys/page", "text/html"),
+        ("/pages/keys.css", "text/css"),
+        ("/pages/keys.js", "text/javascript"),
         ("/pages/codes.json", "application/json"),
     ] {
         let r = send(p.addr, &Req::get(path)).await;
@@ -954,5 +1013,869 @@ async fn p4_operator_page_shows_channels_and_rejections_and_enables_a_disabled_c
         "back in rotation"
     );
     b.screenshot("admin-enabled").await;
+    b.quit().await;
+}
+
+// ------------------------------------------------------------------ keys page
+
+/// A gateway on a SQLite records database of its own, in a temporary directory both
+/// removed on drop.
+struct Records {
+    addr: std::net::SocketAddr,
+    _fake: portcullis_fake_upstream::FakeUpstream,
+    _directory: std::sync::Arc<portcullis_proxy::keys::Directory>,
+    server: tokio::task::JoinHandle<()>,
+    dir: PathBuf,
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        self.server.abort();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The file's side of the keys page's gateway: a policy keys may name, a tenant and a
+/// key of the file (listed read-only), the channels of the fake upstream.
+const KEYS_CONFIG: &str = r#"
+[policies.plan]
+concurrency = 4
+
+[tenants.filed]
+balance = 1_000_000
+
+[keys.filed-key]
+key = "sk-filed-key-0001"
+tenant = "filed"
+"#;
+
+async fn records_gateway() -> Records {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pcx-pages-keys-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let text = format!(
+        "[server]\nadmin_token = \"{TOKEN}\"\n\n[database]\nurl = \"sqlite://{}\"\nhash_secret_env = \"PCX_TEST_UNSET_HASH_SECRET\"\n{KEYS_CONFIG}{CHANNELS}",
+        dir.join("records.db").display()
+    );
+    let config = portcullis_proxy::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let directory = portcullis_proxy::keys::Directory::open(&config)
+        .await
+        .expect("the records database")
+        .expect("configured");
+    let fake = portcullis_fake_upstream::FakeUpstream::start().await;
+    let app = portcullis_proxy::Gateway::new(config, portcullis::core::MemoryStore::new())
+        .fake_upstream(fake.base_url())
+        .directory(directory.clone())
+        .router()
+        .expect("the gateway");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Records {
+        addr,
+        _fake: fake,
+        _directory: directory,
+        server,
+        dir,
+    }
+}
+
+/// An admin API call with `bearer`: its status and JSON body.
+async fn api(
+    addr: std::net::SocketAddr,
+    bearer: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = match body {
+        Some(b) => Req::post(path, b.to_string()),
+        None => Req::get(path),
+    };
+    req.method = method.parse().expect("a method");
+    let r = send(
+        addr,
+        &req.header("authorization", format!("Bearer {bearer}")),
+    )
+    .await;
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    (r.status.as_u16(), v)
+}
+
+/// An admin API call expected to answer `status`.
+async fn api_ok(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    let (got, v) = api(addr, TOKEN, method, path, body).await;
+    assert_eq!(got, status, "{method} {path}: {v}");
+    v
+}
+
+/// The status of one model request with `key`.
+async fn answer(addr: std::net::SocketAddr, key: &str) -> u16 {
+    send(addr, &ask(Dialect::OpenAi, key, false))
+        .await
+        .status
+        .as_u16()
+}
+
+/// Sends model requests with `key` until one answers `status` (the gateway follows a
+/// change at once; a bounded number of tries).
+async fn until_answer(addr: std::net::SocketAddr, key: &str, status: u16) {
+    let start = Instant::now();
+    loop {
+        let got = answer(addr, key).await;
+        if got == status {
+            return;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{:.10}… answered {got}, never {status}",
+            key
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A key of `GET /admin/keys` as the keys page should show it (`keys.js`' `keyRow`).
+fn expected_row(k: &Value) -> Value {
+    let mut limits = Vec::new();
+    if let Some(p) = k["policy"].as_str() {
+        limits.push(format!("policy {p}"));
+    }
+    for (field, name) in [
+        ("rpm", "rpm"),
+        ("concurrency", "concurrency"),
+        ("spend_cap", "spend cap"),
+    ] {
+        if !k[field].is_null() {
+            limits.push(format!("{name} {}", shown(&k[field])));
+        }
+    }
+    if let Some(m) = k["models"].as_array().filter(|m| !m.is_empty()) {
+        let names: Vec<&str> = m.iter().filter_map(Value::as_str).collect();
+        limits.push(format!("models {}", names.join(", ")));
+    }
+    if let Some(s) = k["subscription"].as_object() {
+        let mut t = format!("subscription {}", s["policy"].as_str().unwrap_or(""));
+        if let Some(at) = s.get("expires_at").and_then(Value::as_str) {
+            t.push_str(&format!(" until {at}"));
+        }
+        if s.get("pay_as_you_go") == Some(&json!(true)) {
+            t.push_str(" (pay-as-you-go)");
+        }
+        limits.push(t);
+    }
+    if let Some(e) = k["errors"].as_str() {
+        limits.push(format!("errors {e}"));
+    }
+    if limits.is_empty() {
+        limits.push("none of its own".into());
+    }
+    json!({
+        "id": k["id"],
+        "label": k["label"],
+        "tenant": k["tenant"].as_str().unwrap_or("—"),
+        "state": k["state"],
+        "limits": limits,
+        "expires": k["expires_at"].as_str().unwrap_or("never"),
+    })
+}
+
+const READ_KEY_ROWS: &str = r#"
+return [...document.querySelectorAll('#keys tbody tr[data-key-id]')].map(r => ({
+  id: r.dataset.keyId,
+  label: r.querySelector('[data-field=label]').textContent,
+  tenant: r.querySelector('[data-field=tenant]').textContent,
+  state: r.querySelector('[data-field=state]').textContent,
+  limits: [...r.querySelectorAll('[data-field=limits] [data-limit]')].map(s => s.textContent),
+  expires: r.querySelector('[data-field=expires]').textContent,
+}));
+"#;
+
+const READ_TENANTS: &str = r#"
+return Object.fromEntries([...document.querySelectorAll('#tenants tbody tr[data-tenant]')]
+  .map(r => [r.dataset.tenant, r.querySelector('[data-field=balance]').textContent]));
+"#;
+
+/// The rows the page shows, by id.
+async fn key_rows(b: &Browser) -> std::collections::BTreeMap<String, Value> {
+    b.js(READ_KEY_ROWS)
+        .await
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["id"].as_str().expect("id").to_owned(), r.clone()))
+        .collect()
+}
+
+/// `GET /admin/keys` with `bearer`, every page, by id.
+async fn listed_keys(
+    addr: std::net::SocketAddr,
+    bearer: &str,
+) -> std::collections::BTreeMap<String, Value> {
+    let (status, v) = api(addr, bearer, "GET", "/admin/keys?limit=500", None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["next_cursor"], Value::Null, "one page: {v}");
+    v["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .map(|k| (k["id"].as_str().expect("id").to_owned(), expected_row(k)))
+        .collect()
+}
+
+/// The balances `GET /admin/tenants` gives, as the page prints them.
+async fn listed_balances(addr: std::net::SocketAddr) -> Value {
+    let v = api_ok(addr, "GET", "/admin/tenants", None, 200).await;
+    Value::Object(
+        v["tenants"]
+            .as_array()
+            .expect("tenants")
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().expect("name").to_owned(),
+                    json!(shown(&t["balance"])),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Types `token` into the page and connects; waits until the page has chosen its view.
+async fn connect(b: &Browser, token: &str, mode: &str) {
+    b.type_into("#token", token).await;
+    b.click("#connect").await;
+    b.until(
+        WAIT,
+        &format!("the {mode} view"),
+        &format!(
+            "return document.body.dataset.mode === {mode:?} && !document.getElementById('view').hidden"
+        ),
+    )
+    .await;
+}
+
+/// Whether `text` is anywhere in the page's DOM (text, attributes, input values).
+async fn in_dom(b: &Browser, text: &str) -> bool {
+    b.js(&format!(
+        "const t = {text:?};
+         return document.documentElement.outerHTML.includes(t)
+           || [...document.querySelectorAll('input')].some(i => i.value.includes(t));"
+    ))
+    .await
+        == json!(true)
+}
+
+/// The secret shown in the box `#{id}` (waits for one other than `not`).
+async fn shown_secret(b: &Browser, id: &str, not: &str) -> String {
+    b.until(
+        WAIT,
+        &format!("a secret in #{id}"),
+        &format!(
+            "const c = document.querySelector('#{id}:not([hidden]) [data-field=secret]');
+             return c && c.textContent !== {not:?} ? c.textContent : null;"
+        ),
+    )
+    .await
+    .as_str()
+    .expect("a secret")
+    .to_owned()
+}
+
+/// The error shown next to a form: its text and the field it names.
+async fn form_error(b: &Browser, id: &str) -> (String, String) {
+    let v = b
+        .until(
+            WAIT,
+            &format!("the error in #{id}"),
+            &format!(
+                "const e = document.getElementById({id:?});
+                 return e.hidden ? null : [e.textContent, e.dataset.errorField || ''];"
+            ),
+        )
+        .await;
+    (
+        v[0].as_str().expect("text").to_owned(),
+        v[1].as_str().expect("field").to_owned(),
+    )
+}
+
+/// K9: through the keys page only (typing, clicking), the operator creates a tenant and
+/// tops it up, creates a key whose secret is shown once and copied, limits it to one
+/// request a minute and sees the gateway refuse the second, clears the limit and sets
+/// others, rotates it and revokes it; the page shows what `GET /admin/keys` and `GET
+/// /admin/tenants` say, and the gateway's 400 next to the form with the field it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k9_keys_page_creates_edits_rotates_and_revokes_a_key() {
+    let _one = ONE_BROWSER.lock().await;
+    let gw = records_gateway().await;
+    let addr = gw.addr;
+    let b = Browser::start("keys").await;
+    let page = format!("http://{addr}/keys/page");
+    b.goto(&page).await;
+    b.allow_clipboard().await;
+    assert_eq!(
+        b.js("return document.getElementById('token').getAttribute('name')")
+            .await,
+        Value::Null
+    );
+
+    // A wrong token: refused, nothing shown.
+    b.type_into("#token", "admin-token-wrong-0000").await;
+    b.click("#connect").await;
+    b.until(
+        WAIT,
+        "the refused token's message",
+        "return document.getElementById('status').dataset.kind === 'error'",
+    )
+    .await;
+    assert!(b.text("#status").await.contains("401"));
+    assert_eq!(
+        b.js("return document.getElementById('view').hidden").await,
+        json!(true)
+    );
+
+    // The admin token: the operator's view, the file's key read-only, the tenants.
+    connect(&b, TOKEN, "operator").await;
+    for shown in ["tenants-section", "filter", "create-tenant"] {
+        assert_eq!(
+            b.js(&format!(
+                "return document.getElementById({shown:?}).checkVisibility()"
+            ))
+            .await,
+            json!(true),
+            "#{shown} is shown"
+        );
+    }
+    let listed = api_ok(addr, "GET", "/admin/keys", None, 200).await;
+    assert_eq!(
+        listed["static_keys"],
+        json!([{"label": "filed-key", "tenant": "filed", "static": true}])
+    );
+    let statics = b
+        .js(
+            r#"return [...document.querySelectorAll('#static-keys tbody tr')].map(r => ({
+              label: r.querySelector('[data-field=label]').textContent,
+              tenant: r.querySelector('[data-field=tenant]').textContent,
+              buttons: r.querySelectorAll('button, input').length }));"#,
+        )
+        .await;
+    assert_eq!(
+        statics,
+        json!([{"label": "filed-key", "tenant": "filed", "buttons": 0}])
+    );
+    assert_eq!(key_rows(&b).await.len(), 0);
+    assert_eq!(b.js(READ_TENANTS).await, listed_balances(addr).await);
+
+    // A tenant, made and topped up in the page.
+    b.type_into("#tenant-form [data-key-field=name]", "acme")
+        .await;
+    b.type_into("#tenant-form [data-key-field=balance]", "1000000")
+        .await;
+    b.click("#create-tenant-button").await;
+    b.until(
+        WAIT,
+        "tenant acme listed",
+        "return document.querySelector('#tenants tr[data-tenant=acme] [data-field=balance]')?.textContent === '1,000,000'",
+    )
+    .await;
+    assert_eq!(b.js(READ_TENANTS).await, listed_balances(addr).await);
+    b.type_into("#tenants tr[data-tenant=acme] form.top-up input", "250000")
+        .await;
+    b.click("#tenants tr[data-tenant=acme] form.top-up button")
+        .await;
+    b.until(
+        WAIT,
+        "acme's new balance",
+        "return document.querySelector('#tenants tr[data-tenant=acme] [data-field=balance]').textContent === '1,250,000'",
+    )
+    .await;
+    let balances = listed_balances(addr).await;
+    assert_eq!(balances["acme"], json!("1,250,000"), "{balances}");
+    assert_eq!(b.js(READ_TENANTS).await, balances);
+    assert!(b.text("#status").await.contains("topped up by 250,000"));
+
+    // A key the rules refuse: the gateway's 400, next to the form, naming the field.
+    b.type_into("#create-form [data-key-field=label]", "browser-key")
+        .await;
+    b.select("#create-form [data-key-field=tenant]", "acme")
+        .await;
+    b.type_into("#create-form [data-key-field=rpm]", "0").await;
+    b.click("#create").await;
+    let (message, field) = form_error(&b, "create-error").await;
+    assert_eq!(field, "rpm", "{message}");
+    assert!(message.starts_with("400: rpm"), "{message}");
+    assert_eq!(
+        b.js("return document.querySelector('#create-form [data-key-field=rpm]').getAttribute('aria-invalid')")
+            .await,
+        json!("true")
+    );
+    assert_eq!(listed_keys(addr, TOKEN).await.len(), 0, "nothing written");
+
+    // The key: its secret shown once, with a Copy button and the warning.
+    b.type_into("#create-form [data-key-field=rpm]", "100")
+        .await;
+    b.click("#create").await;
+    let secret = shown_secret(&b, "create-secret", "").await;
+    assert!(secret.starts_with("sk-pcx-"), "{secret}");
+    assert_eq!(
+        b.js("return document.getElementById('create-error').hidden")
+            .await,
+        json!(true)
+    );
+    assert!(
+        b.text("#create-secret .warn")
+            .await
+            .contains("shown this once and never again")
+    );
+    b.click("#create-secret button.copy").await;
+    b.until(
+        WAIT,
+        "the secret copied",
+        "return document.querySelector('#create-secret button.copy').dataset.copied === 'true'",
+    )
+    .await;
+    assert_eq!(b.clipboard().await, json!(secret));
+
+    let listed = listed_keys(addr, TOKEN).await;
+    assert_eq!(listed.len(), 1);
+    let (id, row) = listed.iter().next().expect("the key");
+    let id = id.clone();
+    assert_eq!(row["tenant"], "acme");
+    assert_eq!(row["limits"], json!(["rpm 100"]));
+    assert_eq!(key_rows(&b).await, listed);
+    let (_, raw) = api(addr, TOKEN, "GET", "/admin/keys", None).await;
+    assert!(!raw.to_string().contains(&secret[7..]), "no secret: {raw}");
+    until_answer(addr, &secret, 200).await;
+
+    // The form used again: the first secret leaves the page. A label is text, never
+    // markup.
+    b.type_into("#create-form [data-key-field=label]", "<b>second</b>")
+        .await;
+    b.click("#create").await;
+    let second = shown_secret(&b, "create-secret", &secret).await;
+    assert!(!in_dom(&b, &secret).await, "the first secret left the page");
+    let labels = b
+        .js("return [...document.querySelectorAll('#keys tbody [data-field=label]')].map(c => c.textContent).sort()")
+        .await;
+    assert_eq!(labels, json!(["<b>second</b>", "browser-key"]));
+    assert_eq!(
+        b.js("return document.querySelectorAll('#keys b').length")
+            .await,
+        json!(0)
+    );
+    b.click("#create-secret button.done").await;
+    assert!(!in_dom(&b, &second).await, "dismissed, the secret is gone");
+    assert_eq!(key_rows(&b).await, listed_keys(addr, TOKEN).await);
+
+    // One request a minute: the second within the minute is refused.
+    b.click(&format!("#keys tr[data-key-id={id:?}] button.manage"))
+        .await;
+    b.until(
+        WAIT,
+        "the manage panel",
+        &format!(
+            "const m = document.getElementById('manage'); return !m.hidden && m.dataset.keyId === {id:?}"
+        ),
+    )
+    .await;
+    assert_eq!(
+        b.js("return document.querySelector('#edit-form [data-key-field=rpm]').value")
+            .await,
+        json!("100")
+    );
+    b.type_into("#edit-form [data-key-field=rpm]", "1").await;
+    b.click("#save").await;
+    b.until(
+        WAIT,
+        "rpm 1 shown",
+        &format!(
+            "return document.querySelector('#keys tr[data-key-id={id:?}] [data-limit=rpm]')?.textContent === 'rpm 1'"
+        ),
+    )
+    .await;
+    let stored = api_ok(addr, "GET", &format!("/admin/keys/{id}"), None, 200).await;
+    assert_eq!(stored["rpm"], 1, "{stored}");
+    let (applied, view) = usage_until(addr, &secret, WAIT, |v| {
+        v["policies"].as_array().is_some_and(|ps| {
+            ps.iter().any(|p| {
+                p["limits"].as_array().is_some_and(|ls| {
+                    ls.iter()
+                        .any(|l| l["dimension"] == "rolling_requests" && l["limit"] == 1)
+                })
+            })
+        })
+    })
+    .await;
+    assert!(applied, "the gateway follows the change: {view}");
+    // The request that answered 200 above was this minute's one.
+    let r = send(addr, &ask(Dialect::OpenAi, &secret, false)).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+
+    // Cleared (an empty field is null) and other limits set, through the same form.
+    b.clear("#edit-form [data-key-field=rpm]").await;
+    b.type_into("#edit-form [data-key-field=spend_cap]", "5000000")
+        .await;
+    b.type_into("#edit-form [data-key-field=models]", "gpt-4o-mini")
+        .await;
+    b.type_into(
+        "#edit-form [data-key-field=expires_at]",
+        "2099-01-01T00:00:00Z",
+    )
+    .await;
+    b.type_into("#edit-form [data-key-field=subscription]", "plan")
+        .await;
+    b.click("#edit-form [data-key-field=pay_as_you_go]").await;
+    b.click("#save").await;
+    b.until(
+        WAIT,
+        "the new limits shown",
+        &format!(
+            "const r = document.querySelector('#keys tr[data-key-id={id:?}]');
+             return r.querySelector('[data-limit=spend_cap]') && !r.querySelector('[data-limit=rpm]');"
+        ),
+    )
+    .await;
+    let stored = api_ok(addr, "GET", &format!("/admin/keys/{id}"), None, 200).await;
+    assert_eq!(stored["rpm"], Value::Null, "{stored}");
+    assert_eq!(stored["spend_cap"], 5_000_000, "{stored}");
+    assert_eq!(stored["models"], json!(["gpt-4o-mini"]), "{stored}");
+    assert_eq!(stored["expires_at"], "2099-01-01T00:00:00Z", "{stored}");
+    assert_eq!(
+        stored["subscription"],
+        json!({"policy": "plan", "expires_at": null, "pay_as_you_go": true}),
+        "{stored}"
+    );
+    assert_eq!(key_rows(&b).await, listed_keys(addr, TOKEN).await);
+    until_answer(addr, &secret, 200).await;
+
+    // A change the rules refuse: the 400 next to the edit form; nothing changed.
+    b.type_into("#edit-form [data-key-field=policy]", "no-such-policy")
+        .await;
+    b.click("#save").await;
+    let (message, field) = form_error(&b, "edit-error").await;
+    assert_eq!(field, "policy", "{message}");
+    assert!(message.contains("no-such-policy"), "{message}");
+    let unchanged = api_ok(addr, "GET", &format!("/admin/keys/{id}"), None, 200).await;
+    assert_eq!(unchanged["policy"], Value::Null, "{unchanged}");
+    assert_eq!(unchanged["revision"], stored["revision"], "{unchanged}");
+    b.clear("#edit-form [data-key-field=policy]").await;
+    b.until(
+        WAIT,
+        "the error gone once the field is changed",
+        "return document.getElementById('edit-error').hidden
+           && !document.querySelector('#edit-form .invalid')",
+    )
+    .await;
+
+    // Rotated without a grace: the new secret, shown once with its Copy button, answers;
+    // the old one is refused at once.
+    b.type_into("#grace", "0").await;
+    b.click("#rotate").await;
+    let rotated = shown_secret(&b, "rotate-secret", "").await;
+    assert_ne!(rotated, secret);
+    assert!(rotated.starts_with("sk-pcx-"), "{rotated}");
+    assert!(
+        b.text("#rotate-secret")
+            .await
+            .contains("refused from now on"),
+        "{}",
+        b.text("#rotate-secret").await
+    );
+    b.click("#rotate-secret button.copy").await;
+    b.until(
+        WAIT,
+        "the rotated secret copied",
+        "return document.querySelector('#rotate-secret button.copy').dataset.copied === 'true'",
+    )
+    .await;
+    assert_eq!(b.clipboard().await, json!(rotated));
+    until_answer(addr, &rotated, 200).await;
+    until_answer(addr, &secret, 401).await;
+    let shot = b.screenshot("keys").await;
+    eprintln!("keys page: {}", shot.display());
+
+    // Revoked after a confirmation inside the page (no window.confirm): Cancel first.
+    b.click("#revoke").await;
+    assert_eq!(
+        b.js("return document.getElementById('revoke-confirm').hidden")
+            .await,
+        json!(false)
+    );
+    b.click("#revoke-no").await;
+    assert_eq!(
+        b.js("return document.getElementById('revoke-confirm').hidden")
+            .await,
+        json!(true)
+    );
+    let still = api_ok(addr, "GET", &format!("/admin/keys/{id}"), None, 200).await;
+    assert_eq!(still["state"], "active");
+    b.click("#revoke").await;
+    b.click("#revoke-yes").await;
+    b.until(
+        WAIT,
+        "the key shown revoked",
+        &format!(
+            "return document.querySelector('#keys tr[data-key-id={id:?}]').dataset.state === 'revoked'
+               && document.getElementById('manage').hidden"
+        ),
+    )
+    .await;
+    let revoked = api_ok(addr, "GET", &format!("/admin/keys/{id}"), None, 200).await;
+    assert_eq!(revoked["state"], "revoked");
+    assert_eq!(key_rows(&b).await, listed_keys(addr, TOKEN).await);
+    until_answer(addr, &rotated, 401).await;
+
+    // No secret or token in the URL, in storage, or (once dismissed) in the DOM.
+    let url = bounded(WAIT, "url", b.client.current_url())
+        .await
+        .expect("url");
+    assert_eq!(url.as_str(), page);
+    assert_eq!(
+        b.js("return localStorage.length + sessionStorage.length + document.cookie.length")
+            .await,
+        json!(0)
+    );
+    assert!(!in_dom(&b, &rotated).await, "the panel closed with it");
+    b.quit().await;
+}
+
+/// K9: a tenant's management token, made on the page by the operator (shown once), logs
+/// into the same page and sees its tenant's keys only — page after page, another
+/// tenant's key never, no tenants — and a key it creates there is its tenant's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k9_keys_page_tenant_token_sees_only_its_tenant() {
+    let _one = ONE_BROWSER.lock().await;
+    let gw = records_gateway().await;
+    let addr = gw.addr;
+    for (name, balance) in [("acme", 1_000_000), ("other", 1_000_000)] {
+        api_ok(
+            addr,
+            "POST",
+            "/admin/tenants",
+            Some(json!({"name": name, "balance": balance})),
+            201,
+        )
+        .await;
+    }
+    // More than the page's 50 a page for acme; one key of another tenant, one of none.
+    for i in 0..55 {
+        api_ok(
+            addr,
+            "POST",
+            "/admin/keys",
+            Some(json!({"label": format!("acme-{i:02}"), "tenant": "acme", "rpm": 60})),
+            201,
+        )
+        .await;
+    }
+    let other = api_ok(
+        addr,
+        "POST",
+        "/admin/keys",
+        Some(json!({"label": "other-key", "tenant": "other"})),
+        201,
+    )
+    .await;
+    let other_id = other["id"].as_str().expect("id").to_owned();
+    api_ok(
+        addr,
+        "POST",
+        "/admin/keys",
+        Some(json!({"label": "loose"})),
+        201,
+    )
+    .await;
+
+    let b = Browser::start("keys-tenant").await;
+    let page = format!("http://{addr}/keys/page");
+    b.goto(&page).await;
+    connect(&b, TOKEN, "operator").await;
+    // The operator pages through every key.
+    assert_eq!(key_rows(&b).await.len(), 50);
+    assert_eq!(
+        b.js("return document.getElementById('more').hidden").await,
+        json!(false)
+    );
+    b.click("#more").await;
+    b.until(
+        WAIT,
+        "the second page",
+        "return document.querySelectorAll('#keys tbody tr[data-key-id]').length === 57",
+    )
+    .await;
+    assert_eq!(
+        b.js("return document.getElementById('more').hidden").await,
+        json!(true)
+    );
+    assert_eq!(key_rows(&b).await, listed_keys(addr, TOKEN).await);
+    // The tenant filter: other's key alone.
+    b.select("#tenant-filter", "other").await;
+    b.until(
+        WAIT,
+        "other's keys",
+        "return document.querySelectorAll('#keys tbody tr[data-key-id]').length === 1",
+    )
+    .await;
+    assert!(key_rows(&b).await.contains_key(&other_id));
+
+    // A token for acme, shown once, then dismissed.
+    b.click("#tenants tr[data-tenant=acme] button.make-token")
+        .await;
+    let token = shown_secret(&b, "token-secret", "").await;
+    assert!(
+        b.text("#token-secret").await.contains("“acme”"),
+        "{}",
+        b.text("#token-secret").await
+    );
+    let (status, _) = api(addr, &token, "GET", "/admin/tenants", None).await;
+    assert_eq!(status, 403, "the tenant routes are the operator's");
+    b.click("#token-secret button.done").await;
+    assert!(!in_dom(&b, &token).await, "dismissed, the token is gone");
+
+    // Logged in with it: acme's keys only, page after page; no tenants.
+    connect(&b, &token, "tenant").await;
+    for hidden in [
+        "tenants-section",
+        "filter",
+        "create-tenant",
+        "static-section",
+    ] {
+        assert_eq!(
+            b.js(&format!(
+                "return document.getElementById({hidden:?}).checkVisibility()"
+            ))
+            .await,
+            json!(false),
+            "#{hidden} is not shown"
+        );
+    }
+    assert_eq!(
+        b.js("return document.getElementById('keys-section').checkVisibility()")
+            .await,
+        json!(true)
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('#tenants tbody tr').length")
+            .await,
+        json!(0)
+    );
+    assert_eq!(key_rows(&b).await.len(), 50);
+    b.click("#more").await;
+    b.until(
+        WAIT,
+        "acme's second page",
+        "return document.querySelectorAll('#keys tbody tr[data-key-id]').length === 55",
+    )
+    .await;
+    let rows = key_rows(&b).await;
+    assert_eq!(rows, listed_keys(addr, &token).await);
+    assert!(rows.values().all(|r| r["tenant"] == "acme"), "{rows:?}");
+    assert!(!rows.contains_key(&other_id));
+    assert!(!b.text("#keys").await.contains("other-key"));
+
+    // A key made there is acme's, and answers.
+    b.type_into("#create-form [data-key-field=label]", "made-by-acme")
+        .await;
+    b.type_into("#create-form [data-key-field=concurrency]", "2")
+        .await;
+    b.click("#create").await;
+    let secret = shown_secret(&b, "create-secret", "").await;
+    let made = b
+        .until(
+            WAIT,
+            "the new key listed",
+            r#"const r = [...document.querySelectorAll('#keys tbody tr[data-key-id]')]
+                 .find(r => r.querySelector('[data-field=label]').textContent === 'made-by-acme');
+               return r ? r.dataset.keyId : null;"#,
+        )
+        .await;
+    let made = made.as_str().expect("id").to_owned();
+    let stored = api_ok(addr, "GET", &format!("/admin/keys/{made}"), None, 200).await;
+    assert_eq!(stored["tenant"], "acme", "{stored}");
+    assert_eq!(stored["concurrency"], 2, "{stored}");
+    assert_eq!(key_rows(&b).await[&made], expected_row(&stored));
+    until_answer(addr, &secret, 200).await;
+
+    // Its own limits, changed there; the operator's plans (policy, subscription) not
+    // offered; a spend cap above what its tenant has, the 400 naming the field (K6).
+    assert_eq!(
+        b.js("return document.querySelector('#create-form [data-key-field=policy]').checkVisibility()")
+            .await,
+        json!(false)
+    );
+    b.click(&format!("#keys tr[data-key-id={made:?}] button.manage"))
+        .await;
+    b.until(
+        WAIT,
+        "the manage panel",
+        &format!("return document.getElementById('manage').dataset.keyId === {made:?}"),
+    )
+    .await;
+    assert_eq!(
+        b.js("return ['policy', 'subscription'].map(f => document.querySelector(`#edit-form [data-key-field=${f}]`).disabled)")
+            .await,
+        json!([true, true])
+    );
+    b.type_into("#edit-form [data-key-field=rpm]", "30").await;
+    b.click("#save").await;
+    b.until(
+        WAIT,
+        "rpm 30 shown",
+        &format!(
+            "return document.querySelector('#keys tr[data-key-id={made:?}] [data-limit=rpm]')?.textContent === 'rpm 30'"
+        ),
+    )
+    .await;
+    let stored = api_ok(addr, "GET", &format!("/admin/keys/{made}"), None, 200).await;
+    assert_eq!(
+        (&stored["rpm"], &stored["concurrency"]),
+        (&json!(30), &json!(2))
+    );
+    b.type_into("#edit-form [data-key-field=spend_cap]", "2000000")
+        .await;
+    b.click("#save").await;
+    let (message, field) = form_error(&b, "edit-error").await;
+    assert_eq!(field, "spend_cap", "{message}");
+    assert!(message.starts_with("400: spend_cap"), "{message}");
+    let unchanged = api_ok(addr, "GET", &format!("/admin/keys/{made}"), None, 200).await;
+    assert_eq!(unchanged["spend_cap"], Value::Null, "{unchanged}");
+    assert_eq!(key_rows(&b).await[&made], expected_row(&unchanged));
+    b.clear("#edit-form [data-key-field=spend_cap]").await;
+    let shot = b.screenshot("keys-tenant").await;
+    eprintln!("keys page, tenant view: {}", shot.display());
+
+    // A gateway keeping no keys in a database: the page says so to the admin token.
+    let plain = Proxy::start("[server]\nadmin_token = \"admin-token-0123456789\"\n").await;
+    b.goto(&format!("http://{}/keys/page", plain.addr)).await;
+    b.type_into("#token", TOKEN).await;
+    b.click("#connect").await;
+    b.until(
+        WAIT,
+        "the no-database message",
+        "return document.getElementById('status').dataset.kind === 'error'",
+    )
+    .await;
+    assert!(
+        b.text("#status")
+            .await
+            .contains("keeps no keys in a database"),
+        "{}",
+        b.text("#status").await
+    );
     b.quit().await;
 }
