@@ -12,7 +12,7 @@
 //! | `GET /admin/pending?limit=N&cursor=C` | one page (default 100, at most 1000) of the attempts pending reconciliation, in a stable order (tenant books, then key books, then attempt id); `next_cursor` names the next page (`null`: this was the last) |
 //! | `POST /admin/pending/settle` | settles a pending attempt at a cost, body `{"tenant": …, "attempt": …, "cost": <minor units>, "usage": {…}}` (`"key"` instead of `"tenant"` for a key with no tenant; `usage` optional) |
 //! | `POST /admin/pending/write-off` | writes a pending attempt off (nothing charged), body `{"tenant": …, "attempt": …}` |
-//! | `/admin/keys…`, `/admin/tenants…`, `/admin/audit` | with a records database (`[database]`): keys, tenants and management tokens managed while the gateway runs (`routes/keys.rs`, contract page `keys`, K1–K8) |
+//! | `/admin/keys…`, `/admin/tenants…`, `/admin/audit` | with a records database (`[database]`): keys, tenants and management tokens managed while the gateway runs (`routes/keys.rs`, contract page `keys`, K1–K10) |
 //!
 //! Settling or writing off releases what the attempt held (its pending money on the
 //! balance and the key's spend, its budget reservations) exactly once and leaves a usage
