@@ -66,9 +66,11 @@ pub mod docs;
 extern crate self as portcullis_redis;
 
 mod batch;
+mod client;
 mod codec;
 mod conn;
 mod cooldowns;
+mod future;
 mod keys;
 mod options;
 mod scripts;

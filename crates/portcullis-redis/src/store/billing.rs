@@ -23,6 +23,8 @@ use portcullis_core::{
     PendingTotal, Reconcile, ReconcileStore, Reconciled, Refusal, StoreError, StoreErrorKind,
     StoreResult, SubjectKey,
 };
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 /// Largest amount, in minor units, that the Redis store keeps exactly: 2^53 − 1
 /// (9 007 199 254 740 991; about 9 billion currency units at micro-unit resolution).
@@ -82,40 +84,40 @@ impl RedisStore {
     /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
     /// slot is its own slots' and windows').
     pub fn books_base(&self, books: &Books) -> String {
-        self.keys().books(books)
+        self.client().keys().books(books)
     }
 
     /// The key of a tenant's balance: `<tenant base>tenant` (HASH: `bal`, `pend`).
     pub fn tenant_key(&self, tenant: &str) -> String {
-        self.keys().tenant(tenant)
+        self.client().keys().tenant(tenant)
     }
 
     /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
     /// `spent`, `pend`).
     pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
-        self.keys().spend(books, key)
+        self.client().keys().spend(books, key)
     }
 
     /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
     /// `spent`, `res`).
     pub fn budget_key(&self, books: &Books, id: &str) -> String {
-        self.keys().budget(books, id)
+        self.client().keys().budget(books, id)
     }
 
     /// The key of an attempt's record: `<books base>attempt:<id>`.
     pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
-        self.keys().attempt(attempt)
+        self.client().keys().attempt(attempt)
     }
 
     /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
     pub fn open_key(&self, books: &Books) -> String {
-        self.keys().open(books)
+        self.client().keys().open(books)
     }
 
     /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
     /// attempt id → amount).
     pub fn pending_key(&self, books: &Books) -> String {
-        self.keys().pending(books)
+        self.client().keys().pending(books)
     }
 
     /// The key of the registry of books that have had attempts pending reconciliation:
@@ -123,11 +125,11 @@ impl RedisStore {
     /// billing key shared by every tenant, written only when an attempt becomes pending;
     /// it holds one member per such books (bounded by tenants and keys, like balances).
     pub fn pending_registry_key(&self) -> String {
-        self.keys().pending_registry()
+        self.client().keys().pending_registry()
     }
 
     pub(crate) fn budget_ttl(&self) -> Millis {
-        self.amount_ttl_ms()
+        self.client().amount_ttl_ms()
     }
 
     /// Registers `books` as having pending work (before the attempt becomes pending, so
@@ -136,7 +138,7 @@ impl RedisStore {
         let mut cmd = redis::cmd("SADD");
         cmd.arg(self.pending_registry_key())
             .arg(registry_member(books));
-        self.write_command(cmd, |_: i64| Ok(()))
+        self.client().write_command(cmd, |_: i64| Ok(()))
     }
 }
 
@@ -144,14 +146,14 @@ impl RedisStore {
     /// The keys of the settle script for `attempt`: its record, its books' pending list
     /// (and counter), open attempts and tombstones.
     pub(crate) fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
-        self.keys().settle(attempt)
+        self.client().keys().settle(attempt)
     }
 
     /// The books named in the pending registry, in books order.
     fn pending_books(&self) -> RedisStoreFuture<Vec<Books>> {
         let mut cmd = redis::cmd("SMEMBERS");
         cmd.arg(self.pending_registry_key());
-        self.command(cmd, |m: Vec<String>| {
+        self.client().command(cmd, |m: Vec<String>| {
             let mut books: Vec<Books> = m.iter().filter_map(|m| registry_books(m)).collect();
             books.sort();
             Ok(books)
@@ -168,7 +170,7 @@ impl RedisStore {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.attempt_key(&attempt))
             .arg(&["s", "k", "kk", "ps"]);
-        self.command(cmd, move |f: Vec<Option<String>>| {
+        self.client().command(cmd, move |f: Vec<Option<String>>| {
             let [s, k, kk, ps] = <[Option<String>; 4]>::try_from(f)
                 .map_err(|f| protocol(format!("attempt record: unexpected reply {f:?}")))?;
             let Some(s) = s else { return Ok(None) };
@@ -214,8 +216,10 @@ impl ReconcileStore for RedisStore {
                 }
                 let mut cmd = redis::cmd("HGETALL");
                 cmd.arg(store.pending_key(&b));
-                let mut list: Vec<(String, Money)> =
-                    store.command(cmd, |r: Vec<(String, Money)>| Ok(r)).await?;
+                let mut list: Vec<(String, Money)> = store
+                    .client()
+                    .command(cmd, |r: Vec<(String, Money)>| Ok(r))
+                    .await?;
                 list.retain(|(id, _)| is_attempt_field(id));
                 list.sort();
                 for (id, m) in list {
@@ -262,7 +266,7 @@ impl ReconcileStore for RedisStore {
         amount
             .arg(self.pending_key(&attempt.books))
             .arg(&*attempt.attempt);
-        let amount = self.command(amount, |m: Option<Money>| Ok(m));
+        let amount = self.client().command(amount, |m: Option<Money>| Ok(m));
         let store = self.clone();
         let attempt = attempt.clone();
         RedisStoreFuture::new(async move {
@@ -279,7 +283,7 @@ impl ReconcileStore for RedisStore {
                 _ => return Ok(Reconciled::NotPending),
             }
             let args = SettleArgs {
-                time: store.time(),
+                time: store.client().time(),
                 outcome,
                 cost,
                 budget_ttl: store.budget_ttl(),
@@ -289,6 +293,7 @@ impl ReconcileStore for RedisStore {
             };
             let keys = store.settle_keys(&attempt);
             store
+                .client()
                 .eval(keys, args, move |r: Vec<i64>| {
                     match SettleReply::read(&r).ok_or_else(|| reply_err("reconcile", &r))? {
                         SettleReply::Settled(cost) => {
@@ -315,7 +320,9 @@ impl ReconcileStore for RedisStore {
                     let mut cmd = redis::cmd("HMGET");
                     cmd.arg(store.pending_key(b))
                         .arg(&[PENDING_COUNT_FIELD, PENDING_MONEY_FIELD]);
-                    store.command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
+                    store
+                        .client()
+                        .command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
                 })
                 .collect();
             let mut out = Vec::new();
@@ -412,7 +419,7 @@ impl RedisStore {
     ) -> StoreResult<(Vec<String>, ReserveArgs)> {
         let money = exact(money.max(0), "money upper bound")?;
         let books = req.books();
-        let keys = self.keys().reserve(
+        let keys = self.client().keys().reserve(
             &books,
             attempt,
             &req.key,
@@ -430,7 +437,7 @@ impl RedisStore {
             })
             .collect::<StoreResult<_>>()?;
         let args = ReserveArgs {
-            time: self.time(),
+            time: self.client().time(),
             bill_balance: req.bill_balance,
             has_tenant: req.tenant.is_some(),
             spend_cap: req.spend_cap,
@@ -464,7 +471,7 @@ impl RedisStore {
         let decode = self.reserve_decoder(req);
         // In the batch, sent at once: the settlements and releases queued before it ride
         // in the same call instead of one of their own.
-        self.batched_now(keys, args, decode)
+        self.client().batched_now(keys, args, decode)
     }
 
     /// Reads `billing_reserve.lua`'s reply for `req`.
@@ -528,7 +535,7 @@ impl RedisStore {
         // retry, which must tell "already final" from "lost" (D10).
         let retry = self.failed_settles().was_failed(&keys[0]);
         let args = SettleArgs {
-            time: self.time(),
+            time: self.client().time(),
             outcome: code,
             cost,
             budget_ttl: self.budget_ttl(),
@@ -546,7 +553,7 @@ impl RedisStore {
         let attempt_key = keys[0].clone();
         let sent = if outcome != BillingOutcome::Pending && !retry {
             // In the batch, with the request's other settlements and releases.
-            self.batched(keys, args, decode)
+            self.client().batched(keys, args, decode)
         } else {
             // Becoming pending (or maybe, on a retry): registered first (its own slot,
             // so its own command), then settled; each under its own deadline. Off the
@@ -555,7 +562,7 @@ impl RedisStore {
             let store = self.clone();
             RedisStoreFuture::new(async move {
                 reg.await?;
-                store.eval(keys, args, decode).await
+                store.client().eval(keys, args, decode).await
             })
         };
         let store = self.clone();
@@ -594,7 +601,7 @@ impl BillingStore for RedisStore {
         key: &SubjectKey,
         budgets: &[Budget],
     ) -> Self::Future<AccountView> {
-        let keys = self.keys().account(
+        let keys = self.client().keys().account(
             &Books::of(tenant, key),
             key,
             tenant.is_some(),
@@ -605,14 +612,14 @@ impl BillingStore for RedisStore {
             Err(e) => return failed(e),
         };
         let args = AccountArgs {
-            time: self.time(),
+            time: self.client().time(),
             has_tenant: tenant.is_some(),
             periods,
         };
         let has_tenant = tenant.is_some();
         let budgets: Vec<Budget> = budgets.to_vec();
         let (store, owner, subject) = (self.clone(), tenant.map(str::to_owned), key.clone());
-        self.eval(keys, args, move |r: Vec<i64>| {
+        self.client().eval(keys, args, move |r: Vec<i64>| {
             if r.len() != 4 + 3 * budgets.len() {
                 return Err(reply_err("account", &r));
             }
@@ -646,7 +653,7 @@ impl BillingStore for RedisStore {
             Ok(a) => a,
             Err(e) => return failed(e),
         };
-        self.eval(
+        self.client().eval(
             vec![self.tenant_key(tenant)],
             SeedArgs { amount },
             |r: i64| Ok(r == 1),
@@ -661,7 +668,7 @@ impl BillingStore for RedisStore {
         // One field of one hash: no script needed.
         let mut cmd = redis::cmd("HSET");
         cmd.arg(self.tenant_key(tenant)).arg("bal").arg(amount);
-        self.write_command(cmd, |_: i64| Ok(()))
+        self.client().write_command(cmd, |_: i64| Ok(()))
     }
 
     fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
@@ -669,7 +676,8 @@ impl BillingStore for RedisStore {
             Ok(a) => a,
             Err(e) => return failed(e),
         };
-        self.eval(vec![self.tenant_key(tenant)], CreditArgs { amount }, Ok)
+        self.client()
+            .eval(vec![self.tenant_key(tenant)], CreditArgs { amount }, Ok)
     }
 
     fn reconciler(&self) -> Option<std::sync::Arc<dyn portcullis_core::DynReconcile>> {
@@ -681,7 +689,7 @@ impl BillingStore for RedisStore {
         // flight at once (each on its own slot).
         let mut cmd = redis::cmd("SMEMBERS");
         cmd.arg(self.pending_registry_key());
-        let members = self.command(cmd, |m: Vec<String>| Ok(m));
+        let members = self.client().command(cmd, |m: Vec<String>| Ok(m));
         let store = self.clone();
         RedisStoreFuture::new(async move {
             let books: Vec<Books> = members
@@ -694,7 +702,7 @@ impl BillingStore for RedisStore {
                 .map(|b| {
                     let mut cmd = redis::cmd("HGETALL");
                     cmd.arg(store.pending_key(b));
-                    store.command(cmd, |r: Vec<(String, Money)>| Ok(r))
+                    store.client().command(cmd, |r: Vec<(String, Money)>| Ok(r))
                 })
                 .collect();
             let mut v = Vec::new();
@@ -715,5 +723,52 @@ impl BillingStore for RedisStore {
             v.sort();
             Ok(v)
         })
+    }
+}
+
+/// Most attempts remembered as having a failed settlement; past it, a retry is sent as a
+/// first try (and an attempt it cannot find is "nothing done", as before D10).
+const MAX_FAILED_SETTLES: usize = 100_000;
+
+/// The attempts (by record key) whose settlement call failed and has not landed since:
+/// a settlement of one of them is a retry, which Redis answers with the attempt's final
+/// state, or — finding nothing — records as an unknown outcome (D10).
+#[derive(Default)]
+pub(crate) struct FailedSettles {
+    set: Mutex<std::collections::HashSet<String>>,
+    /// Its size: a settlement checks it without the lock while nothing failed.
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl FailedSettles {
+    /// True when a settlement of `attempt` failed before.
+    pub(crate) fn was_failed(&self, attempt: &str) -> bool {
+        self.len.load(Ordering::Acquire) != 0
+            && self
+                .set
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(attempt)
+    }
+
+    /// Notes how a settlement of `attempt` ended.
+    pub(crate) fn note(&self, attempt: String, landed: bool) {
+        if landed && self.len.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        if landed {
+            set.remove(&attempt);
+        } else if set.len() < MAX_FAILED_SETTLES {
+            set.insert(attempt);
+        }
+        self.len.store(set.len(), Ordering::Release);
+    }
+}
+
+impl RedisStore {
+    /// The attempts whose settlement failed and has not landed since.
+    pub(crate) fn failed_settles(&self) -> &FailedSettles {
+        &self.inner.failed_settles
     }
 }

@@ -11,7 +11,7 @@ use portcullis_core::store::{StoreError, StoreErrorKind};
 impl RedisStore {
     /// The key of object `id`'s home.
     pub fn home_key(&self, id: &str) -> String {
-        self.keys().home(id)
+        self.client().keys().home(id)
     }
 }
 
@@ -22,13 +22,13 @@ impl HomeBook for RedisStore {
             .arg(format!("{}\n{}", home.channel, home.model))
             .arg("PX")
             .arg(ttl_ms.max(1));
-        Box::pin(self.write_command(cmd, |_: redis::Value| Ok(())))
+        Box::pin(self.client().write_command(cmd, |_: redis::Value| Ok(())))
     }
 
     fn find(&self, id: &str) -> HomeFuture<Option<Home>> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.home_key(id));
-        Box::pin(self.command(cmd, |v: Option<String>| {
+        Box::pin(self.client().command(cmd, |v: Option<String>| {
             let Some(v) = v else { return Ok(None) };
             let (channel, model) = v.split_once('\n').ok_or_else(|| {
                 StoreError::new(

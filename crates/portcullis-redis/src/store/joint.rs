@@ -2,12 +2,14 @@
 //! ([`JointStore`](portcullis_core::JointStore)), a channel's provider windows with its
 //! capacity lease ([`ChannelStore`](portcullis_core::ChannelStore)).
 
-use super::batching::Undo;
-use super::blocks::spawn_quietly;
 use super::*;
+use crate::client::{Client, Undo};
 use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
-use crate::scripts::args::{ChannelArgs, JointArgs, JointWindow};
+use crate::future::spawn_quietly;
+use crate::scripts::args::{
+    BlockLeasesArgs, ChannelArgs, JointArgs, JointWindow, LeaseReleaseArgs,
+};
 use portcullis_core::blocks::{BlockAsk, Borrow, Local, SlotPart, WindowPart};
 use portcullis_core::{
     CapacityTake, Demand, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, Millis,
@@ -138,14 +140,14 @@ impl RedisStore {
                 Local::Ask(_) | Local::Shared => {}
             }
         }
-        let id = self.inner.next_lease.next();
+        let id = self.client().next_id();
         let mut keys = vec![slots.clone()];
         let leases = borrow.as_ref().map_or(1, |b| b.slots);
         let mut args = JointArgs {
-            time: self.time(),
+            time: self.client().time(),
             limit: slot.limit,
             ttl: slot.ttl,
-            member: self.member(id),
+            member: self.client().member(id),
             leases,
             window: None,
         };
@@ -155,32 +157,32 @@ impl RedisStore {
             let block = borrow.as_ref().and_then(|b| b.windows[0]);
             undo.push(Undo::Window {
                 keys: ks.clone(),
-                blob: codec::undo_args(self.inner.amount_ttl_ms, w.policy, w.demand, block),
-                id,
+                doubles: codec::undo_args(self.client().amount_ttl_ms(), w.policy, w.demand, block),
+                record: Client::record_member(id),
             });
             keys.extend(ks);
             args.window = Some(JointWindow {
                 doubles: codec::admit_block_args(
-                    self.inner.amount_ttl_ms,
+                    self.client().amount_ttl_ms(),
                     w.policy,
                     w.demand,
                     block,
                 ),
-                record: Self::record_member(id),
+                record: Client::record_member(id),
             });
             (w.policy.clone(), *w.demand, w.scope)
         });
         let Some(borrow) = borrow else {
-            let decided = self.eval(keys, args, move |r| {
+            let decided = self.client().eval(keys, args, move |r| {
                 joint_decision(r, id, asked.as_ref().map(|(p, d, _)| (p, d))).map(|(d, ..)| d)
             });
-            return self.undoing(undo, decided);
+            return self.client().undoing(undo, decided);
         };
         let asked_copy = asked.clone();
-        let decided = self.eval(keys, args, move |r| {
+        let decided = self.client().eval(keys, args, move |r| {
             joint_decision(r, id, asked_copy.as_ref().map(|(p, d, _)| (p, d)))
         });
-        let decided = self.undoing(undo, decided);
+        let decided = self.client().undoing(undo, decided);
         let (key, ttl, limit) = (slot.key.clone(), slot.ttl, slot.limit);
         let scope = window.map(|w| w.scope);
         self.borrowing(
@@ -224,19 +226,19 @@ impl RedisStore {
     /// What a call taking leases of `slots` under `id` gives back if its answer never
     /// comes: the plain lease and, asking for a block of `size`, the block's.
     fn lease_undo(&self, slots: &str, id: LeaseId, size: u32) -> Vec<Undo> {
-        let member = self.member(id);
+        let member = self.client().member(id);
         let mut undo = Vec::with_capacity(3);
         if size > 1 {
-            undo.push(Undo::Block {
-                slots: slots.to_owned(),
-                member: member.clone(),
+            let args = BlockLeasesArgs {
+                base: member.clone(),
                 size,
-            });
+            };
+            undo.push(Undo::op(vec![slots.to_owned()], args));
         }
-        undo.push(Undo::Lease {
-            slots: slots.to_owned(),
-            member,
-        });
+        undo.push(Undo::op(
+            vec![slots.to_owned()],
+            LeaseReleaseArgs { member },
+        ));
         undo
     }
 
@@ -421,7 +423,7 @@ impl RedisStore {
                 Local::Ask(_) | Local::Shared => {}
             }
         }
-        let id = self.inner.next_lease.next();
+        let id = self.client().next_id();
         let asks: Vec<Option<BlockAsk>> = (0..items.len())
             .map(|i| borrow.as_ref().and_then(|b| b.windows[i]))
             .collect();
@@ -502,16 +504,21 @@ impl RedisStore {
                 .iter()
                 .zip(asks)
                 .map(|(it, ask)| {
-                    codec::admit_block_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask)
+                    codec::admit_block_args(
+                        self.client().amount_ttl_ms(),
+                        &it.policy,
+                        &it.demand,
+                        *ask,
+                    )
                 })
                 .collect();
             let args = ChannelArgs {
-                time: self.time(),
+                time: self.client().time(),
                 capacity,
                 ttl,
-                member: self.member(id),
+                member: self.client().member(id),
                 leases: slots,
-                record: Self::record_member(id),
+                record: Client::record_member(id),
                 items: items_args,
             };
             let owned = items.to_vec();
@@ -519,23 +526,28 @@ impl RedisStore {
             for ((it, ask), ks) in items.iter().zip(asks).zip(keys.chunks(3)) {
                 undo.push(Undo::Window {
                     keys: ks.to_vec(),
-                    blob: codec::undo_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask),
-                    id,
+                    doubles: codec::undo_args(
+                        self.client().amount_ttl_ms(),
+                        &it.policy,
+                        &it.demand,
+                        *ask,
+                    ),
+                    record: Client::record_member(id),
                 });
             }
-            let decided = self.eval(keys, args, move |r: redis::Value| {
+            let decided = self.client().eval(keys, args, move |r: redis::Value| {
                 channel_reply(r, id, &owned)
             });
-            return self.undoing(undo, decided);
+            return self.client().undoing(undo, decided);
         }
         // On different Cluster slots: the windows, then the leases — as the slot-only
         // joint script takes them (a block where it fits).
         let admitted = self.admit_all_counted(items, asks);
         let args = JointArgs {
-            time: self.time(),
+            time: self.client().time(),
             limit: capacity,
             ttl,
-            member: self.member(id),
+            member: self.client().member(id),
             leases: slots,
             window: None,
         };
@@ -546,10 +558,12 @@ impl RedisStore {
             if !matches!(a, JointAdmission::Admitted(_)) {
                 return Ok((a, CapacityTake::NotAsked, 0, counted));
             }
-            let call = store.eval(vec![leases.clone()], args, move |r| {
+            let call = store.client().eval(vec![leases.clone()], args, move |r| {
                 joint_decision(r, id, None)
             });
-            let call = store.undoing(store.lease_undo(&leases, id, slots), call);
+            let call = store
+                .client()
+                .undoing(store.lease_undo(&leases, id, slots), call);
             let (take, took) = match call.await {
                 Ok((JointDecision::Admitted { .. }, took, _)) => (CapacityTake::Taken(id), took),
                 Ok(_) => (CapacityTake::Full, 0),

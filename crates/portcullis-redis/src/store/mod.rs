@@ -1,108 +1,33 @@
 //! [`RedisStore`]: the store traits of portcullis-core on Redis.
 
-mod batching;
 mod billing;
 pub use billing::MAX_EXACT_MONEY;
 mod blocks;
-mod call;
-pub(crate) use blocks::spawn_quietly;
 mod capacity;
 mod homes;
 mod joint;
-mod retry;
 #[cfg(test)]
 mod sent_twice_tests;
-pub use retry::GiveBacks;
 mod slots;
 mod windows;
 
-use crate::batch::Batcher;
-use crate::conn::{Breaker, Conn, Endpoint, GaveUp, Liveness, Nodes, says_cluster, watch_topology};
+use crate::client::Client;
 use crate::keys::Keys;
-use crate::options::{RedisStoreOptions, TimeSource};
-use crate::scripts::Script;
-use portcullis_core::id;
-use portcullis_core::{
-    LeaseId, Millis, Scope, StoreError, StoreErrorKind, StoreResult, SubjectKey,
-};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use crate::options::RedisStoreOptions;
+use portcullis_core::{Scope, StoreResult, SubjectKey};
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::time::Instant;
 
-/// The future of every [`RedisStore`] call: one round trip bounded by the store's
-/// deadline. `Send`, `Unpin` and `'static`, so a layer can poll it in place or spawn it.
-/// A decision taken from a quota block is ready at once, without an allocation.
-#[must_use = "futures do nothing unless polled"]
-pub struct RedisStoreFuture<T>(Call<T>);
-
-enum Call<T> {
-    Pending(Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'static>>),
-    Ready(Option<StoreResult<T>>),
-}
-
-impl<T> RedisStoreFuture<T> {
-    pub(crate) fn new(f: impl Future<Output = StoreResult<T>> + Send + 'static) -> Self {
-        Self(Call::Pending(Box::pin(f)))
-    }
-    /// An answer known without a call.
-    pub(crate) fn ready(r: StoreResult<T>) -> Self {
-        Self(Call::Ready(Some(r)))
-    }
-}
-
-// Never pinned structurally: the ready value is moved out, the pending future is boxed.
-impl<T> Unpin for RedisStoreFuture<T> {}
-
-impl<T> Future for RedisStoreFuture<T> {
-    type Output = StoreResult<T>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.0 {
-            Call::Pending(f) => f.as_mut().poll(cx),
-            Call::Ready(r) => Poll::Ready(
-                r.take()
-                    .expect("RedisStoreFuture polled after it completed"),
-            ),
-        }
-    }
-}
-
-impl<T> fmt::Debug for RedisStoreFuture<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RedisStoreFuture")
-    }
-}
+pub use crate::client::GiveBacks;
+pub(crate) use crate::client::{count, protocol};
+pub use crate::future::RedisStoreFuture;
+pub(crate) use crate::future::spawn_quietly;
 
 struct Inner {
-    conn: Conn,
-    /// Every key name (see [`crate::keys`]).
-    keys: Keys,
-    instance: String,
-    next_lease: id::Sequence,
-    deadline: Duration,
-    busy_limit: Duration,
-    connect_timeout: Duration,
-    amount_ttl_ms: Millis,
-    /// Replicas that acknowledge every script's writes (`WAIT`) before it is answered.
-    pub(super) replica_acks: u32,
-    time: TimeSource,
-    breaker: Breaker,
-    /// When a single node last answered.
-    liveness: Liveness,
-    /// On a Cluster: which node owns each slot, and when each node last answered.
-    nodes: Option<Arc<Nodes>>,
-    /// Settlements and releases waiting to go out together.
-    batcher: Batcher,
-    /// Give-backs whose call failed, sent again until they land.
-    retries: retry::Retries,
+    client: Client,
     /// Attempts whose settlement call failed: their next settlement is a retry (D10).
-    failed_settles: retry::FailedSettles,
+    failed_settles: billing::FailedSettles,
     /// Quota blocks borrowed, when on (see [`portcullis_core::blocks`]).
     blocks: Option<std::sync::Mutex<portcullis_core::blocks::Blocks>>,
     /// Origin of this process's block clock.
@@ -112,10 +37,6 @@ struct Inner {
     /// Borrowing calls ended so far, and the count at the last one that failed.
     borrow_gen: std::sync::atomic::AtomicU64,
     borrow_failed: std::sync::atomic::AtomicU64,
-    /// Tests: every command is sent twice and the second answer taken, as a client does
-    /// that sends a command again after losing the connection the first answer was on.
-    #[cfg(test)]
-    sent_twice: std::sync::atomic::AtomicBool,
 }
 
 /// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
@@ -245,9 +166,9 @@ pub struct RedisStore {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &self.inner.keys.prefix())
-            .field("instance", &self.inner.instance)
-            .field("deadline", &self.inner.deadline)
+            .field("prefix", &self.client().keys().prefix())
+            .field("instance", &self.client().instance_id())
+            .field("deadline", &self.client().deadline())
             .finish_non_exhaustive()
     }
 }
@@ -262,55 +183,20 @@ impl RedisStore {
     /// to a Cluster (`INFO cluster` says `cluster_enabled:1`) is used as the Cluster's
     /// seed: the store learns the other nodes from it.
     pub async fn connect(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
-        let nodes = match Endpoint::parse(url).map_err(protocol)? {
-            Endpoint::Cluster(nodes) => nodes,
-            Endpoint::Detect(url) if Self::is_cluster_node(&url, &options).await? => vec![url],
-            Endpoint::Detect(url) => {
-                let store = Self::connect_lazy(&url, options)?;
-                store.load_scripts().await?;
-                return Ok(store);
-            }
-        };
-        let store = Self::cluster_lazy(&nodes, options)?;
-        store.load_scripts().await?;
-        Ok(store)
-    }
-
-    /// Asks the node at `url` whether it runs in Cluster mode, within the connect
-    /// timeout.
-    async fn is_cluster_node(url: &str, options: &RedisStoreOptions) -> StoreResult<bool> {
-        let client =
-            redis::Client::open(url).map_err(|e| protocol(format!("redis url {url:?}: {e}")))?;
-        let limit = options.connect_timeout.max(options.deadline);
-        let ask = async {
-            let mut c = client.get_multiplexed_async_connection().await?;
-            redis::cmd("INFO")
-                .arg("cluster")
-                .query_async::<String>(&mut c)
-                .await
-        };
-        match tokio::time::timeout(limit, ask).await {
-            Err(_) => Err(timeout(limit)),
-            Ok(r) => Ok(says_cluster(&r.map_err(map_err)?)),
-        }
+        let blocks = options.blocks;
+        Ok(Self::on(Client::connect(url, options).await?, blocks))
     }
 
     /// A store that connects on first use and reconnects by itself; no I/O here. Calls
-    /// fail with [`StoreError`] until Redis answers. Must be called inside a Tokio
-    /// runtime.
+    /// fail with [`StoreError`](portcullis_core::StoreError) until Redis answers. Must
+    /// be called inside a Tokio runtime.
     ///
     /// A comma-separated list of URLs is a Redis Cluster; one URL is a single node here
     /// (telling a Cluster node apart needs I/O: use [`connect`](Self::connect), or
     /// [`cluster_lazy`](Self::cluster_lazy) with that one URL).
     pub fn connect_lazy(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
-        match Endpoint::parse(url).map_err(protocol)? {
-            Endpoint::Cluster(nodes) => Self::cluster_lazy(&nodes, options),
-            Endpoint::Detect(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| protocol(format!("redis url: {e}")))?;
-                Self::from_client(client, options)
-            }
-        }
+        let blocks = options.blocks;
+        Ok(Self::on(Client::connect_lazy(url, options)?, blocks))
     }
 
     /// A store on the Redis Cluster that `nodes` belong to (any reachable one is enough
@@ -319,91 +205,40 @@ impl RedisStore {
     /// the client; a call in flight during one fails at its deadline at worst. Must be
     /// called inside a Tokio runtime.
     pub fn cluster_lazy(nodes: &[String], options: RedisStoreOptions) -> StoreResult<Self> {
-        in_runtime()?;
-        let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
-            .connection_timeout(options.connect_timeout)
-            // Our own deadline bounds each call; the client's retries follow redirections
-            // and reconnect, each wait short so a call can still land within it.
-            .retries(4)
-            .min_retry_wait(2)
-            .max_retry_wait(options.reconnect_max_delay.as_millis().max(2) as u64)
-            .build()
-            .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
-        let config =
-            redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
-        let conn = client.get_pending_async_connection_with_config(config);
-        Ok(Self::with_conn(Conn::Cluster(conn), options))
+        let blocks = options.blocks;
+        Ok(Self::on(Client::cluster_lazy(nodes, options)?, blocks))
     }
 
     /// [`connect_lazy`](Self::connect_lazy) with a single-node client configured by the
     /// caller (TLS, credentials, RESP version). Must be called inside a Tokio runtime.
     pub fn from_client(client: redis::Client, options: RedisStoreOptions) -> StoreResult<Self> {
-        in_runtime()?;
-        let config = ConnectionManagerConfig::new()
-            .set_min_delay(Duration::from_millis(10))
-            .set_exponent_base(2.0)
-            .set_max_delay(options.reconnect_max_delay)
-            .set_number_of_retries(8)
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_pipeline_buffer_size(options.pipeline_buffer);
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
-        Ok(Self::with_conn(Conn::Node(conn), options))
+        let blocks = options.blocks;
+        Ok(Self::on(Client::from_client(client, options)?, blocks))
     }
 
-    fn with_conn(conn: Conn, options: RedisStoreOptions) -> Self {
-        let nodes = match &conn {
-            Conn::Node(_) => None,
-            Conn::Cluster(c) => {
-                let nodes = Arc::new(Nodes::new(options.deadline));
-                watch_topology(
-                    c.clone(),
-                    Arc::downgrade(&nodes),
-                    TOPOLOGY_EVERY,
-                    options.connect_timeout,
-                );
-                Some(nodes)
-            }
-        };
-        let instance = options
-            .instance_id
-            .unwrap_or_else(|| format!("{:016x}", id::random_u64()));
+    fn on(client: Client, blocks: Option<portcullis_core::blocks::BlockSizing>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                conn,
-                keys: Keys::new(options.prefix, &options.billing_tag),
-                instance,
-                // A random start in [1, 2^61): two stores never hand out the same id, so
-                // a lease released through the wrong store frees nothing; and no count
-                // reaches bit 62, which marks a lease of a quota block.
-                next_lease: id::Sequence::starting_at((id::random_u64() >> 3).max(1)),
-                deadline: options.deadline,
-                busy_limit: options.busy_limit,
-                connect_timeout: options.connect_timeout,
-                amount_ttl_ms: portcullis_core::clock::millis(options.amount_ttl),
-                replica_acks: options.replica_acks,
-                time: options.time,
-                breaker: Breaker::new(options.deadline),
-                liveness: Liveness::new(),
-                nodes,
-                batcher: Batcher::default(),
-                retries: retry::Retries::default(),
-                failed_settles: retry::FailedSettles::default(),
-                blocks: options
-                    .blocks
+                client,
+                failed_settles: billing::FailedSettles::default(),
+                blocks: blocks
                     .map(|s| std::sync::Mutex::new(portcullis_core::blocks::Blocks::new(s))),
                 origin: std::time::Instant::now(),
                 borrows: Arc::new(tokio::sync::Notify::new()),
                 borrow_gen: std::sync::atomic::AtomicU64::new(0),
                 borrow_failed: std::sync::atomic::AtomicU64::new(0),
-                #[cfg(test)]
-                sent_twice: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
 
+    /// The client every call goes through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
     /// True when the store talks to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        self.inner.conn.is_cluster()
+        self.client().is_cluster()
     }
 
     /// Loads every script into the server's script cache (`SCRIPT LOAD`; on a Cluster,
@@ -411,64 +246,34 @@ impl RedisStore {
     /// does it; calls also reload a missing script by themselves (after a restart,
     /// `SCRIPT FLUSH` or a failover to a replica that never saw it).
     pub async fn load_scripts(&self) -> StoreResult<()> {
-        let mut conn = self.inner.conn.clone();
-        let cluster = conn.is_cluster();
-        let limit = self.inner.connect_timeout.max(self.inner.deadline);
-        let load = async {
-            if cluster {
-                // One command per script: the Cluster client sends `SCRIPT LOAD` to every
-                // master (a pipeline would go to one node).
-                let mut hashes = Vec::with_capacity(Script::ALL.len());
-                for s in Script::ALL {
-                    let h: String = redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(s.load_source(true))
-                        .query_async(&mut conn)
-                        .await?;
-                    hashes.push(h);
-                }
-                Ok(hashes)
-            } else {
-                let mut pipe = redis::pipe();
-                for s in Script::ALL {
-                    pipe.cmd("SCRIPT").arg("LOAD").arg(s.load_source(false));
-                }
-                pipe.query_async::<Vec<String>>(&mut conn).await
-            }
-        };
-        let hashes: Vec<String> = match tokio::time::timeout(limit, load).await {
-            Err(_) => return Err(timeout(limit)),
-            Ok(r) => r.map_err(map_err)?,
-        };
-        let expected = Script::ALL.map(|s| s.on(cluster).get_hash());
-        if hashes.iter().map(String::as_str).ne(expected) {
-            return Err(StoreError::new(
-                StoreErrorKind::Protocol,
-                format!("SCRIPT LOAD returned unexpected hashes {hashes:?}"),
-            ));
-        }
-        Ok(())
+        self.client().load_scripts().await
     }
 
     /// The id of this instance in lease members.
     pub fn instance_id(&self) -> &str {
-        &self.inner.instance
+        self.client().instance_id()
     }
 
     /// The per-call deadline.
     pub fn deadline(&self) -> Duration {
-        self.inner.deadline
+        self.client().deadline()
+    }
+
+    /// Give-backs (releases, settlements, refunds) that failed once: how many wait to
+    /// be sent again, how many landed since, how many expired unsent.
+    pub fn give_backs(&self) -> GiveBacks {
+        self.client().give_backs()
     }
 
     /// The key of `key`'s slot leases: `<prefix>:{<subject>}:slots`.
     pub fn slots_key(&self, key: &SubjectKey) -> String {
-        self.inner.keys.slots(key)
+        self.client().keys().slots(key)
     }
 
     /// The key of `key`'s window state under `scope`: `<prefix>:{<subject>}:win:<scope>`
     /// (`key` or `sub`).
     pub fn window_key(&self, key: &SubjectKey, scope: Scope) -> String {
-        self.inner.keys.window(key, scope)
+        self.client().keys().window(key, scope)
     }
 
     /// The key of the rolling log (W10) of `key` under `scope`:
@@ -484,96 +289,4 @@ impl RedisStore {
     fn window_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
         Keys::window_script(self.window_key(key, scope))
     }
-
-    /// True on a Cluster when the owner of `key`'s slot changed within `ttl_ms`.
-    pub(crate) fn slot_moved_within(&self, key: &str, ttl_ms: Millis) -> bool {
-        self.inner
-            .nodes
-            .as_ref()
-            .is_some_and(|n| n.moved_within(key.as_bytes(), Duration::from_millis(ttl_ms)))
-    }
-
-    /// The store's key names.
-    pub(crate) fn keys(&self) -> &Keys {
-        &self.inner.keys
-    }
-
-    /// The member of the admission record of the call `id` (D9): the id alone, so any
-    /// instance can settle what another admitted (ids start at random, 2^61 apart).
-    fn record_member(id: u64) -> String {
-        id.to_string()
-    }
-
-    /// The lease member of `lease`: `<instance-id>:<lease>`.
-    fn member(&self, lease: LeaseId) -> String {
-        format!("{}:{lease}", self.inner.instance)
-    }
-
-    /// The scripts' time argument (ARGV[1]).
-    pub(crate) fn time(&self) -> String {
-        self.inner.time.arg()
-    }
-
-    /// Life of amount-cap and budget state after its last change, in ms.
-    pub(crate) fn amount_ttl_ms(&self) -> Millis {
-        self.inner.amount_ttl_ms
-    }
-}
-
-/// How often a Cluster store rereads the slot owners.
-pub(crate) const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
-
-fn in_runtime() -> StoreResult<()> {
-    tokio::runtime::Handle::try_current()
-        .map(drop)
-        .map_err(|_| {
-            StoreError::new(
-                StoreErrorKind::Unavailable,
-                "RedisStore must be created inside a Tokio runtime",
-            )
-        })
-}
-
-fn protocol(message: impl Into<String>) -> StoreError {
-    StoreError::new(StoreErrorKind::Protocol, message)
-}
-
-fn timeout(limit: Duration) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Timeout,
-        format!("no answer from redis within {} ms", limit.as_millis()),
-    )
-}
-
-/// Classifies a client error: connection trouble is `Unavailable`, an I/O timeout is
-/// `Timeout`, anything the server or a script answered wrongly is `Protocol`.
-fn map_err(e: RedisError) -> StoreError {
-    let kind = if e.is_timeout() {
-        StoreErrorKind::Timeout
-    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        StoreErrorKind::Unavailable
-    } else {
-        match e.kind() {
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::ReadOnly,
-            )
-            | ErrorKind::ClusterConnectionNotFound
-            | ErrorKind::AuthenticationFailed => StoreErrorKind::Unavailable,
-            _ => StoreErrorKind::Protocol,
-        }
-    };
-    StoreError::new(kind, format!("redis: {e}"))
-}
-
-fn count(v: i64, what: &str) -> StoreResult<u32> {
-    u32::try_from(v).map_err(|_| {
-        StoreError::new(
-            StoreErrorKind::Protocol,
-            format!("{what}: unexpected count {v}"),
-        )
-    })
 }

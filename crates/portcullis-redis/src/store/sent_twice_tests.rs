@@ -17,7 +17,6 @@ use portcullis_core::{
     SubjectKey, Tier, WindowAsk, WindowStore,
 };
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 fn policy() -> Arc<Policy> {
     Arc::new(
@@ -35,7 +34,7 @@ async fn store(server: &RedisServer, blocks: bool, twice: bool) -> RedisStore {
     )
     .await
     .expect("connect");
-    s.inner.sent_twice.store(twice, Ordering::Relaxed);
+    s.client().send_twice(twice);
     s
 }
 

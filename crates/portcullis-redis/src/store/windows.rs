@@ -1,8 +1,8 @@
 //! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
 
-use super::batching::Undo;
 use super::joint::joint_reply_granted;
 use super::*;
+use crate::client::{Client, Undo};
 use crate::codec::Doubles;
 use crate::codec::{self, AdmitReply};
 use crate::conn::hash_slot;
@@ -24,27 +24,27 @@ impl WindowStore for RedisStore {
         policy: &Arc<Policy>,
         demand: &Demand,
     ) -> Self::Future<Admission> {
-        let blob = codec::admit_args(self.inner.amount_ttl_ms, policy, demand);
-        let id = self.inner.next_lease.next();
+        let blob = codec::admit_args(self.client().amount_ttl_ms(), policy, demand);
+        let id = self.client().next_id();
         let keys = self.window_keys(key, scope);
         let undo = vec![Undo::Window {
             keys: keys.clone(),
-            blob: codec::undo_args(self.inner.amount_ttl_ms, policy, demand, None),
-            id,
+            doubles: codec::undo_args(self.client().amount_ttl_ms(), policy, demand, None),
+            record: Client::record_member(id),
         }];
         let (policy, demand) = (policy.clone(), *demand);
         let args = WindowAdmitArgs {
-            time: self.time(),
+            time: self.client().time(),
             doubles: blob,
-            record: Self::record_member(id),
+            record: Client::record_member(id),
         };
-        let decided = self.eval(keys, args, move |r: Vec<i64>| {
+        let decided = self.client().eval(keys, args, move |r: Vec<i64>| {
             Ok(match codec::admit_reply(&r, &policy, &demand, id)? {
                 AdmitReply::Admitted(t) => Admission::Admitted(t),
                 AdmitReply::Exceeded(e) => Admission::Exceeded(e),
             })
         });
-        self.undoing(undo, decided)
+        self.client().undoing(undo, decided)
     }
 
     fn settle(
@@ -57,7 +57,7 @@ impl WindowStore for RedisStore {
         if ticket.borrowed != 0 {
             return self.settle_borrowed(key, scope, &ticket, outcome);
         }
-        let blob = codec::settle_args(self.inner.amount_ttl_ms, &ticket, outcome);
+        let blob = codec::settle_args(self.client().amount_ttl_ms(), &ticket, outcome);
         self.settle_window(self.window_keys(key, scope), blob, ticket.id, false)
     }
 
@@ -72,25 +72,26 @@ impl WindowStore for RedisStore {
         let state = self.window_key(key, scope);
         let store = self.clone();
         let args = WindowViewArgs {
-            time: self.time(),
+            time: self.client().time(),
             doubles: blob,
         };
-        self.eval(self.window_keys(key, scope), args, move |r: Vec<i64>| {
-            let mut lines = codec::view_reply(&r, &policy)?;
-            // What this instance borrowed and did not use is not used.
-            let now = store.local_now();
-            let (requests, tokens) = store
-                .blocks()
-                .map_or((0, 0), |b| b.unused_window(&state, now));
-            for l in &mut lines {
-                match l.dimension {
-                    Dimension::Requests => l.used = l.used.saturating_sub(requests),
-                    Dimension::Tokens => l.used = l.used.saturating_sub(tokens),
-                    _ => {}
+        self.client()
+            .eval(self.window_keys(key, scope), args, move |r: Vec<i64>| {
+                let mut lines = codec::view_reply(&r, &policy)?;
+                // What this instance borrowed and did not use is not used.
+                let now = store.local_now();
+                let (requests, tokens) = store
+                    .blocks()
+                    .map_or((0, 0), |b| b.unused_window(&state, now));
+                for l in &mut lines {
+                    match l.dimension {
+                        Dimension::Requests => l.used = l.used.saturating_sub(requests),
+                        Dimension::Tokens => l.used = l.used.saturating_sub(tokens),
+                        _ => {}
+                    }
                 }
-            }
-            Ok(lines)
-        })
+                Ok(lines)
+            })
     }
 
     fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
@@ -127,18 +128,18 @@ impl RedisStore {
         block: bool,
     ) -> RedisStoreFuture<()> {
         let record = (id != 0).then(|| {
-            let mut member = Self::record_member(id);
+            let mut member = Client::record_member(id);
             if block {
                 member.push_str(":b");
             }
             member
         });
         let args = WindowSettleArgs {
-            time: self.time(),
+            time: self.client().time(),
             doubles: blob,
             record,
         };
-        self.batched(keys, args, |_: i64| Ok(()))
+        self.client().batched(keys, args, |_: i64| Ok(()))
     }
 
     /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
@@ -235,7 +236,7 @@ impl RedisStore {
         asks: Vec<Option<BlockAsk>>,
         first: usize,
     ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
-        let id = self.inner.next_lease.next();
+        let id = self.client().next_id();
         let mut keys = Vec::with_capacity(3 * items.len());
         let mut blobs = Vec::with_capacity(items.len());
         let mut undo = Vec::with_capacity(items.len());
@@ -243,25 +244,30 @@ impl RedisStore {
             let ks = self.window_keys(&it.key, it.scope);
             undo.push(Undo::Window {
                 keys: ks.clone(),
-                blob: codec::undo_args(self.inner.amount_ttl_ms, &it.policy, &it.demand, *ask),
-                id,
+                doubles: codec::undo_args(
+                    self.client().amount_ttl_ms(),
+                    &it.policy,
+                    &it.demand,
+                    *ask,
+                ),
+                record: Client::record_member(id),
             });
             keys.extend(ks);
             blobs.push(codec::admit_block_args(
-                self.inner.amount_ttl_ms,
+                self.client().amount_ttl_ms(),
                 &it.policy,
                 &it.demand,
                 *ask,
             ));
         }
         let args = AdmitAllArgs {
-            time: self.time(),
-            record: Self::record_member(id),
+            time: self.client().time(),
+            record: Client::record_member(id),
             items: blobs,
         };
-        let decided = self.eval(keys, args, move |r: redis::Value| {
+        let decided = self.client().eval(keys, args, move |r: redis::Value| {
             joint_reply_granted(r, &items, first, id)
         });
-        self.undoing(undo, decided)
+        self.client().undoing(undo, decided)
     }
 }

@@ -18,8 +18,10 @@ use portcullis_core::blocks::{
     SettleLocal,
 };
 use portcullis_core::{LeaseId, Millis, Outcome, Scope, SubjectKey, WindowStore, WindowTicket};
+use portcullis_core::{StoreError, StoreErrorKind, StoreResult};
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 impl RedisStore {
     /// The block table, when blocks are on.
@@ -32,12 +34,12 @@ impl RedisStore {
 
     /// A fresh id for a billing block's attempt.
     pub(crate) fn next_block_attempt(&self) -> u64 {
-        self.inner.next_lease.next()
+        self.client().next_id()
     }
 
     /// This process's block clock, in ms (see [`TimeSource::local_ms`]).
     pub(crate) fn local_now(&self) -> Millis {
-        self.inner.time.local_ms(self.inner.origin)
+        self.client().local_ms(self.inner.origin)
     }
 
     /// Sends what a spent block gives back, in the batch with the settlements ending
@@ -52,7 +54,7 @@ impl RedisStore {
                 outcome,
             } => {
                 let blob = codec::settle_block_args(
-                    self.inner.amount_ttl_ms,
+                    self.client().amount_ttl_ms(),
                     &ticket,
                     outcome,
                     requests,
@@ -69,17 +71,17 @@ impl RedisStore {
                     return;
                 }
                 let args = SomeBlockLeasesArgs {
-                    base: self.member(shared),
+                    base: self.client().member(shared),
                     indices,
                 };
-                self.batched(vec![key], args, |_: i64| Ok(()))
+                self.client().batched(vec![key], args, |_: i64| Ok(()))
             }
             GiveBack::Slots { key, shared, size } => {
                 let args = BlockLeasesArgs {
-                    base: self.member(shared),
+                    base: self.client().member(shared),
                     size,
                 };
-                self.batched(vec![key], args, |_: i64| Ok(()))
+                self.client().batched(vec![key], args, |_: i64| Ok(()))
             }
         };
         // Queued: it goes out with the next batch and, if that call fails, is sent
@@ -174,10 +176,10 @@ impl RedisStore {
                 }
                 RedisStoreFuture::ready(Ok(()))
             }
-            ReleaseLocal::Member { shared, index } => self.batched(
+            ReleaseLocal::Member { shared, index } => self.client().batched(
                 vec![slots.to_owned()],
                 LeaseReleaseArgs {
-                    member: format!("{}:{index}", self.member(shared)),
+                    member: format!("{}:{index}", self.client().member(shared)),
                 },
                 |_: i64| Ok(()),
             ),
@@ -196,7 +198,7 @@ impl RedisStore {
         let now = self.local_now();
         // As for a plain lease (see `SlotStore::renew`): leases a failover may have lost
         // are put back by their renewal (D10).
-        let restore = self.slot_moved_within(&slots, ttl);
+        let restore = self.client().slot_moved_within(&slots, ttl);
         let Some(answer) = self.blocks().map(|mut b| b.renew(&slots, lease, ttl, now)) else {
             return RedisStoreFuture::ready(Ok(false));
         };
@@ -205,12 +207,12 @@ impl RedisStore {
             RenewLocal::Alive => RedisStoreFuture::ready(Ok(true)),
             RenewLocal::Member { shared, index } => {
                 let args = SlotRenewArgs {
-                    time: self.time(),
+                    time: self.client().time(),
                     ttl,
-                    member: format!("{}:{index}", self.member(shared)),
+                    member: format!("{}:{index}", self.client().member(shared)),
                     restore,
                 };
-                self.eval(vec![slots], args, |r: i64| Ok(r == 1))
+                self.client().eval(vec![slots], args, |r: i64| Ok(r == 1))
             }
             RenewLocal::Renew {
                 block,
@@ -218,13 +220,15 @@ impl RedisStore {
                 size,
             } => {
                 let args = SlotRenewBlockArgs {
-                    time: self.time(),
+                    time: self.client().time(),
                     ttl,
-                    base: self.member(shared),
+                    base: self.client().member(shared),
                     count: size,
                     restore,
                 };
-                let call = self.eval(vec![slots.clone()], args, |r: i64| Ok(r == 1));
+                let call = self
+                    .client()
+                    .eval(vec![slots.clone()], args, |r: i64| Ok(r == 1));
                 let store = self.clone();
                 RedisStoreFuture::new(async move {
                     let r = call.await;
@@ -257,7 +261,8 @@ impl RedisStore {
         // The borrowing call ends by itself — answered, or failed as the store judges a
         // silent Redis (busy is not dead, D8) — and wakes its waiters; this bound is
         // only a safety net, past the longest such call.
-        let limit = self.inner.busy_limit.max(self.inner.deadline) + self.inner.deadline;
+        let limit =
+            self.client().busy_limit().max(self.client().deadline()) + self.client().deadline();
         if self.borrows_ended() == seen && tokio::time::timeout(limit, woken).await.is_err() {
             return Err(StoreError::new(
                 StoreErrorKind::Timeout,
@@ -334,17 +339,5 @@ impl<T> Drop for Handover<T> {
         if let (Some(v), Some(undo)) = (self.value.take(), self.undo.take()) {
             undo(v);
         }
-    }
-}
-
-/// Runs `fut` on the current runtime, if there is one (an undo may run in a drop, which
-/// can happen outside one, at shutdown).
-pub(crate) fn spawn_quietly<F>(fut: F)
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(fut);
     }
 }

@@ -178,23 +178,26 @@ impl RedisStore {
         };
         let keys = kb.into_iter().chain(ks).collect();
         let decode = self.reserve_decoder(req);
-        Ok(self.batched_now(keys, args, move |r: redis::Value| {
-            let bad = || {
-                StoreError::new(
-                    StoreErrorKind::Protocol,
-                    format!("check_and_reserve (block): unexpected reply {r:?}"),
-                )
-            };
-            let redis::Value::Array(parts) = &r else {
-                return Err(bad());
-            };
-            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
-                return Err(bad());
-            };
-            let inner: Vec<i64> =
-                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
-            Ok((*took == 1, decode(inner)?))
-        }))
+        Ok(self
+            .client()
+            .batched_now(keys, args, move |r: redis::Value| {
+                let bad = || {
+                    StoreError::new(
+                        StoreErrorKind::Protocol,
+                        format!("check_and_reserve (block): unexpected reply {r:?}"),
+                    )
+                };
+                let redis::Value::Array(parts) = &r else {
+                    return Err(bad());
+                };
+                let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1))
+                else {
+                    return Err(bad());
+                };
+                let inner: Vec<i64> =
+                    redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+                Ok((*took == 1, decode(inner)?))
+            }))
     }
 
     /// Settles an attempt admitted from a billing block; `None` if it is not one.
@@ -259,7 +262,8 @@ impl RedisStore {
             req.lifetime_ms,
             ReserveMode::Force,
         )?;
-        self.batched_now(keys, args, self.reserve_decoder(req))
+        self.client()
+            .batched_now(keys, args, self.reserve_decoder(req))
             .await?;
         self.settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
             .await
@@ -278,7 +282,7 @@ impl RedisStore {
     fn money_in_batch(&self, back: &MoneyBack, outcome: SettleOutcome) {
         let keys = self.settle_keys(&back.attempt);
         let args = SettleArgs {
-            time: self.time(),
+            time: self.client().time(),
             outcome,
             cost: back.cost.max(0),
             budget_ttl: self.budget_ttl(),
@@ -286,7 +290,7 @@ impl RedisStore {
             reconcile: false,
             retry: false,
         };
-        drop(self.batched(keys, args, |_: redis::Value| Ok(())));
+        drop(self.client().batched(keys, args, |_: redis::Value| Ok(())));
     }
 
     /// Sends a block's landed settlement again if the owner of its slot changes within
@@ -300,8 +304,11 @@ impl RedisStore {
             tokio::time::sleep_until(landed + at).await;
             // Moved since it landed, or within a reread of the owners before (a change
             // is seen up to one reread late).
-            let since = landed.elapsed() + crate::store::TOPOLOGY_EVERY;
-            if self.slot_moved_within(&attempt, portcullis_core::clock::millis(since)) {
+            let since = landed.elapsed() + crate::client::TOPOLOGY_EVERY;
+            if self
+                .client()
+                .slot_moved_within(&attempt, portcullis_core::clock::millis(since))
+            {
                 tracing::info!(attempt = %back.attempt.attempt,
                     "billing: a quota block's books changed master after its settlement; sending it again");
                 self.money_in_batch(back, SettleOutcome::Settled);
@@ -324,7 +331,7 @@ impl RedisStore {
                     .await
                 {
                     Ok(_) => {
-                        if store.inner.replica_acks == 0 && store.is_cluster() {
+                        if store.client().replica_acks() == 0 && store.is_cluster() {
                             store.resend_if_moved(&back).await;
                         }
                         return;

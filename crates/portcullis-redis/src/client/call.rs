@@ -2,8 +2,15 @@
 //! D8), the breaker of the node it goes to, `NOSCRIPT` recovery, and the replica
 //! acknowledgements of a write (D10). Every store call goes through here.
 
-use super::*;
+use super::{Client, Inner, map_err, protocol, timeout};
+use crate::conn::{Breaker, Conn, GaveUp, Liveness};
+use crate::future::RedisStoreFuture;
+use crate::scripts::Script;
 use crate::scripts::args::ScriptCall;
+use portcullis_core::{StoreError, StoreErrorKind, StoreResult};
+use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use std::future::Future;
+use tokio::time::Instant;
 
 impl Inner {
     /// The breaker of the node `key` lives on (the one node's, off a Cluster).
@@ -161,7 +168,7 @@ impl Inner {
     }
 }
 
-impl RedisStore {
+impl Client {
     /// Runs one plain command under the deadline and decodes its reply.
     pub(crate) fn command<R, T>(
         &self,

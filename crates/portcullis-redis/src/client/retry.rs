@@ -15,12 +15,13 @@
 //! the store failed (a failing store admits nothing new to give back) and, as a last
 //! resort, by [`MAX_WAITING`]: past it the oldest op is dropped and counted.
 
-use super::*;
+use super::Client;
 use crate::batch::{self, Code, Op};
-use crate::conn::hash_slot;
+use crate::future::spawn_quietly;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Most ops waiting; past it the oldest is dropped (and counted as expired).
 pub(crate) const MAX_WAITING: usize = 100_000;
@@ -50,7 +51,7 @@ pub(crate) struct Retries {
     expired: AtomicU64,
 }
 
-/// What became of give-backs that failed once (see [`RedisStore::give_backs`]).
+/// What became of give-backs that failed once (see [`RedisStore::give_backs`](crate::RedisStore::give_backs)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GiveBacks {
     /// Waiting to be sent again, or on their way.
@@ -122,7 +123,7 @@ impl Retries {
         false
     }
 
-    fn counts(&self) -> GiveBacks {
+    pub(super) fn counts(&self) -> GiveBacks {
         let waiting = self.queue.lock().unwrap_or_else(|e| e.into_inner()).len();
         GiveBacks {
             waiting: waiting as u64 + self.in_hand.load(Ordering::Acquire),
@@ -132,13 +133,7 @@ impl Retries {
     }
 }
 
-impl RedisStore {
-    /// Give-backs (releases, settlements, refunds) that failed once: how many wait to
-    /// be sent again, how many landed since, how many expired unsent.
-    pub fn give_backs(&self) -> GiveBacks {
-        self.inner.retries.counts()
-    }
-
+impl Client {
     /// Keeps the give-backs among `ops`, whose call failed, to send again.
     pub(super) fn keep_for_retry(&self, ops: &[Op]) {
         let mut start = false;
@@ -150,8 +145,8 @@ impl RedisStore {
                 waiting = self.inner.retries.counts().waiting,
                 "redis store: give-backs failed; sending them again until they land"
             );
-            let store = self.clone();
-            spawn_quietly(async move { store.send_retries().await });
+            let client = self.clone();
+            spawn_quietly(async move { client.send_retries().await });
         }
     }
 
@@ -181,10 +176,8 @@ impl RedisStore {
                 }
                 continue;
             }
-            let cluster = self.is_cluster();
-            let slot_of = |k: &str| if cluster { hash_slot(k.as_bytes()) } else { 0 };
             let mut failed = false;
-            for call in batch::calls(ops, slot_of) {
+            for call in batch::calls(ops, |k| self.slot_of(k)) {
                 let n = call.len() as u64;
                 // A failed call puts its ops back in the queue before it resolves.
                 let landed = self.send_batch(call, false).await;
@@ -223,53 +216,6 @@ impl Pace {
             tokio::time::sleep_until(self.last_round + FIRST_GAP).await;
         }
         self.last_round = tokio::time::Instant::now();
-    }
-}
-
-/// Most attempts remembered as having a failed settlement; past it, a retry is sent as a
-/// first try (and an attempt it cannot find is "nothing done", as before D10).
-const MAX_FAILED_SETTLES: usize = 100_000;
-
-/// The attempts (by record key) whose settlement call failed and has not landed since:
-/// a settlement of one of them is a retry, which Redis answers with the attempt's final
-/// state, or — finding nothing — records as an unknown outcome (D10).
-#[derive(Default)]
-pub(crate) struct FailedSettles {
-    set: Mutex<std::collections::HashSet<String>>,
-    /// Its size: a settlement checks it without the lock while nothing failed.
-    len: std::sync::atomic::AtomicUsize,
-}
-
-impl FailedSettles {
-    /// True when a settlement of `attempt` failed before.
-    pub(crate) fn was_failed(&self, attempt: &str) -> bool {
-        self.len.load(Ordering::Acquire) != 0
-            && self
-                .set
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(attempt)
-    }
-
-    /// Notes how a settlement of `attempt` ended.
-    pub(crate) fn note(&self, attempt: String, landed: bool) {
-        if landed && self.len.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
-        if landed {
-            set.remove(&attempt);
-        } else if set.len() < MAX_FAILED_SETTLES {
-            set.insert(attempt);
-        }
-        self.len.store(set.len(), Ordering::Release);
-    }
-}
-
-impl RedisStore {
-    /// The attempts whose settlement failed and has not landed since.
-    pub(crate) fn failed_settles(&self) -> &FailedSettles {
-        &self.inner.failed_settles
     }
 }
 

@@ -1,46 +1,18 @@
 //! Settlements and releases queued and sent together as one batch script, and the
-//! clean-up of a lease whose acquisition was not seen through.
+//! give-backs of a call whose answer was not seen (D9).
 
-use super::*;
+use super::{Client, protocol};
 use crate::batch::{self, Code, Op};
-use crate::conn::hash_slot;
-use crate::scripts::args::{
-    BatchArgs, BatchCallArgs, BlockLeasesArgs, LeaseReleaseArgs, QueuedOp, ScriptArgs,
-};
-use portcullis_core::{LeaseId, StoreError, StoreErrorKind, StoreResult, SubjectKey};
+use crate::codec::Doubles;
+use crate::future::RedisStoreFuture;
+use crate::scripts::Script;
+use crate::scripts::args::{BatchArgs, BatchCallArgs, QueuedOp, ScriptArgs, WindowSettleArgs};
+use portcullis_core::{StoreError, StoreErrorKind, StoreResult};
 use redis::FromRedisValue;
 use std::future::Future;
 use tokio::time::Instant;
 
-impl RedisStore {
-    /// Removes `lease` of `key` in the batch; `now`: send the batch at once instead of
-    /// letting it wait for company.
-    pub(super) fn release_lease(
-        &self,
-        key: &SubjectKey,
-        lease: LeaseId,
-        now: bool,
-    ) -> RedisStoreFuture<()> {
-        if portcullis_core::blocks::borrowed_lease(lease).is_some() {
-            return self.release_borrowed(&self.slots_key(key), lease);
-        }
-        // One ZREM, atomic by itself, sent in the batch with the settlements ending at
-        // the same moment. A release is never dropped for a passing outage: if its call
-        // fails it is sent again until it lands (see `retry`); the lease's TTL is the
-        // last resort.
-        let sent = self.batched(
-            vec![self.slots_key(key)],
-            LeaseReleaseArgs {
-                member: self.member(lease),
-            },
-            |_: i64| Ok(()),
-        );
-        if now {
-            self.flush_batch();
-        }
-        sent
-    }
-
+impl Client {
     /// Queues one op of the batch script (see [`batch`]) and returns its answer's
     /// future; the first op into an empty queue schedules a flush.
     pub(crate) fn batched<A, R, T>(
@@ -101,7 +73,7 @@ impl RedisStore {
         } else if let Some(batch) = first {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    let store = self.clone();
+                    let client = self.clone();
                     rt.spawn(async move {
                         // Long enough for the rest of the request's guards (dropped one
                         // after the other, maybe across a few polls) and for other
@@ -109,8 +81,8 @@ impl RedisStore {
                         // first, so nothing waits behind this; then this timer sends
                         // nothing (its batch is gone, the next one has its own).
                         tokio::time::sleep(batch::FLUSH_AFTER).await;
-                        let ops = store.inner.batcher.take_if(batch);
-                        store.send_ops(ops);
+                        let ops = client.inner.batcher.take_if(batch);
+                        client.send_ops(ops);
                     });
                 }
                 Err(_) => self.flush_batch(),
@@ -129,7 +101,7 @@ impl RedisStore {
 
     /// Sends everything queued: one script call per slot run (see [`batch::calls`]),
     /// each handed to the connection before this returns.
-    pub(super) fn flush_batch(&self) {
+    pub(crate) fn flush_batch(&self) {
         if self.inner.batcher.is_empty() {
             return;
         }
@@ -138,7 +110,7 @@ impl RedisStore {
 
     /// Sends `ops` (taken from the queue, in order): one script call per slot run, each
     /// handed to the connection before this returns.
-    pub(super) fn send_ops(&self, ops: Vec<Op>) {
+    fn send_ops(&self, ops: Vec<Op>) {
         if ops.is_empty() {
             return;
         }
@@ -151,9 +123,7 @@ impl RedisStore {
             }
             return;
         };
-        let cluster = self.is_cluster();
-        let slot_of = |k: &str| if cluster { hash_slot(k.as_bytes()) } else { 0 };
-        for call in batch::calls(ops, slot_of) {
+        for call in batch::calls(ops, |k| self.slot_of(k)) {
             let mut fut = Box::pin(self.send_batch(call, true));
             // Polled once here: the command is queued on the connection now, ahead of
             // any call made after this one.
@@ -173,7 +143,7 @@ impl RedisStore {
         ops: Vec<Op>,
         guarded: bool,
     ) -> impl Future<Output = bool> + Send + 'static {
-        let store = self.clone();
+        let client = self.clone();
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
@@ -212,7 +182,7 @@ impl RedisStore {
                     true
                 }
                 Err(e) => {
-                    store.keep_for_retry(&ops);
+                    client.keep_for_retry(&ops);
                     for op in ops {
                         (op.done)(Err(e.clone()));
                     }
@@ -228,24 +198,34 @@ impl RedisStore {
 /// count for a caller that is gone. Each give-back is keyed by the call's own member
 /// or record, so one for something never counted changes nothing.
 pub(crate) enum Undo {
-    /// Lease `member` of `slots` (the one a call takes without a block).
-    Lease { slots: String, member: String },
-    /// The `size` leases `member:0` .. of a quota block of `slots`.
-    Block {
-        slots: String,
-        member: String,
-        size: u32,
+    /// A batch op as it is (a lease's release, a quota block's leases').
+    Op {
+        code: Code,
+        keys: Vec<String>,
+        args: Vec<Vec<u8>>,
     },
-    /// The admission recorded under `id` on the window script keys `keys`, undone by
-    /// the settle script with `blob` ([`codec::undo_args`](crate::codec::undo_args)).
+    /// The admission recorded under `record` on the window script keys `keys`, undone
+    /// by the settle script with `doubles`
+    /// ([`codec::undo_args`](crate::codec::undo_args)), at the time it is sent.
     Window {
         keys: Vec<String>,
-        blob: crate::codec::Doubles,
-        id: u64,
+        doubles: Doubles,
+        record: String,
     },
 }
 
-impl RedisStore {
+impl Undo {
+    /// The batch op `args` on `keys`.
+    pub(crate) fn op(keys: Vec<String>, args: impl BatchArgs) -> Self {
+        Undo::Op {
+            code: args.code(),
+            keys,
+            args: args.argv(),
+        }
+    }
+}
+
+impl Client {
     /// `decided`, a call that may count what `undo` lists: if it fails (a missed
     /// deadline, a lost answer) or its caller goes away before the answer, everything
     /// in `undo` is given back — after the call on the same ordered connection, and
@@ -257,7 +237,7 @@ impl RedisStore {
     ) -> RedisStoreFuture<T> {
         let cleanup = Unseen {
             undo,
-            store: self.clone(),
+            client: self.clone(),
         };
         RedisStoreFuture::new(async move {
             // Owned by the future: dropped with it, armed until the answer is in.
@@ -270,33 +250,25 @@ impl RedisStore {
         })
     }
 
-    /// [`undoing`](Self::undoing) a plain lease `member` of `slots`.
-    pub(super) fn removing_late_lease<T: Send + 'static>(
-        &self,
-        slots: String,
-        member: String,
-        decided: RedisStoreFuture<T>,
-    ) -> RedisStoreFuture<T> {
-        self.undoing(vec![Undo::Lease { slots, member }], decided)
-    }
-
     /// Gives back `undo` (see [`Undo`]).
-    pub(crate) fn give_back_unseen(&self, undo: Vec<Undo>) {
+    fn give_back_unseen(&self, undo: Vec<Undo>) {
         for u in undo {
             let sent = match u {
-                Undo::Lease { slots, member } => {
-                    self.batched(vec![slots], LeaseReleaseArgs { member }, |_: i64| Ok(()))
+                Undo::Op { code, keys, args } => {
+                    self.queue_op(code, keys, args, |_: redis::Value| Ok(()), false)
                 }
-                Undo::Block {
-                    slots,
-                    member,
-                    size,
-                } => self.batched(
-                    vec![slots],
-                    BlockLeasesArgs { base: member, size },
-                    |_: i64| Ok(()),
-                ),
-                Undo::Window { keys, blob, id } => self.settle_window(keys, blob, id, false),
+                Undo::Window {
+                    keys,
+                    doubles,
+                    record,
+                } => {
+                    let args = WindowSettleArgs {
+                        time: self.time(),
+                        doubles,
+                        record: Some(record),
+                    };
+                    self.batched(keys, args, |_: i64| Ok(()))
+                }
             };
             drop(sent);
         }
@@ -306,7 +278,7 @@ impl RedisStore {
 /// Gives back what a call whose answer was not seen may have counted (see `undoing`).
 struct Unseen {
     undo: Vec<Undo>,
-    store: RedisStore,
+    client: Client,
 }
 
 impl Drop for Unseen {
@@ -314,6 +286,6 @@ impl Drop for Unseen {
         if self.undo.is_empty() || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        self.store.give_back_unseen(std::mem::take(&mut self.undo));
+        self.client.give_back_unseen(std::mem::take(&mut self.undo));
     }
 }

@@ -1,0 +1,110 @@
+//! Connecting: one node, a Cluster, or one node asked whether it belongs to one (D6).
+
+use super::{Client, in_runtime, map_err, protocol, timeout};
+use crate::conn::{Conn, Endpoint, says_cluster};
+use crate::options::RedisStoreOptions;
+use portcullis_core::StoreResult;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::time::Duration;
+
+impl Client {
+    /// Connects to `url`, loads the scripts and returns the store. Fails if Redis cannot
+    /// be reached within the options' connect timeout; use
+    /// [`connect_lazy`](Self::connect_lazy) to start while Redis is down.
+    ///
+    /// `url` is one node (`redis://host:port/db`, `rediss://…` for TLS) or a
+    /// comma-separated list of the nodes of a Redis Cluster (D6). One node that belongs
+    /// to a Cluster (`INFO cluster` says `cluster_enabled:1`) is used as the Cluster's
+    /// seed: the store learns the other nodes from it.
+    pub(crate) async fn connect(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
+        let nodes = match Endpoint::parse(url).map_err(protocol)? {
+            Endpoint::Cluster(nodes) => nodes,
+            Endpoint::Detect(url) if Self::is_cluster_node(&url, &options).await? => vec![url],
+            Endpoint::Detect(url) => {
+                let store = Self::connect_lazy(&url, options)?;
+                store.load_scripts().await?;
+                return Ok(store);
+            }
+        };
+        let store = Self::cluster_lazy(&nodes, options)?;
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// Asks the node at `url` whether it runs in Cluster mode, within the connect
+    /// timeout.
+    async fn is_cluster_node(url: &str, options: &RedisStoreOptions) -> StoreResult<bool> {
+        let client =
+            redis::Client::open(url).map_err(|e| protocol(format!("redis url {url:?}: {e}")))?;
+        let limit = options.connect_timeout.max(options.deadline);
+        let ask = async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("INFO")
+                .arg("cluster")
+                .query_async::<String>(&mut c)
+                .await
+        };
+        match tokio::time::timeout(limit, ask).await {
+            Err(_) => Err(timeout(limit)),
+            Ok(r) => Ok(says_cluster(&r.map_err(map_err)?)),
+        }
+    }
+
+    /// A store that connects on first use and reconnects by itself; no I/O here. Calls
+    /// fail with [`StoreError`] until Redis answers. Must be called inside a Tokio
+    /// runtime.
+    ///
+    /// A comma-separated list of URLs is a Redis Cluster; one URL is a single node here
+    /// (telling a Cluster node apart needs I/O: use [`connect`](Self::connect), or
+    /// [`cluster_lazy`](Self::cluster_lazy) with that one URL).
+    pub(crate) fn connect_lazy(url: &str, options: RedisStoreOptions) -> StoreResult<Self> {
+        match Endpoint::parse(url).map_err(protocol)? {
+            Endpoint::Cluster(nodes) => Self::cluster_lazy(&nodes, options),
+            Endpoint::Detect(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| protocol(format!("redis url: {e}")))?;
+                Self::from_client(client, options)
+            }
+        }
+    }
+
+    /// A store on the Redis Cluster that `nodes` belong to (any reachable one is enough
+    /// to find the rest), connecting in the background; no I/O here. `MOVED` / `ASK`
+    /// redirections and topology changes (a failover, a resharded slot) are followed by
+    /// the client; a call in flight during one fails at its deadline at worst. Must be
+    /// called inside a Tokio runtime.
+    pub(crate) fn cluster_lazy(nodes: &[String], options: RedisStoreOptions) -> StoreResult<Self> {
+        in_runtime()?;
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+            .connection_timeout(options.connect_timeout)
+            // Our own deadline bounds each call; the client's retries follow redirections
+            // and reconnect, each wait short so a call can still land within it.
+            .retries(4)
+            .min_retry_wait(2)
+            .max_retry_wait(options.reconnect_max_delay.as_millis().max(2) as u64)
+            .build()
+            .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
+        let config =
+            redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
+        let conn = client.get_pending_async_connection_with_config(config);
+        Ok(Self::new(Conn::Cluster(conn), options))
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) with a single-node client configured by the
+    /// caller (TLS, credentials, RESP version). Must be called inside a Tokio runtime.
+    pub(crate) fn from_client(
+        client: redis::Client,
+        options: RedisStoreOptions,
+    ) -> StoreResult<Self> {
+        in_runtime()?;
+        let config = ConnectionManagerConfig::new()
+            .set_min_delay(Duration::from_millis(10))
+            .set_exponent_base(2.0)
+            .set_max_delay(options.reconnect_max_delay)
+            .set_number_of_retries(8)
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_pipeline_buffer_size(options.pipeline_buffer);
+        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
+        Ok(Self::new(Conn::Node(conn), options))
+    }
+}
