@@ -102,7 +102,7 @@ impl From<Invalid> for RecordsError {
     }
 }
 
-fn db_err(e: sqlx::Error) -> RecordsError {
+pub(crate) fn db_err(e: sqlx::Error) -> RecordsError {
     match &e {
         sqlx::Error::Database(d) if d.is_unique_violation() => {
             RecordsError::Conflict("a record of that name exists already".into())
@@ -165,11 +165,11 @@ impl fmt::Debug for Records {
     }
 }
 
-fn ms(v: i64) -> Millis {
+pub(crate) fn ms(v: i64) -> Millis {
     u64::try_from(v).unwrap_or(0)
 }
 
-fn sql_ms(v: Millis) -> i64 {
+pub(crate) fn sql_ms(v: Millis) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -272,8 +272,13 @@ impl Records {
         self.calls.load(Ordering::Relaxed)
     }
 
-    fn count(&self) {
+    pub(crate) fn count(&self) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The connection pool (the ledger's statements share it).
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 
     /// The latest revision written.

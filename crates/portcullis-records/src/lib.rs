@@ -10,6 +10,8 @@
 //! - [`Follower`] (`follow.rs`): keeps a replica up to date: notifications
 //!   (PostgreSQL `LISTEN/NOTIFY`, or the change made in this process), and a poll of the
 //!   revision as the safety net.
+//! - [`LedgerRow`] (`ledger.rs`): the ledger, every billed attempt of every instance,
+//!   written idempotently by attempt id, with the usage queries and the books' sums.
 //! - `secret.rs`: generated secrets, shown once, stored as keyed hashes.
 //! - `spec.rs`: the records, and the checks that need no configuration.
 //!
@@ -17,12 +19,17 @@
 
 mod db;
 mod follow;
+mod ledger;
 mod replica;
 mod secret;
 mod spec;
 
 pub use db::{AuditRow, Backend, CHANNEL, NewKey, PAGE_MAX, Records, RecordsError, redact_url};
 pub use follow::{Follower, FollowerStatus};
+pub use ledger::{
+    LedgerMoney, LedgerRow, LedgerUsage, Outcome, USAGE_PAGE_MAX, UsagePage, UsageQuery,
+    UsageTotals,
+};
 pub use replica::{Changes, Replica};
 pub use secret::{Digest, Hasher, Secret, new_id, random};
 pub use spec::{

@@ -2,8 +2,8 @@
 //! server of the test's own (started on a free port as an unprivileged user).
 
 use portcullis_records::{
-    Backend, Follower, Hasher, KeySpec, KeyState, NewKey, Records, RecordsError, Replica,
-    TenantSpec,
+    Backend, Follower, Hasher, KeySpec, KeyState, LedgerMoney, LedgerRow, LedgerUsage, NewKey,
+    Outcome, Records, RecordsError, Replica, TenantSpec, UsageQuery,
 };
 use portcullis_test_support::postgres::PostgresServer;
 use std::sync::{Arc, Mutex};
@@ -485,3 +485,228 @@ async fn k7_postgres_killed_and_restarted() {
     );
     assert_eq!(r.key(&k2.id, None).await.unwrap().label, "b");
 }
+
+fn ledger_row(
+    attempt: &str,
+    at: u64,
+    key: &str,
+    tenant: Option<&str>,
+    amount: i64,
+    outcome: Outcome,
+) -> LedgerRow {
+    LedgerRow {
+        attempt: attempt.into(),
+        at,
+        request_id: Some(format!("req-{attempt}")),
+        client_request_id: None,
+        key: key.into(),
+        tenant: tenant.map(Into::into),
+        model: Some(if at % 2 == 0 { "gpt-4o-mini" } else { "claude" }.into()),
+        upstream_model: None,
+        channel: Some("openai".into()),
+        usage: Some(LedgerUsage {
+            input_tokens: 10,
+            cached_input_tokens: 2,
+            cache_write_tokens: 1,
+            output_tokens: 5,
+            images: 0,
+            videos: 0,
+        }),
+        amount,
+        outcome,
+        resolved_by: None,
+        billed_to_balance: true,
+    }
+}
+
+/// B6: every attempt is one row however often it is written (a retried batch, a spool
+/// replayed after a crash); B7: a pending attempt is resolved once — a second
+/// resolution and a late replay of its pending record change nothing.
+async fn ledger_writes_each_attempt_once_and_resolves_a_pending_one_once(db: Db) {
+    let r = open(&db).await;
+    let pending = ledger_row("att-a", 10, "k1", Some("acme"), 155, Outcome::Pending);
+    let settled = ledger_row("att-b", 11, "k1", Some("acme"), 40, Outcome::Settled);
+    let rows = vec![pending.clone(), settled.clone()];
+    r.append_ledger(&rows, 100).await.unwrap();
+    r.append_ledger(&rows, 101).await.unwrap();
+    let page = r.usage(&UsageQuery::default(), None, 100).await.unwrap();
+    assert_eq!(page.rows, rows, "written twice, kept once");
+    assert_eq!((page.totals.settled, page.totals.pending), (40, 155));
+    let resolved = LedgerRow {
+        amount: 30,
+        outcome: Outcome::Reconciled,
+        resolved_by: Some("operator".into()),
+        ..pending.clone()
+    };
+    r.append_ledger(&[resolved.clone()], 102).await.unwrap();
+    // A second resolution, and the pending record replayed late: neither lands.
+    let again = LedgerRow {
+        amount: 0,
+        outcome: Outcome::WrittenOff,
+        ..resolved.clone()
+    };
+    r.append_ledger(&[again, pending.clone(), settled.clone()], 103)
+        .await
+        .unwrap();
+    assert_eq!(r.ledger_row("att-a").await.unwrap(), resolved);
+    assert_eq!(r.ledger_row("att-b").await.unwrap(), settled);
+    assert_eq!(r.ledger_row("att-z").await, Err(RecordsError::NotFound));
+    let money = r.ledger_money().await.unwrap();
+    assert_eq!(
+        money,
+        vec![(
+            (Some("acme".to_owned()), None),
+            LedgerMoney {
+                settled: 70,
+                pending: 0
+            }
+        )]
+    );
+}
+both!(
+    b6_ledger_writes_each_attempt_once_and_resolves_a_pending_one_once,
+    ledger_writes_each_attempt_once_and_resolves_a_pending_one_once
+);
+
+/// B6: the usage query selects by key (id or label), tenant, model, channel, outcome
+/// and time; pages follow the cursor without losing or repeating a row; the totals are
+/// over everything selected, whatever the page; the books' sums count only what a
+/// balance pays, per tenant and per tenant-less key.
+async fn usage_queries_filter_page_and_sum(db: Db) {
+    let r = open(&db).await;
+    let (k, _) = r
+        .create_key("admin", key("labelled", None), 1)
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+    for i in 0..25u64 {
+        let (key_id, tenant) = match i % 3 {
+            0 => (k.id.as_str(), None),
+            1 => ("file-key", Some("acme")),
+            _ => ("file-key-2", Some("other")),
+        };
+        let outcome = if i % 5 == 0 {
+            Outcome::Pending
+        } else {
+            Outcome::Settled
+        };
+        let mut row = ledger_row(
+            &format!("att-{i:02}"),
+            1000 + i / 2,
+            key_id,
+            tenant,
+            10 + i as i64,
+            outcome,
+        );
+        row.billed_to_balance = i != 24;
+        rows.push(row);
+    }
+    r.append_ledger(&rows, 5000).await.unwrap();
+    let all = |q: UsageQuery| {
+        let r = &r;
+        async move {
+            let mut got = Vec::new();
+            let mut cursor = None;
+            loop {
+                let page = r.usage(&q, cursor.as_deref(), 4).await.unwrap();
+                assert!(page.rows.len() <= 4);
+                got.extend(page.rows);
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => return (got, page.totals),
+                }
+            }
+        }
+    };
+    let select =
+        |f: &dyn Fn(&LedgerRow) -> bool| rows.iter().filter(|r| f(r)).cloned().collect::<Vec<_>>();
+    let (got, totals) = all(UsageQuery::default()).await;
+    assert_eq!(got, rows, "every row once, oldest first");
+    assert_eq!(totals.attempts, 25);
+    assert_eq!(totals.output_tokens, 125);
+    let settled: i64 = rows
+        .iter()
+        .filter(|r| r.outcome == Outcome::Settled)
+        .map(|r| r.amount)
+        .sum();
+    let pending: i64 = rows
+        .iter()
+        .filter(|r| r.outcome == Outcome::Pending)
+        .map(|r| r.amount)
+        .sum();
+    assert_eq!((totals.settled, totals.pending), (settled, pending));
+    let by_label = all(UsageQuery {
+        key: Some("labelled".into()),
+        ..UsageQuery::default()
+    })
+    .await
+    .0;
+    assert_eq!(
+        by_label,
+        select(&|r| r.key == k.id),
+        "a database key by its label"
+    );
+    let by_id = all(UsageQuery {
+        key: Some(k.id.clone()),
+        ..UsageQuery::default()
+    })
+    .await
+    .0;
+    assert_eq!(by_id, by_label, "and by its id");
+    let acme = all(UsageQuery {
+        tenant: Some("acme".into()),
+        ..UsageQuery::default()
+    })
+    .await;
+    assert_eq!(acme.0, select(&|r| r.tenant.as_deref() == Some("acme")));
+    assert_eq!(acme.1.attempts, acme.0.len() as u64);
+    let q = UsageQuery {
+        model: Some("claude".into()),
+        channel: Some("openai".into()),
+        outcome: Some(Outcome::Settled),
+        from: Some(1003),
+        to: Some(1010),
+        ..UsageQuery::default()
+    };
+    assert_eq!(
+        all(q).await.0,
+        select(&|r| r.model.as_deref() == Some("claude")
+            && r.outcome == Outcome::Settled
+            && (1003..1010).contains(&r.at))
+    );
+    assert!(matches!(
+        r.usage(&UsageQuery::default(), Some("garbage"), 10).await,
+        Err(RecordsError::Invalid(i)) if i.field == "cursor"
+    ));
+    let money = r.ledger_money().await.unwrap();
+    let expect = |book: &dyn Fn(&LedgerRow) -> bool| {
+        let of = |o: Outcome| {
+            rows.iter()
+                .filter(|r| r.billed_to_balance && book(r) && r.outcome == o)
+                .map(|r| r.amount)
+                .sum::<i64>()
+        };
+        LedgerMoney {
+            settled: of(Outcome::Settled),
+            pending: of(Outcome::Pending),
+        }
+    };
+    assert_eq!(
+        money,
+        vec![
+            ((None, Some(k.id.clone())), expect(&|r| r.tenant.is_none())),
+            (
+                (Some("acme".into()), None),
+                expect(&|r| r.tenant.as_deref() == Some("acme"))
+            ),
+            (
+                (Some("other".into()), None),
+                expect(&|r| r.tenant.as_deref() == Some("other"))
+            ),
+        ]
+    );
+}
+both!(
+    b6_usage_queries_filter_page_and_sum,
+    usage_queries_filter_page_and_sum
+);
