@@ -3,32 +3,42 @@
 //! provider-side object (a Responses API response, a video job) to the channel that
 //! created it. One key per object, on its own Cluster slot; each call is one command.
 
-use super::RedisStore;
+use crate::client::Client;
 use portcullis_core::Millis;
-use portcullis_core::homes::{Home, HomeBook, HomeFuture};
+use portcullis_core::homes::{Home, HomeFuture};
 use portcullis_core::store::{StoreError, StoreErrorKind};
 
-impl RedisStore {
-    /// The key of object `id`'s home.
-    pub fn home_key(&self, id: &str) -> String {
-        self.client().keys().home(id)
-    }
+/// Object homes: remember, find.
+#[derive(Clone)]
+pub(crate) struct HomeOps {
+    client: Client,
 }
 
-impl HomeBook for RedisStore {
-    fn remember(&self, id: &str, home: Home, ttl_ms: Millis) -> HomeFuture<()> {
+impl HomeOps {
+    pub(crate) fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    /// The key of object `id`'s home.
+    pub(crate) fn home_key(&self, id: &str) -> String {
+        self.client.keys().home(id)
+    }
+
+    /// [`HomeBook::remember`](portcullis_core::homes::HomeBook::remember).
+    pub(crate) fn remember(&self, id: &str, home: Home, ttl_ms: Millis) -> HomeFuture<()> {
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.home_key(id))
             .arg(format!("{}\n{}", home.channel, home.model))
             .arg("PX")
             .arg(ttl_ms.max(1));
-        Box::pin(self.client().write_command(cmd, |_: redis::Value| Ok(())))
+        Box::pin(self.client.write_command(cmd, |_: redis::Value| Ok(())))
     }
 
-    fn find(&self, id: &str) -> HomeFuture<Option<Home>> {
+    /// [`HomeBook::find`](portcullis_core::homes::HomeBook::find).
+    pub(crate) fn find(&self, id: &str) -> HomeFuture<Option<Home>> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.home_key(id));
-        Box::pin(self.client().command(cmd, |v: Option<String>| {
+        Box::pin(self.client.command(cmd, |v: Option<String>| {
             let Some(v) = v else { return Ok(None) };
             let (channel, model) = v.split_once('\n').ok_or_else(|| {
                 StoreError::new(

@@ -2,41 +2,42 @@
 
 mod billing;
 pub use billing::MAX_EXACT_MONEY;
-mod blocks;
-mod capacity;
+mod book;
 mod homes;
 mod joint;
 #[cfg(test)]
 mod sent_twice_tests;
 mod slots;
+mod traits;
 mod windows;
 
 use crate::client::Client;
-use crate::keys::Keys;
 use crate::options::RedisStoreOptions;
-use portcullis_core::{Scope, StoreResult, SubjectKey};
+use billing::{BillingOps, FailedSettles};
+use book::BlockBook;
+use homes::HomeOps;
+use joint::JointOps;
+use portcullis_core::blocks::BlockSizing;
+use portcullis_core::{AttemptRef, Books, Scope, StoreResult, SubjectKey};
+use slots::{CapacityOps, SlotOps};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+use windows::WindowOps;
 
 pub use crate::client::GiveBacks;
-pub(crate) use crate::client::{count, protocol};
 pub use crate::future::RedisStoreFuture;
-pub(crate) use crate::future::spawn_quietly;
 
+/// The store's parts: the client, and one operations type per concern, each holding
+/// the client (and, where quota blocks matter, the block book).
 struct Inner {
     client: Client,
-    /// Attempts whose settlement call failed: their next settlement is a retry (D10).
-    failed_settles: billing::FailedSettles,
-    /// Quota blocks borrowed, when on (see [`portcullis_core::blocks`]).
-    blocks: Option<std::sync::Mutex<portcullis_core::blocks::Blocks>>,
-    /// Origin of this process's block clock.
-    origin: std::time::Instant,
-    /// Woken when a borrowing call ends (see `blocks::wait_for_borrow`).
-    borrows: Arc<tokio::sync::Notify>,
-    /// Borrowing calls ended so far, and the count at the last one that failed.
-    borrow_gen: std::sync::atomic::AtomicU64,
-    borrow_failed: std::sync::atomic::AtomicU64,
+    slots: SlotOps,
+    capacity: CapacityOps,
+    windows: WindowOps,
+    joint: JointOps,
+    billing: BillingOps,
+    homes: HomeOps,
 }
 
 /// Slot leases, anchored windows and billing in Redis, shared by every gateway instance
@@ -216,23 +217,36 @@ impl RedisStore {
         Ok(Self::on(Client::from_client(client, options)?, blocks))
     }
 
-    fn on(client: Client, blocks: Option<portcullis_core::blocks::BlockSizing>) -> Self {
+    fn on(client: Client, blocks: Option<BlockSizing>) -> Self {
+        let failed = Arc::new(FailedSettles::default());
+        let book = blocks.map(|sizing| {
+            let shared = BillingOps::new(client.clone(), failed.clone(), None);
+            Arc::new(BlockBook::new(client.clone(), sizing, shared))
+        });
+        let slots = SlotOps::new(client.clone(), book.clone());
+        let capacity = CapacityOps::new(slots.clone());
+        let windows = WindowOps::new(client.clone(), book.clone());
+        let joint = JointOps::new(
+            client.clone(),
+            book.clone(),
+            slots.clone(),
+            windows.clone(),
+            capacity.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
+                billing: BillingOps::new(client.clone(), failed, book),
+                homes: HomeOps::new(client.clone()),
                 client,
-                failed_settles: billing::FailedSettles::default(),
-                blocks: blocks
-                    .map(|s| std::sync::Mutex::new(portcullis_core::blocks::Blocks::new(s))),
-                origin: std::time::Instant::now(),
-                borrows: Arc::new(tokio::sync::Notify::new()),
-                borrow_gen: std::sync::atomic::AtomicU64::new(0),
-                borrow_failed: std::sync::atomic::AtomicU64::new(0),
+                slots,
+                capacity,
+                windows,
+                joint,
             }),
         }
     }
 
-    /// The client every call goes through.
-    pub(crate) fn client(&self) -> &Client {
+    fn client(&self) -> &Client {
         &self.inner.client
     }
 
@@ -284,9 +298,56 @@ impl RedisStore {
         k
     }
 
-    /// The keys of every window script: the state, its rolling log and its admission
-    /// records (`<state>:adm`).
-    fn window_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
-        Keys::window_script(self.window_key(key, scope))
+    /// The start of every key of `books` (D3): `<prefix>:{tenant:<tenant>}:billing:` for a
+    /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
+    /// slot is its own slots' and windows').
+    pub fn books_base(&self, books: &Books) -> String {
+        self.client().keys().books(books)
+    }
+
+    /// The key of a tenant's balance: `<tenant base>tenant` (HASH: `bal`, `pend`).
+    pub fn tenant_key(&self, tenant: &str) -> String {
+        self.client().keys().tenant(tenant)
+    }
+
+    /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
+    /// `spent`, `pend`).
+    pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
+        self.client().keys().spend(books, key)
+    }
+
+    /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
+    /// `spent`, `res`).
+    pub fn budget_key(&self, books: &Books, id: &str) -> String {
+        self.client().keys().budget(books, id)
+    }
+
+    /// The key of an attempt's record: `<books base>attempt:<id>`.
+    pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
+        self.client().keys().attempt(attempt)
+    }
+
+    /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
+    pub fn open_key(&self, books: &Books) -> String {
+        self.client().keys().open(books)
+    }
+
+    /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
+    /// attempt id → amount).
+    pub fn pending_key(&self, books: &Books) -> String {
+        self.client().keys().pending(books)
+    }
+
+    /// The key of the registry of books that have had attempts pending reconciliation:
+    /// `<prefix>:{<billing tag>}:pending-books` (SET of `t:<tenant>` / `k:<key>`). The one
+    /// billing key shared by every tenant, written only when an attempt becomes pending;
+    /// it holds one member per such books (bounded by tenants and keys, like balances).
+    pub fn pending_registry_key(&self) -> String {
+        self.client().keys().pending_registry()
+    }
+
+    /// The key of object `id`'s home.
+    pub fn home_key(&self, id: &str) -> String {
+        self.inner.homes.home_key(id)
     }
 }

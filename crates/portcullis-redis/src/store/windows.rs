@@ -1,88 +1,117 @@
 //! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
 
+use super::book::{self, BlockBook};
 use super::joint::joint_reply_granted;
-use super::*;
 use crate::client::{Client, Undo};
 use crate::codec::Doubles;
 use crate::codec::{self, AdmitReply};
-use crate::conn::hash_slot;
+use crate::future::RedisStoreFuture;
+use crate::keys::Keys;
 use crate::scripts::args::{AdmitAllArgs, WindowAdmitArgs, WindowSettleArgs, WindowViewArgs};
 use portcullis_core::blocks::{BlockAsk, GiveBack};
 use portcullis_core::{
     Admission, Demand, Dimension, JointAdmission, JointItem, JointSettle, LimitView, Outcome,
-    Policy, Scope, SubjectKey, WindowStore, WindowTicket,
+    Policy, Scope, SubjectKey, WindowTicket,
 };
 use std::sync::Arc;
 
-impl WindowStore for RedisStore {
-    type Future<T: Send + 'static> = RedisStoreFuture<T>;
+/// Anchored windows: admit, settle, view, and several subjects' windows at once.
+#[derive(Clone)]
+pub(crate) struct WindowOps {
+    client: Client,
+    book: Option<Arc<BlockBook>>,
+}
 
-    fn admit(
+impl WindowOps {
+    pub(crate) fn new(client: Client, book: Option<Arc<BlockBook>>) -> Self {
+        Self { client, book }
+    }
+
+    /// The window state key of `key` under `scope`.
+    pub(crate) fn state(&self, key: &SubjectKey, scope: Scope) -> String {
+        self.client.keys().window(key, scope)
+    }
+
+    /// The keys of every window script: the state, its rolling log and its admission
+    /// records (`<state>:adm`).
+    pub(crate) fn script_keys(&self, key: &SubjectKey, scope: Scope) -> Vec<String> {
+        Keys::window_script(self.state(key, scope))
+    }
+
+    /// [`WindowStore::admit`](portcullis_core::WindowStore::admit).
+    pub(crate) fn admit(
         &self,
         key: &SubjectKey,
         scope: Scope,
         policy: &Arc<Policy>,
         demand: &Demand,
-    ) -> Self::Future<Admission> {
-        let blob = codec::admit_args(self.client().amount_ttl_ms(), policy, demand);
-        let id = self.client().next_id();
-        let keys = self.window_keys(key, scope);
+    ) -> RedisStoreFuture<Admission> {
+        let blob = codec::admit_args(self.client.amount_ttl_ms(), policy, demand);
+        let id = self.client.next_id();
+        let keys = self.script_keys(key, scope);
         let undo = vec![Undo::Window {
             keys: keys.clone(),
-            doubles: codec::undo_args(self.client().amount_ttl_ms(), policy, demand, None),
+            doubles: codec::undo_args(self.client.amount_ttl_ms(), policy, demand, None),
             record: Client::record_member(id),
         }];
         let (policy, demand) = (policy.clone(), *demand);
         let args = WindowAdmitArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             doubles: blob,
             record: Client::record_member(id),
         };
-        let decided = self.client().eval(keys, args, move |r: Vec<i64>| {
+        let decided = self.client.eval(keys, args, move |r: Vec<i64>| {
             Ok(match codec::admit_reply(&r, &policy, &demand, id)? {
                 AdmitReply::Admitted(t) => Admission::Admitted(t),
                 AdmitReply::Exceeded(e) => Admission::Exceeded(e),
             })
         });
-        self.client().undoing(undo, decided)
+        self.client.undoing(undo, decided)
     }
 
-    fn settle(
+    /// [`WindowStore::settle`](portcullis_core::WindowStore::settle).
+    pub(crate) fn settle(
         &self,
         key: &SubjectKey,
         scope: Scope,
         ticket: WindowTicket,
         outcome: Outcome,
-    ) -> Self::Future<()> {
-        if ticket.borrowed != 0 {
-            return self.settle_borrowed(key, scope, &ticket, outcome);
-        }
-        let blob = codec::settle_args(self.client().amount_ttl_ms(), &ticket, outcome);
-        self.settle_window(self.window_keys(key, scope), blob, ticket.id, false)
+    ) -> RedisStoreFuture<()> {
+        let ticket =
+            match book::settle(self.book.as_ref(), &self.state(key, scope), ticket, outcome) {
+                Ok(settled) => return settled,
+                Err(ticket) => ticket,
+            };
+        let blob = codec::settle_args(self.client.amount_ttl_ms(), &ticket, outcome);
+        settle_window(
+            &self.client,
+            self.script_keys(key, scope),
+            blob,
+            ticket.id,
+            false,
+        )
     }
 
-    fn view(
+    /// [`WindowStore::view`](portcullis_core::WindowStore::view).
+    pub(crate) fn view(
         &self,
         key: &SubjectKey,
         scope: Scope,
         policy: &Arc<Policy>,
-    ) -> Self::Future<Vec<LimitView>> {
+    ) -> RedisStoreFuture<Vec<LimitView>> {
         let blob = codec::admit_args(0, policy, &Demand::default());
         let policy = policy.clone();
-        let state = self.window_key(key, scope);
-        let store = self.clone();
+        let state = self.state(key, scope);
+        let book = self.book.clone();
         let args = WindowViewArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             doubles: blob,
         };
-        self.client()
-            .eval(self.window_keys(key, scope), args, move |r: Vec<i64>| {
+        self.client
+            .eval(self.script_keys(key, scope), args, move |r: Vec<i64>| {
                 let mut lines = codec::view_reply(&r, &policy)?;
                 // What this instance borrowed and did not use is not used.
-                let now = store.local_now();
-                let (requests, tokens) = store
-                    .blocks()
-                    .map_or((0, 0), |b| b.unused_window(&state, now));
+                let (requests, tokens) = book.map_or((0, 0), |b| b.unused_window(&state));
                 for l in &mut lines {
                     match l.dimension {
                         Dimension::Requests => l.used = l.used.saturating_sub(requests),
@@ -94,17 +123,19 @@ impl WindowStore for RedisStore {
             })
     }
 
-    fn admit_all(&self, items: &[JointItem]) -> Self::Future<JointAdmission> {
+    /// [`WindowStore::admit_all`](portcullis_core::WindowStore::admit_all).
+    pub(crate) fn admit_all(&self, items: &[JointItem]) -> RedisStoreFuture<JointAdmission> {
         let decided = self.admit_all_counted(items, &vec![None; items.len()]);
         RedisStoreFuture::new(async move { decided.await.map(|(a, _)| a) })
     }
 
-    fn settle_all(&self, items: Vec<JointSettle>) -> Self::Future<()> {
+    /// [`WindowStore::settle_all`](portcullis_core::WindowStore::settle_all).
+    pub(crate) fn settle_all(&self, items: Vec<JointSettle>) -> RedisStoreFuture<()> {
         // Each a window settlement of the batch: they go out in one call with the
         // request's other settlements.
         let calls: Vec<_> = items
             .into_iter()
-            .map(|it| WindowStore::settle(self, &it.key, it.scope, it.ticket, it.outcome))
+            .map(|it| self.settle(&it.key, it.scope, it.ticket, it.outcome))
             .collect();
         RedisStoreFuture::new(async move {
             for r in futures_util::future::join_all(calls).await {
@@ -115,44 +146,17 @@ impl WindowStore for RedisStore {
     }
 }
 
-impl RedisStore {
-    /// Queues the settlement `blob` of the admission recorded under `id` (a quota
-    /// block's when `block`), on the window script keys `keys`: keyed, so it counts
-    /// once and only if Redis counted the admission, and sent again until it lands
-    /// (D9); `id` 0: unkeyed, sent once.
-    pub(super) fn settle_window(
-        &self,
-        keys: Vec<String>,
-        blob: Doubles,
-        id: u64,
-        block: bool,
-    ) -> RedisStoreFuture<()> {
-        let record = (id != 0).then(|| {
-            let mut member = Client::record_member(id);
-            if block {
-                member.push_str(":b");
-            }
-            member
-        });
-        let args = WindowSettleArgs {
-            time: self.client().time(),
-            doubles: blob,
-            record,
-        };
-        self.client().batched(keys, args, |_: i64| Ok(()))
-    }
-
+impl WindowOps {
     /// Consecutive runs of `keys` that share a hash slot: one run on a single node (any
     /// script may touch any key there), one per slot change on a Cluster.
-    pub(super) fn slot_groups(
+    pub(crate) fn slot_groups(
         &self,
         keys: impl Iterator<Item = String>,
     ) -> Vec<std::ops::Range<usize>> {
         let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
-        let cluster = self.is_cluster();
         let mut last = None;
         for (i, k) in keys.enumerate() {
-            let slot = if cluster { hash_slot(k.as_bytes()) } else { 0 };
+            let slot = self.client.slot_of(&k);
             match groups.last_mut() {
                 Some(g) if last == Some(slot) => g.end = i + 1,
                 _ => groups.push(i..i + 1),
@@ -166,12 +170,12 @@ impl RedisStore {
     /// answers the requests each item counted (its block's, or 1). On a Cluster, items
     /// on different slots (a vendor-wide window beside a credential's) are one script
     /// per slot, in order; a refusal gives back what the groups before it counted.
-    pub(super) fn admit_all_counted(
+    pub(crate) fn admit_all_counted(
         &self,
         items: &[JointItem],
         asks: &[Option<BlockAsk>],
     ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
-        let groups = self.slot_groups(items.iter().map(|i| self.window_key(&i.key, i.scope)));
+        let groups = self.slot_groups(items.iter().map(|i| self.state(&i.key, i.scope)));
         if groups.len() <= 1 {
             return self.admit_group(items.to_vec(), asks.to_vec(), 0);
         }
@@ -194,12 +198,13 @@ impl RedisStore {
                         for ((it, mut ticket), (n, ask)) in
                             items.iter().zip(tickets).zip(counted.iter().zip(&asks))
                         {
-                            let state = store.window_key(&it.key, it.scope);
+                            let state = store.state(&it.key, it.scope);
                             match ask.filter(|_| *n > 1) {
                                 // A block counted whole: given back whole.
                                 Some(a) => {
                                     ticket.demand.tokens = a.tokens;
-                                    store.give_back(GiveBack::Window {
+                                    let book = store.book.as_ref().expect("blocks asked");
+                                    book.give_back(GiveBack::Window {
                                         key: state,
                                         ticket,
                                         requests: *n,
@@ -208,13 +213,8 @@ impl RedisStore {
                                     });
                                 }
                                 None => {
-                                    let r = WindowStore::settle(
-                                        &store,
-                                        &it.key,
-                                        it.scope,
-                                        ticket,
-                                        Outcome::Refund,
-                                    );
+                                    let r =
+                                        store.settle(&it.key, it.scope, ticket, Outcome::Refund);
                                     tokio::spawn(r);
                                 }
                             }
@@ -230,22 +230,22 @@ impl RedisStore {
     /// One script admitting `items` (all on one slot) all or nothing, item `i` asking
     /// for the block `asks[i]` too; a refusal's index is offset by `first`, the position
     /// of `items[0]` in the whole request.
-    pub(super) fn admit_group(
+    pub(crate) fn admit_group(
         &self,
         items: Vec<JointItem>,
         asks: Vec<Option<BlockAsk>>,
         first: usize,
     ) -> RedisStoreFuture<(JointAdmission, Vec<u64>)> {
-        let id = self.client().next_id();
+        let id = self.client.next_id();
         let mut keys = Vec::with_capacity(3 * items.len());
         let mut blobs = Vec::with_capacity(items.len());
         let mut undo = Vec::with_capacity(items.len());
         for (it, ask) in items.iter().zip(&asks) {
-            let ks = self.window_keys(&it.key, it.scope);
+            let ks = self.script_keys(&it.key, it.scope);
             undo.push(Undo::Window {
                 keys: ks.clone(),
                 doubles: codec::undo_args(
-                    self.client().amount_ttl_ms(),
+                    self.client.amount_ttl_ms(),
                     &it.policy,
                     &it.demand,
                     *ask,
@@ -254,20 +254,46 @@ impl RedisStore {
             });
             keys.extend(ks);
             blobs.push(codec::admit_block_args(
-                self.client().amount_ttl_ms(),
+                self.client.amount_ttl_ms(),
                 &it.policy,
                 &it.demand,
                 *ask,
             ));
         }
         let args = AdmitAllArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             record: Client::record_member(id),
             items: blobs,
         };
-        let decided = self.client().eval(keys, args, move |r: redis::Value| {
+        let decided = self.client.eval(keys, args, move |r: redis::Value| {
             joint_reply_granted(r, &items, first, id)
         });
-        self.client().undoing(undo, decided)
+        self.client.undoing(undo, decided)
     }
+}
+
+/// Queues the settlement `blob` of the admission recorded under `id` (a quota
+/// block's when `block`), on the window script keys `keys`: keyed, so it counts
+/// once and only if Redis counted the admission, and sent again until it lands
+/// (D9); `id` 0: unkeyed, sent once.
+pub(crate) fn settle_window(
+    client: &Client,
+    keys: Vec<String>,
+    blob: Doubles,
+    id: u64,
+    block: bool,
+) -> RedisStoreFuture<()> {
+    let record = (id != 0).then(|| {
+        let mut member = Client::record_member(id);
+        if block {
+            member.push_str(":b");
+        }
+        member
+    });
+    let args = WindowSettleArgs {
+        time: client.time(),
+        doubles: blob,
+        record,
+    };
+    client.batched(keys, args, |_: i64| Ok(()))
 }

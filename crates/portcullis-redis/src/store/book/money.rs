@@ -14,13 +14,16 @@
 //! block leaves its attempt open: the sweep takes it into pending reconciliation after
 //! its lifetime, as any attempt of a dead instance.
 
+use super::BlockBook;
+use crate::future::{RedisStoreFuture, spawn_quietly};
 use crate::scripts::args::{BlockReserveArgs, ReserveMode, SettleArgs, SettleOutcome};
-use crate::store::{RedisStore, RedisStoreFuture};
+use crate::store::billing::BillingOps;
 use portcullis_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
 use portcullis_core::{
-    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore,
-    StoreError, StoreErrorKind, StoreResult,
+    AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, StoreError,
+    StoreErrorKind, StoreResult,
 };
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Spacing of the retries of a block's settlement: doubling from the first to the
@@ -50,32 +53,33 @@ const WATCH_AT: [Duration; 6] = [
     WATCH_FOR,
 ];
 
-impl RedisStore {
+impl BlockBook {
     /// `req` decided from a billing block, or by borrowing one; `None`: the request
     /// reserves on its own.
     /// `may_wait`: while a block for it is being borrowed, wait for that once (single
     /// node) instead of reserving alone.
-    pub(crate) fn reserve_from_block(
-        &self,
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        billing: &BillingOps,
         req: &BillingRequest,
         may_wait: bool,
     ) -> Option<RedisStoreFuture<BillingDecision>> {
         let key = money_key(req);
-        let asked_at = self.local_now();
-        let mut blocks = self.blocks()?;
+        let asked_at = self.now();
+        let mut blocks = self.table();
         let ask = match blocks.decide_money(&key, req, asked_at) {
             MoneyLocal::Admitted => {
                 return Some(RedisStoreFuture::ready(Ok(BillingDecision::Admitted)));
             }
-            MoneyLocal::Wait if may_wait && !self.is_cluster() => {
+            MoneyLocal::Wait if may_wait && !self.client.is_cluster() => {
                 let seen = self.borrows_ended();
                 drop(blocks);
-                let (store, req) = (self.clone(), req.clone());
+                let (book, billing, req) = (Arc::clone(self), billing.clone(), req.clone());
                 return Some(RedisStoreFuture::new(async move {
-                    store.wait_for_borrow(seen).await?;
-                    match store.reserve_from_block(&req, false) {
+                    book.wait(seen).await?;
+                    match book.reserve(&billing, &req, false) {
                         Some(answer) => answer.await,
-                        None => store.reserve_shared(&req).await,
+                        None => billing.reserve_shared(&req).await,
                     }
                 }));
             }
@@ -85,26 +89,23 @@ impl RedisStore {
         let max_age = blocks.sizing().max_age_ms;
         drop(blocks);
         let block = portcullis_core::id::with_counter(
-            &format!("blk-{}-", self.instance_id()),
-            self.next_block_attempt(),
+            &format!("blk-{}-", self.client.instance_id()),
+            self.client.next_id(),
         );
         let lifetime = req.lifetime_ms.saturating_add(max_age);
-        let call = match self.block_reserve_call(req, &block, ask, lifetime) {
+        let call = match block_reserve_call(billing, req, &block, ask, lifetime) {
             Ok(call) => call,
             Err(e) => {
-                if let Some(mut b) = self.blocks() {
-                    b.abandon_money(&key);
-                }
+                self.table().abandon_money(&key);
                 return Some(RedisStoreFuture::ready(Err(e)));
             }
         };
         let (req, books, mine) = (req.clone(), req.books(), req.attempt_ref());
+        let (book, undo_billing) = (Arc::clone(self), billing.clone());
         Some(self.borrowing(
             call,
-            move |store, r: StoreResult<(bool, BillingDecision)>| {
-                let Some(mut blocks) = store.blocks() else {
-                    return r.map(|(_, d)| d);
-                };
+            move |r: StoreResult<(bool, BillingDecision)>| {
+                let mut blocks = book.table();
                 match r {
                     Ok((true, BillingDecision::Admitted)) => {
                         let attempt = AttemptRef {
@@ -113,7 +114,7 @@ impl RedisStore {
                         };
                         let retire = blocks.install_money(&key, &req, attempt, ask, asked_at);
                         drop(blocks);
-                        store.schedule_retire(vec![retire]);
+                        book.schedule_retire(vec![retire]);
                         Ok(BillingDecision::Admitted)
                     }
                     Err(e) => {
@@ -127,7 +128,7 @@ impl RedisStore {
                             attempt: block,
                             books,
                         };
-                        drop(store.settle_shared(&attempt, BillingOutcome::Refund));
+                        drop(book.billing.settle_shared(&attempt, BillingOutcome::Refund));
                         Err(e)
                     }
                     other => {
@@ -138,75 +139,21 @@ impl RedisStore {
             },
             // The request went away before its answer: whatever admitted it (the new
             // block, or Redis) gives it back.
-            move |store, d| {
+            move |d| {
                 if d == BillingDecision::Admitted {
-                    crate::store::spawn_quietly(BillingStore::settle_attempt(
-                        store,
-                        &mine,
-                        BillingOutcome::Refund,
-                    ));
+                    spawn_quietly(undo_billing.settle_attempt(&mine, BillingOutcome::Refund));
                 }
             },
         ))
     }
 
-    /// The batch op (`bb`) that reserves `ask` for `req` as block attempt `block` (for
-    /// `lifetime` ms) — or, when the block does not fit, `req` alone — and answers
-    /// whether the block was reserved, and the decision.
-    fn block_reserve_call(
-        &self,
-        req: &BillingRequest,
-        block: &portcullis_core::AttemptId,
-        ask: portcullis_core::blocks::MoneyAsk,
-        lifetime: portcullis_core::Millis,
-    ) -> StoreResult<RedisStoreFuture<(bool, BillingDecision)>> {
-        let mode = ReserveMode::Block {
-            headroom: ask.headroom,
-        };
-        let (kb, block) = self.reserve_args(req, block, ask.money, lifetime, mode)?;
-        let (ks, alone) = self.reserve_args(
-            req,
-            &req.attempt,
-            req.money,
-            req.lifetime_ms,
-            ReserveMode::Plain,
-        )?;
-        let args = BlockReserveArgs {
-            block_keys: kb.len(),
-            block,
-            alone,
-        };
-        let keys = kb.into_iter().chain(ks).collect();
-        let decode = self.reserve_decoder(req);
-        Ok(self
-            .client()
-            .batched_now(keys, args, move |r: redis::Value| {
-                let bad = || {
-                    StoreError::new(
-                        StoreErrorKind::Protocol,
-                        format!("check_and_reserve (block): unexpected reply {r:?}"),
-                    )
-                };
-                let redis::Value::Array(parts) = &r else {
-                    return Err(bad());
-                };
-                let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1))
-                else {
-                    return Err(bad());
-                };
-                let inner: Vec<i64> =
-                    redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
-                Ok((*took == 1, decode(inner)?))
-            }))
-    }
-
     /// Settles an attempt admitted from a billing block; `None` if it is not one.
-    pub(crate) fn settle_from_block(
-        &self,
+    pub(crate) fn settle(
+        self: &Arc<Self>,
         attempt: &AttemptRef,
         outcome: BillingOutcome,
     ) -> Option<RedisStoreFuture<Option<AttemptState>>> {
-        let settled = self.blocks()?.settle_money(attempt, outcome)?;
+        let settled = self.table().settle_money(attempt, outcome)?;
         match settled {
             MoneySettled::Done(state, back) => {
                 if let Some(back) = back {
@@ -220,15 +167,15 @@ impl RedisStore {
                 // settle, so the budgets hold its money throughout. If it never lands the
                 // block is not settled either: the sweep takes the block's whole money
                 // into pending reconciliation, and nothing is charged as zero (B4).
-                let store = self.clone();
+                let book = Arc::clone(self);
                 let moved = RedisStoreFuture::new(async move {
                     let mut wait = BACK_FIRST;
                     let mut last = None;
                     for _ in 0..BACK_RETRIES {
-                        match store.move_to_pending(&req).await {
+                        match book.move_to_pending(&req).await {
                             Ok(state) => {
                                 if let Some(back) = back {
-                                    store.money_back(back);
+                                    book.money_back(back);
                                 }
                                 return Ok(state);
                             }
@@ -247,7 +194,7 @@ impl RedisStore {
                         StoreError::new(StoreErrorKind::Unavailable, "never moved to pending")
                     }))
                 });
-                Some(self.borrowing(moved, |_, r| r, |_, _| {}))
+                Some(self.borrowing(moved, |r| r, |_| {}))
             }
         }
     }
@@ -255,24 +202,26 @@ impl RedisStore {
     /// An attempt of a block whose result is unknown, as its own attempt in Redis,
     /// pending (both steps are idempotent per attempt, so a retry is safe).
     async fn move_to_pending(&self, req: &BillingRequest) -> StoreResult<Option<AttemptState>> {
-        let (keys, args) = self.reserve_args(
+        let billing = &self.billing;
+        let (keys, args) = billing.reserve_args(
             req,
             &req.attempt,
             req.money,
             req.lifetime_ms,
             ReserveMode::Force,
         )?;
-        self.client()
-            .batched_now(keys, args, self.reserve_decoder(req))
+        self.client
+            .batched_now(keys, args, billing.reserve_decoder(req))
             .await?;
-        self.settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
+        billing
+            .settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
             .await
     }
 
     /// Charges a part of a billing block still in use: the costs of its ended requests
     /// so far (cumulative, so a part sent twice or late charges nothing twice), in the
     /// batch; keyed by the block's attempt and sent again until it lands (D9).
-    pub(crate) fn money_part(&self, part: MoneyBack) {
+    pub(super) fn money_part(&self, part: MoneyBack) {
         self.money_in_batch(&part, SettleOutcome::Part);
     }
 
@@ -280,23 +229,23 @@ impl RedisStore {
     /// lands, never as a retry that would take a missing attempt for a lost one: an
     /// attempt already final, or gone, is left as it is.
     fn money_in_batch(&self, back: &MoneyBack, outcome: SettleOutcome) {
-        let keys = self.settle_keys(&back.attempt);
+        let keys = self.billing.settle_keys(&back.attempt);
         let args = SettleArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             outcome,
             cost: back.cost.max(0),
-            budget_ttl: self.budget_ttl(),
+            budget_ttl: self.billing.budget_ttl(),
             attempt: back.attempt.attempt.to_string(),
             reconcile: false,
             retry: false,
         };
-        drop(self.client().batched(keys, args, |_: redis::Value| Ok(())));
+        drop(self.client.batched(keys, args, |_: redis::Value| Ok(())));
     }
 
     /// Sends a block's landed settlement again if the owner of its slot changes within
     /// [`WATCH_FOR`]: see there.
     async fn resend_if_moved(&self, back: &MoneyBack) {
-        let Some(attempt) = self.settle_keys(&back.attempt).into_iter().next() else {
+        let Some(attempt) = self.billing.settle_keys(&back.attempt).into_iter().next() else {
             return;
         };
         let landed = tokio::time::Instant::now();
@@ -306,7 +255,7 @@ impl RedisStore {
             // is seen up to one reread late).
             let since = landed.elapsed() + crate::client::TOPOLOGY_EVERY;
             if self
-                .client()
+                .client
                 .slot_moved_within(&attempt, portcullis_core::clock::millis(since))
             {
                 tracing::info!(attempt = %back.attempt.attempt,
@@ -318,21 +267,22 @@ impl RedisStore {
     }
 
     /// Settles a spent billing block at its requests' costs, retrying until it lands.
-    pub(crate) fn money_back(&self, back: MoneyBack) {
+    pub(super) fn money_back(self: &Arc<Self>, back: MoneyBack) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let store = self.clone();
+        let book = Arc::clone(self);
         rt.spawn(async move {
             let mut wait = BACK_FIRST;
             for _ in 0..BACK_RETRIES {
-                match store
+                match book
+                    .billing
                     .settle_shared(&back.attempt, BillingOutcome::Settled(back.cost))
                     .await
                 {
                     Ok(_) => {
-                        if store.client().replica_acks() == 0 && store.is_cluster() {
-                            store.resend_if_moved(&back).await;
+                        if book.client.replica_acks() == 0 && book.client.is_cluster() {
+                            book.resend_if_moved(&back).await;
                         }
                         return;
                     }
@@ -348,4 +298,53 @@ impl RedisStore {
                 "billing: a quota block never settled; the sweep takes it into pending reconciliation");
         });
     }
+}
+
+/// The batch op (`bb`) that reserves `ask` for `req` as block attempt `block` (for
+/// `lifetime` ms) — or, when the block does not fit, `req` alone — and answers
+/// whether the block was reserved, and the decision.
+fn block_reserve_call(
+    billing: &BillingOps,
+    req: &BillingRequest,
+    block: &portcullis_core::AttemptId,
+    ask: portcullis_core::blocks::MoneyAsk,
+    lifetime: portcullis_core::Millis,
+) -> StoreResult<RedisStoreFuture<(bool, BillingDecision)>> {
+    let mode = ReserveMode::Block {
+        headroom: ask.headroom,
+    };
+    let (kb, block) = billing.reserve_args(req, block, ask.money, lifetime, mode)?;
+    let (ks, alone) = billing.reserve_args(
+        req,
+        &req.attempt,
+        req.money,
+        req.lifetime_ms,
+        ReserveMode::Plain,
+    )?;
+    let args = BlockReserveArgs {
+        block_keys: kb.len(),
+        block,
+        alone,
+    };
+    let keys = kb.into_iter().chain(ks).collect();
+    let decode = billing.reserve_decoder(req);
+    Ok(billing
+        .client
+        .batched_now(keys, args, move |r: redis::Value| {
+            let bad = || {
+                StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!("check_and_reserve (block): unexpected reply {r:?}"),
+                )
+            };
+            let redis::Value::Array(parts) = &r else {
+                return Err(bad());
+            };
+            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
+                return Err(bad());
+            };
+            let inner: Vec<i64> =
+                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+            Ok((*took == 1, decode(inner)?))
+        }))
 }

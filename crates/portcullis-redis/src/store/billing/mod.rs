@@ -11,20 +11,21 @@
 //! in the pending registry instead of every pending attempt. An attempt record
 //! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 
+use super::book::BlockBook;
+use crate::client::Client;
+use crate::future::RedisStoreFuture;
 use crate::scripts::args::{
     AccountArgs, BudgetArg, CreditArgs, ReserveArgs, ReserveMode, SeedArgs, SettleArgs,
     SettleOutcome,
 };
-use crate::store::{RedisStore, RedisStoreFuture};
 use portcullis_core::billing::BudgetView;
 use portcullis_core::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, BillingStore, Books, Budget, MAX_PENDING_PAGE, Millis, Money, PendingAttempt,
-    PendingTotal, Reconcile, ReconcileStore, Reconciled, Refusal, StoreError, StoreErrorKind,
-    StoreResult, SubjectKey,
+    BillingRequest, Books, Budget, MAX_PENDING_PAGE, Millis, Money, PendingAttempt, PendingTotal,
+    Reconcile, Reconciled, Refusal, StoreError, StoreErrorKind, StoreResult, SubjectKey,
 };
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 /// Largest amount, in minor units, that the Redis store keeps exactly: 2^53 − 1
 /// (9 007 199 254 740 991; about 9 billion currency units at micro-unit resolution).
@@ -79,81 +80,54 @@ fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
     RedisStoreFuture::new(std::future::ready(Err(e)))
 }
 
-impl RedisStore {
-    /// The start of every key of `books` (D3): `<prefix>:{tenant:<tenant>}:billing:` for a
-    /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
-    /// slot is its own slots' and windows').
-    pub fn books_base(&self, books: &Books) -> String {
-        self.client().keys().books(books)
-    }
+/// Billing: reservations, settlements, account views and an operator's reconciliation.
+#[derive(Clone)]
+pub(crate) struct BillingOps {
+    pub(crate) client: Client,
+    /// Attempts whose settlement call failed: their next settlement is a retry (D10).
+    failed: Arc<FailedSettles>,
+    book: Option<Arc<BlockBook>>,
+}
 
-    /// The key of a tenant's balance: `<tenant base>tenant` (HASH: `bal`, `pend`).
-    pub fn tenant_key(&self, tenant: &str) -> String {
-        self.client().keys().tenant(tenant)
-    }
-
-    /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
-    /// `spent`, `pend`).
-    pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
-        self.client().keys().spend(books, key)
-    }
-
-    /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
-    /// `spent`, `res`).
-    pub fn budget_key(&self, books: &Books, id: &str) -> String {
-        self.client().keys().budget(books, id)
-    }
-
-    /// The key of an attempt's record: `<books base>attempt:<id>`.
-    pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
-        self.client().keys().attempt(attempt)
-    }
-
-    /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
-    pub fn open_key(&self, books: &Books) -> String {
-        self.client().keys().open(books)
-    }
-
-    /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
-    /// attempt id → amount).
-    pub fn pending_key(&self, books: &Books) -> String {
-        self.client().keys().pending(books)
-    }
-
-    /// The key of the registry of books that have had attempts pending reconciliation:
-    /// `<prefix>:{<billing tag>}:pending-books` (SET of `t:<tenant>` / `k:<key>`). The one
-    /// billing key shared by every tenant, written only when an attempt becomes pending;
-    /// it holds one member per such books (bounded by tenants and keys, like balances).
-    pub fn pending_registry_key(&self) -> String {
-        self.client().keys().pending_registry()
+impl BillingOps {
+    pub(crate) fn new(
+        client: Client,
+        failed: Arc<FailedSettles>,
+        book: Option<Arc<BlockBook>>,
+    ) -> Self {
+        Self {
+            client,
+            failed,
+            book,
+        }
     }
 
     pub(crate) fn budget_ttl(&self) -> Millis {
-        self.client().amount_ttl_ms()
+        self.client.amount_ttl_ms()
     }
 
     /// Registers `books` as having pending work (before the attempt becomes pending, so
     /// a listing never misses it).
     fn register_pending(&self, books: &Books) -> RedisStoreFuture<()> {
         let mut cmd = redis::cmd("SADD");
-        cmd.arg(self.pending_registry_key())
+        cmd.arg(self.client.keys().pending_registry())
             .arg(registry_member(books));
-        self.client().write_command(cmd, |_: i64| Ok(()))
+        self.client.write_command(cmd, |_: i64| Ok(()))
     }
 }
 
-impl RedisStore {
+impl BillingOps {
     /// The keys of the settle script for `attempt`: its record, its books' pending list
     /// (and counter), open attempts and tombstones.
     pub(crate) fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
-        self.client().keys().settle(attempt)
+        self.client.keys().settle(attempt)
     }
 
     /// The books named in the pending registry, in books order.
     fn pending_books(&self) -> RedisStoreFuture<Vec<Books>> {
         let mut cmd = redis::cmd("SMEMBERS");
-        cmd.arg(self.pending_registry_key());
-        self.client().command(cmd, |m: Vec<String>| {
+        cmd.arg(self.client.keys().pending_registry());
+        self.client.command(cmd, |m: Vec<String>| {
             let mut books: Vec<Books> = m.iter().filter_map(|m| registry_books(m)).collect();
             books.sort();
             Ok(books)
@@ -168,9 +142,9 @@ impl RedisStore {
         amount: Money,
     ) -> RedisStoreFuture<Option<(String, PendingAttempt)>> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.attempt_key(&attempt))
+        cmd.arg(self.client.keys().attempt(&attempt))
             .arg(&["s", "k", "kk", "ps"]);
-        self.client().command(cmd, move |f: Vec<Option<String>>| {
+        self.client.command(cmd, move |f: Vec<Option<String>>| {
             let [s, k, kk, ps] = <[Option<String>; 4]>::try_from(f)
                 .map_err(|f| protocol(format!("attempt record: unexpected reply {f:?}")))?;
             let Some(s) = s else { return Ok(None) };
@@ -192,12 +166,12 @@ impl RedisStore {
     }
 }
 
-impl ReconcileStore for RedisStore {
-    fn pending_page(
+impl BillingOps {
+    pub(crate) fn pending_page(
         &self,
         after: Option<&AttemptRef>,
         limit: usize,
-    ) -> Self::Future<Vec<PendingAttempt>> {
+    ) -> RedisStoreFuture<Vec<PendingAttempt>> {
         // The registry's books in order, from the cursor's; each one's pending list read
         // (and sorted) until the page is full; then each listed attempt's record, all in
         // flight at once. Operator work: a few round trips, bounded by the page.
@@ -215,9 +189,9 @@ impl ReconcileStore for RedisStore {
                     continue;
                 }
                 let mut cmd = redis::cmd("HGETALL");
-                cmd.arg(store.pending_key(&b));
+                cmd.arg(store.client.keys().pending(&b));
                 let mut list: Vec<(String, Money)> = store
-                    .client()
+                    .client
                     .command(cmd, |r: Vec<(String, Money)>| Ok(r))
                     .await?;
                 list.retain(|(id, _)| is_attempt_field(id));
@@ -251,7 +225,11 @@ impl ReconcileStore for RedisStore {
         })
     }
 
-    fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> Self::Future<Reconciled> {
+    pub(crate) fn reconcile(
+        &self,
+        attempt: &AttemptRef,
+        how: Reconcile,
+    ) -> RedisStoreFuture<Reconciled> {
         let (outcome, cost) = match how {
             Reconcile::Settle(c) => (SettleOutcome::Settled, c.max(0)),
             Reconcile::WriteOff => (SettleOutcome::Refund, 0),
@@ -264,9 +242,9 @@ impl ReconcileStore for RedisStore {
         // pending attempt only: one reconciled meanwhile answers "nothing done".
         let mut amount = redis::cmd("HGET");
         amount
-            .arg(self.pending_key(&attempt.books))
+            .arg(self.client.keys().pending(&attempt.books))
             .arg(&*attempt.attempt);
-        let amount = self.client().command(amount, |m: Option<Money>| Ok(m));
+        let amount = self.client.command(amount, |m: Option<Money>| Ok(m));
         let store = self.clone();
         let attempt = attempt.clone();
         RedisStoreFuture::new(async move {
@@ -283,7 +261,7 @@ impl ReconcileStore for RedisStore {
                 _ => return Ok(Reconciled::NotPending),
             }
             let args = SettleArgs {
-                time: store.client().time(),
+                time: store.client.time(),
                 outcome,
                 cost,
                 budget_ttl: store.budget_ttl(),
@@ -293,7 +271,7 @@ impl ReconcileStore for RedisStore {
             };
             let keys = store.settle_keys(&attempt);
             store
-                .client()
+                .client
                 .eval(keys, args, move |r: Vec<i64>| {
                     match SettleReply::read(&r).ok_or_else(|| reply_err("reconcile", &r))? {
                         SettleReply::Settled(cost) => {
@@ -309,7 +287,7 @@ impl ReconcileStore for RedisStore {
         })
     }
 
-    fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>> {
+    pub(crate) fn pending_totals(&self) -> RedisStoreFuture<Vec<(Books, PendingTotal)>> {
         let books = self.pending_books();
         let store = self.clone();
         RedisStoreFuture::new(async move {
@@ -318,10 +296,10 @@ impl ReconcileStore for RedisStore {
                 .iter()
                 .map(|b| {
                     let mut cmd = redis::cmd("HMGET");
-                    cmd.arg(store.pending_key(b))
+                    cmd.arg(store.client.keys().pending(b))
                         .arg(&[PENDING_COUNT_FIELD, PENDING_MONEY_FIELD]);
                     store
-                        .client()
+                        .client
                         .command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
                 })
                 .collect();
@@ -406,7 +384,7 @@ fn reply_err(what: &str, r: &[i64]) -> StoreError {
     protocol(format!("{what}: unexpected reply {r:?}"))
 }
 
-impl RedisStore {
+impl BillingOps {
     /// Keys and arguments of `billing_reserve.lua` for `req`, reserving `money` under
     /// attempt `attempt` for `lifetime_ms`, checked as `mode` says.
     pub(crate) fn reserve_args(
@@ -419,7 +397,7 @@ impl RedisStore {
     ) -> StoreResult<(Vec<String>, ReserveArgs)> {
         let money = exact(money.max(0), "money upper bound")?;
         let books = req.books();
-        let keys = self.client().keys().reserve(
+        let keys = self.client.keys().reserve(
             &books,
             attempt,
             &req.key,
@@ -437,7 +415,7 @@ impl RedisStore {
             })
             .collect::<StoreResult<_>>()?;
         let args = ReserveArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             bill_balance: req.bill_balance,
             has_tenant: req.tenant.is_some(),
             spend_cap: req.spend_cap,
@@ -445,7 +423,7 @@ impl RedisStore {
             budget_ttl: self.budget_ttl(),
             lifetime: lifetime_ms.max(1),
             tenant_expected: req.tenant_expected,
-            books_base: self.books_base(&books),
+            books_base: self.client.keys().books(&books),
             attempt: attempt.to_string(),
             budgets,
             // Kept with the attempt: an operator's reconciliation names the key in its
@@ -471,7 +449,7 @@ impl RedisStore {
         let decode = self.reserve_decoder(req);
         // In the batch, sent at once: the settlements and releases queued before it ride
         // in the same call instead of one of their own.
-        self.client().batched_now(keys, args, decode)
+        self.client.batched_now(keys, args, decode)
     }
 
     /// Reads `billing_reserve.lua`'s reply for `req`.
@@ -533,9 +511,9 @@ impl RedisStore {
         let keys = self.settle_keys(attempt);
         // A settlement of this attempt failed before (its answer never came): this is a
         // retry, which must tell "already final" from "lost" (D10).
-        let retry = self.failed_settles().was_failed(&keys[0]);
+        let retry = self.failed.was_failed(&keys[0]);
         let args = SettleArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             outcome: code,
             cost,
             budget_ttl: self.budget_ttl(),
@@ -553,7 +531,7 @@ impl RedisStore {
         let attempt_key = keys[0].clone();
         let sent = if outcome != BillingOutcome::Pending && !retry {
             // In the batch, with the request's other settlements and releases.
-            self.client().batched(keys, args, decode)
+            self.client.batched(keys, args, decode)
         } else {
             // Becoming pending (or maybe, on a retry): registered first (its own slot,
             // so its own command), then settled; each under its own deadline. Off the
@@ -562,46 +540,47 @@ impl RedisStore {
             let store = self.clone();
             RedisStoreFuture::new(async move {
                 reg.await?;
-                store.client().eval(keys, args, decode).await
+                store.client.eval(keys, args, decode).await
             })
         };
         let store = self.clone();
         RedisStoreFuture::new(async move {
             let r = sent.await;
-            store.failed_settles().note(attempt_key, r.is_ok());
+            store.failed.note(attempt_key, r.is_ok());
             r
         })
     }
 }
 
-impl BillingStore for RedisStore {
-    type Future<T: Send + 'static> = RedisStoreFuture<T>;
-
-    fn check_and_reserve(&self, req: &BillingRequest) -> Self::Future<BillingDecision> {
-        if let Some(answer) = self.reserve_from_block(req, true) {
+impl BillingOps {
+    pub(crate) fn check_and_reserve(
+        &self,
+        req: &BillingRequest,
+    ) -> RedisStoreFuture<BillingDecision> {
+        if let Some(answer) = self.book.as_ref().and_then(|b| b.reserve(self, req, true)) {
             return answer;
         }
         self.reserve_shared(req)
     }
 
-    fn settle_attempt(
+    pub(crate) fn settle_attempt(
         &self,
         attempt: &AttemptRef,
         outcome: BillingOutcome,
-    ) -> Self::Future<Option<AttemptState>> {
-        if let Some(answer) = self.settle_from_block(attempt, outcome) {
+    ) -> RedisStoreFuture<Option<AttemptState>> {
+        if let Some(answer) = self.book.as_ref().and_then(|b| b.settle(attempt, outcome)) {
             return answer;
         }
         self.settle_shared(attempt, outcome)
     }
 
-    fn account(
+    pub(crate) fn account(
         &self,
         tenant: Option<&str>,
         key: &SubjectKey,
         budgets: &[Budget],
-    ) -> Self::Future<AccountView> {
-        let keys = self.client().keys().account(
+    ) -> RedisStoreFuture<AccountView> {
+        let keys = self.client.keys().account(
             &Books::of(tenant, key),
             key,
             tenant.is_some(),
@@ -612,14 +591,14 @@ impl BillingStore for RedisStore {
             Err(e) => return failed(e),
         };
         let args = AccountArgs {
-            time: self.client().time(),
+            time: self.client.time(),
             has_tenant: tenant.is_some(),
             periods,
         };
         let has_tenant = tenant.is_some();
         let budgets: Vec<Budget> = budgets.to_vec();
-        let (store, owner, subject) = (self.clone(), tenant.map(str::to_owned), key.clone());
-        self.client().eval(keys, args, move |r: Vec<i64>| {
+        let (book, owner, subject) = (self.book.clone(), tenant.map(str::to_owned), key.clone());
+        self.client.eval(keys, args, move |r: Vec<i64>| {
             if r.len() != 4 + 3 * budgets.len() {
                 return Err(reply_err("account", &r));
             }
@@ -641,55 +620,56 @@ impl BillingStore for RedisStore {
                     .collect(),
             };
             // Costs settled in this instance's billing blocks are not in Redis yet.
-            if let Some(b) = store.blocks() {
+            if let Some(b) = &book {
                 b.correct_account(owner.as_deref(), &subject, &mut view);
             }
             Ok(view)
         })
     }
 
-    fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
+    pub(crate) fn seed_balance(&self, tenant: &str, amount: Money) -> RedisStoreFuture<bool> {
         let amount = match exact(amount, "seed balance") {
             Ok(a) => a,
             Err(e) => return failed(e),
         };
-        self.client().eval(
-            vec![self.tenant_key(tenant)],
+        self.client.eval(
+            vec![self.client.keys().tenant(tenant)],
             SeedArgs { amount },
             |r: i64| Ok(r == 1),
         )
     }
 
-    fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
+    pub(crate) fn set_balance(&self, tenant: &str, amount: Money) -> RedisStoreFuture<()> {
         let amount = match exact(amount, "balance") {
             Ok(a) => a,
             Err(e) => return failed(e),
         };
         // One field of one hash: no script needed.
         let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.tenant_key(tenant)).arg("bal").arg(amount);
-        self.client().write_command(cmd, |_: i64| Ok(()))
+        cmd.arg(self.client.keys().tenant(tenant))
+            .arg("bal")
+            .arg(amount);
+        self.client.write_command(cmd, |_: i64| Ok(()))
     }
 
-    fn credit(&self, tenant: &str, amount: Money) -> Self::Future<Money> {
+    pub(crate) fn credit(&self, tenant: &str, amount: Money) -> RedisStoreFuture<Money> {
         let amount = match exact(amount, "credit") {
             Ok(a) => a,
             Err(e) => return failed(e),
         };
-        self.client()
-            .eval(vec![self.tenant_key(tenant)], CreditArgs { amount }, Ok)
+        self.client.eval(
+            vec![self.client.keys().tenant(tenant)],
+            CreditArgs { amount },
+            Ok,
+        )
     }
 
-    fn reconciler(&self) -> Option<std::sync::Arc<dyn portcullis_core::DynReconcile>> {
-        Some(std::sync::Arc::new(self.clone()))
-    }
-
-    fn pending(&self) -> Self::Future<Vec<(AttemptRef, Money)>> {
+    pub(crate) fn pending(&self) -> RedisStoreFuture<Vec<(AttemptRef, Money)>> {
         // The registry names the books with pending work; one HGETALL per books, all in
         // flight at once (each on its own slot).
         let mut cmd = redis::cmd("SMEMBERS");
-        cmd.arg(self.pending_registry_key());
-        let members = self.client().command(cmd, |m: Vec<String>| Ok(m));
+        cmd.arg(self.client.keys().pending_registry());
+        let members = self.client.command(cmd, |m: Vec<String>| Ok(m));
         let store = self.clone();
         RedisStoreFuture::new(async move {
             let books: Vec<Books> = members
@@ -701,8 +681,8 @@ impl BillingStore for RedisStore {
                 .iter()
                 .map(|b| {
                     let mut cmd = redis::cmd("HGETALL");
-                    cmd.arg(store.pending_key(b));
-                    store.client().command(cmd, |r: Vec<(String, Money)>| Ok(r))
+                    cmd.arg(store.client.keys().pending(b));
+                    store.client.command(cmd, |r: Vec<(String, Money)>| Ok(r))
                 })
                 .collect();
             let mut v = Vec::new();
@@ -763,12 +743,5 @@ impl FailedSettles {
             set.insert(attempt);
         }
         self.len.store(set.len(), Ordering::Release);
-    }
-}
-
-impl RedisStore {
-    /// The attempts whose settlement failed and has not landed since.
-    pub(crate) fn failed_settles(&self) -> &FailedSettles {
-        &self.inner.failed_settles
     }
 }
