@@ -47,6 +47,9 @@ pub struct Gateway<St> {
     homes: Arc<crate::homes::Homes>,
     /// The records database's keys, tenants and tokens (kept across reloads).
     directory: Option<Arc<crate::keys::Directory>>,
+    /// The ledger's writer (with a records database and `[database] ledger`), started
+    /// once and kept across reloads.
+    ledger: Option<Arc<crate::ledger::LedgerSink>>,
 }
 
 /// Called with every channel registry the gateway builds (at start and on each
@@ -74,6 +77,7 @@ where
             rejections: crate::pages::RejectionLog::default(),
             homes: Arc::default(),
             directory: None,
+            ledger: None,
         }
     }
 
@@ -146,7 +150,8 @@ where
     }
 
     /// The router, the balances seeded already.
-    fn serve_router(self) -> Result<Router, String> {
+    fn serve_router(mut self) -> Result<Router, String> {
+        self.start_ledger()?;
         let running = self.assemble()?;
         let token = self.config.admin_token.clone();
         let directory = self.directory.clone();
@@ -236,15 +241,39 @@ where
         Ok(running)
     }
 
-    /// Where usage records go: the configured JSON-lines log (or nowhere), counted for
-    /// the metrics.
+    /// Starts the ledger's writer on the records database (B6), once.
+    fn start_ledger(&mut self) -> Result<(), String> {
+        let (Some(d), None) = (&self.directory, &self.ledger) else {
+            return Ok(());
+        };
+        if !self.config.database().ledger || !self.limits {
+            return Ok(());
+        }
+        let url = self.config.database().url.clone().unwrap_or_default();
+        let spool = crate::ledger::spool_path(&self.config, &url);
+        let sink = crate::ledger::LedgerSink::start(d.records().clone(), spool.clone())
+            .map_err(|e| format!("ledger spool {}: {e}", spool.display()))?;
+        self.ledger = Some(Arc::new(sink));
+        Ok(())
+    }
+
+    /// Where usage records go: the ledger and the configured JSON-lines log (either,
+    /// both or nowhere), counted for the metrics.
     fn usage_sink(&self) -> Result<Arc<dyn portcullis::UsageSink>, String> {
-        let sink: Arc<dyn portcullis::UsageSink> = match &self.config.server().usage_log {
-            Some(path) => Arc::new(
+        let mut sinks: Vec<Arc<dyn portcullis::UsageSink>> = Vec::new();
+        if let Some(ledger) = &self.ledger {
+            sinks.push(ledger.clone());
+        }
+        if let Some(path) = &self.config.server().usage_log {
+            sinks.push(Arc::new(
                 crate::sink::JsonLines::open(path)
                     .map_err(|e| format!("usage log {}: {e}", path.display()))?,
-            ),
-            None => Arc::new(()),
+            ));
+        }
+        let sink: Arc<dyn portcullis::UsageSink> = match sinks.len() {
+            0 => Arc::new(()),
+            1 => sinks.remove(0),
+            _ => Arc::new(crate::sink::Tee(sinks)),
         };
         Ok(Arc::new(crate::metrics::Counting::new(sink)))
     }

@@ -30,6 +30,7 @@ pub mod docs;
 pub mod forward;
 pub mod homes;
 pub mod keys;
+pub mod ledger;
 pub mod metrics;
 pub mod pages;
 pub mod prepare;

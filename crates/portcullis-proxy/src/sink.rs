@@ -1,4 +1,5 @@
-//! The proxy's usage sink: one JSON object per line, appended to a file (B6).
+//! The proxy's usage sinks: one JSON object per line, appended to a file (B6), and a
+//! tee to several (the ledger and the file).
 
 use portcullis::UsageRecord;
 use portcullis::billing::Reconciliation;
@@ -108,6 +109,20 @@ impl portcullis::UsageSink for JsonLines {
             Err(TrySendError::Full(line)) | Err(TrySendError::Disconnected(line)) => {
                 tracing::error!(attempt = %record.attempt, record = %line, "usage record not written: log writer behind");
             }
+        }
+    }
+}
+
+/// Every record to each of several sinks.
+pub struct Tee(pub Vec<std::sync::Arc<dyn portcullis::UsageSink>>);
+
+impl portcullis::UsageSink for Tee {
+    fn record(&self, record: UsageRecord) {
+        if let Some((last, rest)) = self.0.split_last() {
+            for s in rest {
+                s.record(record.clone());
+            }
+            last.record(record);
         }
     }
 }

@@ -199,6 +199,17 @@ fn tenant_row(r: &AnyRow) -> Result<TenantRecord, sqlx::Error> {
     })
 }
 
+fn audit_row(r: &AnyRow) -> Result<AuditRow, sqlx::Error> {
+    Ok(AuditRow {
+        revision: ms(r.try_get("revision")?),
+        at: ms(r.try_get("at")?),
+        actor: r.try_get("actor")?,
+        action: r.try_get("action")?,
+        target: r.try_get("target")?,
+        detail: r.try_get("detail")?,
+    })
+}
+
 fn digest_of(hex: &str) -> Result<Digest, sqlx::Error> {
     Digest::from_hex(hex)
         .ok_or_else(|| sqlx::Error::Decode("a stored hash that is not 64 hex digits".into()))
@@ -722,16 +733,26 @@ impl Records {
         .await
         .map_err(db_err)?;
         rows.iter()
-            .map(|r| {
-                Ok(AuditRow {
-                    revision: ms(r.try_get("revision")?),
-                    at: ms(r.try_get("at")?),
-                    actor: r.try_get("actor")?,
-                    action: r.try_get("action")?,
-                    target: r.try_get("target")?,
-                    detail: r.try_get("detail")?,
-                })
-            })
+            .map(audit_row)
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db_err)
+    }
+
+    /// A tenant's money changes the audit trail holds (`tenant.open` with its opening
+    /// balance, `tenant.top-up`), oldest first: what the books start from.
+    pub async fn money_events(&self, tenant: &str) -> Result<Vec<AuditRow>, RecordsError> {
+        self.count();
+        let rows = sqlx::query(
+            "SELECT revision, at, actor, action, target, detail FROM pcx_audit \
+             WHERE target = $1 AND action IN ('tenant.open', 'tenant.top-up') \
+             ORDER BY revision",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(audit_row)
             .collect::<Result<_, sqlx::Error>>()
             .map_err(db_err)
     }

@@ -411,6 +411,15 @@ impl Records {
         self.count();
         let limit = limit.clamp(1, USAGE_PAGE_MAX);
         let after = cursor.map(parse_cursor).transpose()?;
+        // The page and its totals read one snapshot: rows written between the two reads
+        // would otherwise be summed but not shown.
+        let mut tx = self.pool().begin().await.map_err(db_err)?;
+        if self.backend() == crate::db::Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err)?;
+        }
         let page = Filter::of(q, after);
         let sql = format!(
             "SELECT {COLUMNS} FROM pcx_ledger{} ORDER BY at, attempt LIMIT {limit}",
@@ -418,7 +427,7 @@ impl Records {
         );
         let rows = page
             .bind(sqlx::query(&sql))
-            .fetch_all(self.pool())
+            .fetch_all(&mut *tx)
             .await
             .map_err(db_err)?
             .iter()
@@ -445,9 +454,10 @@ impl Records {
         );
         let s = all
             .bind(sqlx::query(&sums))
-            .fetch_one(self.pool())
+            .fetch_one(&mut *tx)
             .await
             .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
         let sum = |c: &str| -> Result<i64, RecordsError> { s.try_get::<i64, _>(c).map_err(db_err) };
         let totals = UsageTotals {
             attempts: ms(sum("attempts")?),

@@ -538,7 +538,9 @@ async fn ledger_writes_each_attempt_once_and_resolves_a_pending_one_once(db: Db)
         resolved_by: Some("operator".into()),
         ..pending.clone()
     };
-    r.append_ledger(&[resolved.clone()], 102).await.unwrap();
+    r.append_ledger(std::slice::from_ref(&resolved), 102)
+        .await
+        .unwrap();
     // A second resolution, and the pending record replayed late: neither lands.
     let again = LedgerRow {
         amount: 0,

@@ -218,6 +218,14 @@ pub struct DatabaseSettings {
     /// notification on PostgreSQL); at most 1 s.
     #[serde(deserialize_with = "duration")]
     pub poll: Duration,
+    /// Whether every billed attempt is written to the ledger in this database (B6).
+    pub ledger: bool,
+    /// This instance's ledger spool: records are appended here before they are written to
+    /// the database and kept while it is down, then replayed. Relative to the
+    /// configuration file. Default: on SQLite `PATH.spool` beside the database; on
+    /// PostgreSQL `portcullis-ledger.spool` beside the configuration file. Every instance
+    /// needs its own.
+    pub spool: Option<PathBuf>,
 }
 
 /// The records database of a configuration file that names none: SQLite, created on
@@ -243,6 +251,8 @@ impl Default for DatabaseSettings {
             url: None,
             hash_secret_env: "PORTCULLIS_KEY_HASH_SECRET".into(),
             poll: Duration::from_millis(250),
+            ledger: true,
+            spool: None,
         }
     }
 }

@@ -27,16 +27,17 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-struct Keys<St> {
+pub(super) struct Keys<St> {
     token: Option<String>,
-    directory: Arc<Directory>,
-    stack: Arc<Stack<St>>,
+    pub(super) directory: Arc<Directory>,
+    pub(super) stack: Arc<Stack<St>>,
 }
 
 /// Who calls: the admin token, or a tenant's management token.
-struct Caller {
-    actor: String,
-    scope: Option<String>,
+pub(super) struct Caller {
+    pub(super) actor: String,
+    /// The tenant a management token is kept to.
+    pub(super) scope: Option<String>,
 }
 
 /// The routes on `directory`, behind the admin token (none: 404 as every admin route).
@@ -70,28 +71,30 @@ pub(crate) fn routes<St: BillingStore>(
         .route("/admin/tenants/{name}/top-up", post(top_up::<St>))
         .route("/admin/tenants/{name}/tokens", post(create_token::<St>))
         .route("/admin/audit", get(audit::<St>))
+        .route("/admin/usage", get(super::usage::usage::<St>))
+        .route("/admin/books", get(super::usage::books::<St>))
         .with_state(state)
 }
 
 /// What a handler answers: its response, or the refusal it stopped at (`?`).
-type Answer = Result<Response, Response>;
+pub(super) type Answer = Result<Response, Response>;
 
-fn answer(status: StatusCode, body: Value) -> Response {
+pub(super) fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-fn refused(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn refused(status: StatusCode, message: impl Into<String>) -> Response {
     answer(status, json!({"error": {"message": message.into()}}))
 }
 
-fn invalid(field: &str, reason: impl std::fmt::Display) -> Response {
+pub(super) fn invalid(field: &str, reason: impl std::fmt::Display) -> Response {
     answer(
         StatusCode::BAD_REQUEST,
         json!({"error": {"message": format!("{field}: {reason}"), "field": field}}),
     )
 }
 
-fn records_error(e: RecordsError) -> Response {
+pub(super) fn records_error(e: RecordsError) -> Response {
     match e {
         RecordsError::Unavailable(why) => {
             tracing::warn!(error = %why, "a records change was refused: the database is unavailable");
@@ -121,7 +124,7 @@ fn records_error(e: RecordsError) -> Response {
 
 impl<St> Keys<St> {
     /// The caller, or the answer to one who may not call.
-    fn caller(&self, req: &Request, tenants_allowed: bool) -> Result<Caller, Response> {
+    pub(super) fn caller(&self, req: &Request, tenants_allowed: bool) -> Result<Caller, Response> {
         let Some(token) = &self.token else {
             return Err(refused(StatusCode::NOT_FOUND, "No such route."));
         };
@@ -497,6 +500,17 @@ async fn create_tenant<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Re
     s.directory.changed();
     let store = s.stack.load().live.store.clone();
     let balance = b.balance.unwrap_or(0);
+    // The opening balance, where the books start (B6): an audit row of its own.
+    let detail = json!({"balance": balance}).to_string();
+    if let Err(e) = s
+        .directory
+        .records()
+        .note(&caller.actor, "tenant.open", &t.name, detail, now_ms())
+        .await
+    {
+        // The tenant and its balance stand; the books check will show the missing start.
+        tracing::error!(tenant = %t.name, error = %e, "the opening balance was not recorded");
+    }
     if let Err(e) = store.seed_balance(&t.name, balance).await {
         tracing::error!(tenant = %t.name, error = %e, "seeding a new tenant's balance failed");
         return Err(refused(

@@ -1,11 +1,12 @@
 //! The gateway's routes: the model routes ([`api`]), the operational routes ([`ops`])
-//! and the admin routes ([`admin`]). The stack they run on is assembled in
+//! and the admin routes ([`admin`]; [`keys`] and [`usage`] with a records database). The stack they run on is assembled in
 //! [`crate::app`]; the admin routes reach it through [`crate::running`].
 
 pub(crate) mod admin;
 pub(crate) mod api;
 pub(crate) mod keys;
 pub(crate) mod ops;
+pub(crate) mod usage;
 
 use axum::extract::Request;
 use subtle::ConstantTimeEq;

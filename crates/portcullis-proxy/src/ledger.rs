@@ -1,0 +1,365 @@
+//! The ledger sink (B6): every usage record into the records database's ledger
+//! (`portcullis_records::LedgerRow`), written in batches off the request path, never
+//! lost while the database is down or slow.
+//!
+//! A record goes from [`UsageSink::record`] through a bounded queue to one writer task,
+//! which appends each batch to this instance's **spool** file (and syncs it) before it
+//! writes the batch to the database, then empties the spool. While the database does not
+//! take a batch, the batches stay in the spool, new ones are appended behind them, and
+//! the whole spool is replayed when the database answers again (tried every
+//! [`RETRY`]); a gateway that starts with a non-empty spool (it crashed, or stopped with
+//! the database away) replays it first. The database writes every attempt once however
+//! often it is replayed (`Records::append_ledger` is idempotent by attempt id), so a crash
+//! between the spool and the database, or a batch retried after its answer was lost,
+//! records nothing twice.
+//!
+//! What can be lost: a record still in the in-process queue when the process is killed
+//! (the writer takes what is queued at once, so that is the records of the last moment),
+//! and, on a machine crash, what reached the spool in the last batch before it was
+//! synced. If the queue is full (the writer far behind), a record is logged whole as not
+//! written, never dropped silently.
+
+use crate::config::Config;
+use portcullis::UsageRecord;
+use portcullis::billing::Reconciliation;
+use portcullis::core::AttemptState;
+use portcullis_records::{LedgerRow, LedgerUsage, Outcome, Records};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Records the writer may fall behind by.
+const BACKLOG: usize = 65_536;
+/// Most records one database transaction writes.
+const BATCH: usize = 1_000;
+/// How often a database that refused a batch is tried again.
+pub const RETRY: Duration = Duration::from_secs(1);
+
+/// Sends usage records to the ledger.
+pub struct LedgerSink {
+    tx: mpsc::Sender<LedgerRow>,
+    status: Arc<LedgerStatus>,
+}
+
+/// What the writer has done, for tests, logs and metrics.
+#[derive(Debug, Default)]
+pub struct LedgerStatus {
+    written: AtomicU64,
+    spooled: AtomicU64,
+    not_written: AtomicU64,
+}
+
+impl LedgerStatus {
+    /// Records the database has taken.
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Records in the spool now, waiting for the database.
+    pub fn spooled(&self) -> u64 {
+        self.spooled.load(Ordering::Relaxed)
+    }
+
+    /// Records that could not be queued (the writer too far behind) and were logged
+    /// instead.
+    pub fn not_written(&self) -> u64 {
+        self.not_written.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for LedgerSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerSink")
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+/// The spool of `config`'s ledger: `[database] spool` (relative to the configuration
+/// file), else beside the SQLite database, else beside the configuration file (or in
+/// the current directory for a configuration given as text).
+pub fn spool_path(config: &Config, url: &str) -> PathBuf {
+    let dir = config
+        .source
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    if let Some(p) = &config.database().spool {
+        return dir.join(p);
+    }
+    match url.strip_prefix("sqlite://") {
+        Some(path) if !path.starts_with(':') => {
+            PathBuf::from(format!("{}.spool", path.split('?').next().unwrap_or(path)))
+        }
+        _ => dir.join("portcullis-ledger.spool"),
+    }
+}
+
+impl LedgerSink {
+    /// Starts the writer for `records`, spooling at `spool` (created if missing; a spool
+    /// left by an earlier run is replayed first). Must be called within a tokio runtime.
+    pub fn start(records: Arc<Records>, spool: PathBuf) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&spool)?;
+        let (tx, rx) = mpsc::channel(BACKLOG);
+        let status = Arc::new(LedgerStatus::default());
+        let writer = Writer {
+            records,
+            spool: Spool { path: spool, file },
+            status: status.clone(),
+        };
+        tokio::spawn(writer.run(rx));
+        Ok(Self { tx, status })
+    }
+
+    /// What the writer has done.
+    pub fn status(&self) -> &Arc<LedgerStatus> {
+        &self.status
+    }
+}
+
+impl portcullis::UsageSink for LedgerSink {
+    fn record(&self, record: UsageRecord) {
+        let row = row_of(&record);
+        if let Err(e) = self.tx.try_send(row) {
+            self.status.not_written.fetch_add(1, Ordering::Relaxed);
+            let row = match e {
+                mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r) => r,
+            };
+            tracing::error!(
+                attempt = %row.attempt,
+                record = %serde_json::to_string(&row).unwrap_or_default(),
+                "usage record not written to the ledger: its writer is behind"
+            );
+        }
+    }
+}
+
+/// A usage record as the ledger keeps it.
+pub fn row_of(r: &UsageRecord) -> LedgerRow {
+    let (outcome, amount, resolved_by) = match (r.outcome, r.reconciliation) {
+        (_, Some(Reconciliation::WrittenOff { .. })) => (Outcome::WrittenOff, 0, Some("operator")),
+        (AttemptState::Settled(c), Some(Reconciliation::Settled { .. })) => {
+            (Outcome::Reconciled, c, Some("operator"))
+        }
+        (AttemptState::Settled(c), None) => (Outcome::Settled, c, None),
+        (AttemptState::Pending(m), _) => (Outcome::Pending, m, None),
+        // Open: the settlement never ran (a record made before it); nothing was charged.
+        (AttemptState::Refunded | AttemptState::Open, _) => (Outcome::Refunded, 0, None),
+    };
+    let text = |s: &Option<Arc<str>>| s.as_deref().map(str::to_owned);
+    LedgerRow {
+        attempt: r.attempt.to_string(),
+        at: r.at,
+        request_id: text(&r.idempotency_key),
+        client_request_id: text(&r.client_request_id),
+        key: r.key.as_str().to_owned(),
+        tenant: text(&r.tenant),
+        model: text(&r.model),
+        upstream_model: text(&r.upstream_model),
+        channel: text(&r.channel),
+        usage: r.usage.map(|u| LedgerUsage {
+            input_tokens: u.input_tokens,
+            cached_input_tokens: u.cached_input_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            output_tokens: u.output_tokens,
+            images: u.images,
+            videos: u.videos,
+        }),
+        amount,
+        outcome,
+        resolved_by: resolved_by.map(str::to_owned),
+        billed_to_balance: r.billed_to_balance,
+    }
+}
+
+/// This instance's spool: JSON lines of rows not yet known to be in the database.
+struct Spool {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Spool {
+    /// Appends `rows` and syncs them to the disk.
+    fn append(&mut self, rows: &[LedgerRow]) -> std::io::Result<()> {
+        let mut text = Vec::with_capacity(rows.len() * 512);
+        for r in rows {
+            serde_json::to_writer(&mut text, r)?;
+            text.push(b'\n');
+        }
+        self.file.write_all(&text)?;
+        self.file.sync_data()
+    }
+
+    /// Every row in the spool. A line that does not parse (the last one, cut by a crash
+    /// while it was written) is logged and skipped.
+    fn read(&self) -> std::io::Result<Vec<LedgerRow>> {
+        let f = std::fs::File::open(&self.path)?;
+        let mut rows = Vec::new();
+        for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str(&line) {
+                Ok(r) => rows.push(r),
+                Err(e) => tracing::warn!(
+                    spool = %self.path.display(),
+                    line = i + 1,
+                    error = %e,
+                    "a spooled ledger record cannot be read (cut by a crash?): skipped"
+                ),
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Empties the spool: everything in it is in the database.
+    fn clear(&mut self) -> std::io::Result<()> {
+        self.file.set_len(0)?;
+        self.file.sync_data()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.file.metadata().map(|m| m.len() == 0).unwrap_or(false)
+    }
+}
+
+struct Writer {
+    records: Arc<Records>,
+    spool: Spool,
+    status: Arc<LedgerStatus>,
+}
+
+fn now_ms() -> u64 {
+    crate::keys::now_ms()
+}
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::Receiver<LedgerRow>) {
+        // A spool left by an earlier run holds records the database may lack.
+        let mut behind = !self.spool.is_empty();
+        if behind {
+            self.status.spooled.store(
+                self.spool.read().map_or(0, |r| r.len() as u64),
+                Ordering::Relaxed,
+            );
+        }
+        let mut next_try = tokio::time::Instant::now();
+        loop {
+            let mut batch = Vec::new();
+            let open = if behind {
+                match tokio::time::timeout_at(next_try, rx.recv()).await {
+                    Ok(Some(r)) => {
+                        batch.push(r);
+                        true
+                    }
+                    Ok(None) => false,
+                    Err(_) => true, // time to try the database again
+                }
+            } else {
+                match rx.recv().await {
+                    Some(r) => {
+                        batch.push(r);
+                        true
+                    }
+                    None => false,
+                }
+            };
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                if let Err(e) = self.spool.append(&batch) {
+                    // The database may still take it: the spool is the safety net.
+                    tracing::error!(spool = %self.spool.path.display(), error = %e, "ledger spool write failed");
+                } else {
+                    self.status
+                        .spooled
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+            }
+            if behind {
+                if tokio::time::Instant::now() >= next_try || !open {
+                    behind = !self.replay().await;
+                    next_try = tokio::time::Instant::now() + RETRY;
+                }
+            } else if !batch.is_empty() {
+                behind = !self.write(&batch).await;
+                next_try = tokio::time::Instant::now() + RETRY;
+            }
+            if !open {
+                if behind {
+                    tracing::warn!(
+                        spool = %self.spool.path.display(),
+                        records = self.status.spooled(),
+                        "ledger: the database did not take every record before the stop; they stay in the spool and are replayed at the next start"
+                    );
+                }
+                return;
+            }
+        }
+    }
+
+    /// Writes a batch that is the whole spool; empties the spool if the database took
+    /// it. Returns whether it did.
+    async fn write(&mut self, batch: &[LedgerRow]) -> bool {
+        match self.records.append_ledger(batch, now_ms()).await {
+            Ok(()) => {
+                self.status
+                    .written
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                self.cleared();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, records = batch.len(), spool = %self.spool.path.display(),
+                    "ledger: the database did not take a batch; it is kept in the spool and replayed when the database answers");
+                false
+            }
+        }
+    }
+
+    /// Writes the whole spool to the database; empties it if every batch was taken.
+    async fn replay(&mut self) -> bool {
+        let rows = match self.spool.read() {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(spool = %self.spool.path.display(), error = %e, "ledger spool read failed");
+                return false;
+            }
+        };
+        for chunk in rows.chunks(BATCH) {
+            if let Err(e) = self.records.append_ledger(chunk, now_ms()).await {
+                tracing::debug!(error = %e, "ledger: the database still does not take the spool");
+                return false;
+            }
+        }
+        self.status
+            .written
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        tracing::info!(records = rows.len(), spool = %self.spool.path.display(), "ledger: the spool was written to the database");
+        self.cleared();
+        true
+    }
+
+    fn cleared(&mut self) {
+        match self.spool.clear() {
+            Ok(()) => self.status.spooled.store(0, Ordering::Relaxed),
+            // Left in the spool: replayed later, and written once all the same.
+            Err(e) => {
+                tracing::error!(spool = %self.spool.path.display(), error = %e, "ledger spool could not be emptied")
+            }
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The ledger's admin routes (B6): `GET /admin/usage` (every billed attempt of every
+//! instance, filtered, paged, summed, or exported as CSV) and `GET /admin/books` (the
+//! books check: per tenant, opening balance + top-ups = balance + settled + pending).
+//! Mounted with the key routes ([`super::keys`]) when the gateway has a records
+//! database.
+
+// As in `keys.rs`: a helper's error is the handler's answer itself (a 400 naming the
+// field), returned at once, never carried.
+#![allow(clippy::result_large_err)]
+
+use super::keys::{Answer, Keys, answer, invalid, records_error, refused};
+use crate::keys::body::{parse_time, rfc3339};
+use axum::extract::{Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use portcullis::core::BillingStore;
+use portcullis_records::{LedgerRow, Outcome, UsageQuery};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Most rows one CSV export holds; past it the answer says where to go on.
+const CSV_MAX: usize = 100_000;
+
+#[derive(Deserialize)]
+pub(super) struct UsageParams {
+    key: Option<String>,
+    tenant: Option<String>,
+    model: Option<String>,
+    channel: Option<String>,
+    outcome: Option<String>,
+    /// RFC 3339, inclusive.
+    from: Option<String>,
+    /// RFC 3339, exclusive.
+    to: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+    format: Option<String>,
+}
+
+impl UsageParams {
+    /// The query, or the 400 naming the parameter that is wrong. A tenant's token is
+    /// kept to its tenant.
+    fn query(&self, scope: Option<&str>) -> Result<UsageQuery, Response> {
+        let time = |field: &'static str, v: &Option<String>| {
+            v.as_deref()
+                .map(|t| parse_time(field, t))
+                .transpose()
+                .map_err(|i| invalid(i.field, i.reason))
+        };
+        let outcome = match self.outcome.as_deref() {
+            None => None,
+            Some(o) => Some(Outcome::parse(o).ok_or_else(|| {
+                invalid(
+                    "outcome",
+                    format!("{o:?} is none of settled, pending, refunded, written_off, reconciled"),
+                )
+            })?),
+        };
+        if let (Some(scope), Some(t)) = (scope, &self.tenant) {
+            if t != scope {
+                return Err(invalid(
+                    "tenant",
+                    "a tenant's token sees its own tenant only",
+                ));
+            }
+        }
+        Ok(UsageQuery {
+            key: self.key.clone(),
+            tenant: scope.map(str::to_owned).or_else(|| self.tenant.clone()),
+            model: self.model.clone(),
+            channel: self.channel.clone(),
+            outcome,
+            from: time("from", &self.from)?,
+            to: time("to", &self.to)?,
+        })
+    }
+}
+
+/// A row as the API shows it.
+fn shown(r: &LedgerRow) -> Value {
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    v["at_ms"] = json!(r.at);
+    v["at"] = json!(rfc3339(r.at));
+    v
+}
+
+const CSV_HEADER: &str = "at,attempt,request_id,key,tenant,model,upstream_model,channel,\
+     input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,images,videos,amount,\
+     outcome,resolved_by,billed_to_balance\n";
+
+/// A field as CSV writes it: quoted when it holds a comma, a quote or a line break, and
+/// never read as a formula by a spreadsheet (a leading `=`, `+`, `-` or `@` is quoted
+/// behind an apostrophe).
+fn csv_field(out: &mut String, v: &str) {
+    let v = match v.chars().next() {
+        Some('=' | '+' | '-' | '@') => format!("'{v}"),
+        _ => v.to_owned(),
+    };
+    if v.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&v.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(&v);
+    }
+}
+
+fn csv_row(out: &mut String, r: &LedgerRow) {
+    let u = r.usage.unwrap_or_default();
+    let n = |v: u64| {
+        if r.usage.is_some() {
+            v.to_string()
+        } else {
+            String::new()
+        }
+    };
+    let fields = [
+        rfc3339(r.at),
+        r.attempt.clone(),
+        r.request_id.clone().unwrap_or_default(),
+        r.key.clone(),
+        r.tenant.clone().unwrap_or_default(),
+        r.model.clone().unwrap_or_default(),
+        r.upstream_model.clone().unwrap_or_default(),
+        r.channel.clone().unwrap_or_default(),
+        n(u.input_tokens),
+        n(u.cached_input_tokens),
+        n(u.cache_write_tokens),
+        n(u.output_tokens),
+        n(u.images),
+        n(u.videos),
+        r.amount.to_string(),
+        r.outcome.as_str().to_owned(),
+        r.resolved_by.clone().unwrap_or_default(),
+        r.billed_to_balance.to_string(),
+    ];
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        csv_field(out, f);
+    }
+    out.push('\n');
+}
+
+/// `GET /admin/usage`.
+pub(super) async fn usage<St>(
+    State(s): State<Arc<Keys<St>>>,
+    Query(p): Query<UsageParams>,
+    req: Request,
+) -> Answer {
+    let caller = s.caller(&req, true)?;
+    let q = p.query(caller.scope.as_deref())?;
+    let records = s.directory.records();
+    match p.format.as_deref() {
+        None | Some("json") => {
+            let page = records
+                .usage(&q, p.cursor.as_deref(), p.limit.unwrap_or(100))
+                .await
+                .map_err(records_error)?;
+            Ok(answer(
+                StatusCode::OK,
+                json!({
+                    "records": page.rows.iter().map(shown).collect::<Vec<_>>(),
+                    "totals": page.totals,
+                    "next_cursor": page.next_cursor,
+                }),
+            ))
+        }
+        Some("csv") => {
+            let mut out = String::from(CSV_HEADER);
+            let (mut rows, mut cursor) = (0usize, p.cursor.clone());
+            loop {
+                let page = records
+                    .usage(&q, cursor.as_deref(), portcullis_records::USAGE_PAGE_MAX)
+                    .await
+                    .map_err(records_error)?;
+                for r in &page.rows {
+                    csv_row(&mut out, r);
+                }
+                rows += page.rows.len();
+                cursor = page.next_cursor;
+                if cursor.is_none() || rows >= CSV_MAX {
+                    break;
+                }
+            }
+            let mut r = (
+                [
+                    (http::header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+                    (
+                        http::header::CONTENT_DISPOSITION,
+                        "attachment; filename=\"usage.csv\"",
+                    ),
+                ],
+                out,
+            )
+                .into_response();
+            // Past CSV_MAX rows: where the next export starts.
+            if let Some(c) = cursor.and_then(|c| http::HeaderValue::from_str(&c).ok()) {
+                r.headers_mut()
+                    .insert(http::HeaderName::from_static("x-next-cursor"), c);
+            }
+            Ok(r)
+        }
+        Some(other) => Err(invalid(
+            "format",
+            format!("{other:?} is neither json nor csv"),
+        )),
+    }
+}
+
+/// One tenant's books.
+#[derive(Debug, Default, serde::Serialize)]
+struct TenantBooks {
+    tenant: String,
+    /// Its opening balance (the configuration's, or given when it was created).
+    start: i64,
+    /// Its top-ups (`POST /admin/tenants/{name}/top-up`).
+    top_ups: i64,
+    /// The store's balance less what it holds for pending attempts.
+    balance: i64,
+    /// What the ledger says was charged to the balance.
+    settled: i64,
+    /// What the ledger says is pending.
+    pending: i64,
+    /// What the store holds for pending attempts (equal to `pending` when exact).
+    store_pending: i64,
+    /// start + top_ups − (balance + settled + pending).
+    difference: i64,
+    /// The pending attempts of the ledger, when the books are not exact.
+    attempts: Vec<Value>,
+}
+
+/// `GET /admin/books`: every tenant's books, exact or with their differences (the
+/// ledger as written so far: a check while requests run may see records on their way).
+pub(super) async fn books<St: BillingStore>(
+    State(s): State<Arc<Keys<St>>>,
+    req: Request,
+) -> Answer {
+    s.caller(&req, false)?;
+    let records = s.directory.records();
+    let running = s.stack.load();
+    let mut names: Vec<(String, Option<i64>)> = running
+        .config
+        .tenants()
+        .iter()
+        .map(|(n, &b)| (n.clone(), Some(b)))
+        .collect();
+    for t in records.tenants().await.map_err(records_error)? {
+        if !names.iter().any(|(n, _)| *n == t.name) {
+            names.push((t.name, None));
+        }
+    }
+    let money = records.ledger_money().await.map_err(records_error)?;
+    let nobody = portcullis::core::SubjectKey::new("");
+    let mut all_exact = true;
+    let mut out = Vec::new();
+    for (name, filed) in names {
+        let mut b = TenantBooks {
+            tenant: name.clone(),
+            start: filed.unwrap_or(0),
+            ..TenantBooks::default()
+        };
+        for e in records.money_events(&name).await.map_err(records_error)? {
+            let detail: Value = serde_json::from_str(&e.detail).unwrap_or_default();
+            match e.action.as_str() {
+                "tenant.open" => b.start = detail["balance"].as_i64().unwrap_or(0),
+                _ => b.top_ups += detail["amount"].as_i64().unwrap_or(0),
+            }
+        }
+        let account = running
+            .live
+            .store
+            .account(Some(&name), &nobody, &[])
+            .await
+            .map_err(|e| {
+                refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("The store did not answer tenant {name:?}'s balance: {e}"),
+                )
+            })?;
+        b.store_pending = account.tenant_pending;
+        b.balance = account.balance.unwrap_or(0) - account.tenant_pending;
+        if let Some((_, m)) = money
+            .iter()
+            .find(|((t, _), _)| t.as_deref() == Some(name.as_str()))
+        {
+            b.settled = m.settled;
+            b.pending = m.pending;
+        }
+        b.difference = b.start + b.top_ups - (b.balance + b.settled + b.pending);
+        let exact = b.difference == 0 && b.pending == b.store_pending;
+        if !exact {
+            all_exact = false;
+            let q = UsageQuery {
+                tenant: Some(name.clone()),
+                outcome: Some(Outcome::Pending),
+                ..UsageQuery::default()
+            };
+            let page = records.usage(&q, None, 100).await.map_err(records_error)?;
+            b.attempts = page
+                .rows
+                .iter()
+                .map(|r| json!({"attempt": r.attempt, "key": r.key, "amount": r.amount, "at": rfc3339(r.at)}))
+                .collect();
+        }
+        out.push(json!({"exact": exact, "books": b}));
+    }
+    let tenants: Vec<Value> = out
+        .into_iter()
+        .map(|mut v| {
+            let exact = v["exact"].clone();
+            let mut b = v["books"].take();
+            b["exact"] = exact;
+            b
+        })
+        .collect();
+    Ok(answer(
+        StatusCode::OK,
+        json!({"exact": all_exact, "tenants": tenants}),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn b6_csv_fields_are_quoted_and_never_formulas() {
+        let mut out = String::new();
+        for v in [
+            "plain",
+            "a,b",
+            "say \"hi\"",
+            "=SUM(A1)",
+            "-1",
+            "@x",
+            "line\nbreak",
+        ] {
+            csv_field(&mut out, v);
+            out.push('|');
+        }
+        assert_eq!(
+            out,
+            "plain|\"a,b\"|\"say \"\"hi\"\"\"|'=SUM(A1)|'-1|'@x|\"line\nbreak\"|"
+        );
+    }
+}
