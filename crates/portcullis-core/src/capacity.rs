@@ -3,20 +3,18 @@
 //! - [`ChannelRef`], [`Candidates`], [`Chosen`], [`TenantWeight`]: what the capacity
 //!   layer reads from and writes into a request's extensions.
 //! - [`CapacityStore`]: per-channel in-flight leases (Q1, D5), one call per decision,
-//!   implemented here for [`MemoryStore`].
+//!   defined with the other store traits in [`store`](crate::store) and re-exported
+//!   here.
 //! - [`FairQueue`]: waiters grouped per tenant and served by deficit round-robin with
 //!   per-tenant weights, with caps on total depth and per-tenant depth (Q4). It knows
 //!   nothing about tokio: a waiter is any value `T` (the layer stores a oneshot sender).
 //! - [`expected_wait_us`]: the estimate used to pick the queue "expected to free first"
 //!   when every candidate is full (Q2).
 
-use crate::clock::{Clock, Millis};
-use crate::slots::LeaseId;
-use crate::store::StoreResult;
-use crate::store::memory::MemoryStore;
+pub use crate::store::CapacityStore;
+
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::future::{Future, Ready, ready};
 use std::sync::Arc;
 
 /// One upstream channel as the capacity layer sees it: a name (unique in the
@@ -90,63 +88,6 @@ impl TenantWeight {
     /// The weight the queue uses: clamped to `1..=MAX_WEIGHT`.
     pub fn effective(self) -> u32 {
         self.0.clamp(1, MAX_WEIGHT)
-    }
-}
-
-/// Per-channel in-flight leases (Q1, D1, D5).
-///
-/// Shaped like [`SlotStore`](crate::SlotStore): one call per decision, time from the
-/// store, expired leases purged at the next acquisition for that channel, so leases of
-/// a crashed instance heal after their TTL.
-pub trait CapacityStore: Clone + Send + Sync + 'static {
-    /// The future every call returns.
-    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + Unpin + 'static;
-
-    /// Purges expired leases of `channel`, then takes one if fewer than `capacity` are
-    /// live (0 = unlimited). `None` = the channel is full. One round trip.
-    fn try_acquire(
-        &self,
-        channel: &str,
-        capacity: u32,
-        ttl: Millis,
-    ) -> Self::Future<Option<LeaseId>>;
-    /// Extends a lease to now + `ttl`; false if it no longer exists.
-    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool>;
-    /// Releases a lease; releasing twice is harmless.
-    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()>;
-    /// Live leases of `channel`.
-    fn in_flight(&self, channel: &str) -> Self::Future<u32>;
-}
-
-/// Channel leases share the store's lease map (and lease ids, clock and bounds) with
-/// the slot leases, under keys no subject can have: each channel is one more entry in
-/// [`MemoryStats::slot_entries`](crate::store::memory::MemoryStats) while it has live
-/// leases.
-impl<C: Clock> CapacityStore for MemoryStore<C> {
-    type Future<T: Send + 'static> = Ready<StoreResult<T>>;
-
-    fn try_acquire(
-        &self,
-        channel: &str,
-        capacity: u32,
-        ttl: Millis,
-    ) -> Self::Future<Option<LeaseId>> {
-        ready(Ok(
-            match self.acquire_now(&self.channel_key(channel), capacity, ttl) {
-                crate::SlotDecision::Acquired(id) => Some(id),
-                crate::SlotDecision::Full { .. } => None,
-            },
-        ))
-    }
-    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
-        ready(Ok(self.renew_now(&self.channel_key(channel), lease, ttl)))
-    }
-    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
-        self.release_now(&self.channel_key(channel), lease);
-        ready(Ok(()))
-    }
-    fn in_flight(&self, channel: &str) -> Self::Future<u32> {
-        ready(Ok(self.in_flight_now(&self.channel_key(channel))))
     }
 }
 
@@ -488,7 +429,9 @@ pub mod conformance {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::store::memory::MemoryStore;
     use crate::subject::SubjectKey;
+    use std::future::Future;
     use std::pin::pin;
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;

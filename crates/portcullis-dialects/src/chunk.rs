@@ -3,20 +3,10 @@
 //! preamble is held, an error event before any content is a failover. Each vendor's
 //! events are told apart in its [`providers`](crate::providers) module.
 
-use crate::providers::{anthropic, gemini, openai};
-use memchr::memmem::Finder;
-use portcullis_core::Dialect;
+pub use crate::providers::common::ChunkKind;
 
-/// What one frame of a successful answer is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChunkKind {
-    /// Content: the stream is committed to its channel.
-    Content,
-    /// Preamble (Anthropic `message_start`, `ping`): held until content arrives.
-    Preamble,
-    /// An error event: the stream failed before its first content chunk.
-    Error,
-}
+use crate::providers::{anthropic, gemini, openai};
+use portcullis_core::Dialect;
 
 /// Classifies one frame of a successful answer in `dialect`.
 ///
@@ -42,21 +32,6 @@ pub fn chunk_kind(dialect: Dialect, frame: &[u8]) -> ChunkKind {
         Dialect::OpenAi | Dialect::Native => openai::chunk_kind(frame),
         Dialect::Gemini => gemini::chunk_kind(frame),
     }
-}
-
-/// Whether a line of `frame` starts with the needle of `prefix`. At a line start only:
-/// generated text inside a JSON string cannot hold a raw newline, so it cannot fake an
-/// event line.
-pub(crate) fn line_starts_with(frame: &[u8], prefix: &Finder) -> bool {
-    frame.starts_with(prefix.needle())
-        || prefix
-            .find_iter(frame)
-            .any(|at| at > 0 && frame[at - 1] == b'\n')
-}
-
-/// Whether `needle` occurs in `frame`.
-pub(crate) fn has(frame: &[u8], needle: &Finder) -> bool {
-    needle.find(frame).is_some()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! (F5): the request id and retry hints of the headers here, the type / code / message
 //! fields of each vendor's error body in its [`providers`](crate::providers) module.
 
+use crate::providers::common::text;
 use crate::providers::{anthropic, gemini, openai};
 use crate::signal::RateSignal;
 use http::HeaderMap;
@@ -49,9 +50,4 @@ pub fn error_facts(dialect: Dialect, status: u16, headers: &HeaderMap, body: &[u
         Dialect::Gemini => gemini::error_fields(err, &mut f),
     }
     f
-}
-
-/// A string field, copied.
-pub(crate) fn text(v: Option<&Value>) -> Option<String> {
-    v.and_then(Value::as_str).map(str::to_owned)
 }

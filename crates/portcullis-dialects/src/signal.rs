@@ -22,9 +22,7 @@ pub struct RateSignal {
     pub exhausted_until_ms: Option<u64>,
 }
 
-/// Longest cooldown a provider header may impose (a garbled reset must not park a
-/// channel for days).
-pub const MAX_SIGNAL_MS: u64 = 24 * 3_600_000;
+pub use crate::providers::common::MAX_SIGNAL_MS;
 
 /// Reads a provider answer's rate signal: the injection point's type (the upstream
 /// limit layer's `rate_reader`); [`RateSignal::read`] is the default.

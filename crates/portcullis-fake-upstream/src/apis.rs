@@ -4,13 +4,16 @@
 //!
 //! Built with `format!` over pre-escaped pieces, as in [`render`](crate::render).
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use bytes::Bytes;
 
 use crate::behavior::ErrorKind;
+use crate::body::End;
 use crate::errors::{Ctx, responses_stream_error};
-use crate::render::{Framer, full_text, js};
+use crate::render::{Framer, StreamPlan, full_text, js, run};
 use crate::request::{Call, Parsed, Usage, chunk_text};
 use crate::stats::Route;
 use crate::time::unix_secs;
@@ -241,9 +244,23 @@ fn response_object(
     )
 }
 
+/// The frames of a streamed Responses API answer, each with the delay before it, and
+/// how it ends.
+pub(crate) fn stream(
+    ctx: &Ctx<'_>,
+    seq: u64,
+    u: &Usage,
+    plan: &StreamPlan,
+) -> (VecDeque<(Duration, Bytes)>, End) {
+    run(
+        &mut ResponsesFrames::new(ctx, seq, u, plan.max_tokens),
+        plan,
+    )
+}
+
 /// The frames of a streamed Responses API answer: `event: <type>` SSE events, each
 /// with its `sequence_number`.
-pub(crate) struct ResponsesFrames<'a> {
+struct ResponsesFrames<'a> {
     ctx: &'a Ctx<'a>,
     u: &'a Usage,
     id: String,
@@ -256,7 +273,7 @@ pub(crate) struct ResponsesFrames<'a> {
 }
 
 impl<'a> ResponsesFrames<'a> {
-    pub(crate) fn new(ctx: &'a Ctx<'a>, seq: u64, u: &'a Usage, max: Option<u64>) -> Self {
+    fn new(ctx: &'a Ctx<'a>, seq: u64, u: &'a Usage, max: Option<u64>) -> Self {
         ResponsesFrames {
             ctx,
             u,

@@ -9,7 +9,6 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::Dialect;
-use crate::apis::ResponsesFrames;
 use crate::behavior::{DEFAULT_TOOL_NAME, ErrorKind, MAX_TOOL_CALLS};
 use crate::body::End;
 use crate::errors::{Ctx, error_json};
@@ -650,24 +649,23 @@ impl Framer for Frames<'_> {
     }
 }
 
-/// The frames of a streamed answer, each with the delay before it, and how it ends.
+/// The frames of a streamed chat answer in its dialect's framing, each with the delay
+/// before it, and how it ends (the Responses API's are [`apis::stream`](crate::apis::stream)).
 pub(crate) fn stream(
     ctx: &Ctx<'_>,
     seq: u64,
     u: &Usage,
     plan: &StreamPlan,
 ) -> (VecDeque<(Duration, Bytes)>, End) {
-    if plan.responses {
-        run(
-            &mut ResponsesFrames::new(ctx, seq, u, plan.max_tokens),
-            plan,
-        )
-    } else {
-        run(&mut Frames::new(ctx, seq, u, plan), plan)
-    }
+    run(&mut Frames::new(ctx, seq, u, plan), plan)
 }
 
-fn run(frames: &mut dyn Framer, plan: &StreamPlan) -> (VecDeque<(Duration, Bytes)>, End) {
+/// The frames `frames` makes, each with the delay `plan` sets before it, and how the
+/// stream ends.
+pub(crate) fn run(
+    frames: &mut dyn Framer,
+    plan: &StreamPlan,
+) -> (VecDeque<(Duration, Bytes)>, End) {
     let content = frames.content_len(plan.fail.as_ref().map(|(k, _, _)| *k));
     let mut steps: VecDeque<(Duration, Bytes)> = VecDeque::with_capacity(content + 3);
     if let Some(preamble) = frames.preamble() {

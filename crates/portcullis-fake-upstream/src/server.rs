@@ -486,7 +486,11 @@ fn streamed(
     mut h: Headers,
     guard: InFlightGuard,
 ) -> Response<FakeBody> {
-    let (steps, end) = render::stream(ctx, seq, usage, plan);
+    let (steps, end) = if plan.responses {
+        apis::stream(ctx, seq, usage, plan)
+    } else {
+        render::stream(ctx, seq, usage, plan)
+    };
     let content_type = if plan.gemini_json_array {
         "application/json"
     } else {

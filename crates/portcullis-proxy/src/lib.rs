@@ -40,7 +40,6 @@ pub mod serve;
 pub mod sink;
 pub mod stall;
 pub mod store;
-pub mod stream_gate;
 pub mod telemetry;
 
 pub use app::Gateway;

@@ -1,4 +1,4 @@
-//! Failover through the proxy (F1–F10, S5–S9) against the fake
+//! Failover through the proxy (F1–F11, S5–S9) against the fake
 //! upstream: two or three OpenAI channels, provider errors scripted per credential.
 
 mod common;

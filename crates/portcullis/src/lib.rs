@@ -5,9 +5,9 @@
 //! |---|---|---|
 //! | [`ConcurrencySlotLayer`] | `slots` | per-subject in-flight slots, leases that heal (C1–C5) |
 //! | [`AnchoredWindowLayer`] | `windows` | anchored multi-tier quotas, amount cap, rolling RPM (W1–W10) |
-//! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B6) |
+//! | [`BillingGateLayer`] | `billing` | balance / spend cap gate, budgets, per-attempt settlement, usage records (B1–B7) |
 //! | [`UpstreamLimitLayer`] | `upstream` | channel choice under provider RPM/RPH/RPD/TPM per credential, model, vendor (U1–U4) |
-//! | [`FailoverLayer`] | `failover` | attempts across channels, provider-error classification, first-chunk gate, retry budget, health, sticky conversations (F1–F10) |
+//! | [`FailoverLayer`] | `failover` | attempts across channels, provider-error classification, first-chunk gate, retry budget, health, sticky conversations (F1–F11) |
 //! | [`CapacityQueueLayer`] | `capacity` | per-channel in-flight capacity, bounded tenant-fair queue (Q1–Q5) |
 //! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
 //!

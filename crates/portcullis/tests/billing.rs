@@ -1,4 +1,4 @@
-//! BillingGateLayer: B1–B6, W8 pay-as-you-go, L5, S4.
+//! BillingGateLayer: B1–B7, W8 pay-as-you-go, L5, S4.
 
 mod common;
 

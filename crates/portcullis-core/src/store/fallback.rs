@@ -7,23 +7,18 @@
 //! always go back to it.
 
 use super::memory::MemoryStore;
-use super::{Admission, SlotDecision, SlotStore, StoreResult, WindowStore};
+use super::{Admission, BoxStoreFuture, SlotDecision, SlotStore, WindowStore};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::demand::Demand;
 use crate::policy::{Policy, Tier};
 use crate::slots::LeaseId;
 use crate::subject::{Scope, SubjectKey};
 use crate::window::{LimitView, Outcome, WindowTicket};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Marks a lease issued by the local store.
 const LOCAL_LEASE: LeaseId = 1 << 63;
-
-/// A boxed store future.
-pub type BoxStoreFuture<T> = Pin<Box<dyn Future<Output = StoreResult<T>> + Send>>;
 
 /// A store that falls back to an in-memory one, with limits divided by
 /// `instances`, for the kinds of state it is told to (slots, windows). Errors of the
@@ -402,8 +397,10 @@ impl<P: crate::capacity::CapacityStore, C: Clock> crate::capacity::CapacityStore
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::store::{StoreError, StoreErrorKind};
+    use crate::store::{StoreError, StoreErrorKind, StoreResult};
+    use std::future::Future;
     use std::future::Ready;
+    use std::pin::Pin;
     use std::sync::atomic::AtomicBool;
     use std::task::{Context, Poll, Waker};
 

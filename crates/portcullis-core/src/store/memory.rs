@@ -535,6 +535,38 @@ impl<C: Clock> ReconcileStore for MemoryStore<C> {
     }
 }
 
+/// Channel leases share the store's lease map (and lease ids, clock and bounds) with
+/// the slot leases, under keys no subject can have: each channel is one more entry in
+/// [`MemoryStats::slot_entries`](MemoryStats) while it has live
+/// leases.
+impl<C: Clock> super::CapacityStore for MemoryStore<C> {
+    type Future<T: Send + 'static> = Ready<StoreResult<T>>;
+
+    fn try_acquire(
+        &self,
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> Self::Future<Option<LeaseId>> {
+        ready(Ok(
+            match self.acquire_now(&self.channel_key(channel), capacity, ttl) {
+                crate::SlotDecision::Acquired(id) => Some(id),
+                crate::SlotDecision::Full { .. } => None,
+            },
+        ))
+    }
+    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool> {
+        ready(Ok(self.renew_now(&self.channel_key(channel), lease, ttl)))
+    }
+    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()> {
+        self.release_now(&self.channel_key(channel), lease);
+        ready(Ok(()))
+    }
+    fn in_flight(&self, channel: &str) -> Self::Future<u32> {
+        ready(Ok(self.in_flight_now(&self.channel_key(channel))))
+    }
+}
+
 impl<C: Clock> SlotStore for MemoryStore<C> {
     type Future<T: Send + 'static> = Ready<StoreResult<T>>;
 

@@ -258,6 +258,31 @@ pub trait JointStore: SlotStore + WindowStore {
     ) -> <Self as WindowStore>::Future<JointDecision>;
 }
 
+/// Per-channel in-flight leases (Q1, D1, D5).
+///
+/// Shaped like [`SlotStore`]: one call per decision, time from the
+/// store, expired leases purged at the next acquisition for that channel, so leases of
+/// a crashed instance heal after their TTL.
+pub trait CapacityStore: Clone + Send + Sync + 'static {
+    /// The future every call returns.
+    type Future<T: Send + 'static>: Future<Output = StoreResult<T>> + Send + Unpin + 'static;
+
+    /// Purges expired leases of `channel`, then takes one if fewer than `capacity` are
+    /// live (0 = unlimited). `None` = the channel is full. One round trip.
+    fn try_acquire(
+        &self,
+        channel: &str,
+        capacity: u32,
+        ttl: Millis,
+    ) -> Self::Future<Option<LeaseId>>;
+    /// Extends a lease to now + `ttl`; false if it no longer exists.
+    fn renew(&self, channel: &str, lease: LeaseId, ttl: Millis) -> Self::Future<bool>;
+    /// Releases a lease; releasing twice is harmless.
+    fn release(&self, channel: &str, lease: LeaseId) -> Self::Future<()>;
+    /// Live leases of `channel`.
+    fn in_flight(&self, channel: &str) -> Self::Future<u32>;
+}
+
 /// Whether a channel's capacity lease was taken with its provider windows
 /// ([`ChannelStore::admit_all_and_acquire`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,7 +299,7 @@ pub enum CapacityTake {
 /// channel in one step (D2, T3): the upstream limit layer hands the lease to the
 /// capacity layer below, which then needs no call of its own for the channel the
 /// request was counted on.
-pub trait ChannelStore: WindowStore + crate::capacity::CapacityStore {
+pub trait ChannelStore: WindowStore + CapacityStore {
     /// As [`JointStore::SAVES_ROUND_TRIPS`].
     const SAVES_ROUND_TRIPS: bool = true;
 

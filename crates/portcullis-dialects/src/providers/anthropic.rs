@@ -1,10 +1,10 @@
 //! Anthropic (Messages API): everything the gateway knows of its wire format.
 
-use super::Rules;
-use crate::RequestError;
-use crate::chunk::{ChunkKind, has, line_starts_with};
-use crate::errors::text;
-use crate::request::Read;
+use super::common::Rules;
+use super::common::text;
+use super::common::{ChunkKind, has, line_starts_with};
+use crate::request::error::RequestError;
+use crate::request::read::Read;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use memchr::memmem::Finder;
 use portcullis_core::Usage;

@@ -3,13 +3,14 @@
 //! Gemini sends no rate-limit headers (its 429 carries a `RetryInfo` detail in the
 //! error body instead, read by `error_fields`).
 
-use super::{Rules, clamp_choices};
-use crate::RequestError;
-use crate::chunk::{ChunkKind, line_starts_with};
-use crate::errors::text;
+use super::common::MAX_SIGNAL_MS;
+use super::common::text;
+use super::common::{ChunkKind, line_starts_with};
+use super::common::{Rules, clamp_choices};
 use crate::estimate;
-use crate::request::{MODEL_TOO_LONG, Read};
-use crate::signal::MAX_SIGNAL_MS;
+use crate::request::error::MODEL_TOO_LONG;
+use crate::request::error::RequestError;
+use crate::request::read::Read;
 use http::{HeaderMap, HeaderValue};
 use memchr::memmem::Finder;
 use portcullis_core::Usage;
@@ -156,7 +157,7 @@ pub(crate) fn chunk_kind(frame: &[u8]) -> ChunkKind {
 /// so every prompt token (cached included) counts toward `tpm` and `itpm`; output
 /// counts only toward `otpm`.
 pub(crate) fn rate_count(usage: &Usage) -> RateCount {
-    let all_input = super::all_input(usage);
+    let all_input = super::common::all_input(usage);
     RateCount {
         tpm: all_input,
         itpm: all_input,

@@ -29,10 +29,12 @@
 //! differ per vendor, and those live here.
 
 pub mod anthropic;
+pub(crate) mod common;
 pub mod gemini;
 pub mod openai;
 
-use crate::request::Read;
+use crate::request::read::Read;
+use common::Rules;
 use http::{HeaderMap, HeaderValue};
 use portcullis_core::Dialect;
 
@@ -78,41 +80,16 @@ pub fn ask_for_stream_usage(
         .flatten()
 }
 
-/// What a vendor's rules make of what the request walk read.
-pub(crate) struct Rules {
-    /// The maximum output the request sets, if any.
-    pub(crate) max_output: Option<u64>,
-    /// Choices generated in parallel (1..=`MAX_CHOICES`).
-    pub(crate) choices: u64,
-    /// Images the request asks to generate.
-    pub(crate) requested_images: u64,
-    /// Whether the provider will report usage as the request stands.
-    pub(crate) usage_reported: bool,
-}
-
-/// Choices from an optional count: default 1, clamped to 1..=`MAX_CHOICES`.
-pub(crate) fn clamp_choices(n: Option<u64>) -> u64 {
-    n.unwrap_or(1).clamp(1, crate::estimate::MAX_CHOICES)
-}
-
 /// The `dialect` vendor's rules applied to what the request walk read.
 pub(crate) fn request_rules(
     dialect: Dialect,
     read: &Read,
     path: &str,
     stream: bool,
-) -> Result<Rules, crate::RequestError> {
+) -> Result<Rules, crate::request::error::RequestError> {
     match dialect {
         Dialect::OpenAi | Dialect::Native => Ok(openai::rules(read, path, stream)),
         Dialect::Anthropic => anthropic::rules(read),
         Dialect::Gemini => Ok(gemini::rules(read)),
     }
-}
-
-/// Every input token: fresh, cached and cache writes.
-fn all_input(usage: &portcullis_core::Usage) -> u64 {
-    usage
-        .input_tokens
-        .saturating_add(usage.cached_input_tokens)
-        .saturating_add(usage.cache_write_tokens)
 }

@@ -1,10 +1,10 @@
 //! OpenAI (and the gateway's native format, which shares it): everything the gateway
 //! knows of its wire format.
 
-use super::{Rules, clamp_choices};
-use crate::chunk::{ChunkKind, has, line_starts_with};
-use crate::errors::text;
-use crate::request::Read;
+use super::common::text;
+use super::common::{ChunkKind, has, line_starts_with};
+use super::common::{Rules, clamp_choices};
+use crate::request::read::Read;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 use memchr::memmem::Finder;
 use portcullis_core::Usage;
@@ -222,7 +222,7 @@ fn content(frame: &[u8]) -> bool {
 /// Cached input counts toward TPM like any other input token: itpm = input + cached +
 /// cache writes, otpm = output, tpm = both.
 pub(crate) fn rate_count(usage: &Usage) -> RateCount {
-    let all_input = super::all_input(usage);
+    let all_input = super::common::all_input(usage);
     RateCount {
         tpm: all_input.saturating_add(usage.output_tokens),
         itpm: all_input,

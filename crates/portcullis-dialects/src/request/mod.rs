@@ -21,15 +21,15 @@
 //!   reporting, Gemini's model in the path) is in [`providers`].
 //!
 //! Here: what a request is ([`Operation`], [`RequestFacts`], [`RequestError`]) and
-//! [`inspect_request`]. The walk over the body is in `walk`, the readers of single
-//! values it shares (key classes, lengths, counts, sizes) in `seeds`, the settings
-//! objects in `settings`.
+//! [`inspect_request`]. The walk over the body is in `walk`, what it read (the vendor
+//! rules' input) in `read`, the readers of single values it shares (key classes,
+//! lengths, counts, sizes) in `seeds`, the settings objects in `settings`, and why a
+//! body cannot be inspected in `error`.
 
 use crate::estimate;
 use crate::providers;
 use portcullis_core::{Demand, Dialect, Price};
 use serde::de::DeserializeSeed;
-use std::fmt;
 
 /// What a request asks the provider to do, from its path: it decides what the request
 /// is counted and billed for (P6).
@@ -194,108 +194,6 @@ impl RequestFacts {
     }
 }
 
-/// Why a request body cannot be inspected; its `Display` is a client-facing reason
-/// (E4: answered with 400 in the client's dialect).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RequestError {
-    /// The body is not valid JSON (or not UTF-8, or empty).
-    Malformed {
-        /// 1-based line of the error.
-        line: usize,
-        /// 1-based column of the error (0 for an empty body).
-        column: usize,
-        /// The parser's reason.
-        reason: String,
-    },
-    /// The body is valid JSON but not an object.
-    NotAnObject,
-    /// The body has no `model` (OpenAI, Anthropic).
-    MissingModel,
-    /// The model is empty or too long.
-    InvalidModel {
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// A field has the wrong type.
-    WrongType {
-        /// JSON path of the field, e.g. `messages[1].content`.
-        field: String,
-        /// What it must be, e.g. `a boolean`.
-        expected: &'static str,
-        /// 1-based line where the bad value was detected.
-        line: usize,
-        /// 1-based column where the bad value was detected.
-        column: usize,
-    },
-    /// A field the dialect requires is missing (Anthropic `max_tokens`).
-    MissingField {
-        /// The field.
-        field: &'static str,
-    },
-    /// A multipart body (image edits) cannot be read.
-    Multipart {
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// A Gemini path does not name a model and method.
-    BadPath {
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-}
-
-impl RequestError {
-    /// The request field the error is about, for OpenAI's `error.param`.
-    pub fn param(&self) -> Option<&str> {
-        match self {
-            RequestError::WrongType { field, .. } => Some(field),
-            RequestError::MissingField { field } => Some(field),
-            RequestError::MissingModel | RequestError::InvalidModel { .. } => Some("model"),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::Malformed {
-                line,
-                column,
-                reason,
-            } => write!(
-                f,
-                "the request body is not valid JSON: {reason} (line {line}, column {column})"
-            ),
-            RequestError::NotAnObject => f.write_str("the request body must be a JSON object"),
-            RequestError::MissingModel => f.write_str("`model` is required"),
-            RequestError::InvalidModel { reason } => write!(f, "`model` {reason}"),
-            RequestError::WrongType {
-                field,
-                expected,
-                line,
-                column,
-            } => write!(
-                f,
-                "`{field}` must be {expected} (line {line}, column {column})"
-            ),
-            RequestError::MissingField { field } => write!(f, "`{field}` is required"),
-            RequestError::Multipart { reason } => write!(
-                f,
-                "the request body is not valid multipart/form-data: {reason}"
-            ),
-            RequestError::BadPath { reason } => write!(
-                f,
-                "the request path {reason}; expected /v1beta/models/{{model}}:generateContent \
-                 or :streamGenerateContent"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
-
 /// Inspects a request body of `dialect` sent to `path`.
 ///
 /// - OpenAI (and the native format, which is read the same way): `model`, `stream`,
@@ -432,15 +330,14 @@ pub fn inspect_request(
     })
 }
 
-pub(crate) const MODEL_TOO_LONG: &str = "must be at most 256 bytes long";
-
-/// Longest provider object id kept ([`RequestFacts::continues`]).
-pub const MAX_OBJECT_ID_LEN: usize = 128;
-
+pub(crate) mod error;
+pub(crate) mod read;
 #[macro_use]
 mod seeds;
 mod settings;
 mod walk;
 
-pub(crate) use walk::Read;
-use walk::{Ctx, Top};
+pub(crate) use error::MODEL_TOO_LONG;
+pub use error::{MAX_OBJECT_ID_LEN, RequestError};
+use read::Ctx;
+use walk::Top;

@@ -1,7 +1,7 @@
 //! Settings objects: small, read with derived structs.
 
+use super::read::Ctx;
 use super::seeds::{Generic, OptU64};
-use super::walk::Ctx;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;

@@ -3,8 +3,9 @@
 //! names the setting at fault ([`At`]) and says why; the resolution turns the place into
 //! the line of the file (`super::resolve`), so the checks read no text.
 
-use super::raw::{ChannelConfig, RawConfig, ServerConfig, Span, TelemetryConfig};
+use super::raw::{ChannelConfig, RawConfig, ServerConfig, TelemetryConfig};
 use super::settings::{FailureModeConfig, ModelSettings, StoreSettings, UpstreamLimits};
+use super::span::Span;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;

@@ -19,6 +19,7 @@ mod check;
 mod raw;
 mod resolve;
 mod settings;
+mod span;
 
 pub use check::check_endpoint;
 pub use settings::{

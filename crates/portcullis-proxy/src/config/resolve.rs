@@ -149,6 +149,20 @@ fn settings(raw: RawConfig, policies: BTreeMap<String, Arc<Policy>>) -> Settings
     }
 }
 
+impl Default for ServerSettings {
+    /// The settings of a file without `[server]`.
+    fn default() -> Self {
+        server(&ServerConfig::default())
+    }
+}
+
+impl Default for TelemetrySettings {
+    /// The settings of a file without `[telemetry]`.
+    fn default() -> Self {
+        telemetry(&TelemetryConfig::default())
+    }
+}
+
 /// `[server]` as the gateway serves with it (the tokens are resolved by [`tokens`]).
 pub(super) fn server(s: &ServerConfig) -> ServerSettings {
     ServerSettings {

@@ -9,7 +9,7 @@
 //! secrets, environment variables and places left behind), `[failover]` into the
 //! layer's own [`FailoverConfig`](portcullis::failover::FailoverConfig).
 
-use super::raw::{self, duration, optional_duration};
+use super::span::{duration, optional_duration};
 use super::{Config, TenantProfile};
 use portcullis_core::{Budget, Dialect, Money, Policy, Price};
 use serde::Deserialize;
@@ -166,13 +166,6 @@ pub struct ServerSettings {
     pub h2_idle_timeout: Duration,
     /// How long requests in flight may go on after a graceful shutdown began.
     pub drain_timeout: Duration,
-}
-
-impl Default for ServerSettings {
-    /// The settings of a file without `[server]`.
-    fn default() -> Self {
-        super::resolve::server(&raw::ServerConfig::default())
-    }
 }
 
 /// What a layer does when its store cannot answer (D4).
@@ -503,13 +496,6 @@ pub struct TelemetrySettings {
     pub export_timeout: Duration,
     /// Join the client's trace when a request carries a W3C `traceparent`.
     pub accept_traceparent: bool,
-}
-
-impl Default for TelemetrySettings {
-    /// The settings of a file without `[telemetry]`.
-    fn default() -> Self {
-        super::resolve::telemetry(&raw::TelemetryConfig::default())
-    }
 }
 
 /// A task budget (B3) and the tenants whose keys may name it (E4).

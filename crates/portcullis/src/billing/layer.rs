@@ -19,7 +19,7 @@ pub(crate) struct Shared<St, C> {
 }
 
 /// Applies [`BillingGate`]: eligibility, budget reservation and per-attempt
-/// settlement (B1–B6). Fails closed by default (B5).
+/// settlement (B1–B7). Fails closed by default (B5).
 #[derive(Clone)]
 pub struct BillingGateLayer<St, C = SystemClock> {
     store: St,

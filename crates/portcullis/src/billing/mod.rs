@@ -1,4 +1,4 @@
-//! Balance and spend-cap gate, money budgets and per-attempt settlement (B1–B6).
+//! Balance and spend-cap gate, money budgets and per-attempt settlement (B1–B7).
 //!
 //! At `call` the layer asks the [`BillingStore`] once whether the request may run
 //! (B1: balance > 0, key spend below its cap) and reserves its money upper bound in

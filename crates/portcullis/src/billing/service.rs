@@ -18,7 +18,7 @@ use tower_service::Service;
 /// at compile time.
 const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
-/// Billing around a service (B1–B6). Built by
+/// Billing around a service (B1–B7). Built by
 /// [`BillingGateLayer`](super::BillingGateLayer).
 pub struct BillingGate<S, St, C> {
     pub(crate) inner: S,

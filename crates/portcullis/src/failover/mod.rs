@@ -1,4 +1,4 @@
-//! Attempts across channels (F1–F10): provider-error classification, bounded
+//! Attempts across channels (F1–F11): provider-error classification, bounded
 //! attempts with a retry budget, the first-chunk gate for streams, per-channel health
 //! and sticky conversations.
 //!
@@ -102,7 +102,6 @@
 
 mod attempt;
 mod body;
-mod facts;
 mod future;
 mod gate;
 mod layer;
@@ -113,7 +112,6 @@ mod tests;
 pub use body::FailoverBody;
 // The request extension failover reads (defined with the others).
 pub use crate::extensions::{FallbackRequest, ModelFallback};
-pub use facts::{ErrorReader, error_facts};
 pub use future::ResponseFuture;
 pub use layer::{FailoverConfig, FailoverLayer, FailoverStats};
 pub use service::Failover;
@@ -132,6 +130,13 @@ const DEADLINE: HeaderName = HeaderName::from_static(crate::DEADLINE_HEADER);
 
 /// What a frame held before the first content chunk is (F4).
 pub use portcullis_dialects::ChunkKind;
+
+/// Reading a provider's error answer into
+/// [`ErrorFacts`](portcullis_core::failover::ErrorFacts) for the classifier (F5). The
+/// vendors' error bodies are known in `portcullis-dialects` (its `providers` modules):
+/// a user of `portcullis` alone gets them by default, and
+/// [`FailoverLayer::error_reader`] injects another reader.
+pub use portcullis_dialects::{ErrorReader, error_facts};
 
 /// Tells what the first frames of a successful answer are; by default every data
 /// frame is content. The proxy plugs in [`portcullis_dialects::chunk_kind`], which knows

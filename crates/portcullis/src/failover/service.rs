@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use tower::Service;
 use tracing::Instrument;
 
-/// Attempts across channels around a service (F1–F10). Built by
+/// Attempts across channels around a service (F1–F11). Built by
 /// [`FailoverLayer`](super::FailoverLayer).
 pub struct Failover<S, C> {
     pub(crate) inner: S,

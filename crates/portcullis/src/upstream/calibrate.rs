@@ -1,7 +1,7 @@
 //! Provider rate signals (U3): the vendors' rate-limit headers and `retry-after`, read
 //! into one [`RateSignal`], and the cooldown they call for, set here on the scope of
 //! the channel that answered. The headers and their
-//! formats are known in `portcullis-dialects` (`portcullis_dialects::vendor`), on which
+//! formats are known in `portcullis-dialects` (its `providers` modules), on which
 //! this crate depends: a user of `portcullis` alone reads them by default, and
 //! [`UpstreamLimitLayer::rate_reader`] injects another reader.
 //!

@@ -1,10 +1,10 @@
 use super::UpstreamLimit;
-use super::calibrate::{RateReader, RateSignal};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use crate::spawn::detach;
 use crate::time::TokioClock;
 use portcullis_core::upstream::UpstreamRegistry;
 use portcullis_core::{CapacityTake, Clock, JointAdmission, JointItem, StoreError, WindowStore};
+use portcullis_dialects::{RateReader, RateSignal};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

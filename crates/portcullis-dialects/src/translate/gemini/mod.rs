@@ -317,4 +317,4 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-use super::stream::{MALFORMED as MALFORMED_EVENT, TRUNCATED};
+use super::stream::leg::{MALFORMED as MALFORMED_EVENT, TRUNCATED};

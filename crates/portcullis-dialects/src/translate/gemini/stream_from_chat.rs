@@ -7,7 +7,7 @@ use super::{
 };
 use crate::translate::TranslateError;
 use crate::translate::request::{Extra, OaFunctionCall, OaToolCall};
-use crate::translate::stream::{End, Leg};
+use crate::translate::stream::leg::{End, Leg};
 use serde_json::Value;
 
 /// A tool call being streamed: its arguments accumulate until it is sent whole.

@@ -3,7 +3,7 @@ use super::error::{openai_error, openai_kind};
 use super::response::read_parts;
 use super::wire::{GResponse, GUsage};
 use super::{MALFORMED_EVENT, TRUNCATED, finish_to_chat, unix_now, usage_to_chat};
-use crate::translate::stream::{End, Leg};
+use crate::translate::stream::leg::{End, Leg};
 use serde_json::{Value, json};
 
 /// Gemini stream chunks in, OpenAI chat chunks out. Gemini has no terminal event: the

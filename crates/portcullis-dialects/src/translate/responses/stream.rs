@@ -2,7 +2,7 @@
 use super::response::{call_item_id, item_id};
 use super::wire::{ChatUsage, OutputContent, OutputItem, Response, SummaryText};
 use super::{finished, now, skeleton, status_of, usage};
-use crate::translate::stream::{End, Leg, MALFORMED, TRUNCATED};
+use crate::translate::stream::leg::{End, Leg, MALFORMED, TRUNCATED};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
