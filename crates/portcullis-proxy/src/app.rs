@@ -125,19 +125,51 @@ where
         self
     }
 
-    /// Seeds tenant balances from the configuration (a tenant that already has a
-    /// balance keeps it), then builds the router.
+    /// Seeds tenant balances (a tenant that already has a balance keeps it) — from the
+    /// books with a records database (B6), else from the configuration — then builds the
+    /// router.
     pub async fn build(self) -> Result<Router, String> {
-        for (name, &balance) in self.config.tenants() {
+        for (name, balance) in self.opening_balances().await {
             let seeded = self
                 .store
-                .seed_balance(name, balance)
+                .seed_balance(&name, balance)
                 .await
                 .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
-            log_seed(name, balance, seeded);
+            log_seed(&name, balance, seeded);
         }
         // Seeded above: one line per tenant, not a second "kept" for each.
         self.serve_router()
+    }
+
+    /// The balance each tenant starts with where its store has none: with a records
+    /// database, what its books leave it (B6: opening balance and top-ups less what the
+    /// ledger says was charged and is held — a restarted in-memory store forgets
+    /// nothing), its tenants included; else the configuration's.
+    async fn opening_balances(&self) -> Vec<(String, portcullis_core::Money)> {
+        let filed = || {
+            self.config
+                .tenants()
+                .iter()
+                .map(|(n, &b)| (n.clone(), b))
+                .collect()
+        };
+        let Some(d) = self
+            .directory
+            .as_ref()
+            .filter(|_| self.config.database().ledger)
+        else {
+            return filed();
+        };
+        match crate::books::ledgered(d.records(), &self.config).await {
+            Ok(books) => books
+                .iter()
+                .map(|b| (b.tenant.clone(), b.balance()))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the records database did not answer the books: tenants without a balance in the store start from the configuration's");
+                filed()
+            }
+        }
     }
 
     /// The router. Balances are seeded here when the store answers at once (the

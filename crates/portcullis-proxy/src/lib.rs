@@ -24,6 +24,7 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod books;
 pub mod catalog;
 pub mod config;
 pub mod docs;

@@ -64,7 +64,8 @@ async fn gateway_with(url: &str, hash_env: &str, database: &str) -> Gw {
     let app = Gateway::new(config, MemoryStore::new())
         .fake_upstream(fake.base_url())
         .directory(directory.clone())
-        .router()
+        .build()
+        .await
         .expect("the gateway");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -1353,4 +1354,77 @@ async fn b6_a_spool_left_by_a_crash_is_replayed_once_at_start() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// B6: a restart forgets nothing — a gateway whose in-memory store starts empty seeds
+/// every tenant (of the file and of the database) from its books: opening balance and
+/// top-ups less what the ledger says was charged, so the books are exact after the
+/// restart and the balances are what they were.
+#[tokio::test]
+async fn b6_a_restart_of_the_memory_store_forgets_nothing() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    let hash = "PCX_TEST_UNSET_HASH_SECRET";
+    let gw = gateway(&url, hash).await;
+    let (acme, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+    let (status, k) = admin(
+        gw.addr,
+        TOKEN,
+        "POST",
+        "/admin/keys",
+        Some(json!({"label": "filed-key", "tenant": "filed"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{k}");
+    let filed = k["key"].as_str().unwrap().to_owned();
+    until_status(gw.addr, &filed, 200).await;
+    for _ in 0..4 {
+        assert_eq!(generate(gw.addr, &acme).await, 200);
+        assert_eq!(generate(gw.addr, &filed).await, 200);
+    }
+    let (status, _) = admin(
+        gw.addr,
+        TOKEN,
+        "POST",
+        "/admin/tenants/acme/top-up",
+        Some(json!({"amount": 5_000})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    usage_until(gw.addr, "tenant=acme", 5).await;
+    usage_until(gw.addr, "tenant=filed", 5).await;
+    let balances = |books: &Value| -> Vec<(String, i64)> {
+        books["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["tenant"].as_str().unwrap().to_owned(),
+                    t["balance"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (_, before) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
+    assert_eq!(before["exact"], true, "{before}");
+    assert!(
+        balances(&before).iter().all(|(_, b)| *b < 1_005_000),
+        "money was spent: {before}"
+    );
+    drop(gw);
+    let gw = gateway(&url, hash).await;
+    let (_, after) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
+    assert_eq!(after["exact"], true, "{after}");
+    assert_eq!(
+        balances(&after),
+        balances(&before),
+        "the balances after the restart"
+    );
+    assert_eq!(
+        generate(gw.addr, &acme).await,
+        200,
+        "a database tenant's key after the restart"
+    );
+    assert_eq!(generate(gw.addr, &filed).await, 200);
 }

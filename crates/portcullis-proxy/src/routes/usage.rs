@@ -228,6 +228,8 @@ struct TenantBooks {
     store_pending: i64,
     /// start + top_ups − (balance + settled + pending).
     difference: i64,
+    /// `difference` is 0 and the ledger's pending is the store's.
+    exact: bool,
     /// The pending attempts of the ledger, when the books are not exact.
     attempts: Vec<Value>,
 }
@@ -241,60 +243,45 @@ pub(super) async fn books<St: BillingStore>(
     s.caller(&req, false)?;
     let records = s.directory.records();
     let running = s.stack.load();
-    let mut names: Vec<(String, Option<i64>)> = running
-        .config
-        .tenants()
-        .iter()
-        .map(|(n, &b)| (n.clone(), Some(b)))
-        .collect();
-    for t in records.tenants().await.map_err(records_error)? {
-        if !names.iter().any(|(n, _)| *n == t.name) {
-            names.push((t.name, None));
-        }
-    }
-    let money = records.ledger_money().await.map_err(records_error)?;
+    let ledgered = crate::books::ledgered(records, &running.config)
+        .await
+        .map_err(records_error)?;
     let nobody = portcullis::core::SubjectKey::new("");
     let mut all_exact = true;
-    let mut out = Vec::new();
-    for (name, filed) in names {
-        let mut b = TenantBooks {
-            tenant: name.clone(),
-            start: filed.unwrap_or(0),
-            ..TenantBooks::default()
-        };
-        for e in records.money_events(&name).await.map_err(records_error)? {
-            let detail: Value = serde_json::from_str(&e.detail).unwrap_or_default();
-            match e.action.as_str() {
-                "tenant.open" => b.start = detail["balance"].as_i64().unwrap_or(0),
-                _ => b.top_ups += detail["amount"].as_i64().unwrap_or(0),
-            }
-        }
+    let mut tenants = Vec::new();
+    for l in ledgered {
         let account = running
             .live
             .store
-            .account(Some(&name), &nobody, &[])
+            .account(Some(&l.tenant), &nobody, &[])
             .await
             .map_err(|e| {
                 refused(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    format!("The store did not answer tenant {name:?}'s balance: {e}"),
+                    format!(
+                        "The store did not answer tenant {:?}'s balance: {e}",
+                        l.tenant
+                    ),
                 )
             })?;
-        b.store_pending = account.tenant_pending;
-        b.balance = account.balance.unwrap_or(0) - account.tenant_pending;
-        if let Some((_, m)) = money
-            .iter()
-            .find(|((t, _), _)| t.as_deref() == Some(name.as_str()))
-        {
-            b.settled = m.settled;
-            b.pending = m.pending;
-        }
+        let mut b = TenantBooks {
+            tenant: l.tenant.clone(),
+            start: l.start,
+            top_ups: l.top_ups,
+            balance: account.balance.unwrap_or(0) - account.tenant_pending,
+            settled: l.settled,
+            pending: l.pending,
+            store_pending: account.tenant_pending,
+            difference: 0,
+            exact: false,
+            attempts: Vec::new(),
+        };
         b.difference = b.start + b.top_ups - (b.balance + b.settled + b.pending);
-        let exact = b.difference == 0 && b.pending == b.store_pending;
-        if !exact {
+        b.exact = b.difference == 0 && b.pending == b.store_pending;
+        if !b.exact {
             all_exact = false;
             let q = UsageQuery {
-                tenant: Some(name.clone()),
+                tenant: Some(l.tenant),
                 outcome: Some(Outcome::Pending),
                 ..UsageQuery::default()
             };
@@ -305,17 +292,8 @@ pub(super) async fn books<St: BillingStore>(
                 .map(|r| json!({"attempt": r.attempt, "key": r.key, "amount": r.amount, "at": rfc3339(r.at)}))
                 .collect();
         }
-        out.push(json!({"exact": exact, "books": b}));
+        tenants.push(b);
     }
-    let tenants: Vec<Value> = out
-        .into_iter()
-        .map(|mut v| {
-            let exact = v["exact"].clone();
-            let mut b = v["books"].take();
-            b["exact"] = exact;
-            b
-        })
-        .collect();
     Ok(answer(
         StatusCode::OK,
         json!({"exact": all_exact, "tenants": tenants}),
