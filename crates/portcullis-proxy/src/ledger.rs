@@ -79,23 +79,32 @@ impl std::fmt::Debug for LedgerSink {
 }
 
 /// The spool of `config`'s ledger: `[database] spool` (relative to the configuration
-/// file), else beside the SQLite database, else beside the configuration file (or in
-/// the current directory for a configuration given as text).
+/// file), else beside the SQLite database, else beside the configuration file. A
+/// configuration given as text on PostgreSQL with no spool named gets one of its own in
+/// the temporary directory, which a later process does not find: name one to keep the
+/// records of a crash.
 pub fn spool_path(config: &Config, url: &str) -> PathBuf {
     let dir = config
         .source
         .as_deref()
         .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+        .map(Path::to_path_buf);
     if let Some(p) = &config.database().spool {
-        return dir.join(p);
+        return dir.unwrap_or_default().join(p);
     }
-    match url.strip_prefix("sqlite://") {
-        Some(path) if !path.starts_with(':') => {
+    match (url.strip_prefix("sqlite://"), dir) {
+        (Some(path), _) if !path.starts_with(':') => {
             PathBuf::from(format!("{}.spool", path.split('?').next().unwrap_or(path)))
         }
-        _ => dir.join("portcullis-ledger.spool"),
+        (_, Some(dir)) => dir.join("portcullis-ledger.spool"),
+        (_, None) => {
+            static N: AtomicU64 = AtomicU64::new(0);
+            std::env::temp_dir().join(format!(
+                "portcullis-ledger-{}-{}.spool",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ))
+        }
     }
 }
 
@@ -144,16 +153,7 @@ impl portcullis::UsageSink for LedgerSink {
 
 /// A usage record as the ledger keeps it.
 pub fn row_of(r: &UsageRecord) -> LedgerRow {
-    let (outcome, amount, resolved_by) = match (r.outcome, r.reconciliation) {
-        (_, Some(Reconciliation::WrittenOff { .. })) => (Outcome::WrittenOff, 0, Some("operator")),
-        (AttemptState::Settled(c), Some(Reconciliation::Settled { .. })) => {
-            (Outcome::Reconciled, c, Some("operator"))
-        }
-        (AttemptState::Settled(c), None) => (Outcome::Settled, c, None),
-        (AttemptState::Pending(m), _) => (Outcome::Pending, m, None),
-        // Open: the settlement never ran (a record made before it); nothing was charged.
-        (AttemptState::Refunded | AttemptState::Open, _) => (Outcome::Refunded, 0, None),
-    };
+    let (outcome, amount, resolved_by) = outcome_of(r.outcome, r.reconciliation);
     let text = |s: &Option<Arc<str>>| s.as_deref().map(str::to_owned);
     LedgerRow {
         attempt: r.attempt.to_string(),
@@ -177,6 +177,23 @@ pub fn row_of(r: &UsageRecord) -> LedgerRow {
         outcome,
         resolved_by: resolved_by.map(str::to_owned),
         billed_to_balance: r.billed_to_balance,
+    }
+}
+
+/// How an attempt ended, its money, and what resolved it, as the ledger keeps them.
+fn outcome_of(
+    state: AttemptState,
+    reconciliation: Option<Reconciliation>,
+) -> (Outcome, i64, Option<&'static str>) {
+    match (state, reconciliation) {
+        (_, Some(Reconciliation::WrittenOff { .. })) => (Outcome::WrittenOff, 0, Some("operator")),
+        (AttemptState::Settled(c), Some(Reconciliation::Settled { .. })) => {
+            (Outcome::Reconciled, c, Some("operator"))
+        }
+        (AttemptState::Settled(c), None) => (Outcome::Settled, c, None),
+        (AttemptState::Pending(m), _) => (Outcome::Pending, m, None),
+        // Open: the settlement never ran (a record made before it); nothing was charged.
+        (AttemptState::Refunded | AttemptState::Open, _) => (Outcome::Refunded, 0, None),
     }
 }
 
@@ -361,5 +378,78 @@ impl Writer {
                 tracing::error!(spool = %self.spool.path.display(), error = %e, "ledger spool could not be emptied")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str, file: Option<&str>) -> Config {
+        let mut c = Config::parse(text).unwrap();
+        c.source = file.map(PathBuf::from);
+        c
+    }
+
+    #[test]
+    fn b6_the_spool_is_named_beside_the_database_or_the_file_and_never_shared() {
+        let pg = "postgres://u@h/d";
+        let named = config(
+            "[database]\nspool = \"ledger/a.spool\"\n",
+            Some("/etc/pcx/gw.toml"),
+        );
+        assert_eq!(
+            spool_path(&named, pg),
+            PathBuf::from("/etc/pcx/ledger/a.spool")
+        );
+        let filed = config("", Some("/etc/pcx/gw.toml"));
+        assert_eq!(
+            spool_path(&filed, "sqlite:///var/pcx/records.db?mode=rwc"),
+            PathBuf::from("/var/pcx/records.db.spool")
+        );
+        assert_eq!(
+            spool_path(&filed, pg),
+            PathBuf::from("/etc/pcx/portcullis-ledger.spool")
+        );
+        // Text on PostgreSQL: a spool of its own per gateway, never the current directory.
+        let text = config("", None);
+        let (a, b) = (spool_path(&text, pg), spool_path(&text, pg));
+        assert_ne!(a, b);
+        assert!(a.starts_with(std::env::temp_dir()), "{}", a.display());
+    }
+
+    #[test]
+    fn b6_a_record_keeps_its_outcome_and_who_resolved_it() {
+        let operator = Some("operator");
+        assert_eq!(
+            outcome_of(AttemptState::Settled(40), None),
+            (Outcome::Settled, 40, None)
+        );
+        assert_eq!(
+            outcome_of(AttemptState::Pending(155), None),
+            (Outcome::Pending, 155, None)
+        );
+        assert_eq!(
+            outcome_of(AttemptState::Refunded, None),
+            (Outcome::Refunded, 0, None)
+        );
+        assert_eq!(
+            outcome_of(AttemptState::Open, None),
+            (Outcome::Refunded, 0, None)
+        );
+        assert_eq!(
+            outcome_of(
+                AttemptState::Settled(30),
+                Some(Reconciliation::Settled { pending: 155 })
+            ),
+            (Outcome::Reconciled, 30, operator)
+        );
+        assert_eq!(
+            outcome_of(
+                AttemptState::Refunded,
+                Some(Reconciliation::WrittenOff { pending: 155 })
+            ),
+            (Outcome::WrittenOff, 0, operator)
+        );
     }
 }
