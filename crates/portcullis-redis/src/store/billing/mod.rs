@@ -11,6 +11,12 @@
 //! in the pending registry instead of every pending attempt. An attempt record
 //! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 
+mod failed;
+mod reconcile;
+
+pub(crate) use failed::FailedSettles;
+use reconcile::registry_member;
+
 use super::book::BlockBook;
 use crate::client::Client;
 use crate::future::RedisStoreFuture;
@@ -21,11 +27,10 @@ use crate::scripts::args::{
 use portcullis_core::billing::BudgetView;
 use portcullis_core::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, Books, Budget, MAX_PENDING_PAGE, Millis, Money, PendingAttempt, PendingTotal,
-    Reconcile, Reconciled, Refusal, StoreError, StoreErrorKind, StoreResult, SubjectKey,
+    BillingRequest, Books, Budget, Millis, Money, Refusal, StoreError, StoreErrorKind, StoreResult,
+    SubjectKey,
 };
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Largest amount, in minor units, that the Redis store keeps exactly: 2^53 − 1
 /// (9 007 199 254 740 991; about 9 billion currency units at micro-unit resolution).
@@ -46,7 +51,7 @@ pub(crate) const PENDING_COUNT_FIELD: &str = "\0n";
 pub(crate) const PENDING_MONEY_FIELD: &str = "\0m";
 
 /// True for a field of a pending list that names an attempt (not the counter).
-fn is_attempt_field(field: &str) -> bool {
+pub(super) fn is_attempt_field(field: &str) -> bool {
     field != PENDING_COUNT_FIELD && field != PENDING_MONEY_FIELD
 }
 
@@ -54,7 +59,7 @@ fn protocol(what: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Protocol, what)
 }
 
-fn exact(v: Money, what: &str) -> StoreResult<Money> {
+pub(super) fn exact(v: Money, what: &str) -> StoreResult<Money> {
     if v.unsigned_abs() <= MAX_EXACT_MONEY.unsigned_abs() {
         Ok(v)
     } else {
@@ -76,7 +81,7 @@ fn period(b: &Budget) -> StoreResult<Option<Millis>> {
     }
 }
 
-fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
+pub(super) fn failed<T: Send + 'static>(e: StoreError) -> RedisStoreFuture<T> {
     RedisStoreFuture::new(std::future::ready(Err(e)))
 }
 
@@ -122,224 +127,11 @@ impl BillingOps {
     pub(crate) fn settle_keys(&self, attempt: &AttemptRef) -> Vec<String> {
         self.client.keys().settle(attempt)
     }
-
-    /// The books named in the pending registry, in books order.
-    fn pending_books(&self) -> RedisStoreFuture<Vec<Books>> {
-        let mut cmd = redis::cmd("SMEMBERS");
-        cmd.arg(self.client.keys().pending_registry());
-        self.client.command(cmd, |m: Vec<String>| {
-            let mut books: Vec<Books> = m.iter().filter_map(|m| registry_books(m)).collect();
-            books.sort();
-            Ok(books)
-        })
-    }
-
-    /// What an operator sees of a pending attempt of `amount`, from its record's
-    /// fields `k`, `kk`, `ps`.
-    fn pending_of(
-        &self,
-        attempt: AttemptRef,
-        amount: Money,
-    ) -> RedisStoreFuture<Option<(String, PendingAttempt)>> {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.client.keys().attempt(&attempt))
-            .arg(&["s", "k", "kk", "ps"]);
-        self.client.command(cmd, move |f: Vec<Option<String>>| {
-            let [s, k, kk, ps] = <[Option<String>; 4]>::try_from(f)
-                .map_err(|f| protocol(format!("attempt record: unexpected reply {f:?}")))?;
-            let Some(s) = s else { return Ok(None) };
-            let key = k.map(SubjectKey::from).or_else(|| match &attempt.books {
-                Books::Key(k) => Some(k.clone()),
-                Books::Tenant(_) => None,
-            });
-            Ok(Some((
-                s,
-                PendingAttempt {
-                    attempt,
-                    amount,
-                    key,
-                    billed_to_balance: kk.is_some(),
-                    since: ps.and_then(|v| v.parse().ok()),
-                },
-            )))
-        })
-    }
-}
-
-impl BillingOps {
-    pub(crate) fn pending_page(
-        &self,
-        after: Option<&AttemptRef>,
-        limit: usize,
-    ) -> RedisStoreFuture<Vec<PendingAttempt>> {
-        // The registry's books in order, from the cursor's; each one's pending list read
-        // (and sorted) until the page is full; then each listed attempt's record, all in
-        // flight at once. Operator work: a few round trips, bounded by the page.
-        let limit = limit.min(MAX_PENDING_PAGE);
-        let after = after.cloned();
-        let books = self.pending_books();
-        let store = self.clone();
-        RedisStoreFuture::new(async move {
-            let mut page: Vec<(AttemptRef, Money)> = Vec::new();
-            for b in books.await? {
-                if page.len() >= limit {
-                    break;
-                }
-                if after.as_ref().is_some_and(|c| b < c.books) {
-                    continue;
-                }
-                let mut cmd = redis::cmd("HGETALL");
-                cmd.arg(store.client.keys().pending(&b));
-                let mut list: Vec<(String, Money)> = store
-                    .client
-                    .command(cmd, |r: Vec<(String, Money)>| Ok(r))
-                    .await?;
-                list.retain(|(id, _)| is_attempt_field(id));
-                list.sort();
-                for (id, m) in list {
-                    let a = AttemptRef {
-                        attempt: AttemptId::from(id),
-                        books: b.clone(),
-                    };
-                    if !portcullis_core::billing::listed_after(&a, after.as_ref()) {
-                        continue;
-                    }
-                    page.push((a, m));
-                    if page.len() >= limit {
-                        break;
-                    }
-                }
-            }
-            let records: Vec<_> = page
-                .into_iter()
-                .map(|(a, m)| store.pending_of(a, m))
-                .collect();
-            let mut out = Vec::with_capacity(records.len());
-            for r in futures_util::future::join_all(records).await {
-                // Listed but its record gone: reconciled meanwhile.
-                if let Some((_, p)) = r? {
-                    out.push(p);
-                }
-            }
-            Ok(out)
-        })
-    }
-
-    pub(crate) fn reconcile(
-        &self,
-        attempt: &AttemptRef,
-        how: Reconcile,
-    ) -> RedisStoreFuture<Reconciled> {
-        let (outcome, cost) = match how {
-            Reconcile::Settle(c) => (SettleOutcome::Settled, c.max(0)),
-            Reconcile::WriteOff => (SettleOutcome::Refund, 0),
-        };
-        let cost = match exact(cost, "cost") {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        };
-        // Its record first (what the usage record names), then the settle script for a
-        // pending attempt only: one reconciled meanwhile answers "nothing done".
-        let mut amount = redis::cmd("HGET");
-        amount
-            .arg(self.client.keys().pending(&attempt.books))
-            .arg(&*attempt.attempt);
-        let amount = self.client.command(amount, |m: Option<Money>| Ok(m));
-        let store = self.clone();
-        let attempt = attempt.clone();
-        RedisStoreFuture::new(async move {
-            let amount = amount.await?;
-            let Some((state, was)) = store
-                .pending_of(attempt.clone(), amount.unwrap_or(0))
-                .await?
-            else {
-                return Ok(Reconciled::NotPending);
-            };
-            match (RecordState::of(&state), amount) {
-                (RecordState::Pending, Some(_)) => {}
-                (RecordState::Open, _) => return Ok(Reconciled::InFlight),
-                _ => return Ok(Reconciled::NotPending),
-            }
-            let args = SettleArgs {
-                time: store.client.time(),
-                outcome,
-                cost,
-                budget_ttl: store.budget_ttl(),
-                attempt: attempt.attempt.to_string(),
-                reconcile: true,
-                retry: false,
-            };
-            let keys = store.settle_keys(&attempt);
-            store
-                .client
-                .eval(keys, args, move |r: Vec<i64>| {
-                    match SettleReply::read(&r).ok_or_else(|| reply_err("reconcile", &r))? {
-                        SettleReply::Settled(cost) => {
-                            Ok(Reconciled::Settled { attempt: was, cost })
-                        }
-                        SettleReply::Refunded => Ok(Reconciled::WrittenOff { attempt: was }),
-                        SettleReply::InFlight => Ok(Reconciled::InFlight),
-                        SettleReply::Nothing => Ok(Reconciled::NotPending),
-                        SettleReply::Pending(_) => Err(reply_err("reconcile", &r)),
-                    }
-                })
-                .await
-        })
-    }
-
-    pub(crate) fn pending_totals(&self) -> RedisStoreFuture<Vec<(Books, PendingTotal)>> {
-        let books = self.pending_books();
-        let store = self.clone();
-        RedisStoreFuture::new(async move {
-            let books = books.await?;
-            let reads: Vec<_> = books
-                .iter()
-                .map(|b| {
-                    let mut cmd = redis::cmd("HMGET");
-                    cmd.arg(store.client.keys().pending(b))
-                        .arg(&[PENDING_COUNT_FIELD, PENDING_MONEY_FIELD]);
-                    store
-                        .client
-                        .command(cmd, |v: (Option<u64>, Option<Money>)| Ok(v))
-                })
-                .collect();
-            let mut out = Vec::new();
-            for (b, r) in books
-                .into_iter()
-                .zip(futures_util::future::join_all(reads).await)
-            {
-                let (n, m) = r?;
-                let t = PendingTotal {
-                    attempts: n.unwrap_or(0),
-                    amount: m.unwrap_or(0),
-                };
-                if t != PendingTotal::default() {
-                    out.push((b, t));
-                }
-            }
-            Ok(out)
-        })
-    }
-}
-
-fn registry_member(books: &Books) -> String {
-    match books {
-        Books::Tenant(t) => format!("t:{t}"),
-        Books::Key(k) => format!("k:{}", k.as_str()),
-    }
-}
-
-fn registry_books(member: &str) -> Option<Books> {
-    if let Some(t) = member.strip_prefix("t:") {
-        Some(Books::Tenant(t.into()))
-    } else {
-        member.strip_prefix("k:").map(|k| Books::Key(k.into()))
-    }
 }
 
 /// What `billing_settle.lua` answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SettleReply {
+pub(super) enum SettleReply {
     /// Nothing done: never reserved, already final, or pending again.
     Nothing,
     Settled(Money),
@@ -350,7 +142,7 @@ enum SettleReply {
 }
 
 impl SettleReply {
-    fn read(r: &[i64]) -> Option<Self> {
+    pub(super) fn read(r: &[i64]) -> Option<Self> {
         Some(match r {
             [0] => SettleReply::Nothing,
             [1, c] => SettleReply::Settled(*c),
@@ -362,25 +154,7 @@ impl SettleReply {
     }
 }
 
-/// The state an attempt's record keeps (its field `s`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RecordState {
-    Open,
-    Pending,
-    Other,
-}
-
-impl RecordState {
-    fn of(s: &str) -> Self {
-        match s {
-            "o" => RecordState::Open,
-            "p" => RecordState::Pending,
-            _ => RecordState::Other,
-        }
-    }
-}
-
-fn reply_err(what: &str, r: &[i64]) -> StoreError {
+pub(super) fn reply_err(what: &str, r: &[i64]) -> StoreError {
     protocol(format!("{what}: unexpected reply {r:?}"))
 }
 
@@ -662,86 +436,5 @@ impl BillingOps {
             CreditArgs { amount },
             Ok,
         )
-    }
-
-    pub(crate) fn pending(&self) -> RedisStoreFuture<Vec<(AttemptRef, Money)>> {
-        // The registry names the books with pending work; one HGETALL per books, all in
-        // flight at once (each on its own slot).
-        let mut cmd = redis::cmd("SMEMBERS");
-        cmd.arg(self.client.keys().pending_registry());
-        let members = self.client.command(cmd, |m: Vec<String>| Ok(m));
-        let store = self.clone();
-        RedisStoreFuture::new(async move {
-            let books: Vec<Books> = members
-                .await?
-                .iter()
-                .filter_map(|m| registry_books(m))
-                .collect();
-            let lists: Vec<_> = books
-                .iter()
-                .map(|b| {
-                    let mut cmd = redis::cmd("HGETALL");
-                    cmd.arg(store.client.keys().pending(b));
-                    store.client.command(cmd, |r: Vec<(String, Money)>| Ok(r))
-                })
-                .collect();
-            let mut v = Vec::new();
-            for (b, list) in books
-                .into_iter()
-                .zip(futures_util::future::join_all(lists).await)
-            {
-                for (id, m) in list?.into_iter().filter(|(id, _)| is_attempt_field(id)) {
-                    v.push((
-                        AttemptRef {
-                            attempt: AttemptId::from(id),
-                            books: b.clone(),
-                        },
-                        m,
-                    ));
-                }
-            }
-            v.sort();
-            Ok(v)
-        })
-    }
-}
-
-/// Most attempts remembered as having a failed settlement; past it, a retry is sent as a
-/// first try (and an attempt it cannot find is "nothing done", as before D10).
-const MAX_FAILED_SETTLES: usize = 100_000;
-
-/// The attempts (by record key) whose settlement call failed and has not landed since:
-/// a settlement of one of them is a retry, which Redis answers with the attempt's final
-/// state, or — finding nothing — records as an unknown outcome (D10).
-#[derive(Default)]
-pub(crate) struct FailedSettles {
-    set: Mutex<std::collections::HashSet<String>>,
-    /// Its size: a settlement checks it without the lock while nothing failed.
-    len: std::sync::atomic::AtomicUsize,
-}
-
-impl FailedSettles {
-    /// True when a settlement of `attempt` failed before.
-    pub(crate) fn was_failed(&self, attempt: &str) -> bool {
-        self.len.load(Ordering::Acquire) != 0
-            && self
-                .set
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(attempt)
-    }
-
-    /// Notes how a settlement of `attempt` ended.
-    pub(crate) fn note(&self, attempt: String, landed: bool) {
-        if landed && self.len.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
-        if landed {
-            set.remove(&attempt);
-        } else if set.len() < MAX_FAILED_SETTLES {
-            set.insert(attempt);
-        }
-        self.len.store(set.len(), Ordering::Release);
     }
 }
