@@ -51,6 +51,7 @@
 #![deny(unreachable_pub)]
 
 mod admin_client;
+mod books;
 mod manage;
 
 use clap::{Args, Parser, Subcommand};
@@ -90,6 +91,9 @@ enum Command {
     Keys(manage::KeysArgs),
     /// Manages the tenants of a running gateway's records database (admin API).
     Tenants(manage::TenantsArgs),
+    /// Checks the books: opening balance + top-ups = balance + settled + pending, per
+    /// tenant, of a running gateway or of its database and Redis store.
+    Books(books::BooksArgs),
 }
 
 #[derive(Args, Debug)]
@@ -137,6 +141,7 @@ fn main() -> ExitCode {
         }
         Command::Keys(args) => manage::keys(args),
         Command::Tenants(args) => manage::tenants(args),
+        Command::Books(args) => books::books(args),
         Command::Serve(args) => {
             use tracing_subscriber::Layer;
             use tracing_subscriber::layer::SubscriberExt;

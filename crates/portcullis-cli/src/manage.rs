@@ -31,24 +31,24 @@ const DIRECT_ACTOR: &str = "cli";
 
 /// The flags every `keys` and `tenants` command takes.
 #[derive(Args, Debug)]
-struct Remote {
+pub(crate) struct Remote {
     /// The gateway's base URL: http://HOST:PORT or https://… [default: $PORTCULLIS_URL,
     /// else http://127.0.0.1:8080].
     #[arg(long, value_name = "URL", global = true, help_heading = "Gateway")]
-    gateway: Option<String>,
+    pub(crate) gateway: Option<String>,
     /// The environment variable holding the bearer token: the admin token or, for the
     /// `keys` commands, a tenant's management token (`portcullis tenants token`)
     /// [default: PORTCULLIS_ADMIN_TOKEN]. There is deliberately no flag for the token
     /// itself: on the command line it would show in `ps` and in the shell's history.
     #[arg(long, value_name = "VAR", global = true, help_heading = "Gateway")]
-    token_env: Option<String>,
+    pub(crate) token_env: Option<String>,
     /// The longest wait for the gateway's answer to one call, connection included.
     #[arg(long, value_name = "SECONDS", global = true, help_heading = "Gateway",
           default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    timeout: u64,
+    pub(crate) timeout: u64,
     /// Compact one-line JSON on stdout, for scripts (default: pretty-printed).
     #[arg(long, global = true, help_heading = "Gateway")]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// `portcullis keys`.
@@ -497,7 +497,7 @@ async fn tenants_remote(c: &AdminClient, command: TenantsCommand) -> Result<Show
 
 /// The runtime and the client of the gateway `remote` names, with its token; `None`
 /// once the reason is on stderr.
-fn connect(remote: &Remote) -> Option<(tokio::runtime::Runtime, AdminClient)> {
+pub(crate) fn connect(remote: &Remote) -> Option<(tokio::runtime::Runtime, AdminClient)> {
     let gateway = remote
         .gateway
         .clone()
@@ -547,7 +547,7 @@ fn connect(remote: &Remote) -> Option<(tokio::runtime::Runtime, AdminClient)> {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -864,3 +864,115 @@ fn k10_an_unreachable_silent_or_keyless_gateway_is_a_clear_error_exit_1() {
     assert_eq!(r.code(), Some(1), "{}", r.err);
     assert!(r.err.contains("http://"), "{}", r.err);
 }
+
+/// The ledger has `n` attempts of `tenant` (polled, bounded: it is written off the
+/// request path).
+fn until_ledger(gw: &Gateway, tenant: &str, n: u64) {
+    let until = Instant::now() + IO;
+    loop {
+        let (status, body) = http(
+            gw.addr,
+            "GET",
+            &format!("/admin/usage?tenant={tenant}"),
+            ADMIN,
+            "",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        if status == 200 && v["totals"]["attempts"].as_u64() == Some(n) {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "the ledger never held {n} attempts: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// B6: `portcullis books check` proves the books of a running gateway (`--gateway`) and,
+/// after the gateway was killed, of its records database and Redis store read directly
+/// (`--config`): exit 0 when exact, 1 with the difference when a balance moved outside
+/// them; an in-memory store cannot be read from outside and says so.
+#[test]
+fn b6_books_check_of_a_running_gateway_and_after_a_crash() {
+    let redis = portcullis_test_support::redis::RedisServer::start();
+    let d = dir("books");
+    let cfg = config(&d);
+    let path = cfg.to_str().unwrap();
+    let store = ["--store", &redis.url()];
+    let mut gw = Gateway::start(&cfg, &store);
+    gw.cli(
+        ADMIN,
+        &["tenants", "create", "acme", "--balance", "1000000"],
+    )
+    .ok();
+    let run = gw.cli(
+        ADMIN,
+        &["keys", "create", "--label", "a", "--tenant", "acme"],
+    );
+    let key = secret_of(&run, "key", "sk-pcx-");
+    gw.until_chat(&key, 200);
+    for _ in 0..3 {
+        assert_eq!(gw.chat(&key), 200);
+    }
+    until_ledger(&gw, "acme", 4);
+    let live = gw.cli(ADMIN, &["books", "check"]).ok();
+    assert_eq!(live["exact"], true, "{live}");
+    let acme = live["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == "acme")
+        .unwrap()
+        .clone();
+    assert!(acme["settled"].as_i64().unwrap() > 0, "{acme}");
+    // Killed: the database and Redis tell the same books with no gateway.
+    let _ = gw.child.kill();
+    let _ = gw.child.wait();
+    let direct = portcullis(
+        &["books", "check", "--config", path, "--store", &redis.url()],
+        &[],
+    )
+    .ok();
+    assert_eq!(
+        direct["tenants"], live["tenants"],
+        "the same books read directly"
+    );
+    // A balance moved outside the books: not exact, exit 1, both ways.
+    gw = Gateway::start(&cfg, &store);
+    let (status, _) = http(
+        gw.addr,
+        "PUT",
+        "/admin/tenants/acme/balance",
+        ADMIN,
+        r#"{"balance": 7}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let run = gw.cli(ADMIN, &["books", "check", "--json"]);
+    assert_eq!(run.code(), Some(1), "{} {}", run.out, run.err);
+    assert!(run.err.contains("not exact"), "{}", run.err);
+    let v: Value = serde_json::from_str(&run.out).unwrap();
+    let acme = v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == "acme")
+        .unwrap()
+        .clone();
+    assert_eq!(acme["exact"], false);
+    assert_ne!(acme["difference"], 0, "{acme}");
+    drop(gw);
+    let run = portcullis(
+        &["books", "check", "--config", path, "--store", &redis.url()],
+        &[],
+    );
+    assert_eq!(run.code(), Some(1), "{} {}", run.out, run.err);
+    let run = portcullis(
+        &["books", "check", "--config", path, "--store", "memory"],
+        &[],
+    );
+    assert_eq!(run.code(), Some(1));
+    assert!(run.err.contains("in memory"), "{}", run.err);
+}

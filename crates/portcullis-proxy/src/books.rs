@@ -6,7 +6,11 @@
 //! lost a tenant's record) forgets nothing that was spent.
 
 use crate::config::Config;
-use portcullis_records::{Records, RecordsError};
+use crate::keys::body::rfc3339;
+use portcullis::core::BillingStore;
+use portcullis_records::{Outcome, Records, RecordsError, UsageQuery};
+use serde::Serialize;
+use serde_json::{Value, json};
 
 /// One tenant's books, from the database.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,6 +74,127 @@ pub async fn ledgered(records: &Records, config: &Config) -> Result<Vec<Ledgered
     Ok(books)
 }
 
+/// One tenant's books held against its store.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TenantBooks {
+    /// The tenant.
+    pub tenant: String,
+    /// Its opening balance (the configuration's, or given when it was created).
+    pub start: i64,
+    /// Its top-ups (`POST /admin/tenants/{name}/top-up`).
+    pub top_ups: i64,
+    /// The store's balance less what it holds for pending attempts.
+    pub balance: i64,
+    /// What the ledger says was charged to the balance.
+    pub settled: i64,
+    /// What the ledger says is pending.
+    pub pending: i64,
+    /// What the store holds for pending attempts (equal to `pending` when exact).
+    pub store_pending: i64,
+    /// start + top_ups − (balance + settled + pending).
+    pub difference: i64,
+    /// `difference` is 0 and the ledger's pending is the store's.
+    pub exact: bool,
+    /// The ledger's pending attempts (at most 100), when the books are not exact.
+    pub attempts: Vec<Value>,
+}
+
+impl TenantBooks {
+    /// `l` held against the store's `balance` and its pending holds.
+    pub fn of(l: Ledgered, balance: i64, store_pending: i64) -> Self {
+        let balance = balance - store_pending;
+        let difference = l.start + l.top_ups - (balance + l.settled + l.pending);
+        Self {
+            exact: difference == 0 && l.pending == store_pending,
+            difference,
+            balance,
+            store_pending,
+            tenant: l.tenant,
+            start: l.start,
+            top_ups: l.top_ups,
+            settled: l.settled,
+            pending: l.pending,
+            attempts: Vec::new(),
+        }
+    }
+}
+
+/// The books check: every tenant's, and whether all are exact.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BooksReport {
+    /// Every tenant's books are exact.
+    pub exact: bool,
+    /// Each tenant's.
+    pub tenants: Vec<TenantBooks>,
+}
+
+/// Why the books could not be checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckError {
+    /// The records database did not answer.
+    Records(RecordsError),
+    /// The store did not answer a balance.
+    Store(String),
+}
+
+impl std::fmt::Display for CheckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Records(e) => write!(f, "the records database: {e}"),
+            Self::Store(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Checks every tenant's books (the database's) against `store`: opening balance +
+/// top-ups = balance + settled + pending, and the ledger's pending = the store's. The
+/// ledger as written so far: a check while requests run may see records on their way.
+pub async fn check<St: BillingStore>(
+    records: &Records,
+    config: &Config,
+    store: &St,
+) -> Result<BooksReport, CheckError> {
+    let nobody = portcullis::core::SubjectKey::new("");
+    let mut report = BooksReport {
+        exact: true,
+        tenants: Vec::new(),
+    };
+    for l in ledgered(records, config)
+        .await
+        .map_err(CheckError::Records)?
+    {
+        let account = store
+            .account(Some(&l.tenant), &nobody, &[])
+            .await
+            .map_err(|e| {
+                CheckError::Store(format!(
+                    "the store did not answer tenant {:?}'s balance: {e}",
+                    l.tenant
+                ))
+            })?;
+        let mut b = TenantBooks::of(l, account.balance.unwrap_or(0), account.tenant_pending);
+        if !b.exact {
+            report.exact = false;
+            let q = UsageQuery {
+                tenant: Some(b.tenant.clone()),
+                outcome: Some(Outcome::Pending),
+                ..UsageQuery::default()
+            };
+            let page = records
+                .usage(&q, None, 100)
+                .await
+                .map_err(CheckError::Records)?;
+            b.attempts = page
+                .rows
+                .iter()
+                .map(|r| json!({"attempt": r.attempt, "key": r.key, "amount": r.amount, "at": rfc3339(r.at)}))
+                .collect();
+        }
+        report.tenants.push(b);
+    }
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +209,25 @@ mod tests {
             pending: 155,
         };
         assert_eq!(b.balance(), 795);
+    }
+
+    #[test]
+    fn b6_books_are_exact_only_when_the_difference_is_zero_and_the_holds_agree() {
+        let l = Ledgered {
+            tenant: "acme".into(),
+            start: 1_000,
+            top_ups: 250,
+            settled: 300,
+            pending: 155,
+        };
+        // The store: 950 with 155 held, as the ledger says.
+        let b = TenantBooks::of(l.clone(), 950, 155);
+        assert_eq!((b.balance, b.difference, b.exact), (795, 0, true));
+        // One unit more in the store than the books explain.
+        let b = TenantBooks::of(l.clone(), 951, 155);
+        assert_eq!((b.difference, b.exact), (-1, false));
+        // The same total, but the store holds what the ledger says is settled.
+        let b = TenantBooks::of(l, 950 + 5, 160);
+        assert_eq!((b.difference, b.exact), (0, false));
     }
 }

@@ -239,6 +239,26 @@ async fn open_redis(url: &str, sc: &StoreSettings) -> Result<OpenedRedis, OpenEr
 }
 
 impl OpenedStore {
+    /// The books check ([`crate::books::check`]) of `config`'s records database against
+    /// this store — from outside a gateway, so a Redis store only: an in-memory store
+    /// lives in its gateway's process (check that one through `GET /admin/books`).
+    pub async fn check_books(
+        &self,
+        records: &portcullis_records::Records,
+        config: &Config,
+    ) -> Result<crate::books::BooksReport, String> {
+        match self {
+            Self::Memory(_) => Err("the store is in memory: its balances live in the gateway's \
+                 process, so check a running gateway (portcullis books check --gateway URL, \
+                 or GET /admin/books)"
+                .into()),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => crate::books::check(records, config, &r.store)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+
     /// What it is, for a log line: `in-memory store` or `Redis store`.
     pub fn describe(&self) -> &'static str {
         match self {

@@ -210,94 +210,22 @@ pub(super) async fn usage<St>(
     }
 }
 
-/// One tenant's books.
-#[derive(Debug, Default, serde::Serialize)]
-struct TenantBooks {
-    tenant: String,
-    /// Its opening balance (the configuration's, or given when it was created).
-    start: i64,
-    /// Its top-ups (`POST /admin/tenants/{name}/top-up`).
-    top_ups: i64,
-    /// The store's balance less what it holds for pending attempts.
-    balance: i64,
-    /// What the ledger says was charged to the balance.
-    settled: i64,
-    /// What the ledger says is pending.
-    pending: i64,
-    /// What the store holds for pending attempts (equal to `pending` when exact).
-    store_pending: i64,
-    /// start + top_ups − (balance + settled + pending).
-    difference: i64,
-    /// `difference` is 0 and the ledger's pending is the store's.
-    exact: bool,
-    /// The pending attempts of the ledger, when the books are not exact.
-    attempts: Vec<Value>,
-}
-
-/// `GET /admin/books`: every tenant's books, exact or with their differences (the
-/// ledger as written so far: a check while requests run may see records on their way).
+/// `GET /admin/books`: every tenant's books, exact or with their differences
+/// ([`crate::books::check`]).
 pub(super) async fn books<St: BillingStore>(
     State(s): State<Arc<Keys<St>>>,
     req: Request,
 ) -> Answer {
     s.caller(&req, false)?;
-    let records = s.directory.records();
     let running = s.stack.load();
-    let ledgered = crate::books::ledgered(records, &running.config)
-        .await
-        .map_err(records_error)?;
-    let nobody = portcullis::core::SubjectKey::new("");
-    let mut all_exact = true;
-    let mut tenants = Vec::new();
-    for l in ledgered {
-        let account = running
-            .live
-            .store
-            .account(Some(&l.tenant), &nobody, &[])
-            .await
-            .map_err(|e| {
-                refused(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "The store did not answer tenant {:?}'s balance: {e}",
-                        l.tenant
-                    ),
-                )
-            })?;
-        let mut b = TenantBooks {
-            tenant: l.tenant.clone(),
-            start: l.start,
-            top_ups: l.top_ups,
-            balance: account.balance.unwrap_or(0) - account.tenant_pending,
-            settled: l.settled,
-            pending: l.pending,
-            store_pending: account.tenant_pending,
-            difference: 0,
-            exact: false,
-            attempts: Vec::new(),
-        };
-        b.difference = b.start + b.top_ups - (b.balance + b.settled + b.pending);
-        b.exact = b.difference == 0 && b.pending == b.store_pending;
-        if !b.exact {
-            all_exact = false;
-            let q = UsageQuery {
-                tenant: Some(l.tenant),
-                outcome: Some(Outcome::Pending),
-                ..UsageQuery::default()
-            };
-            let page = records.usage(&q, None, 100).await.map_err(records_error)?;
-            b.attempts = page
-                .rows
-                .iter()
-                .map(|r| json!({"attempt": r.attempt, "key": r.key, "amount": r.amount, "at": rfc3339(r.at)}))
-                .collect();
-        }
-        tenants.push(b);
+    match crate::books::check(s.directory.records(), &running.config, &running.live.store).await {
+        Ok(report) => Ok(answer(
+            StatusCode::OK,
+            serde_json::to_value(&report).unwrap_or_default(),
+        )),
+        Err(crate::books::CheckError::Records(e)) => Err(records_error(e)),
+        Err(crate::books::CheckError::Store(m)) => Err(refused(StatusCode::SERVICE_UNAVAILABLE, m)),
     }
-    Ok(answer(
-        StatusCode::OK,
-        json!({"exact": all_exact, "tenants": tenants}),
-    ))
 }
 
 #[cfg(test)]
