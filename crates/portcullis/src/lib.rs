@@ -11,6 +11,27 @@
 //! | [`CapacityQueueLayer`] | `capacity` | per-channel in-flight capacity, bounded tenant-fair queue (Q1–Q5) |
 //! | [`ErrorMappingLayer`] | `errors` | every rejection in the client's dialect (E1–E4) |
 //!
+//! # How a layer is built
+//!
+//! Every layer with state is built one way, as tower's own are configured:
+//!
+//! - `XLayer { config, state: Arc<…> }`. `new` takes what the layer cannot work
+//!   without (a store, a registry), makes the **state** — failure counters, counters,
+//!   queues, lease renewals, the settlement retry queue, health — and sets a default
+//!   **config**. The builder methods change the config only, and only of the layer
+//!   they are called on (it is owned, so a clone configured apart keeps the clone's
+//!   own; services built before keep theirs).
+//! - The state is made once: every clone of the layer and every service it builds —
+//!   every route of an axum router, which calls `layer()` once per route — shares it,
+//!   so stats, queues and renewals are the layer's, not the route's. The one builder
+//!   that makes it afresh is [`FailoverLayer::config`], whose health book, pins and
+//!   retry budget are built from its settings.
+//! - `layer()` clones the config and the state's `Arc` into the service, which reads
+//!   both through one `Arc`; a service is as cheap to clone as its inner service.
+//! - A layer's decision on a store answer is plain code apart from the I/O, shared by
+//!   the synchronous path in `call` (the in-memory store answers at once: no state
+//!   machine, no boxing) and the response future, which awaits what is pending.
+//!
 //! # What the layers read from a request
 //!
 //! Every request extension the layers read or write — who puts it there, who reads it,

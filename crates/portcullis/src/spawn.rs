@@ -89,15 +89,14 @@ pub(crate) trait Renew: Send + Sync + 'static {
     fn renew(&self, id: &Self::Id) -> impl Future<Output = StoreResult<bool>> + Send + 'static;
 }
 
-/// The leases a layer holds for running requests, renewed every `every` by one
-/// background task per layer — independent of whether anyone polls the responses (a
+/// The leases a layer holds for running requests, renewed every renewal period by one
+/// background task per layer (made once with the layer's state) — independent of whether anyone polls the responses (a
 /// slow reader must not lose a lease it still uses), and with no task or timer per
 /// request: a request registers its lease the first time it is seen waiting (one
 /// uncontended lock) and leaves on drop.
 #[cfg(any(feature = "slots", feature = "capacity"))]
 pub(crate) struct Renewals<R, I> {
     renew: R,
-    every: std::time::Duration,
     /// By registration number: numbers only grow, so a registration lands at the
     /// ordered map's right edge, with no key hashing (the map is touched twice per
     /// request).
@@ -108,27 +107,32 @@ pub(crate) struct Renewals<R, I> {
 
 #[cfg(any(feature = "slots", feature = "capacity"))]
 impl<R: Renew<Id = I>, I: Clone + Send + Sync + 'static> Renewals<R, I> {
-    pub(crate) fn new(renew: R, every: std::time::Duration) -> std::sync::Arc<Self> {
+    pub(crate) fn new(renew: R) -> std::sync::Arc<Self> {
         std::sync::Arc::new(Self {
             renew,
-            every,
             live: Default::default(),
             next: Default::default(),
             started: Default::default(),
         })
     }
 
-    /// Keeps `id` renewed until the registration drops. Without a tokio runtime (or
-    /// with renewal off) nothing is renewed: the lease lives its TTL and heals.
-    pub(crate) fn register(self: &std::sync::Arc<Self>, id: I) -> Option<Registration<R, I>> {
+    /// Keeps `id` renewed until the registration drops. The first registration starts
+    /// the sweep, every `every` (the layer's renewal period). Without a tokio runtime
+    /// (or with renewal off, `every` zero) nothing is renewed: the lease lives its TTL
+    /// and heals.
+    pub(crate) fn register(
+        self: &std::sync::Arc<Self>,
+        id: I,
+        every: std::time::Duration,
+    ) -> Option<Registration<R, I>> {
         use std::sync::atomic::Ordering;
-        if self.every.is_zero() {
+        if every.is_zero() {
             return None;
         }
         if !self.started.swap(true, Ordering::AcqRel) {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(sweep(std::sync::Arc::downgrade(self), self.every));
+                    rt.spawn(sweep(std::sync::Arc::downgrade(self), every));
                 }
                 Err(_) => {
                     self.started.store(false, Ordering::Release);

@@ -61,14 +61,18 @@ pub(crate) fn decide<St: BillingStore, C>(
             settlement.refund("refund of an attempt whose reservation answer was lost");
         }
     }
-    shared.failures.answered(LayerKind::BillingGate, &answer);
+    shared
+        .state
+        .failures
+        .answered(LayerKind::BillingGate, &answer);
     match answer {
         Ok(BillingDecision::Admitted) => Ok(true),
         Ok(BillingDecision::Refused(r)) => Err(refusal(&r, settlement)),
-        Err(e) => match shared
-            .failures
-            .on_error(shared.failure_mode, LayerKind::BillingGate, &e)
-        {
+        Err(e) => match shared.state.failures.on_error(
+            shared.config.failure_mode,
+            LayerKind::BillingGate,
+            &e,
+        ) {
             None => Ok(false),
             Some(r) => Err(r),
         },

@@ -3,47 +3,71 @@ use super::{BillingGate, SettlementStats, UsageSink};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS;
 use portcullis_core::{BillingStore, Millis, SystemClock};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 
-/// What every service built by one layer shares.
-pub(crate) struct Shared<St, C> {
+/// What the builder methods set.
+#[derive(Clone)]
+pub(crate) struct Config<St, C> {
     pub(crate) store: St,
     pub(crate) sink: Arc<dyn UsageSink>,
     pub(crate) clock: C,
     pub(crate) failure_mode: FailureMode,
-    pub(crate) failures: Arc<FailureCounters>,
-    pub(crate) settler: Arc<Settler<St>>,
     pub(crate) lifetime_ms: Millis,
+}
+
+/// What every clone of one layer and every service it builds shares, made once by
+/// [`BillingGateLayer::new`].
+pub(crate) struct State<St> {
+    pub(crate) failures: FailureCounters,
+    /// One settlement retry queue for every route (B7).
+    pub(crate) settler: Arc<Settler<St>>,
+}
+
+/// What a service reads: the layer's config and state.
+pub(crate) struct Shared<St, C> {
+    pub(crate) config: Config<St, C>,
+    pub(crate) state: Arc<State<St>>,
 }
 
 /// Applies [`BillingGate`]: eligibility, budget reservation and per-attempt
 /// settlement (B1–B7). Fails closed by default (B5).
-#[derive(Clone)]
+///
+/// Built as every layer of this crate is (see the [crate docs](crate#how-a-layer-is-built)):
+/// the builder methods set its config; its state (failure counters, the settlement
+/// retry queue) is made once by [`new`](Self::new) and shared by every clone and
+/// every service it builds.
 pub struct BillingGateLayer<St, C = SystemClock> {
-    store: St,
-    sink: Arc<dyn UsageSink>,
-    clock: C,
-    failure_mode: FailureMode,
-    failures: Arc<FailureCounters>,
-    /// One settlement retry queue for every service this layer builds.
-    settler: Arc<OnceLock<Arc<Settler<St>>>>,
-    lifetime_ms: Millis,
+    config: Config<St, C>,
+    state: Arc<State<St>>,
 }
 
-impl<St> BillingGateLayer<St> {
+impl<St: Clone, C: Clone> Clone for BillingGateLayer<St, C> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<St: BillingStore> BillingGateLayer<St> {
     /// A billing layer on `store`, discarding usage records (set a sink with
     /// [`BillingGateLayer::sink`]).
     pub fn new(store: St) -> Self {
         Self {
-            store,
-            sink: Arc::new(()),
-            clock: SystemClock::new(),
-            failure_mode: FailureMode::Closed,
-            failures: Arc::default(),
-            settler: Arc::default(),
-            lifetime_ms: DEFAULT_ATTEMPT_LIFETIME_MS,
+            state: Arc::new(State {
+                failures: FailureCounters::default(),
+                settler: Settler::new(store.clone()),
+            }),
+            config: Config {
+                store,
+                sink: Arc::new(()),
+                clock: SystemClock::new(),
+                failure_mode: FailureMode::Closed,
+                lifetime_ms: DEFAULT_ATTEMPT_LIFETIME_MS,
+            },
         }
     }
 }
@@ -52,12 +76,12 @@ impl<St, C> BillingGateLayer<St, C> {
     /// Where usage records go (B6): a [`UsageSink`], or a closure taking each
     /// [`UsageRecord`](super::UsageRecord).
     pub fn sink(mut self, sink: impl UsageSink) -> Self {
-        self.sink = Arc::new(sink);
+        self.config.sink = Arc::new(sink);
         self
     }
     /// Failure mode; closed by default and for good reason (B5).
     pub fn failure_mode(mut self, m: FailureMode) -> Self {
-        self.failure_mode = m;
+        self.config.failure_mode = m;
         self
     }
     /// The longest a request may live (default one hour): an attempt still open after
@@ -65,28 +89,30 @@ impl<St, C> BillingGateLayer<St, C> {
     /// reconciliation, releasing its budget reservations (B7). Set it above the longest
     /// stream the gateway serves.
     pub fn max_request_lifetime(mut self, d: Duration) -> Self {
-        self.lifetime_ms = portcullis_core::clock::millis(d).max(1);
+        self.config.lifetime_ms = portcullis_core::clock::millis(d).max(1);
         self
     }
     /// The clock stamped on usage records and used for subscription expiry.
     pub fn clock<C2>(self, clock: C2) -> BillingGateLayer<St, C2> {
+        let c = self.config;
         BillingGateLayer {
-            store: self.store,
-            sink: self.sink,
-            clock,
-            failure_mode: self.failure_mode,
-            failures: self.failures,
-            settler: self.settler,
-            lifetime_ms: self.lifetime_ms,
+            config: Config {
+                store: c.store,
+                sink: c.sink,
+                clock,
+                failure_mode: c.failure_mode,
+                lifetime_ms: c.lifetime_ms,
+            },
+            state: self.state,
         }
     }
     /// Store failures so far.
     pub fn failure_stats(&self) -> FailureStats {
-        self.failures.snapshot()
+        self.state.failures.snapshot()
     }
     /// Settlement retries so far (B7).
     pub fn settlement_stats(&self) -> SettlementStats {
-        self.settler.get().map(|s| s.stats()).unwrap_or_default()
+        self.state.settler.stats()
     }
 }
 
@@ -97,16 +123,8 @@ impl<S, St: BillingStore, C: Clone> Layer<S> for BillingGateLayer<St, C> {
         BillingGate {
             inner,
             shared: Arc::new(Shared {
-                store: self.store.clone(),
-                sink: self.sink.clone(),
-                clock: self.clock.clone(),
-                failure_mode: self.failure_mode,
-                failures: self.failures.clone(),
-                settler: self
-                    .settler
-                    .get_or_init(|| Settler::new(self.store.clone()))
-                    .clone(),
-                lifetime_ms: self.lifetime_ms,
+                config: self.config.clone(),
+                state: self.state.clone(),
             }),
         }
     }

@@ -56,7 +56,7 @@ where
             return ResponseFuture::called(self.inner.call(req), None);
         }
         let (billing, settlement) = open_attempt(shared, &mut req, subject);
-        let mut answer = shared.store.check_and_reserve(&billing);
+        let mut answer = shared.config.store.check_and_reserve(&billing);
         match poll_now(&mut answer) {
             Some(a) => match decide(shared, &settlement, a) {
                 Ok(true) => {
@@ -90,7 +90,7 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
     req: &mut Request<B>,
     subject: Subject,
 ) -> (BillingRequest, Settlement<St>) {
-    let now = shared.clock.now();
+    let now = shared.config.clock.now();
     // W8: a request the active subscription admitted is not charged to the
     // balance; one that fell through to pay-as-you-go is.
     let fell_through = req.extensions().get::<AdmittedUnder>() == Some(&AdmittedUnder(Scope::Key));
@@ -119,7 +119,7 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
         budgets: profile.budgets,
         money: demand.money,
         bill_balance: !covered,
-        lifetime_ms: shared.lifetime_ms,
+        lifetime_ms: shared.config.lifetime_ms,
         tenant_expected: profile.tenant_expected,
     };
     let template = UsageRecord {
@@ -145,10 +145,10 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
         reconciliation: None,
     };
     let settlement = Settlement {
-        settler: shared.settler.clone(),
+        settler: shared.state.settler.clone(),
         attempt: billing.attempt_ref(),
         money: billing.money.max(0),
-        sink: shared.sink.clone(),
+        sink: shared.config.sink.clone(),
         recorder,
         template,
     };

@@ -68,7 +68,10 @@ pub(crate) fn probe<St: CapacityStore>(
                 continue;
             }
         }
-        let mut answer = shared.store.try_acquire(&c.name, c.capacity, shared.ttl);
+        let mut answer = shared
+            .config
+            .store
+            .try_acquire(&c.name, c.capacity, shared.ttl());
         match poll_now(&mut answer) {
             Some(a) => {
                 if let Some(p) = on_answer(shared, &ch, index, a) {
@@ -88,7 +91,10 @@ pub(crate) fn on_answer<St: CapacityStore>(
     index: usize,
     answer: StoreResult<Option<LeaseId>>,
 ) -> Option<Probe<St>> {
-    shared.failures.answered(LayerKind::CapacityQueue, &answer);
+    shared
+        .state
+        .failures
+        .answered(LayerKind::CapacityQueue, &answer);
     match answer {
         Ok(Some(lease)) => Some(Probe::Admit {
             index,
@@ -96,10 +102,11 @@ pub(crate) fn on_answer<St: CapacityStore>(
         }),
         Ok(None) => None,
         Err(e) => Some(
-            match shared
-                .failures
-                .on_error(shared.config.failure_mode, LayerKind::CapacityQueue, &e)
-            {
+            match shared.state.failures.on_error(
+                shared.config.settings.failure_mode,
+                LayerKind::CapacityQueue,
+                &e,
+            ) {
                 None => Probe::Admit { index, guard: None },
                 Some(r) => Probe::Refuse(r),
             },

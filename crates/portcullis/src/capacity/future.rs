@@ -42,7 +42,7 @@ impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
     ) -> Box<Self> {
         let started = shared.now();
         let (tenant, weight) = tenant_of(&req);
-        let (budget, on_expiry) = wait_budget(req.headers(), &shared.config);
+        let (budget, on_expiry) = wait_budget(req.headers(), &shared.config.settings);
         Box::new(Self {
             req: Some(req),
             svc,
@@ -164,7 +164,7 @@ where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
 {
-    let counters = &p.shared.counters;
+    let counters = &p.shared.state.counters;
     Counters::bump(&counters.admitted);
     if let Some(_ms) = queued_ms {
         Counters::bump(&counters.admitted_after_wait);
@@ -188,11 +188,11 @@ where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
 {
-    let c = &p.shared.counters;
+    let c = &p.shared.state.counters;
     let rejection = match p.on_expiry {
         Expiry::Busy => {
             Counters::bump(&c.rejected_busy);
-            busy(p.shared.config.retry_after)
+            busy(p.shared.config.settings.retry_after)
         }
         Expiry::Deadline => {
             Counters::bump(&c.rejected_deadline);
@@ -220,9 +220,9 @@ where
     let (tx, rx) = oneshot::channel();
     match ch.push(&p.tenant, p.weight, tx) {
         Err(_) => {
-            Counters::bump(&p.shared.counters.rejected_queue_full);
+            Counters::bump(&p.shared.state.counters.rejected_queue_full);
             State::Rejected {
-                rejection: Some(busy(p.shared.config.retry_after)),
+                rejection: Some(busy(p.shared.config.settings.retry_after)),
             }
         }
         Ok(ticket) => {
@@ -243,7 +243,7 @@ where
 
 /// When a waiter next polls its queue: 10 ms, doubling up to `poll_interval`.
 fn next_poll<S, ReqB, St: CapacityStore>(p: &mut Pending<S, ReqB, St>) -> Option<Instant> {
-    let max = p.shared.config.poll_interval;
+    let max = p.shared.config.settings.poll_interval;
     if max.is_zero() {
         return None;
     }

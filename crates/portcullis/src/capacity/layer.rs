@@ -1,6 +1,6 @@
-use super::queue::{Shared, layer_clock};
+use super::queue::{Config, Shared, State, layer_clock};
 use super::{CapacityConfig, CapacityQueue, CapacityStats};
-use crate::failure::{FailureCounters, FailureMode, FailureStats};
+use crate::failure::{FailureMode, FailureStats};
 use crate::time::TokioClock;
 use portcullis_core::{CapacityStore, Clock, QueueLimits};
 use std::sync::Arc;
@@ -10,38 +10,41 @@ use tower_layer::Layer;
 /// Applies [`CapacityQueue`] to a service: per-channel in-flight capacity and a
 /// bounded, tenant-fair queue (Q1–Q5).
 ///
-/// The queues live in the layer, created once when it is built: every clone of the
-/// layer and every service it builds — every route of an axum router, which calls
-/// `layer()` once per route — shares them. Configure it before use: each setter starts
-/// from fresh queues.
+/// Built as every layer of this crate is (see the [crate docs](crate#how-a-layer-is-built)):
+/// the builder methods set its config; its state — the queues, the lease renewals and
+/// the counters — is made once by [`new`](Self::new), and every clone of the layer and
+/// every service it builds (every route of an axum router, which calls `layer()` once
+/// per route) shares it.
 pub struct CapacityQueueLayer<St: CapacityStore> {
-    shared: Arc<Shared<St>>,
+    config: Config<St>,
+    state: Arc<State<St>>,
 }
 
-handle_clone!(impl<St: CapacityStore> Clone for CapacityQueueLayer<St> { shared });
+impl<St: CapacityStore> Clone for CapacityQueueLayer<St> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
 
 impl<St: CapacityStore> CapacityQueueLayer<St> {
     /// A capacity layer on `store` with the default [`CapacityConfig`].
     pub fn new(store: St) -> Self {
         Self {
-            shared: Arc::new(Shared::new(
+            state: Arc::new(State::new(&store)),
+            config: Config {
                 store,
-                CapacityConfig::default(),
-                Arc::default(),
-                layer_clock(TokioClock::default()),
-            )),
+                clock: layer_clock(TokioClock::default()),
+                settings: CapacityConfig::default(),
+            },
         }
     }
 
-    fn with(self, f: impl FnOnce(&mut CapacityConfig)) -> Self {
-        let mut config = self.shared.config;
-        f(&mut config);
-        let store = self.shared.store.clone();
-        let failures: Arc<FailureCounters> = self.shared.failures.clone();
-        let clock = self.shared.clock.clone();
-        Self {
-            shared: Arc::new(Shared::new(store, config, failures, clock)),
-        }
+    fn with(mut self, f: impl FnOnce(&mut CapacityConfig)) -> Self {
+        f(&mut self.config.settings);
+        self
     }
 
     /// Uses another clock for the queue's time rules: how long a request waited, when
@@ -49,13 +52,9 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
     /// time behind Q2's choice of queue). Default: [`TokioClock`], which follows
     /// `tokio::time::pause` / `advance`. The queue's timers still wake on tokio's time;
     /// what they find is decided by this clock.
-    pub fn clock<C: Clock>(self, clock: C) -> Self {
-        let config = self.shared.config;
-        let store = self.shared.store.clone();
-        let failures = self.shared.failures.clone();
-        Self {
-            shared: Arc::new(Shared::new(store, config, failures, layer_clock(clock))),
-        }
+    pub fn clock<C: Clock>(mut self, clock: C) -> Self {
+        self.config.clock = layer_clock(clock);
+        self
     }
 
     /// Longest wait in the queue (Q3); default 10 s; zero = refuse at once.
@@ -101,23 +100,23 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
 
     /// The settings.
     pub fn settings(&self) -> &CapacityConfig {
-        &self.shared.config
+        &self.config.settings
     }
     /// The store.
     pub fn store(&self) -> &St {
-        &self.shared.store
+        &self.config.store
     }
     /// Requests waiting in channel `name`'s queue now.
     pub fn queued(&self, name: &str) -> usize {
-        self.shared.queued(name)
+        self.state.queued(name)
     }
     /// Counters of admissions, rejections and cancellations.
     pub fn stats(&self) -> CapacityStats {
-        self.shared.stats()
+        self.state.stats()
     }
     /// Store failures so far.
     pub fn failure_stats(&self) -> FailureStats {
-        self.shared.failures.snapshot()
+        self.state.failures.snapshot()
     }
 }
 
@@ -127,7 +126,10 @@ impl<S, St: CapacityStore> Layer<S> for CapacityQueueLayer<St> {
     fn layer(&self, inner: S) -> Self::Service {
         CapacityQueue {
             inner,
-            shared: self.shared.clone(),
+            shared: Arc::new(Shared {
+                config: self.config.clone(),
+                state: self.state.clone(),
+            }),
         }
     }
 }

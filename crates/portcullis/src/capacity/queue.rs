@@ -27,94 +27,50 @@ pub(crate) fn layer_clock<C: Clock>(clock: C) -> LayerClock {
     Arc::new(move || clock.now())
 }
 
-/// What every service built by one layer shares: created once, with the layer.
-pub(crate) struct Shared<St: CapacityStore> {
+/// What the builder methods set.
+#[derive(Clone)]
+pub(crate) struct Config<St> {
     pub(crate) store: St,
-    pub(crate) config: CapacityConfig,
-    pub(crate) ttl: Millis,
-    pub(crate) failures: Arc<FailureCounters>,
-    pub(crate) counters: Counters,
     /// "Now" for every time-dependent rule: waits, deadlines, service times.
     pub(crate) clock: LayerClock,
+    pub(crate) settings: CapacityConfig,
+}
+
+/// What every clone of one layer and every service it builds shares — every route of
+/// an axum router: made once, by [`CapacityQueueLayer::new`](super::CapacityQueueLayer::new).
+pub(crate) struct State<St: CapacityStore> {
+    pub(crate) failures: FailureCounters,
+    pub(crate) counters: Counters,
     // Channels come from the operator's catalog: a bounded set, never evicted.
     channels: RwLock<HashMap<Arc<str>, Arc<Channel<St>>>>,
     renewals: Arc<Renewals<CapacityRenew<St>, ChannelLease>>,
 }
 
+/// What a service reads: the layer's config and state.
+pub(crate) struct Shared<St: CapacityStore> {
+    pub(crate) config: Config<St>,
+    pub(crate) state: Arc<State<St>>,
+}
+
 /// Renews channel capacity leases (D5).
 pub(crate) struct CapacityRenew<St> {
     store: St,
-    ttl: Millis,
 }
 
-/// Names a channel lease for renewal.
-pub(crate) type ChannelLease = (Arc<str>, LeaseId);
+/// Names a channel lease for renewal, with the TTL it is renewed to.
+pub(crate) type ChannelLease = (Arc<str>, LeaseId, Millis);
 
 impl<St: CapacityStore> Renew for CapacityRenew<St> {
     type Id = ChannelLease;
     fn renew(
         &self,
-        (name, lease): &Self::Id,
+        (name, lease, ttl): &Self::Id,
     ) -> impl std::future::Future<Output = StoreResult<bool>> + Send + 'static {
-        self.store.renew(name, *lease, self.ttl)
+        self.store.renew(name, *lease, *ttl)
     }
 }
 
-impl<St: CapacityStore> Shared<St> {
-    pub(crate) fn new(
-        store: St,
-        config: CapacityConfig,
-        failures: Arc<FailureCounters>,
-        clock: LayerClock,
-    ) -> Self {
-        let ttl = portcullis_core::clock::millis(config.lease_ttl);
-        Self {
-            renewals: Renewals::new(
-                CapacityRenew {
-                    store: store.clone(),
-                    ttl,
-                },
-                config.renew_every,
-            ),
-            store,
-            ttl,
-            config,
-            failures,
-            counters: Counters::default(),
-            clock,
-            channels: RwLock::default(),
-        }
-    }
-
-    /// The layer's clock now.
-    pub(crate) fn now(&self) -> Millis {
-        (self.clock)()
-    }
-
-    /// The state of channel `c`, created at its first use; follows `c`'s capacity.
-    pub(crate) fn channel(&self, c: &ChannelRef) -> Arc<Channel<St>> {
-        let found = self
-            .channels
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&c.name)
-            .cloned();
-        let ch = match found {
-            Some(ch) => ch,
-            None => self
-                .channels
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(c.name.clone())
-                .or_insert_with(|| Arc::new(Channel::new(c, self.config)))
-                .clone(),
-        };
-        if ch.capacity() != c.capacity {
-            ch.capacity.store(c.capacity, Ordering::Relaxed);
-        }
-        ch
-    }
-
+impl<St: CapacityStore> State<St> {
     /// Waiters of channel `name` now.
     pub(crate) fn queued(&self, name: &str) -> usize {
         self.channels
@@ -141,6 +97,56 @@ impl<St: CapacityStore> Shared<St> {
                 .map(|c| c.queued())
                 .sum(),
         }
+    }
+
+    /// The state of a layer on `store`: no channel, no lease, every counter at zero.
+    pub(crate) fn new(store: &St) -> Self {
+        Self {
+            failures: FailureCounters::default(),
+            counters: Counters::default(),
+            channels: RwLock::default(),
+            renewals: Renewals::new(CapacityRenew {
+                store: store.clone(),
+            }),
+        }
+    }
+}
+
+impl<St: CapacityStore> Shared<St> {
+    /// The lease TTL, in the store's milliseconds.
+    pub(crate) fn ttl(&self) -> Millis {
+        portcullis_core::clock::millis(self.config.settings.lease_ttl)
+    }
+
+    /// The layer's clock now.
+    pub(crate) fn now(&self) -> Millis {
+        (self.config.clock)()
+    }
+
+    /// The state of channel `c`, created at its first use; follows `c`'s capacity.
+    pub(crate) fn channel(&self, c: &ChannelRef) -> Arc<Channel<St>> {
+        let found = self
+            .state
+            .channels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&c.name)
+            .cloned();
+        let ch = match found {
+            Some(ch) => ch,
+            None => self
+                .state
+                .channels
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(c.name.clone())
+                .or_insert_with(|| Arc::new(Channel::new(c, self.config.settings)))
+                .clone(),
+        };
+        if ch.capacity() != c.capacity {
+            ch.capacity.store(c.capacity, Ordering::Relaxed);
+        }
+        ch
     }
 }
 
@@ -297,7 +303,7 @@ impl<St: CapacityStore> QueueTicket<St> {
 impl<St: CapacityStore> Drop for QueueTicket<St> {
     fn drop(&mut self) {
         if self.armed && self.channel.remove(&self.ticket) {
-            Counters::bump(&self.shared.counters.cancelled);
+            Counters::bump(&self.shared.state.counters.cancelled);
         }
     }
 }
@@ -354,10 +360,10 @@ impl<St: CapacityStore> Hold for CapacityGuard<St> {
     }
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {
         if self.registration.is_none() {
-            self.registration = self
-                .shared
-                .renewals
-                .register((self.channel.name.clone(), self.lease));
+            self.registration = self.shared.state.renewals.register(
+                (self.channel.name.clone(), self.lease, self.shared.ttl()),
+                self.shared.config.settings.renew_every,
+            );
         }
     }
 }
@@ -368,7 +374,7 @@ impl<St: CapacityStore> Drop for CapacityGuard<St> {
             self.channel
                 .record_service(self.shared.now().saturating_sub(t));
         }
-        let grace = self.shared.config.abort_grace;
+        let grace = self.shared.config.settings.abort_grace;
         let abandoned = self.started.is_some() && !self.finished && !grace.is_zero();
         if abandoned {
             // The request was abandoned while the provider may still be working on
@@ -393,7 +399,7 @@ fn release<St: CapacityStore>(
     lease: LeaseId,
 ) {
     detach(
-        shared.store.release(&channel.name, lease),
+        shared.config.store.release(&channel.name, lease),
         "capacity release",
     );
     dispatch(shared, channel);
@@ -415,8 +421,9 @@ pub(crate) fn dispatch<St: CapacityStore>(shared: &Arc<Shared<St>>, ch: &Arc<Cha
             return;
         }
         let mut answer = shared
+            .config
             .store
-            .try_acquire(&ch.name, ch.capacity(), shared.ttl);
+            .try_acquire(&ch.name, ch.capacity(), shared.ttl());
         match poll_now(&mut answer) {
             Some(a) => {
                 if !grant(shared, ch, a) {

@@ -49,7 +49,7 @@ where
             .remove::<crate::extensions::Prefetched>();
         match probe(&self.shared, &candidates.0, 0, prefetched.as_ref()) {
             Probe::Admit { index, guard } => {
-                Counters::bump(&self.shared.counters.admitted);
+                Counters::bump(&self.shared.state.counters.admitted);
                 let chosen = candidates.0[index].clone();
                 req.extensions_mut().insert(Chosen(chosen.clone()));
                 ResponseFuture::called(self.inner.call(req), guard, None, Some(chosen))

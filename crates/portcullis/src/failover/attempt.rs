@@ -120,8 +120,8 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_millis)
-            .or(shared.config.default_deadline)
-            .map(|d| (shared.clock.now(), d));
+            .or(shared.config.settings.default_deadline)
+            .map(|d| (shared.config.clock.now(), d));
         let attempts = Attempts::new(candidates, model, conversation, fallback.is_some());
         Box::new(Self {
             shared,
@@ -142,7 +142,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
     fn timeline(&self) -> Timeline {
         match self.deadline {
             Some((start, deadline)) => Timeline {
-                now: Duration::from_millis(self.shared.clock.now().saturating_sub(start)),
+                now: Duration::from_millis(self.shared.config.clock.now().saturating_sub(start)),
                 deadline: Some(deadline),
             },
             None => Timeline::default(),
@@ -164,11 +164,11 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             let shared = &*self.shared;
             let decision = self.attempts.decide(
                 shared.channels(),
-                &shared.limits,
+                &shared.config.limits,
                 &|| shared.state.budget.withdraw(),
                 self.timeline(),
                 seed,
-                shared.clock.now(),
+                shared.config.clock.now(),
             );
             match decision {
                 RetryDecision::Send { wait, mut order } => {
@@ -238,7 +238,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             attempt.extensions_mut().insert(c.recorder.clone());
         }
         attempt.extensions_mut().insert(candidates);
-        self.sent_at = Some(self.shared.clock.now());
+        self.sent_at = Some(self.shared.config.clock.now());
         // Signed numbers: the OpenTelemetry bridge exports unsigned ones as text. An
         // exporter may name the span and give its kind (`otel.name`, e.g.
         // `chat {model}`, and `otel.kind`: the client side of the provider call); left
@@ -269,7 +269,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         }
         let latency_ms = self
             .sent_at
-            .map_or(0, |t| self.shared.clock.now().saturating_sub(t));
+            .map_or(0, |t| self.shared.config.clock.now().saturating_sub(t));
         if !span.is_disabled() {
             if let Some(ch) = served.as_deref() {
                 span.record("channel", ch);
@@ -299,7 +299,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             landed.served,
             verdict,
             landed.latency_ms,
-            shared.clock.now(),
+            shared.config.clock.now(),
         );
         if disabled {
             tracing::warn!(
@@ -326,7 +326,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             r.code(),
             r.layer(),
             r.retry_after(),
-            &self.shared.limits,
+            &self.shared.config.limits,
             self.timeline(),
         );
         match refused {
@@ -370,7 +370,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             shared.channels(),
             landed.served.as_ref(),
             landed.latency_ms,
-            shared.clock.now(),
+            shared.config.clock.now(),
         );
         self.finish(res)
     }
@@ -388,7 +388,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         B: Body,
         B::Data: From<Bytes>,
     {
-        let config = &self.shared.config;
+        let config = &self.shared.config.settings;
         let status = res.status().as_u16();
         let (rparts, rbody) = res.into_parts();
         let (head, rest) =
@@ -396,8 +396,10 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         // X3: an answer translated into the client's dialect is read as the provider
         // wrote it (F5).
         let f = match rparts.extensions.get::<ProviderError>() {
-            Some(p) => (self.shared.error_reader)(p.dialect, p.status, &rparts.headers, &p.body),
-            None => (self.shared.error_reader)(self.dialect, status, &rparts.headers, &head),
+            Some(p) => {
+                (self.shared.config.error_reader)(p.dialect, p.status, &rparts.headers, &p.body)
+            }
+            None => (self.shared.config.error_reader)(self.dialect, status, &rparts.headers, &head),
         };
         let read_in = rparts
             .extensions
@@ -455,7 +457,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         shared.state.counters.failed.fetch_add(1, Ordering::Relaxed);
         let (rejection, _after_attempts) = self
             .attempts
-            .final_failure(shared.channels(), shared.clock.now());
+            .final_failure(shared.channels(), shared.config.clock.now());
         #[cfg(feature = "metrics")]
         if _after_attempts {
             metrics::counter!("portcullis_failover_final_total", "code" => rejection.code().code().to_string())

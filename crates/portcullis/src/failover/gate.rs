@@ -86,7 +86,7 @@ where
             let next = match body.as_mut().poll_frame(cx) {
                 Poll::Ready(next) => next,
                 Poll::Pending => {
-                    let timeout = shared.config.first_chunk_timeout;
+                    let timeout = shared.config.settings.first_chunk_timeout;
                     let timer = self
                         .timer
                         .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
@@ -106,7 +106,7 @@ where
             if !data.has_remaining() {
                 continue;
             }
-            let kind = match &shared.chunks {
+            let kind = match &shared.config.chunks {
                 Some(classify) => classify(self.dialect, data.chunk()),
                 None => ChunkKind::Content,
             };

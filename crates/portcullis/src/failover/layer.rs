@@ -117,18 +117,21 @@ impl State {
     }
 }
 
-/// What every request of one layer shares: the settings, and the [`State`] behind its
-/// own `Arc`. Copied only when a builder method changes a layer whose settings are
-/// already shared (see [`FailoverLayer`]).
+/// What the builder methods set.
 #[derive(Clone)]
-pub(crate) struct Shared<C> {
+pub(crate) struct Config<C> {
     pub(crate) registry: Arc<UpstreamRegistry>,
     pub(crate) clock: C,
-    pub(crate) config: FailoverConfig,
+    pub(crate) settings: FailoverConfig,
     pub(crate) limits: RetryLimits,
     pub(crate) chunks: Option<ChunkClassifier>,
     /// Reads an error answer for the classifier (F5); [`error_facts`] by default.
     pub(crate) error_reader: ErrorReader,
+}
+
+/// What a service reads: the layer's config and state.
+pub(crate) struct Shared<C> {
+    pub(crate) config: Config<C>,
     pub(crate) state: Arc<State>,
 }
 
@@ -138,7 +141,7 @@ impl<C> Shared<C> {
         Channels {
             health: &self.state.health,
             sticky: &self.state.sticky,
-            registry: &self.registry,
+            registry: &self.config.registry,
         }
     }
 }
@@ -155,18 +158,27 @@ fn retry_limits(config: &FailoverConfig) -> RetryLimits {
 
 /// Applies [`Failover`] to a service. See the [module docs](super).
 ///
-/// Built with [`new`](Self::new) and the builder methods. Every clone of the layer and
-/// every service it builds shares one set of settings and one [`health`](Self::health)
-/// book, sticky map, retry budget and [`stats`](Self::stats). A builder method is copy
-/// on write: called on a layer that was cloned or has built services, it changes that
-/// layer alone, and services built before keep what they had. [`config`](Self::config)
-/// also starts the health book, pins, budget and counters afresh (they are built from
-/// it); the other builder methods keep them shared.
+/// Built as every layer of this crate is (see the [crate docs](crate#how-a-layer-is-built)):
+/// [`new`](Self::new) and the builder methods set its config; its state — the
+/// [`health`](Self::health) book, sticky map, retry budget and [`stats`](Self::stats) —
+/// is made by `new` and shared by every clone and every service it builds. A builder
+/// method changes the layer it is called on alone: services built before keep what
+/// they had. [`config`](Self::config) also makes the health book, pins, budget and
+/// counters afresh (they are built from its settings); the other builder methods keep
+/// them shared.
 pub struct FailoverLayer<C = TokioClock> {
-    shared: Arc<Shared<C>>,
+    config: Config<C>,
+    state: Arc<State>,
 }
 
-handle_clone!(impl<C> Clone for FailoverLayer<C> { shared });
+impl<C: Clone> Clone for FailoverLayer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
 
 impl FailoverLayer<TokioClock> {
     /// Failover over the channels of `registry` (shared with the upstream limit layer,
@@ -174,49 +186,43 @@ impl FailoverLayer<TokioClock> {
     /// every data frame taken for content and the vendors' error bodies read by
     /// [`error_facts`].
     pub fn new(registry: Arc<UpstreamRegistry>) -> Self {
-        let config = FailoverConfig::default();
+        let settings = FailoverConfig::default();
         Self {
-            shared: Arc::new(Shared {
+            state: State::new(&settings),
+            config: Config {
                 registry,
                 clock: TokioClock::default(),
-                limits: retry_limits(&config),
-                state: State::new(&config),
-                config,
+                limits: retry_limits(&settings),
+                settings,
                 chunks: None,
                 error_reader: error_facts,
-            }),
+            },
         }
     }
 }
 
 impl<C: Clock> FailoverLayer<C> {
-    /// This layer's own settings, copied first if they are shared (copy on write).
-    fn settings(&mut self) -> &mut Shared<C> {
-        Arc::make_mut(&mut self.shared)
-    }
-
     /// Uses another clock for health, cooldowns, pins and deadlines.
     pub fn clock<C2: Clock>(self, clock: C2) -> FailoverLayer<C2> {
-        let s = Arc::unwrap_or_clone(self.shared);
+        let c = self.config;
         FailoverLayer {
-            shared: Arc::new(Shared {
-                registry: s.registry,
+            config: Config {
+                registry: c.registry,
                 clock,
-                config: s.config,
-                limits: s.limits,
-                chunks: s.chunks,
-                error_reader: s.error_reader,
-                state: s.state,
-            }),
+                settings: c.settings,
+                limits: c.limits,
+                chunks: c.chunks,
+                error_reader: c.error_reader,
+            },
+            state: self.state,
         }
     }
     /// The settings (attempts, timeouts, backoff, retry budget, health, pins). The
     /// health book, pins, retry budget and counters are built afresh from them.
     pub fn config(mut self, config: FailoverConfig) -> Self {
-        let s = self.settings();
-        s.limits = retry_limits(&config);
-        s.state = State::new(&config);
-        s.config = config;
+        self.config.limits = retry_limits(&config);
+        self.state = State::new(&config);
+        self.config.settings = config;
         self
     }
     /// Tells what the first frames of a successful answer are (F4); by default every
@@ -226,33 +232,33 @@ impl<C: Clock> FailoverLayer<C> {
         mut self,
         classify: impl Fn(Dialect, &[u8]) -> ChunkKind + Send + Sync + 'static,
     ) -> Self {
-        self.settings().chunks = Some(Arc::new(classify));
+        self.config.chunks = Some(Arc::new(classify));
         self
     }
     /// Reads error answers with `reader` instead of [`error_facts`] (which knows the
     /// OpenAI, Anthropic and Gemini error bodies): for a provider of another vendor.
     pub fn error_reader(mut self, reader: ErrorReader) -> Self {
-        self.settings().error_reader = reader;
+        self.config.error_reader = reader;
         self
     }
     /// Per-channel health (F8).
     pub fn health(&self) -> &HealthBook {
-        &self.shared.state.health
+        &self.state.health
     }
     /// The registry (cooldowns, disabled credentials).
     pub fn registry(&self) -> &Arc<UpstreamRegistry> {
-        &self.shared.registry
+        &self.config.registry
     }
     /// Puts a channel back into rotation: clears its health record and the cooldowns
     /// or disablement of its credential and its credential + model scopes (operator
     /// action).
     pub fn reenable(&self, channel: &str) {
-        self.shared.state.health.reset(channel);
-        self.shared.registry.clear_credential(channel);
+        self.state.health.reset(channel);
+        self.config.registry.clear_credential(channel);
     }
     /// Counters so far.
     pub fn stats(&self) -> FailoverStats {
-        let c = &self.shared.state.counters;
+        let c = &self.state.counters;
         FailoverStats {
             requests: c.requests.load(Ordering::Relaxed),
             attempts: c.attempts.load(Ordering::Relaxed),
@@ -263,12 +269,15 @@ impl<C: Clock> FailoverLayer<C> {
     }
 }
 
-impl<S, C> Layer<S> for FailoverLayer<C> {
+impl<S, C: Clone> Layer<S> for FailoverLayer<C> {
     type Service = Failover<S, C>;
     fn layer(&self, inner: S) -> Self::Service {
         Failover {
             inner,
-            shared: self.shared.clone(),
+            shared: Arc::new(Shared {
+                config: self.config.clone(),
+                state: self.state.clone(),
+            }),
         }
     }
 }

@@ -43,12 +43,7 @@ impl<St: SlotStore, X, C> Joint<St, X, C> {
     }
 
     fn guard(&self, key: SubjectKey, lease: portcullis_core::LeaseId) -> SlotGuard<St> {
-        SlotGuard::new(
-            self.shared.store.clone(),
-            key,
-            lease,
-            self.shared.renewals.clone(),
-        )
+        SlotGuard::new(&self.shared, key, lease)
     }
 }
 /// A request whose slot is not decided yet.
@@ -217,7 +212,7 @@ where
                     let d = deferred.take().expect("polled after completion");
                     let ttl = portcullis_core::clock::millis(d.shared.config.lease_ttl);
                     State::Acquiring {
-                        acquire: d.shared.store.acquire(&d.key, d.limit, ttl),
+                        acquire: d.shared.config.store.acquire(&d.key, d.limit, ttl),
                         deferred: Some(d),
                     }
                 }

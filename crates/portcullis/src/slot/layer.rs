@@ -1,4 +1,4 @@
-use super::{ConcurrencySlot, SlotConfig, SlotLease, SlotRenew};
+use super::{ConcurrencySlot, DEFAULT_LEASE_TTL, SlotLease, SlotRenew};
 use crate::extract::FromExtensions;
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use crate::joint::{JoinFn, SlotSide};
@@ -9,45 +9,82 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 
-/// What every service built by one layer shares.
-pub(crate) struct Shared<St, X, C> {
+/// What the builder methods set.
+#[derive(Clone)]
+pub(crate) struct Config<St, X, C> {
     pub(crate) store: St,
     pub(crate) extractor: X,
     pub(crate) clock: C,
-    pub(crate) config: SlotConfig,
+    /// Lease TTL (C4).
+    pub(crate) lease_ttl: Duration,
+    /// Renewal period of a held lease; default TTL/3 (C4).
+    pub(crate) renew_every: Duration,
+    /// Longest wait for a free slot; zero = refuse at once (C2).
+    pub(crate) max_wait: Duration,
+    /// Failure mode when the store cannot answer (D4).
+    pub(crate) failure_mode: FailureMode,
+    /// Set by [`ConcurrencySlotLayer::join_windows`]: the joint decision on the store.
+    join: Option<Arc<JoinFn>>,
+}
+
+/// What every clone of one layer and every service it builds shares, made once by
+/// [`ConcurrencySlotLayer::new`].
+pub(crate) struct State<St> {
     pub(crate) failures: Arc<FailureCounters>,
+    /// One renewal task for the leases of every route.
     pub(crate) renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
-    /// Set by [`ConcurrencySlotLayer::join_windows`]: what a window layer below needs
-    /// to decide the slot with its windows.
+}
+
+/// What a service reads: the layer's config and state.
+pub(crate) struct Shared<St, X, C> {
+    pub(crate) config: Config<St, X, C>,
+    pub(crate) state: Arc<State<St>>,
+    /// Set with `join_windows`: what a window layer below needs to decide the slot
+    /// with its windows.
     pub(crate) side: Option<Arc<SlotSide>>,
 }
 
 /// Applies [`ConcurrencySlot`] to a service: per-subject in-flight slots (C1–C5).
 ///
-/// The limit state lives in the store, which every clone of the layer and every
-/// service it builds — every route of an axum router — shares: one limiter, however
-/// many times `layer()` runs (axum calls it once per route).
-#[derive(Clone)]
+/// Built as every layer of this crate is (see the [crate docs](crate#how-a-layer-is-built)):
+/// the builder methods set its config; its state (failure counters, the lease renewals)
+/// is made once by [`new`](Self::new) and shared by every clone and every service it
+/// builds — every route of an axum router. The slots themselves live in the store.
 pub struct ConcurrencySlotLayer<St, X = FromExtensions, C = SystemClock> {
-    store: St,
-    extractor: X,
-    clock: C,
-    config: SlotConfig,
-    failures: Arc<FailureCounters>,
-    join: Option<Arc<JoinFn>>,
+    config: Config<St, X, C>,
+    state: Arc<State<St>>,
 }
 
-impl<St> ConcurrencySlotLayer<St> {
+impl<St: Clone, X: Clone, C: Clone> Clone for ConcurrencySlotLayer<St, X, C> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<St: SlotStore> ConcurrencySlotLayer<St> {
     /// A slot layer on `store`, reading the [`Subject`](portcullis_core::Subject) from the
     /// request extensions, with the default settings (no wait, 60 s leases renewed every 20 s, failing open).
     pub fn new(store: St) -> Self {
         Self {
-            store,
-            extractor: FromExtensions,
-            clock: SystemClock::new(),
-            config: SlotConfig::default(),
-            failures: Arc::default(),
-            join: None,
+            state: Arc::new(State {
+                failures: Arc::default(),
+                renewals: Renewals::new(SlotRenew {
+                    store: store.clone(),
+                }),
+            }),
+            config: Config {
+                store,
+                extractor: FromExtensions,
+                clock: SystemClock::new(),
+                lease_ttl: DEFAULT_LEASE_TTL,
+                renew_every: DEFAULT_LEASE_TTL / 3,
+                max_wait: Duration::ZERO,
+                failure_mode: FailureMode::Open,
+                join: None,
+            },
         }
     }
 }
@@ -68,8 +105,8 @@ impl<St: portcullis_core::JointStore, X, C> ConcurrencySlotLayer<St, X, C> {
     /// itself would see a request this layer then refuses: do not join above such a
     /// service.
     pub fn join_windows(mut self) -> Self {
-        let store = self.store.clone();
-        self.join = Some(Arc::new(move |ask: &portcullis_core::SlotAsk, window| {
+        let store = self.config.store.clone();
+        self.config.join = Some(Arc::new(move |ask: &portcullis_core::SlotAsk, window| {
             Box::pin(store.acquire_and_admit(ask, window))
         }));
         self
@@ -100,34 +137,46 @@ impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
     }
     /// Uses another subject extractor (L6).
     pub fn extractor<X2>(self, extractor: X2) -> ConcurrencySlotLayer<St, X2, C> {
+        let c = self.config;
         ConcurrencySlotLayer {
-            store: self.store,
-            extractor,
-            clock: self.clock,
-            config: self.config,
-            failures: self.failures,
-            join: self.join,
+            config: Config {
+                store: c.store,
+                extractor,
+                clock: c.clock,
+                lease_ttl: c.lease_ttl,
+                renew_every: c.renew_every,
+                max_wait: c.max_wait,
+                failure_mode: c.failure_mode,
+                join: c.join,
+            },
+            state: self.state,
         }
     }
     /// Uses another clock for subscription expiry (the store keeps its own time).
     pub fn clock<C2>(self, clock: C2) -> ConcurrencySlotLayer<St, X, C2> {
+        let c = self.config;
         ConcurrencySlotLayer {
-            store: self.store,
-            extractor: self.extractor,
-            clock,
-            config: self.config,
-            failures: self.failures,
-            join: self.join,
+            config: Config {
+                store: c.store,
+                extractor: c.extractor,
+                clock,
+                lease_ttl: c.lease_ttl,
+                renew_every: c.renew_every,
+                max_wait: c.max_wait,
+                failure_mode: c.failure_mode,
+                join: c.join,
+            },
+            state: self.state,
         }
     }
 
     /// Store failures so far.
     pub fn failure_stats(&self) -> FailureStats {
-        self.failures.snapshot()
+        self.state.failures.snapshot()
     }
     /// The store.
     pub fn store(&self) -> &St {
-        &self.store
+        &self.config.store
     }
 }
 
@@ -135,11 +184,11 @@ impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St,
     type Service = ConcurrencySlot<S, St, X, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let side = self.join.as_ref().map(|join| {
+        let side = self.config.join.as_ref().map(|join| {
             let (failures, mode, store) = (
-                self.failures.clone(),
+                self.state.failures.clone(),
                 self.config.failure_mode,
-                self.store.clone(),
+                self.config.store.clone(),
             );
             let answered = failures.clone();
             Arc::new(SlotSide {
@@ -159,18 +208,8 @@ impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St,
         ConcurrencySlot {
             inner,
             shared: Arc::new(Shared {
-                store: self.store.clone(),
-                extractor: self.extractor.clone(),
-                clock: self.clock.clone(),
-                config: self.config,
-                failures: self.failures.clone(),
-                renewals: Renewals::new(
-                    SlotRenew {
-                        store: self.store.clone(),
-                        ttl: portcullis_core::clock::millis(self.config.lease_ttl),
-                    },
-                    self.config.renew_every,
-                ),
+                config: self.config.clone(),
+                state: self.state.clone(),
                 side,
             }),
         }

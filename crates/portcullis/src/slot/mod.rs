@@ -47,46 +47,21 @@ use std::time::Duration;
 /// renewal, stays a valid setting).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
-/// Slot settings, set by the layer's builder methods.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SlotConfig {
-    /// Lease TTL (C4).
-    pub(crate) lease_ttl: Duration,
-    /// Renewal period of a held lease; default TTL/3 (C4).
-    pub(crate) renew_every: Duration,
-    /// Longest wait for a free slot; zero = refuse at once (C2).
-    pub(crate) max_wait: Duration,
-    /// Failure mode when the store cannot answer (D4).
-    pub(crate) failure_mode: crate::FailureMode,
-}
-
-impl Default for SlotConfig {
-    fn default() -> Self {
-        Self {
-            lease_ttl: DEFAULT_LEASE_TTL,
-            renew_every: DEFAULT_LEASE_TTL / 3,
-            max_wait: Duration::ZERO,
-            failure_mode: crate::FailureMode::Open,
-        }
-    }
-}
-
 /// Renews slot leases (C4).
 pub(crate) struct SlotRenew<St> {
     pub(crate) store: St,
-    pub(crate) ttl: Millis,
 }
 
-/// Names a slot lease for renewal.
-pub(crate) type SlotLease = (SubjectKey, LeaseId);
+/// Names a slot lease for renewal, with the TTL it is renewed to.
+pub(crate) type SlotLease = (SubjectKey, LeaseId, Millis);
 
 impl<St: SlotStore> Renew for SlotRenew<St> {
     type Id = SlotLease;
     fn renew(
         &self,
-        (key, lease): &Self::Id,
+        (key, lease, ttl): &Self::Id,
     ) -> impl Future<Output = portcullis_core::StoreResult<bool>> + Send + 'static {
-        self.store.renew(key, *lease, self.ttl)
+        self.store.renew(key, *lease, *ttl)
     }
 }
 
@@ -96,22 +71,26 @@ pub struct SlotGuard<St: SlotStore> {
     key: SubjectKey,
     lease: LeaseId,
     renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
+    /// The TTL a renewal extends the lease to, and how often.
+    ttl: Millis,
+    every: Duration,
     registration: Option<Registration<SlotRenew<St>, SlotLease>>,
     _in_flight: crate::gauge::InFlight,
 }
 
 impl<St: SlotStore> SlotGuard<St> {
-    pub(crate) fn new(
-        store: St,
+    pub(crate) fn new<X, C>(
+        shared: &layer::Shared<St, X, C>,
         key: SubjectKey,
         lease: LeaseId,
-        renewals: Arc<Renewals<SlotRenew<St>, SlotLease>>,
     ) -> Self {
         Self {
-            store,
+            store: shared.config.store.clone(),
             key,
             lease,
-            renewals,
+            renewals: shared.state.renewals.clone(),
+            ttl: portcullis_core::clock::millis(shared.config.lease_ttl),
+            every: shared.config.renew_every,
             registration: None,
             _in_flight: crate::gauge::InFlight::enter(portcullis_core::LayerKind::ConcurrencySlot),
         }
@@ -126,7 +105,9 @@ impl<St: SlotStore> SlotGuard<St> {
 impl<St: SlotStore> Hold for SlotGuard<St> {
     fn keep_alive(&mut self, _cx: &mut Context<'_>) {
         if self.registration.is_none() {
-            self.registration = self.renewals.register((self.key.clone(), self.lease));
+            self.registration = self
+                .renewals
+                .register((self.key.clone(), self.lease, self.ttl), self.every);
         }
     }
 }
@@ -154,16 +135,15 @@ impl<St: SlotStore, X, C> layer::Shared<St, X, C> {
         key: SubjectKey,
         answer: portcullis_core::StoreResult<portcullis_core::SlotDecision>,
     ) -> Answer<St> {
-        self.failures.answered(LayerKind::ConcurrencySlot, &answer);
+        self.state
+            .failures
+            .answered(LayerKind::ConcurrencySlot, &answer);
         match answer {
-            Ok(portcullis_core::SlotDecision::Acquired(lease)) => Answer::Go(Some(SlotGuard::new(
-                self.store.clone(),
-                key,
-                lease,
-                self.renewals.clone(),
-            ))),
+            Ok(portcullis_core::SlotDecision::Acquired(lease)) => {
+                Answer::Go(Some(SlotGuard::new(self, key, lease)))
+            }
             Ok(portcullis_core::SlotDecision::Full { .. }) => Answer::Full,
-            Err(e) => match self.failures.on_error(
+            Err(e) => match self.state.failures.on_error(
                 self.config.failure_mode,
                 LayerKind::ConcurrencySlot,
                 &e,

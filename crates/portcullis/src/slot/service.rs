@@ -42,11 +42,11 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let shared = &self.shared;
-        let subject = match shared.extractor.extract(&req) {
+        let subject = match shared.config.extractor.extract(&req) {
             Ok(s) => s,
             Err(r) => return ResponseFuture::rejected(r),
         };
-        let limit = subject.concurrency_limit(shared.clock.now());
+        let limit = subject.concurrency_limit(shared.config.clock.now());
         if limit == 0 {
             return ResponseFuture::called(self.inner.call(req), None);
         }
@@ -69,7 +69,7 @@ where
                 return ResponseFuture::joined(fut, Joint::claimed(shared.clone(), claim));
             }
             // Nobody took it: acquire here, before the inner future is first polled.
-            let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
+            let mut acquire = shared.config.store.acquire(&subject.key, limit, ttl);
             return match poll_now(&mut acquire) {
                 Some(answer) => match shared.answer(subject.key, answer) {
                     Answer::Go(guard) => ResponseFuture::called(fut, guard),
@@ -81,7 +81,7 @@ where
                 }
             };
         }
-        let mut acquire = shared.store.acquire(&subject.key, limit, ttl);
+        let mut acquire = shared.config.store.acquire(&subject.key, limit, ttl);
         // The in-memory store answers at once: decide here, with no state machine and
         // no service clone. A pending answer (Redis) continues in the future.
         let answered = match poll_now(&mut acquire) {

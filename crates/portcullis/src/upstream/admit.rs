@@ -105,13 +105,13 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
         let model = self.model.as_deref();
         while let Some(c) = channels.get(self.at) {
             let i = self.at;
-            let Some(scopes) = shared.registry.scopes(&c.name, model) else {
+            let Some(scopes) = shared.config.registry.scopes(&c.name, model) else {
                 keep(&mut self.kept, c);
                 self.at += 1;
                 continue;
             };
-            let now = shared.clock.now();
-            let cooldowns = shared.registry.cooldowns();
+            let now = shared.config.clock.now();
+            let cooldowns = shared.config.registry.cooldowns();
             // An empty table (the usual case) is one atomic load, no key built.
             let cooling = if cooldowns.is_empty() {
                 None
@@ -157,10 +157,14 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
                     (item, w.measure)
                 })
                 .unzip();
-            let join = shared.capacity.as_ref().filter(|_| !c.is_unlimited());
+            let join = shared
+                .config
+                .capacity
+                .as_ref()
+                .filter(|_| !c.is_unlimited());
             let step = match join {
                 Some(j) => Step::Join((j.join)(&items, &c.name, c.capacity)),
-                None => Step::Ask(shared.store.admit_all(&items)),
+                None => Step::Ask(shared.config.store.admit_all(&items)),
             };
             self.asked = Some(Asked {
                 items,
@@ -186,6 +190,7 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
     fn reject(&self, r: Rejection) -> Step<St> {
         if r.layer() == LayerKind::UpstreamLimit {
             self.shared
+                .state
                 .counters
                 .refused
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -204,11 +209,14 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
             return self.next();
         };
         let shared = &*self.shared;
-        shared.failures.answered(LayerKind::UpstreamLimit, &answer);
+        shared
+            .state
+            .failures
+            .answered(LayerKind::UpstreamLimit, &answer);
         match answer {
             Ok((JointAdmission::Admitted(tickets), take)) => {
                 if asked.joined {
-                    self.prefetched = shared.capacity.as_ref().and_then(|j| {
+                    self.prefetched = shared.config.capacity.as_ref().and_then(|j| {
                         crate::extensions::Prefetched::of(c.name.clone(), take, j.release.clone())
                     });
                 }
@@ -240,8 +248,8 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
                 });
             }
             Err(e) => {
-                match shared.failures.on_error(
-                    shared.config.failure_mode,
+                match shared.state.failures.on_error(
+                    shared.config.settings.failure_mode,
                     LayerKind::UpstreamLimit,
                     &e,
                 ) {
@@ -264,7 +272,7 @@ impl<St: WindowStore, C: Clock> Walk<St, C> {
         recorder: UsageRecorder,
     ) -> (Option<UpstreamGuard<St>>, After<St, C>) {
         let guard = plan.reserved.map(|(channel, held, dialect)| UpstreamGuard {
-            store: self.shared.store.clone(),
+            store: self.shared.config.store.clone(),
             channel,
             held,
             dialect,

@@ -19,22 +19,33 @@ impl<St, C: Clock> Shared<St, C> {
     /// U3: the provider's answer on `channel` updates the cooldown table.
     pub(crate) fn calibrate<B>(&self, channel: &str, model: Option<&str>, res: &Response<B>) {
         let shared = self;
-        let signal = (shared.rate_reader)(res.status().as_u16(), res.headers(), SystemTime::now());
-        let Some(cool_ms) = signal.cooldown_ms(shared.config.default_cooldown.as_millis() as u64)
+        let signal =
+            (shared.config.rate_reader)(res.status().as_u16(), res.headers(), SystemTime::now());
+        let Some(cool_ms) =
+            signal.cooldown_ms(shared.config.settings.default_cooldown.as_millis() as u64)
         else {
             return;
         };
-        let Some(key) = shared.registry.signal_key(channel, model) else {
+        let Some(key) = shared.config.registry.signal_key(channel, model) else {
             return;
         };
-        let now = shared.clock.now();
+        let now = shared.config.clock.now();
         shared
+            .config
             .registry
             .cooldowns()
             .cool(&key, now.saturating_add(cool_ms), now);
-        shared.counters.cooldowns.fetch_add(1, Ordering::Relaxed);
+        shared
+            .state
+            .counters
+            .cooldowns
+            .fetch_add(1, Ordering::Relaxed);
         if signal.status == 429 {
-            shared.counters.deviations.fetch_add(1, Ordering::Relaxed);
+            shared
+                .state
+                .counters
+                .deviations
+                .fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
         metrics::counter!("portcullis_upstream_deviations_total", "channel" => channel.to_owned())
             .increment(1);

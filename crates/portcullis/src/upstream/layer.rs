@@ -56,21 +56,31 @@ pub(crate) struct Counters {
     pub(crate) refused: AtomicU64,
 }
 
-/// What every request of one layer shares. Copied only when a builder method changes a
-/// layer whose settings are already shared (see [`UpstreamLimitLayer`]); the counters
-/// are behind their own `Arc`s, so the copies still count together.
+/// What the builder methods set.
 #[derive(Clone)]
-pub(crate) struct Shared<St, C> {
+pub(crate) struct Config<St, C> {
     pub(crate) store: St,
     pub(crate) registry: Arc<UpstreamRegistry>,
     pub(crate) clock: C,
-    pub(crate) config: UpstreamConfig,
-    pub(crate) failures: Arc<FailureCounters>,
-    pub(crate) counters: Arc<Counters>,
+    pub(crate) settings: UpstreamConfig,
     /// Set by [`UpstreamLimitLayer::join_capacity`].
     pub(crate) capacity: Option<CapacityJoin>,
     /// Reads a provider answer's rate headers (U3); [`RateSignal::read`] by default.
     pub(crate) rate_reader: RateReader,
+}
+
+/// What every clone of one layer and every service it builds shares, made once by
+/// [`UpstreamLimitLayer::new`].
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) failures: FailureCounters,
+    pub(crate) counters: Counters,
+}
+
+/// What a service reads: the layer's config and state.
+pub(crate) struct Shared<St, C> {
+    pub(crate) config: Config<St, C>,
+    pub(crate) state: Arc<State>,
 }
 
 /// The answer of a windows-and-capacity decision.
@@ -89,16 +99,25 @@ pub(crate) struct CapacityJoin {
 
 /// Applies [`UpstreamLimit`] to a service. See the [module docs](super).
 ///
-/// Built with [`new`](Self::new) and the builder methods. Every clone of the layer and
-/// every service it builds shares one set of settings and one set of counters. A
-/// builder method is copy on write: called on a layer that was cloned or has built
-/// services, it changes that layer alone, and services built before keep their
-/// settings; all of them still count into the same [`stats`](Self::stats).
+/// Built as every layer of this crate is (see the [crate docs](crate#how-a-layer-is-built)):
+/// [`new`](Self::new) and the builder methods set its config; its state (the counters
+/// behind [`stats`](Self::stats), failure counters) is made once by `new` and shared by
+/// every clone and every service it builds. A builder method changes the layer it is
+/// called on alone: services built before keep their config, and all of them still
+/// count into the same [`stats`](Self::stats).
 pub struct UpstreamLimitLayer<St, C = TokioClock> {
-    shared: Arc<Shared<St, C>>,
+    config: Config<St, C>,
+    state: Arc<State>,
 }
 
-handle_clone!(impl<St, C> Clone for UpstreamLimitLayer<St, C> { shared });
+impl<St: Clone, C: Clone> Clone for UpstreamLimitLayer<St, C> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
 
 impl<St: WindowStore> UpstreamLimitLayer<St, TokioClock> {
     /// Provider limits of the channels in `registry`, counted in `store`, with the
@@ -106,63 +125,56 @@ impl<St: WindowStore> UpstreamLimitLayer<St, TokioClock> {
     /// headers read by [`RateSignal::read`].
     pub fn new(store: St, registry: Arc<UpstreamRegistry>) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            config: Config {
                 store,
                 registry,
                 clock: TokioClock::default(),
-                config: UpstreamConfig::default(),
-                failures: Arc::default(),
-                counters: Arc::default(),
+                settings: UpstreamConfig::default(),
                 capacity: None,
                 rate_reader: RateSignal::read,
-            }),
+            },
+            state: Arc::default(),
         }
     }
 }
 
 impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
-    /// This layer's own settings, copied first if they are shared (copy on write).
-    fn settings(&mut self) -> &mut Shared<St, C> {
-        Arc::make_mut(&mut self.shared)
-    }
-
     /// Uses another clock for cooldowns (the store keeps its own time).
     pub fn clock<C2: Clock>(self, clock: C2) -> UpstreamLimitLayer<St, C2> {
-        let s = Arc::unwrap_or_clone(self.shared);
+        let c = self.config;
         UpstreamLimitLayer {
-            shared: Arc::new(Shared {
-                store: s.store,
-                registry: s.registry,
+            config: Config {
+                store: c.store,
+                registry: c.registry,
                 clock,
-                config: s.config,
-                failures: s.failures,
-                counters: s.counters,
-                capacity: s.capacity,
-                rate_reader: s.rate_reader,
-            }),
+                settings: c.settings,
+                capacity: c.capacity,
+                rate_reader: c.rate_reader,
+            },
+            state: self.state,
         }
     }
     /// Failure mode when the store cannot answer (D4); default open.
     pub fn failure_mode(mut self, m: FailureMode) -> Self {
-        self.settings().config.failure_mode = m;
+        self.config.settings.failure_mode = m;
         self
     }
     /// Cooldown after a provider 429 that names no Retry-After or reset (U3); default
     /// 1 s.
     pub fn default_cooldown(mut self, d: Duration) -> Self {
-        self.settings().config.default_cooldown = d;
+        self.config.settings.default_cooldown = d;
         self
     }
     /// Every setting of [`UpstreamConfig`] at once.
     pub fn config(mut self, config: UpstreamConfig) -> Self {
-        self.settings().config = config;
+        self.config.settings = config;
         self
     }
     /// Reads provider answers' rate signals with `reader` instead of
     /// [`RateSignal::read`] (which knows OpenAI's and Anthropic's rate-limit headers and
     /// `retry-after`): for a provider of another vendor.
     pub fn rate_reader(mut self, reader: RateReader) -> Self {
-        self.settings().rate_reader = reader;
+        self.config.rate_reader = reader;
         self
     }
     /// Takes, with the provider windows of the channel a request is counted on, a
@@ -175,10 +187,9 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
     where
         St: portcullis_core::ChannelStore,
     {
-        let s = self.settings();
         let ttl = portcullis_core::clock::millis(lease_ttl);
-        let (joiner, releaser) = (s.store.clone(), s.store.clone());
-        s.capacity = Some(CapacityJoin {
+        let (joiner, releaser) = (self.config.store.clone(), self.config.store.clone());
+        self.config.capacity = Some(CapacityJoin {
             join: Arc::new(move |items: &[JointItem], channel: &str, capacity: u32| {
                 Box::pin(joiner.admit_all_and_acquire(items, channel, capacity, ttl))
             }),
@@ -193,26 +204,29 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
     }
     /// The registry (channels, limits, cooldowns).
     pub fn registry(&self) -> &Arc<UpstreamRegistry> {
-        &self.shared.registry
+        &self.config.registry
     }
     /// Counters so far.
     pub fn stats(&self) -> UpstreamStats {
-        let c = &self.shared.counters;
+        let c = &self.state.counters;
         UpstreamStats {
             deviations: c.deviations.load(Ordering::Relaxed),
             cooldowns: c.cooldowns.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
-            failures: self.shared.failures.snapshot(),
+            failures: self.state.failures.snapshot(),
         }
     }
 }
 
-impl<S, St, C> Layer<S> for UpstreamLimitLayer<St, C> {
+impl<S, St: Clone, C: Clone> Layer<S> for UpstreamLimitLayer<St, C> {
     type Service = UpstreamLimit<S, St, C>;
     fn layer(&self, inner: S) -> Self::Service {
         UpstreamLimit {
             inner,
-            shared: self.shared.clone(),
+            shared: Arc::new(Shared {
+                config: self.config.clone(),
+                state: self.state.clone(),
+            }),
         }
     }
 }

@@ -70,7 +70,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
         recorder: UsageRecorder,
         claim: Option<SlotClaim>,
     ) -> Option<(Self, Step<St>)> {
-        let resolved = subject.resolve(shared.clock.now());
+        let resolved = subject.resolve(shared.config.clock.now());
         let (scope, policy) = resolved.primary?;
         let (scope, policy) = (scope, policy.clone());
         let fallback = match resolved.fallback {
@@ -106,7 +106,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
                 })),
                 true,
             ),
-            None => Step::Ask(self.shared.store.admit(
+            None => Step::Ask(self.shared.config.store.admit(
                 &self.subject.key,
                 self.scope,
                 &self.policy,
@@ -167,12 +167,13 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
     /// The step after a store answer.
     pub(crate) fn on_answer(&mut self, answer: StoreResult<Admission>) -> Step<St> {
         self.shared
+            .state
             .failures
             .answered(LayerKind::AnchoredWindow, &answer);
         let ex = match answer {
             Ok(Admission::Admitted(ticket)) => {
                 return Step::Admitted(WindowGuard {
-                    store: self.shared.store.clone(),
+                    store: self.shared.config.store.clone(),
                     key: self.subject.key.clone(),
                     scope: self.scope,
                     ticket,
@@ -183,7 +184,7 @@ impl<St: WindowStore, X, C: Clock> Admit<St, X, C> {
             }
             Ok(Admission::Exceeded(ex)) => ex,
             Err(e) => {
-                return match self.shared.failures.on_error(
+                return match self.shared.state.failures.on_error(
                     self.shared.config.failure_mode,
                     LayerKind::AnchoredWindow,
                     &e,

@@ -6,34 +6,51 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 
-/// Window settings, set by the layer's builder methods.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WindowConfig {
+/// What the builder methods set.
+#[derive(Clone)]
+pub(crate) struct Config<St, X, C> {
+    pub(crate) store: St,
+    pub(crate) extractor: X,
+    pub(crate) clock: C,
     /// Longest wait for room in the rolling 60 s window (W10); zero = refuse at once.
     pub(crate) max_wait: Duration,
     /// Failure mode when the store cannot answer (D4).
     pub(crate) failure_mode: FailureMode,
 }
 
-/// What every service built by one layer shares.
+/// What every clone of one layer and every service it builds shares, made once by
+/// [`AnchoredWindowLayer::new`].
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) failures: FailureCounters,
+}
+
+/// What a service reads: the layer's config and state.
 pub(crate) struct Shared<St, X, C> {
-    pub(crate) store: St,
-    pub(crate) extractor: X,
-    pub(crate) clock: C,
-    pub(crate) config: WindowConfig,
-    pub(crate) failures: Arc<FailureCounters>,
+    pub(crate) config: Config<St, X, C>,
+    pub(crate) state: Arc<State>,
 }
 
 /// Applies [`AnchoredWindow`] to a service: anchored-window quotas, amount cap and the
-/// rolling window (W1–W10). The state lives in the store: one limiter for every route
-/// the layer is applied to.
-#[derive(Clone)]
+/// rolling window (W1–W10).
+///
+/// Built as every layer of this crate is (see the [crate docs](crate#how-a-layer-is-built)):
+/// the builder methods set its config; its state (failure counters) is made once by
+/// [`new`](Self::new) and shared by every clone and every service it builds. The
+/// windows themselves live in the store: one limiter for every route the layer is
+/// applied to.
 pub struct AnchoredWindowLayer<St, X = FromExtensions, C = SystemClock> {
-    store: St,
-    extractor: X,
-    clock: C,
-    config: WindowConfig,
-    failures: Arc<FailureCounters>,
+    config: Config<St, X, C>,
+    state: Arc<State>,
+}
+
+impl<St: Clone, X: Clone, C: Clone> Clone for AnchoredWindowLayer<St, X, C> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            state: self.state.clone(),
+        }
+    }
 }
 
 impl<St> AnchoredWindowLayer<St> {
@@ -41,11 +58,14 @@ impl<St> AnchoredWindowLayer<St> {
     /// the request extensions.
     pub fn new(store: St) -> Self {
         Self {
-            store,
-            extractor: FromExtensions,
-            clock: SystemClock::new(),
-            config: WindowConfig::default(),
-            failures: Arc::default(),
+            config: Config {
+                store,
+                extractor: FromExtensions,
+                clock: SystemClock::new(),
+                max_wait: Duration::ZERO,
+                failure_mode: FailureMode::default(),
+            },
+            state: Arc::default(),
         }
     }
 }
@@ -63,31 +83,39 @@ impl<St, X, C> AnchoredWindowLayer<St, X, C> {
     }
     /// Uses another subject extractor (L6).
     pub fn extractor<X2>(self, extractor: X2) -> AnchoredWindowLayer<St, X2, C> {
+        let c = self.config;
         AnchoredWindowLayer {
-            store: self.store,
-            extractor,
-            clock: self.clock,
-            config: self.config,
-            failures: self.failures,
+            config: Config {
+                store: c.store,
+                extractor,
+                clock: c.clock,
+                max_wait: c.max_wait,
+                failure_mode: c.failure_mode,
+            },
+            state: self.state,
         }
     }
     /// Uses another clock for subscription expiry (the store keeps its own time).
     pub fn clock<C2>(self, clock: C2) -> AnchoredWindowLayer<St, X, C2> {
+        let c = self.config;
         AnchoredWindowLayer {
-            store: self.store,
-            extractor: self.extractor,
-            clock,
-            config: self.config,
-            failures: self.failures,
+            config: Config {
+                store: c.store,
+                extractor: c.extractor,
+                clock,
+                max_wait: c.max_wait,
+                failure_mode: c.failure_mode,
+            },
+            state: self.state,
         }
     }
     /// Store failures so far.
     pub fn failure_stats(&self) -> FailureStats {
-        self.failures.snapshot()
+        self.state.failures.snapshot()
     }
     /// The store.
     pub fn store(&self) -> &St {
-        &self.store
+        &self.config.store
     }
 }
 
@@ -98,11 +126,8 @@ impl<S, St: Clone, X: Clone, C: Clone> Layer<S> for AnchoredWindowLayer<St, X, C
         AnchoredWindow {
             inner,
             shared: Arc::new(Shared {
-                store: self.store.clone(),
-                extractor: self.extractor.clone(),
-                clock: self.clock.clone(),
-                config: self.config,
-                failures: self.failures.clone(),
+                config: self.config.clone(),
+                state: self.state.clone(),
             }),
         }
     }

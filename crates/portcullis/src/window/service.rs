@@ -40,7 +40,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let subject = match self.shared.extractor.extract(&req) {
+        let subject = match self.shared.config.extractor.extract(&req) {
             Ok(s) => s,
             Err(r) => return ResponseFuture::rejected(r),
         };
