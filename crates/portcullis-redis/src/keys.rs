@@ -140,14 +140,13 @@ impl Keys {
         let record = format!("{base}attempt:{attempt}");
         let mut keys = Vec::with_capacity(5 + budgets.len());
         keys.push(record.clone());
-        keys.push(if has_tenant {
-            format!("{base}tenant")
-        } else {
-            record
-        });
-        keys.push(format!("{base}key:{}", subject.as_str()));
-        keys.push(format!("{base}open"));
-        keys.push(format!("{base}pending"));
+        let [tenant, spend] = Self::payers(&base, subject, has_tenant, record);
+        keys.extend([
+            tenant,
+            spend,
+            format!("{base}open"),
+            format!("{base}pending"),
+        ]);
         keys.extend(budgets.map(|id| format!("{base}budget:{id}")));
         keys
     }
@@ -164,14 +163,20 @@ impl Keys {
         let base = self.books(books);
         let spend = format!("{base}key:{}", subject.as_str());
         let mut keys = Vec::with_capacity(2 + budgets.len());
-        keys.push(if has_tenant {
-            format!("{base}tenant")
-        } else {
-            spend.clone()
-        });
-        keys.push(spend);
+        keys.extend(Self::payers(&base, subject, has_tenant, spend));
         keys.extend(budgets.map(|id| format!("{base}budget:{id}")));
         keys
+    }
+
+    /// The tenant's balance (`instead` with no tenant: a key the script never reads
+    /// as a balance) and the key's spend, under the books' `base`.
+    fn payers(base: &str, subject: &SubjectKey, has_tenant: bool, instead: String) -> [String; 2] {
+        let tenant = if has_tenant {
+            format!("{base}tenant")
+        } else {
+            instead
+        };
+        [tenant, format!("{base}key:{}", subject.as_str())]
     }
 
     /// The registry of books that have had pending attempts: the one billing key

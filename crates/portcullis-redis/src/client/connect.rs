@@ -51,7 +51,7 @@ impl Client {
     }
 
     /// A store that connects on first use and reconnects by itself; no I/O here. Calls
-    /// fail with [`StoreError`] until Redis answers. Must be called inside a Tokio
+    /// fail with [`StoreError`](portcullis_core::StoreError) until Redis answers. Must be called inside a Tokio
     /// runtime.
     ///
     /// A comma-separated list of URLs is a Redis Cluster; one URL is a single node here

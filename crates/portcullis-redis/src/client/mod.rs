@@ -147,7 +147,7 @@ impl Client {
         id.to_string()
     }
 
-    /// The scripts' time argument (ARGV[1]).
+    /// The scripts' time argument (`ARGV[1]`).
     pub(crate) fn time(&self) -> String {
         self.inner.time.arg()
     }

@@ -88,7 +88,7 @@ fn code(d: Dimension) -> f64 {
     }
 }
 
-/// ARGV[2] of the admit and view scripts: amount TTL, demand, cap, rolling rpm, tiers.
+/// `ARGV[2]` of the admit and view scripts: amount TTL, demand, cap, rolling rpm, tiers.
 pub(crate) fn admit_args(amount_ttl: Millis, p: &Policy, d: &Demand) -> Doubles {
     let n = tiers(p).count();
     let mut b = Doubles::with_capacity(9 + 3 * n);
@@ -135,7 +135,7 @@ pub(crate) fn settle_block_args(
     b
 }
 
-/// ARGV[2] of the settle script: amount TTL, the ticket, the outcome.
+/// `ARGV[2]` of the settle script: amount TTL, the ticket, the outcome.
 pub(crate) fn settle_args(amount_ttl: Millis, t: &WindowTicket, outcome: Outcome) -> Doubles {
     let (refund, usage) = match outcome {
         Outcome::Completed(u) => (false, u),
@@ -161,7 +161,7 @@ pub(crate) fn settle_args(amount_ttl: Millis, t: &WindowTicket, outcome: Outcome
     b
 }
 
-/// ARGV[2] of the settle script undoing an admission whose answer never came (D9):
+/// `ARGV[2]` of the settle script undoing an admission whose answer never came (D9):
 /// what the call asked — `p`, `d` and the block `ask` — with the time and anchors left
 /// to the admission's record (see `window_settle.lua`).
 pub(crate) fn undo_args(
@@ -199,11 +199,12 @@ pub(crate) fn undo_args(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn policy() -> Policy {
+    /// A policy with every kind of limit.
+    pub(crate) fn policy() -> Policy {
         Policy::default()
             .with_requests(Tier::new(Duration::from_secs(60), 10))
             .with_tokens(Tier::new(Duration::from_secs(60), u64::MAX))

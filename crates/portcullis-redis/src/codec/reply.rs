@@ -168,16 +168,7 @@ pub(crate) fn view_reply(r: &[i64], p: &Policy) -> StoreResult<Vec<LimitView>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    fn policy() -> Policy {
-        Policy::default()
-            .with_requests(Tier::new(Duration::from_secs(60), 10))
-            .with_tokens(Tier::new(Duration::from_secs(60), u64::MAX))
-            .with_images(Tier::new(Duration::from_secs(10), 2))
-            .with_amount_cap(100)
-            .with_rolling_rpm(3)
-    }
+    use crate::codec::tests::policy;
 
     #[test]
     fn exceeded_limits_take_their_tier_from_the_policy() {

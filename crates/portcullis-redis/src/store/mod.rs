@@ -1,4 +1,13 @@
 //! [`RedisStore`]: the store traits of portcullis-core on Redis.
+//!
+//! The store is a thin front ([`traits`]) over one operations type per concern, each
+//! holding the [`Client`] (the connection, deadlines, breaker, scripts, batching and
+//! give-back retries, and the key schema — nothing of slots, windows or money):
+//! [`slots`] (slot and capacity leases), [`windows`], [`joint`] (the slot with its
+//! windows, a channel's windows with a capacity lease), [`billing`] and [`homes`].
+//! The quota blocks this instance borrowed are owned by the block book ([`book`]);
+//! the two joint decisions ask it first, and the leases, tickets and money it handed
+//! out are settled through it.
 
 mod billing;
 pub use billing::MAX_EXACT_MONEY;
@@ -18,7 +27,7 @@ use book::BlockBook;
 use homes::HomeOps;
 use joint::JointOps;
 use portcullis_core::blocks::BlockSizing;
-use portcullis_core::{AttemptRef, Books, Scope, StoreResult, SubjectKey};
+use portcullis_core::{Scope, StoreResult, SubjectKey};
 use slots::{CapacityOps, SlotOps};
 use std::fmt;
 use std::sync::Arc;
@@ -47,8 +56,9 @@ struct Inner {
 /// transparently after `NOSCRIPT`, reading the time from the server (`TIME`).
 /// Settlements and releases are queued and sent together as one batch script (see the
 /// `batch` module): at a slot release at once, otherwise at the store's next call or
-/// within a millisecond. Every call fails with a [`StoreError`] —
-/// [`Timeout`](StoreErrorKind::Timeout) or [`Unavailable`](StoreErrorKind::Unavailable)
+/// within a millisecond. Every call fails with a [`StoreError`](portcullis_core::StoreError) —
+/// [`Timeout`](portcullis_core::StoreErrorKind::Timeout) or
+/// [`Unavailable`](portcullis_core::StoreErrorKind::Unavailable)
 /// — once the server (on a Cluster, the node the call went to) has been silent for the
 /// deadline, instead of waiting on a dead or stalled server; the connection is
 /// re-established in the background.
@@ -139,7 +149,7 @@ struct Inner {
 /// **Numbers.** Money is stored as decimal integer strings (readable, `HINCRBY`-able)
 /// and computed on Lua numbers, which are doubles: exact up to 2^53 − 1
 /// ([`MAX_EXACT_MONEY`](crate::MAX_EXACT_MONEY)). Amounts beyond that are refused with a
-/// [`StoreError`] and a script whose result would leave the range changes nothing and
+/// [`StoreError`](portcullis_core::StoreError) and a script whose result would leave the range changes nothing and
 /// fails, so money is never rounded; the billing layer fails closed instead (B5).
 ///
 /// A billing call that times out may still have been carried out: settlement is
@@ -301,7 +311,7 @@ impl RedisStore {
     /// The start of every key of `books` (D3): `<prefix>:{tenant:<tenant>}:billing:` for a
     /// tenant's books, `<prefix>:{<subject>}:keybilling:` for a key with no tenant (its
     /// slot is its own slots' and windows').
-    pub fn books_base(&self, books: &Books) -> String {
+    pub fn books_base(&self, books: &portcullis_core::Books) -> String {
         self.client().keys().books(books)
     }
 
@@ -312,29 +322,29 @@ impl RedisStore {
 
     /// The key of an API key's spend in `books`: `<books base>key:<subject>` (HASH:
     /// `spent`, `pend`).
-    pub fn spend_key(&self, books: &Books, key: &SubjectKey) -> String {
+    pub fn spend_key(&self, books: &portcullis_core::Books, key: &SubjectKey) -> String {
         self.client().keys().spend(books, key)
     }
 
     /// The key of a money budget in `books`: `<books base>budget:<id>` (HASH: `start`,
     /// `spent`, `res`).
-    pub fn budget_key(&self, books: &Books, id: &str) -> String {
+    pub fn budget_key(&self, books: &portcullis_core::Books, id: &str) -> String {
         self.client().keys().budget(books, id)
     }
 
     /// The key of an attempt's record: `<books base>attempt:<id>`.
-    pub fn attempt_key(&self, attempt: &AttemptRef) -> String {
+    pub fn attempt_key(&self, attempt: &portcullis_core::AttemptRef) -> String {
         self.client().keys().attempt(attempt)
     }
 
     /// The key of a books' open attempts by deadline: `<books base>open` (ZSET).
-    pub fn open_key(&self, books: &Books) -> String {
+    pub fn open_key(&self, books: &portcullis_core::Books) -> String {
         self.client().keys().open(books)
     }
 
     /// The key of a books' attempts pending reconciliation: `<books base>pending` (HASH:
     /// attempt id → amount).
-    pub fn pending_key(&self, books: &Books) -> String {
+    pub fn pending_key(&self, books: &portcullis_core::Books) -> String {
         self.client().keys().pending(books)
     }
 

@@ -88,7 +88,7 @@ impl SlotOps {
         }
         // One ZREM, atomic by itself, sent in the batch with the settlements ending at
         // the same moment. A release is never dropped for a passing outage: if its call
-        // fails it is sent again until it lands (see `retry`); the lease's TTL is the
+        // fails it is sent again until it lands (see `client::retry`); the lease's TTL is the
         // last resort.
         let args = LeaseReleaseArgs {
             member: c.member(lease),

@@ -1,4 +1,4 @@
-//! [`WindowStore`] on Redis: anchored windows, amount caps and the rolling log (W1–W10).
+//! [`WindowStore`](portcullis_core::WindowStore) on Redis: anchored windows, amount caps and the rolling log (W1–W10).
 
 use super::book::{self, BlockBook};
 use super::joint::joint_reply_granted;
@@ -166,7 +166,7 @@ impl WindowOps {
         groups
     }
 
-    /// [`WindowStore::admit_all`] asking item `i` for the quota block `asks[i]` too;
+    /// [`WindowStore::admit_all`](portcullis_core::WindowStore::admit_all) asking item `i` for the quota block `asks[i]` too;
     /// answers the requests each item counted (its block's, or 1). On a Cluster, items
     /// on different slots (a vendor-wide window beside a credential's) are one script
     /// per slot, in order; a refusal gives back what the groups before it counted.

@@ -1,8 +1,6 @@
 //! The arguments of the billing scripts and batch ops.
 
-use super::{Argv, BatchArgs, Layout, ScriptArgs, ScriptCall};
-use crate::batch::Code;
-use crate::scripts::Script;
+use super::{Argv, Layout, ScriptArgs};
 use portcullis_core::{Millis, Money};
 
 /// How a reservation is checked (`billing_reserve.lua`'s last argument).
@@ -89,16 +87,6 @@ impl ScriptArgs for ReserveArgs {
     }
 }
 
-impl ScriptCall for ReserveArgs {
-    const SCRIPT: Script = Script::BillingReserve;
-}
-
-impl BatchArgs for ReserveArgs {
-    fn code(&self) -> Code {
-        Code::BillingReserve
-    }
-}
-
 /// Batch op `bb`: a billing quota block (its `block_keys` keys first), else the
 /// request `alone`.
 pub(crate) struct BlockReserveArgs {
@@ -119,12 +107,6 @@ impl ScriptArgs for BlockReserveArgs {
         for b in block.into_iter().chain(self.alone.argv()) {
             a.raw(b);
         }
-    }
-}
-
-impl BatchArgs for BlockReserveArgs {
-    fn code(&self) -> Code {
-        Code::BillingBlock
     }
 }
 
@@ -187,16 +169,6 @@ impl ScriptArgs for SettleArgs {
     }
 }
 
-impl ScriptCall for SettleArgs {
-    const SCRIPT: Script = Script::BillingSettle;
-}
-
-impl BatchArgs for SettleArgs {
-    fn code(&self) -> Code {
-        Code::BillingSettle
-    }
-}
-
 /// `billing_account.lua`: the usage view.
 pub(crate) struct AccountArgs {
     pub(crate) time: String,
@@ -222,10 +194,6 @@ impl ScriptArgs for AccountArgs {
     }
 }
 
-impl ScriptCall for AccountArgs {
-    const SCRIPT: Script = Script::BillingAccount;
-}
-
 /// `billing_seed.lua`: a tenant's balance, unless it has one.
 pub(crate) struct SeedArgs {
     /// Checked exact by the caller.
@@ -239,10 +207,6 @@ impl ScriptArgs for SeedArgs {
     }
 }
 
-impl ScriptCall for SeedArgs {
-    const SCRIPT: Script = Script::BillingSeed;
-}
-
 /// `billing_credit.lua`: added to a tenant's balance.
 pub(crate) struct CreditArgs {
     /// Checked exact by the caller.
@@ -254,8 +218,4 @@ impl ScriptArgs for CreditArgs {
     fn write(&self, a: &mut Argv) {
         a.num(self.amount);
     }
-}
-
-impl ScriptCall for CreditArgs {
-    const SCRIPT: Script = Script::BillingCredit;
 }

@@ -120,6 +120,49 @@ impl ScriptArgs for BatchCallArgs<'_> {
     }
 }
 
-impl ScriptCall for BatchCallArgs<'_> {
-    const SCRIPT: Script = Script::Batch;
+/// `impl ScriptCall`: each argument type called as its script.
+macro_rules! script_calls {
+    ($($args:ty => $script:ident),* $(,)?) => {
+        $(impl ScriptCall for $args {
+            const SCRIPT: Script = Script::$script;
+        })*
+    };
+}
+
+/// `impl BatchArgs`: each argument type sent as its batch op.
+macro_rules! batch_ops {
+    ($($args:ty => $code:ident),* $(,)?) => {
+        $(impl BatchArgs for $args {
+            fn code(&self) -> Code {
+                Code::$code
+            }
+        })*
+    };
+}
+
+script_calls! {
+    SlotAcquireArgs => SlotAcquire,
+    SlotRenewArgs => SlotRenew,
+    SlotRenewBlockArgs => SlotRenewBlock,
+    InFlightArgs => SlotInFlight,
+    WindowAdmitArgs => WindowAdmit,
+    WindowViewArgs => WindowView,
+    AdmitAllArgs => WindowAdmitAll,
+    JointArgs => JointAdmit,
+    ChannelArgs => ChannelAdmit,
+    ReserveArgs => BillingReserve,
+    SettleArgs => BillingSettle,
+    AccountArgs => BillingAccount,
+    SeedArgs => BillingSeed,
+    CreditArgs => BillingCredit,
+    BatchCallArgs<'_> => Batch,
+}
+
+batch_ops! {
+    LeaseReleaseArgs => LeaseRelease,
+    BlockLeasesArgs => BlockLeases,
+    SomeBlockLeasesArgs => BlockLeasesSome,
+    ReserveArgs => BillingReserve,
+    BlockReserveArgs => BillingBlock,
+    SettleArgs => BillingSettle,
 }

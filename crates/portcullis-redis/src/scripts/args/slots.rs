@@ -1,8 +1,6 @@
 //! The arguments of the lease scripts and batch ops (slots and capacity).
 
-use super::{Argv, BatchArgs, Layout, ScriptArgs, ScriptCall};
-use crate::batch::Code;
-use crate::scripts::Script;
+use super::{Argv, Layout, ScriptArgs};
 use portcullis_core::Millis;
 
 /// `slot_acquire.lua`: a lease if a slot is free.
@@ -23,10 +21,6 @@ impl ScriptArgs for SlotAcquireArgs {
     }
 }
 
-impl ScriptCall for SlotAcquireArgs {
-    const SCRIPT: Script = Script::SlotAcquire;
-}
-
 /// `slot_renew.lua`: one lease extended (or, `restore`, put back if gone).
 pub(crate) struct SlotRenewArgs {
     pub(crate) time: String,
@@ -43,10 +37,6 @@ impl ScriptArgs for SlotRenewArgs {
             a.flag(true);
         }
     }
-}
-
-impl ScriptCall for SlotRenewArgs {
-    const SCRIPT: Script = Script::SlotRenew;
 }
 
 /// `slot_renew_block.lua`: a quota block's `count` leases `base:0` .. extended together.
@@ -71,10 +61,6 @@ impl ScriptArgs for SlotRenewBlockArgs {
     }
 }
 
-impl ScriptCall for SlotRenewBlockArgs {
-    const SCRIPT: Script = Script::SlotRenewBlock;
-}
-
 /// `slot_in_flight.lua`: the live leases.
 pub(crate) struct InFlightArgs {
     pub(crate) time: String,
@@ -85,10 +71,6 @@ impl ScriptArgs for InFlightArgs {
     fn write(&self, a: &mut Argv) {
         a.text(&*self.time);
     }
-}
-
-impl ScriptCall for InFlightArgs {
-    const SCRIPT: Script = Script::SlotInFlight;
 }
 
 /// Batch op `zr`: one lease released.
@@ -103,12 +85,6 @@ impl ScriptArgs for LeaseReleaseArgs {
     }
 }
 
-impl BatchArgs for LeaseReleaseArgs {
-    fn code(&self) -> Code {
-        Code::LeaseRelease
-    }
-}
-
 /// Batch op `zm`: a quota block's leases `base:0` .. `base:<size - 1>` released.
 pub(crate) struct BlockLeasesArgs {
     pub(crate) base: String,
@@ -119,12 +95,6 @@ impl ScriptArgs for BlockLeasesArgs {
     const LAYOUT: Layout = Layout::head(&["member base", "size"]);
     fn write(&self, a: &mut Argv) {
         a.text(&*self.base).num(self.size);
-    }
-}
-
-impl BatchArgs for BlockLeasesArgs {
-    fn code(&self) -> Code {
-        Code::BlockLeases
     }
 }
 
@@ -145,11 +115,5 @@ impl ScriptArgs for SomeBlockLeasesArgs {
         for i in &self.indices {
             a.num(i);
         }
-    }
-}
-
-impl BatchArgs for SomeBlockLeasesArgs {
-    fn code(&self) -> Code {
-        Code::BlockLeasesSome
     }
 }

@@ -1,9 +1,8 @@
 //! The arguments of the window scripts and the joint ones.
 
-use super::{Argv, BatchArgs, Layout, ScriptArgs, ScriptCall};
+use super::{Argv, BatchArgs, Layout, ScriptArgs};
 use crate::batch::Code;
 use crate::codec::Doubles;
-use crate::scripts::Script;
 use portcullis_core::Millis;
 
 /// `window_admit.lua`: one admission, recorded under `record` (D9).
@@ -21,10 +20,6 @@ impl ScriptArgs for WindowAdmitArgs {
     }
 }
 
-impl ScriptCall for WindowAdmitArgs {
-    const SCRIPT: Script = Script::WindowAdmit;
-}
-
 /// `window_view.lua`: the limits' use.
 pub(crate) struct WindowViewArgs {
     pub(crate) time: String,
@@ -36,10 +31,6 @@ impl ScriptArgs for WindowViewArgs {
     fn write(&self, a: &mut Argv) {
         a.text(&*self.time).blob(&self.doubles);
     }
-}
-
-impl ScriptCall for WindowViewArgs {
-    const SCRIPT: Script = Script::WindowView;
 }
 
 /// `window_admit_all.lua`: several windows admitted all or nothing.
@@ -62,10 +53,6 @@ impl ScriptArgs for AdmitAllArgs {
             a.blob(d);
         }
     }
-}
-
-impl ScriptCall for AdmitAllArgs {
-    const SCRIPT: Script = Script::WindowAdmitAll;
 }
 
 /// The window part of a joint call: its doubles and the admission's record.
@@ -101,10 +88,6 @@ impl ScriptArgs for JointArgs {
     }
 }
 
-impl ScriptCall for JointArgs {
-    const SCRIPT: Script = Script::JointAdmit;
-}
-
 /// `admit_all_acquire.lua`: a channel's provider windows with `leases` capacity leases.
 pub(crate) struct ChannelArgs {
     pub(crate) time: String,
@@ -133,10 +116,6 @@ impl ScriptArgs for ChannelArgs {
             a.blob(d);
         }
     }
-}
-
-impl ScriptCall for ChannelArgs {
-    const SCRIPT: Script = Script::ChannelAdmit;
 }
 
 /// `window_settle.lua` (batch op `ws`): an admission settled, keyed by its `record`

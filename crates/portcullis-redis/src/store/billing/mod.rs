@@ -1,13 +1,14 @@
-//! [`BillingStore`] for [`RedisStore`]: the decisions of
+//! [`BillingStore`](portcullis_core::BillingStore) for [`RedisStore`](crate::RedisStore):
+//! the decisions of
 //! [`Ledger`](portcullis_core::Ledger) in Lua (B1–B7, D1–D3, D7). The design — keys, one
 //! hash tag per tenant's books, expiries, number handling — is documented on
 //! [`RedisStore`](crate::RedisStore#billing).
 //!
-//! [`ReconcileStore`] for an operator's reconciliation (B7): each books keeps a pending
+//! [`ReconcileStore`](portcullis_core::ReconcileStore) for an operator's reconciliation (B7): each books keeps a pending
 //! counter in two fields of its pending list (`<books>pending`) that no attempt id is
 //! named, `"\0n"` (attempts) and `"\0m"` (money), removed when nothing is pending,
 //! moved by the settle script and the sweep in the same script as the attempt it counts,
-//! so [`pending_totals`](ReconcileStore::pending_totals) reads two fields per books named
+//! so [`pending_totals`](portcullis_core::ReconcileStore::pending_totals) reads two fields per books named
 //! in the pending registry instead of every pending attempt. An attempt record
 //! also keeps its subject key (`k`) and, once pending, when it went pending (`ps`).
 

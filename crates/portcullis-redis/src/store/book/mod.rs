@@ -189,7 +189,7 @@ impl BlockBook {
             }
         };
         // Queued: it goes out with the next batch and, if that call fails, is sent
-        // again until it lands (see `retry`); nobody waits for its answer.
+        // again until it lands (see `client::retry`); nobody waits for its answer.
         drop(sent);
     }
 

@@ -13,7 +13,7 @@ use crate::store::slots::lease_undo;
 use portcullis_core::blocks::{BlockAsk, Borrow, SlotPart, WindowPart};
 use portcullis_core::{
     CapacityTake, JointAdmission, JointDecision, JointItem, JointSettle, LeaseId, Millis, Outcome,
-    StoreResult,
+    Scope, StoreResult, SubjectKey,
 };
 use std::sync::Arc;
 
@@ -64,8 +64,7 @@ impl JointOps {
                     let (items, channel) = (items.to_vec(), channel.to_owned());
                     return RedisStoreFuture::new(async move {
                         book.wait(seen).await?;
-                        this.admit_all_and_acquire(&items, &channel, capacity, ttl, false)
-                            .await
+                        (this.admit_all_and_acquire(&items, &channel, capacity, ttl, false)).await
                     });
                 }
                 Decided::Shared => {}
@@ -97,25 +96,34 @@ impl JointOps {
                 install(&installer, b, r)
             },
             // The request went away before its answer: what it holds goes back.
-            move |(admission, take)| {
-                if let CapacityTake::Taken(lease) = take {
-                    spawn_quietly(this.capacity.release(&channel, lease));
-                }
-                if let JointAdmission::Admitted(tickets) = admission {
-                    let back = refunds
-                        .into_iter()
-                        .zip(tickets)
-                        .map(|((key, scope), ticket)| JointSettle {
-                            key,
-                            scope,
-                            ticket,
-                            outcome: Outcome::Refund,
-                        })
-                        .collect();
-                    spawn_quietly(this.windows.settle_all(back));
-                }
-            },
+            move |held| this.give_back_channel(&channel, refunds, held),
         )
+    }
+
+    /// Gives back what a channel's answer holds: its capacity lease, its windows'
+    /// admissions (of the items `refunds` names).
+    fn give_back_channel(
+        &self,
+        channel: &str,
+        refunds: Vec<(SubjectKey, Scope)>,
+        (admission, take): (JointAdmission, CapacityTake),
+    ) {
+        if let CapacityTake::Taken(lease) = take {
+            spawn_quietly(self.capacity.release(channel, lease));
+        }
+        if let JointAdmission::Admitted(tickets) = admission {
+            let back = refunds
+                .into_iter()
+                .zip(tickets)
+                .map(|((key, scope), ticket)| JointSettle {
+                    key,
+                    scope,
+                    ticket,
+                    outcome: Outcome::Refund,
+                })
+                .collect();
+            spawn_quietly(self.windows.settle_all(back));
+        }
     }
 
     /// The channel's decision as Redis makes it: its provider windows (item `i` asking

@@ -19,7 +19,8 @@ use crate::future::{RedisStoreFuture, spawn_quietly};
 use crate::scripts::args::{JointArgs, JointWindow};
 use portcullis_core::blocks::{BlockAsk, Borrow, SlotPart, WindowPart};
 use portcullis_core::{
-    Demand, JointDecision, Millis, Outcome, Policy, Scope, SlotAsk, StoreResult, WindowAsk,
+    Demand, JointDecision, Millis, Outcome, Policy, Scope, SlotAsk, StoreResult, SubjectKey,
+    WindowAsk,
 };
 use replies::joint_decision;
 use std::sync::Arc;
@@ -118,15 +119,18 @@ impl JointOps {
                 install(&installer, b, r)
             },
             // The request went away before its answer: what it holds goes back.
-            move |held| {
-                if let JointDecision::Admitted { lease, ticket } = held {
-                    spawn_quietly(this.slots.release(&key, lease, true));
-                    if let (Some(t), Some(scope)) = (ticket, scope) {
-                        spawn_quietly(this.windows.settle(&key, scope, t, Outcome::Refund));
-                    }
-                }
-            },
+            move |held| this.give_back_joint(&key, scope, held),
         )
+    }
+
+    /// Gives back what a joint answer holds: its lease, its window admission.
+    fn give_back_joint(&self, key: &SubjectKey, scope: Option<Scope>, held: JointDecision) {
+        if let JointDecision::Admitted { lease, ticket } = held {
+            spawn_quietly(self.slots.release(key, lease, true));
+            if let (Some(t), Some(scope)) = (ticket, scope) {
+                spawn_quietly(self.windows.settle(key, scope, t, Outcome::Refund));
+            }
+        }
     }
 
     /// Waits for the borrow under way from `seen`, then decides again without waiting.
