@@ -17,6 +17,10 @@ pub trait Hold: Send + 'static {
     /// (or failed). A guard dropped without this call was abandoned mid-way: the
     /// client went away while the answer was still coming.
     fn finished(&mut self) {}
+    /// Called once the inner service's call ended: with its answer
+    /// (`CallEnd::Answered`) or an error. A guard that settles by how the call ended
+    /// (refund what was never sent, L5) keeps it.
+    fn call_ended(&mut self, _end: portcullis_core::CallEnd) {}
 }
 
 pin_project! {

@@ -91,6 +91,14 @@ pub mod failure;
     feature = "windows",
     feature = "billing",
     feature = "capacity",
+    feature = "upstream"
+))]
+mod future;
+#[cfg(any(
+    feature = "slots",
+    feature = "windows",
+    feature = "billing",
+    feature = "capacity",
     feature = "upstream",
     feature = "failover"
 ))]

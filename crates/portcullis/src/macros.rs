@@ -62,3 +62,67 @@ macro_rules! layer_service {
         inner_service!(impl<S $(, $p $(: $bound)?)*> $ty);
     };
 }
+
+/// What every layer built as the crate docs say ("How a layer is built") writes the
+/// same way: `Clone` for `XLayer { config, state }`, and its `Layer` impl, which gives
+/// the service `X { inner, shared }` one `Arc` of the config and the state
+/// (`Shared { config, state }`).
+///
+/// ```text
+/// layer_parts!(BillingGateLayer<St: BillingStore, C> => BillingGate, Shared);
+/// ```
+macro_rules! layer_parts {
+    ($layer:ident<$($p:ident $(: $bound:path)?),*> => $service:ident, $shared:ident) => {
+        impl<$($p: Clone $(+ $bound)?),*> Clone for $layer<$($p),*> {
+            fn clone(&self) -> Self {
+                Self {
+                    config: self.config.clone(),
+                    state: self.state.clone(),
+                }
+            }
+        }
+
+        impl<Inner, $($p: Clone $(+ $bound)?),*> tower_layer::Layer<Inner> for $layer<$($p),*> {
+            type Service = $service<Inner, $($p),*>;
+
+            fn layer(&self, inner: Inner) -> Self::Service {
+                $service {
+                    inner,
+                    shared: std::sync::Arc::new($shared {
+                        config: self.config.clone(),
+                        state: self.state.clone(),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+/// The `Future` impl of a layer's `ResponseFuture`, a newtype around the shared
+/// skeleton `crate::future::Gate` in its field `gate`: a response holding `$guard<St>`
+/// in its body.
+///
+/// ```text
+/// gate_future!(ResponseFuture<S, ReqB, St, C> holds BillingGuard where St: BillingStore);
+/// ```
+macro_rules! gate_future {
+    ($future:ident<S, ReqB $(, $p:ident)*> holds $guard:ident where $($q:ident: $bound:path),*) => {
+        impl<S, ReqB $(, $p)*, ResB> std::future::Future for $future<S, ReqB $(, $p)*>
+        where
+            S: tower_service::Service<http::Request<ReqB>, Response = http::Response<ResB>>,
+            S::Error: Into<crate::BoxError>,
+            $($q: $bound,)*
+            ResB: http_body::Body,
+        {
+            type Output =
+                Result<http::Response<crate::body::HoldBody<ResB, $guard<St>>>, crate::BoxError>;
+
+            fn poll(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Self::Output> {
+                self.project().gate.poll_gate(cx)
+            }
+        }
+    };
+}

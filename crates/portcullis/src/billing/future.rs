@@ -1,9 +1,8 @@
 use super::decide::decide;
 use super::layer::Shared;
 use super::{BillingGuard, Settlement};
-use crate::BoxError;
-use crate::body::HoldBody;
-use http::{Request, Response};
+use crate::future::{Called, Gate, Pending};
+use http::Request;
 use pin_project_lite::pin_project;
 use portcullis_core::{BillingDecision, BillingStore, Rejection};
 use std::future::Future;
@@ -31,16 +30,32 @@ impl<S, ReqB, St: BillingStore, C> Drop for Deferred<S, ReqB, St, C> {
     }
 }
 
-pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: BillingStore,
-    {
-        Rejected { rejection: Option<Rejection> },
-        Checking { answer: St::Future<BillingDecision>, deferred: Option<Box<Deferred<S, ReqB, St, C>>> },
-        Called { #[pin] fut: S::Future, guard: Option<BillingGuard<St>> },
+/// The store's answer still out, and the request.
+pub(crate) struct Checking<S, ReqB, St: BillingStore, C> {
+    answer: St::Future<BillingDecision>,
+    deferred: Box<Deferred<S, ReqB, St, C>>,
+}
+
+impl<S, ReqB, St, C> Pending<S::Future, BillingGuard<St>, ()> for Checking<S, ReqB, St, C>
+where
+    S: Service<Request<ReqB>>,
+    St: BillingStore,
+{
+    fn poll_decided(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Called<S::Future, BillingGuard<St>, ()>, Rejection>> {
+        let answer = ready!(Pin::new(&mut self.answer).poll(cx));
+        let d = &mut self.deferred;
+        let settlement = d.settlement.take().expect("decided once");
+        Poll::Ready(match decide(&d.shared, &settlement, answer) {
+            Ok(admitted) => {
+                let req = d.req.take().expect("request taken once");
+                Ok((d.svc.call(req), admitted.then(|| settlement.admitted()), ()))
+            }
+            // Decided: nothing to undo (a store error has sent its own refund).
+            Err(r) => Err(r),
+        })
     }
 }
 
@@ -52,7 +67,7 @@ pin_project! {
         St: BillingStore,
     {
         #[pin]
-        state: State<S, ReqB, St, C>,
+        gate: Gate<S::Future, BillingGuard<St>, Checking<S, ReqB, St, C>, ()>,
     }
 }
 
@@ -63,12 +78,12 @@ where
 {
     pub(crate) fn rejected(r: Rejection) -> Self {
         Self {
-            state: State::Rejected { rejection: Some(r) },
+            gate: Gate::rejected(r),
         }
     }
     pub(crate) fn called(fut: S::Future, guard: Option<BillingGuard<St>>) -> Self {
         Self {
-            state: State::Called { fut, guard },
+            gate: Gate::called(fut, guard, ()),
         }
     }
     pub(crate) fn checking(
@@ -76,78 +91,9 @@ where
         deferred: Box<Deferred<S, ReqB, St, C>>,
     ) -> Self {
         Self {
-            state: State::Checking {
-                answer,
-                deferred: Some(deferred),
-            },
+            gate: Gate::deciding(Checking { answer, deferred }),
         }
     }
 }
 
-impl<S, ReqB, St, C, ResB> Future for ResponseFuture<S, ReqB, St, C>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    S::Error: Into<BoxError>,
-    St: BillingStore,
-    ResB: http_body::Body,
-{
-    type Output = Result<Response<HoldBody<ResB, BillingGuard<St>>>, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let mut state = self.as_mut().project().state;
-            let next = match state.as_mut().project() {
-                StateProj::Rejected { rejection } => {
-                    let r = rejection.take().expect("polled after completion");
-                    return Poll::Ready(Err(r.into()));
-                }
-                StateProj::Checking { answer, deferred } => {
-                    let answer = ready!(Pin::new(answer).poll(cx));
-                    let mut d = deferred.take().expect("polled after completion");
-                    match decide(
-                        &d.shared,
-                        d.settlement.as_ref().expect("taken once"),
-                        answer,
-                    ) {
-                        Ok(admitted) => {
-                            let req = d.req.take().expect("request taken once");
-                            let settlement = d.settlement.take().expect("taken once");
-                            State::Called {
-                                fut: d.svc.call(req),
-                                guard: admitted.then(|| settlement.admitted()),
-                            }
-                        }
-                        Err(r) => {
-                            // Decided: nothing to undo (a store error has sent its own
-                            // refund).
-                            d.settlement.take();
-                            State::Rejected { rejection: Some(r) }
-                        }
-                    }
-                }
-                StateProj::Called { fut, guard } => {
-                    let res = ready!(fut.poll(cx)).map_err(Into::into);
-                    let mut guard = guard.take();
-                    return Poll::Ready(match res {
-                        Ok(r) => {
-                            if let Some(g) = guard.as_mut() {
-                                g.end = portcullis_core::CallEnd::Answered;
-                            }
-                            Ok(r.map(|b| HoldBody::holding(b, guard)))
-                        }
-                        Err(e) => {
-                            // L5: refused further in → the attempt costs nothing,
-                            // unless it may have reached the provider: then it stays
-                            // pending reconciliation (B4).
-                            if let Some(g) = guard.as_mut() {
-                                g.end = portcullis_core::CallEnd::of_error(&*e);
-                            }
-                            Err(e)
-                        }
-                    });
-                }
-            };
-            state.set(next);
-        }
-    }
-}
+gate_future!(ResponseFuture<S, ReqB, St, C> holds BillingGuard where St: BillingStore);

@@ -5,7 +5,6 @@ use portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS;
 use portcullis_core::{BillingStore, Millis, SystemClock};
 use std::sync::Arc;
 use std::time::Duration;
-use tower_layer::Layer;
 
 /// What the builder methods set.
 #[derive(Clone)]
@@ -43,14 +42,7 @@ pub struct BillingGateLayer<St, C = SystemClock> {
     state: Arc<State<St>>,
 }
 
-impl<St: Clone, C: Clone> Clone for BillingGateLayer<St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
+layer_parts!(BillingGateLayer<St: BillingStore, C> => BillingGate, Shared);
 
 impl<St: BillingStore> BillingGateLayer<St> {
     /// A billing layer on `store`, discarding usage records (set a sink with
@@ -113,19 +105,5 @@ impl<St, C> BillingGateLayer<St, C> {
     /// Settlement retries so far (B7).
     pub fn settlement_stats(&self) -> SettlementStats {
         self.state.settler.stats()
-    }
-}
-
-impl<S, St: BillingStore, C: Clone> Layer<S> for BillingGateLayer<St, C> {
-    type Service = BillingGate<S, St, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        BillingGate {
-            inner,
-            shared: Arc::new(Shared {
-                config: self.config.clone(),
-                state: self.state.clone(),
-            }),
-        }
     }
 }

@@ -239,7 +239,11 @@ pub struct BillingGuard<St: BillingStore> {
     _in_flight: crate::gauge::InFlight,
 }
 
-impl<St: BillingStore> Hold for BillingGuard<St> {}
+impl<St: BillingStore> Hold for BillingGuard<St> {
+    fn call_ended(&mut self, end: CallEnd) {
+        self.end = end;
+    }
+}
 
 impl<St: BillingStore> Drop for BillingGuard<St> {
     fn drop(&mut self) {

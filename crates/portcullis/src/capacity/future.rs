@@ -1,8 +1,7 @@
 use super::choose::{Expiry, Probe, on_answer, probe, shortest_wait, tenant_of, wait_budget};
 use super::queue::{CapacityGuard, Counters, QueueTicket, Shared};
 use super::{QUEUED_MS_HEADER, busy, deadline_exceeded};
-use crate::BoxError;
-use crate::body::{Hold, HoldBody};
+use crate::future::{self, Around, Called, Gate};
 use crate::time::ms;
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
@@ -59,97 +58,70 @@ impl<S, ReqB, St: CapacityStore> Pending<S, ReqB, St> {
     }
 }
 
-pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St>
-    where
-        S: Service<Request<ReqB>>,
-        St: CapacityStore,
-    {
-        Rejected { rejection: Option<Rejection> },
-        Asking {
-            answer: St::Future<Option<LeaseId>>,
-            index: usize,
-            pending: Option<Box<Pending<S, ReqB, St>>>,
-        },
-        Queued {
-            rx: oneshot::Receiver<CapacityGuard<St>>,
-            expiry: Pin<Box<Sleep>>,
-            poll: Option<Pin<Box<Sleep>>>,
-            pending: Option<Box<Pending<S, ReqB, St>>>,
-        },
-        Called {
-            #[pin] fut: S::Future,
-            guard: Option<CapacityGuard<St>>,
-            queued_ms: Option<u64>,
-            chosen: Option<ChannelRef>,
-        },
-    }
+/// What a request not admitted at once waits for.
+enum Wait<St: CapacityStore> {
+    /// The store's answer for candidate `index`.
+    Ask {
+        answer: St::Future<Option<LeaseId>>,
+        index: usize,
+    },
+    /// A lease handed over from its queue, the end of its wait, or its next poll.
+    Queued {
+        rx: oneshot::Receiver<CapacityGuard<St>>,
+        expiry: Pin<Box<Sleep>>,
+        poll: Option<Pin<Box<Sleep>>>,
+    },
 }
 
-pin_project! {
-    /// Response future of [`CapacityQueue`](super::CapacityQueue).
-    ///
-    /// Dropping it while queued takes the request out of the queue at once; dropping
-    /// it later releases the lease (L3).
-    pub struct ResponseFuture<S, ReqB, St>
-    where
-        S: Service<Request<ReqB>>,
-        St: CapacityStore,
-    {
-        #[pin]
-        state: State<S, ReqB, St>,
-    }
+/// A request not admitted at once: what it waits for, and the request.
+pub(crate) struct Waiting<S, ReqB, St: CapacityStore> {
+    wait: Wait<St>,
+    pending: Box<Pending<S, ReqB, St>>,
 }
 
-impl<S, ReqB, St> ResponseFuture<S, ReqB, St>
-where
-    S: Service<Request<ReqB>>,
-    St: CapacityStore,
-{
-    pub(crate) fn rejected(r: Rejection) -> Self {
-        Self {
-            state: State::Rejected { rejection: Some(r) },
-        }
-    }
+/// What the layer adds to an answer: the channel that served it and how long the
+/// request was queued.
+pub(crate) struct Served {
+    queued_ms: Option<u64>,
+    chosen: Option<ChannelRef>,
+}
 
-    pub(crate) fn called(
-        fut: S::Future,
-        guard: Option<CapacityGuard<St>>,
-        queued_ms: Option<u64>,
-        chosen: Option<ChannelRef>,
-    ) -> Self {
-        Self {
-            state: State::Called {
-                fut,
-                guard,
-                queued_ms,
-                chosen,
-            },
+impl<St: CapacityStore> Around<CapacityGuard<St>> for Served {
+    fn answered<B>(&mut self, res: &mut Response<B>, _: Option<&mut CapacityGuard<St>>) {
+        // Outer layers (upstream limits, failover) learn which channel served the
+        // request.
+        if let Some(c) = self.chosen.take() {
+            res.extensions_mut().insert(Chosen(c));
         }
-    }
-
-    pub(crate) fn pending(probe: Probe<St>, pending: Box<Pending<S, ReqB, St>>) -> Self {
-        Self {
-            state: transition(probe, pending),
+        if let Some(ms) = self.queued_ms {
+            res.headers_mut()
+                .insert(QUEUED_MS_HEADER, HeaderValue::from(ms));
         }
     }
 }
 
-fn transition<S, ReqB, St>(probe: Probe<St>, mut p: Box<Pending<S, ReqB, St>>) -> State<S, ReqB, St>
+type CapacityCalled<S, ReqB, St> =
+    Called<<S as Service<Request<ReqB>>>::Future, CapacityGuard<St>, Served>;
+
+/// Where a request goes next: it waits again, or the decision is in.
+enum Next<S: Service<Request<ReqB>>, ReqB, St: CapacityStore> {
+    Wait(Wait<St>),
+    Done(Result<CapacityCalled<S, ReqB, St>, Rejection>),
+}
+
+fn transition<S, ReqB, St>(probe: Probe<St>, p: &mut Pending<S, ReqB, St>) -> Next<S, ReqB, St>
 where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
 {
     match probe {
-        Probe::Admit { index, guard } => admit(&mut p, index, guard, None),
-        Probe::Refuse(r) => State::Rejected { rejection: Some(r) },
-        Probe::Ask { index, answer } => State::Asking {
-            answer,
-            index,
-            pending: Some(p),
+        Probe::Admit { index, guard } => Next::Done(Ok(admit(p, index, guard, None))),
+        Probe::Refuse(r) => Next::Done(Err(r)),
+        Probe::Ask { index, answer } => Next::Wait(Wait::Ask { answer, index }),
+        Probe::AllFull => match enqueue(p) {
+            Ok(wait) => Next::Wait(wait),
+            Err(r) => Next::Done(Err(r)),
         },
-        Probe::AllFull => enqueue(p),
     }
 }
 
@@ -159,7 +131,7 @@ fn admit<S, ReqB, St>(
     index: usize,
     guard: Option<CapacityGuard<St>>,
     queued_ms: Option<u64>,
-) -> State<S, ReqB, St>
+) -> CapacityCalled<S, ReqB, St>
 where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
@@ -174,22 +146,17 @@ where
     let mut req = p.req.take().expect("request taken once");
     let chosen = p.candidates.0[index].clone();
     req.extensions_mut().insert(Chosen(chosen.clone()));
-    State::Called {
-        fut: p.svc.call(req),
-        guard,
+    let served = Served {
         queued_ms,
         chosen: Some(chosen),
-    }
+    };
+    (p.svc.call(req), guard, served)
 }
 
 /// Refuses at the end of the wait: 42910 or 50401 (Q3).
-fn expire<S, ReqB, St>(p: &Pending<S, ReqB, St>) -> State<S, ReqB, St>
-where
-    S: Service<Request<ReqB>>,
-    St: CapacityStore,
-{
+fn expire<S, ReqB, St: CapacityStore>(p: &Pending<S, ReqB, St>) -> Rejection {
     let c = &p.shared.state.counters;
-    let rejection = match p.on_expiry {
+    match p.on_expiry {
         Expiry::Busy => {
             Counters::bump(&c.rejected_busy);
             busy(p.shared.config.settings.retry_after)
@@ -198,47 +165,35 @@ where
             Counters::bump(&c.rejected_deadline);
             deadline_exceeded()
         }
-    };
-    State::Rejected {
-        rejection: Some(rejection),
     }
 }
 
 /// Every candidate is full: join the queue of the one expected to free first (Q2).
-fn enqueue<S, ReqB, St>(mut p: Box<Pending<S, ReqB, St>>) -> State<S, ReqB, St>
-where
-    S: Service<Request<ReqB>>,
-    St: CapacityStore,
-{
+fn enqueue<S, ReqB, St: CapacityStore>(
+    p: &mut Pending<S, ReqB, St>,
+) -> Result<Wait<St>, Rejection> {
     let now = p.shared.now();
     if now >= p.wait_until {
-        return expire(&p);
+        return Err(expire(p));
     }
     let Some((index, ch)) = shortest_wait(&p.shared, &p.candidates.0) else {
-        return expire(&p);
+        return Err(expire(p));
     };
     let (tx, rx) = oneshot::channel();
-    match ch.push(&p.tenant, p.weight, tx) {
-        Err(_) => {
-            Counters::bump(&p.shared.state.counters.rejected_queue_full);
-            State::Rejected {
-                rejection: Some(busy(p.shared.config.settings.retry_after)),
-            }
-        }
-        Ok(ticket) => {
-            let ticket = QueueTicket::new(p.shared.clone(), ch, index, ticket);
-            // A lease released between our failed try and the push is handed over now.
-            ticket.nudge();
-            p.ticket = Some(ticket);
-            let poll = next_poll(&mut p).map(|at| Box::pin(tokio::time::sleep_until(at)));
-            State::Queued {
-                rx,
-                expiry: Box::pin(tokio::time::sleep(ms(p.wait_until - now))),
-                poll,
-                pending: Some(p),
-            }
-        }
-    }
+    let Ok(ticket) = ch.push(&p.tenant, p.weight, tx) else {
+        Counters::bump(&p.shared.state.counters.rejected_queue_full);
+        return Err(busy(p.shared.config.settings.retry_after));
+    };
+    let ticket = QueueTicket::new(p.shared.clone(), ch, index, ticket);
+    // A lease released between our failed try and the push is handed over now.
+    ticket.nudge();
+    p.ticket = Some(ticket);
+    let poll = next_poll(p).map(|at| Box::pin(tokio::time::sleep_until(at)));
+    Ok(Wait::Queued {
+        rx,
+        expiry: Box::pin(tokio::time::sleep(ms(p.wait_until - now))),
+        poll,
+    })
 }
 
 /// When a waiter next polls its queue: 10 ms, doubling up to `poll_interval`.
@@ -253,9 +208,9 @@ fn next_poll<S, ReqB, St: CapacityStore>(p: &mut Pending<S, ReqB, St>) -> Option
 }
 
 fn served<S, ReqB, St>(
-    mut p: Box<Pending<S, ReqB, St>>,
+    p: &mut Pending<S, ReqB, St>,
     guard: CapacityGuard<St>,
-) -> State<S, ReqB, St>
+) -> CapacityCalled<S, ReqB, St>
 where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
@@ -263,33 +218,80 @@ where
     let mut ticket = p.ticket.take().expect("a queued request has a ticket");
     ticket.served();
     let waited = p.shared.now().saturating_sub(p.started);
-    admit(&mut p, ticket.index, Some(guard.start()), Some(waited))
+    admit(p, ticket.index, Some(guard.start()), Some(waited))
 }
 
-impl<S, ReqB, St, ResB> Future for ResponseFuture<S, ReqB, St>
+/// A queued request: served by a hand-off, refused at the end of its wait, or polling
+/// its queue meanwhile.
+fn poll_queued<S, ReqB, St>(
+    rx: &mut oneshot::Receiver<CapacityGuard<St>>,
+    expiry: &mut Pin<Box<Sleep>>,
+    poll: &mut Option<Pin<Box<Sleep>>>,
+    p: &mut Pending<S, ReqB, St>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<CapacityCalled<S, ReqB, St>, Rejection>>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    S::Error: Into<BoxError>,
+    S: Service<Request<ReqB>>,
     St: CapacityStore,
-    ResB: http_body::Body,
 {
-    type Output = Result<Response<HoldBody<ResB, CapacityGuard<St>>>, BoxError>;
+    loop {
+        if let Poll::Ready(handed) = Pin::new(&mut *rx).poll(cx) {
+            return Poll::Ready(match handed {
+                Ok(guard) => Ok(served(p, guard)),
+                // Unreachable while the ticket holds the channel: every popped waiter
+                // is sent a lease.
+                Err(_) => Err(expire(p)),
+            });
+        }
+        if expiry.as_mut().poll(cx).is_ready() {
+            let left = p.wait_until.saturating_sub(p.shared.now());
+            if left > 0 {
+                // tokio's timer ran ahead of the layer's clock (a manual clock): the
+                // clock decides, so wait out what it says is left.
+                expiry.as_mut().reset(Instant::now() + ms(left));
+                continue;
+            }
+            // A lease handed over at the last moment still counts.
+            if let Ok(guard) = rx.try_recv() {
+                return Poll::Ready(Ok(served(p, guard)));
+            }
+            if let Some(t) = p.ticket.as_mut() {
+                // If the waiter was just popped, the lease being sent to it goes to
+                // the next waiter once `rx` is dropped.
+                t.leave();
+            }
+            return Poll::Ready(Err(expire(p)));
+        }
+        let Some(timer) = poll.as_mut() else {
+            return Poll::Pending;
+        };
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if let Some(t) = p.ticket.as_ref() {
+            t.nudge();
+        }
+        match next_poll(p) {
+            Some(at) => timer.as_mut().reset(at),
+            None => *poll = None,
+        }
+    }
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+impl<S, ReqB, St> future::Pending<S::Future, CapacityGuard<St>, Served> for Waiting<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    fn poll_decided(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<CapacityCalled<S, ReqB, St>, Rejection>> {
         loop {
-            let mut state = self.as_mut().project().state;
-            let next = match state.as_mut().project() {
-                StateProj::Rejected { rejection } => {
-                    let r = rejection.take().expect("polled after completion");
-                    return Poll::Ready(Err(r.into()));
-                }
-                StateProj::Asking {
-                    answer,
-                    index,
-                    pending,
-                } => {
+            let p = &mut *self.pending;
+            let next = match &mut self.wait {
+                Wait::Ask { answer, index } => {
                     let answer = ready!(Pin::new(answer).poll(cx));
-                    let p = pending.take().expect("polled after completion");
                     let index = *index;
                     let ch = p.shared.channel(&p.candidates.0[index]);
                     let probe = match on_answer(&p.shared, &ch, index, answer) {
@@ -298,90 +300,63 @@ where
                     };
                     transition(probe, p)
                 }
-                StateProj::Queued {
-                    rx,
-                    expiry,
-                    poll,
-                    pending,
-                } => loop {
-                    if let Poll::Ready(handed) = Pin::new(&mut *rx).poll(cx) {
-                        let p = pending.take().expect("polled after completion");
-                        break match handed {
-                            Ok(guard) => served(p, guard),
-                            // Unreachable while the ticket holds the channel: every
-                            // popped waiter is sent a lease.
-                            Err(_) => expire(&p),
-                        };
-                    }
-                    if expiry.as_mut().poll(cx).is_ready() {
-                        let left = pending
-                            .as_ref()
-                            .map_or(0, |p| p.wait_until.saturating_sub(p.shared.now()));
-                        if left > 0 {
-                            // tokio's timer ran ahead of the layer's clock (a manual
-                            // clock): the clock decides, so wait out what it says is left.
-                            expiry.as_mut().reset(Instant::now() + ms(left));
-                            continue;
-                        }
-                        let mut p = pending.take().expect("polled after completion");
-                        // A lease handed over at the last moment still counts.
-                        if let Ok(guard) = rx.try_recv() {
-                            break served(p, guard);
-                        }
-                        if let Some(t) = p.ticket.as_mut() {
-                            // If the waiter was just popped, the lease being sent to it
-                            // goes to the next waiter once `rx` is dropped.
-                            t.leave();
-                        }
-                        break expire(&p);
-                    }
-                    let Some(timer) = poll.as_mut() else {
-                        return Poll::Pending;
-                    };
-                    if timer.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
-                    let p = pending.as_mut().expect("polled after completion");
-                    if let Some(t) = p.ticket.as_ref() {
-                        t.nudge();
-                    }
-                    match next_poll(p) {
-                        Some(at) => timer.as_mut().reset(at),
-                        None => *poll = None,
-                    }
-                },
-                StateProj::Called {
-                    fut,
-                    guard,
-                    queued_ms,
-                    chosen,
-                } => {
-                    let Poll::Ready(res) = fut.poll(cx) else {
-                        if let Some(g) = guard.as_mut() {
-                            g.keep_alive(cx);
-                        }
-                        return Poll::Pending;
-                    };
-                    let res = res.map_err(Into::into);
-                    let guard = guard.take();
-                    let queued_ms = *queued_ms;
-                    let chosen = chosen.take();
-                    return Poll::Ready(res.map(|r| {
-                        let mut r = r.map(|b| HoldBody::holding(b, guard));
-                        // Outer layers (upstream limits, failover) learn which channel
-                        // served the request.
-                        if let Some(c) = chosen {
-                            r.extensions_mut().insert(Chosen(c));
-                        }
-                        if let Some(ms) = queued_ms {
-                            r.headers_mut()
-                                .insert(QUEUED_MS_HEADER, HeaderValue::from(ms));
-                        }
-                        r
-                    }));
+                Wait::Queued { rx, expiry, poll } => {
+                    Next::Done(ready!(poll_queued(rx, expiry, poll, p, cx)))
                 }
             };
-            state.set(next);
+            match next {
+                Next::Wait(wait) => self.wait = wait,
+                Next::Done(decided) => return Poll::Ready(decided),
+            }
         }
     }
 }
+
+pin_project! {
+    /// Response future of [`CapacityQueue`](super::CapacityQueue).
+    ///
+    /// Dropping it while queued takes the request out of the queue at once; dropping
+    /// it later releases the lease (L3).
+    pub struct ResponseFuture<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>>,
+        St: CapacityStore,
+    {
+        #[pin]
+        gate: Gate<S::Future, CapacityGuard<St>, Waiting<S, ReqB, St>, Served>,
+    }
+}
+
+impl<S, ReqB, St> ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: CapacityStore,
+{
+    pub(crate) fn rejected(r: Rejection) -> Self {
+        Self {
+            gate: Gate::rejected(r),
+        }
+    }
+
+    pub(crate) fn called(
+        fut: S::Future,
+        guard: Option<CapacityGuard<St>>,
+        queued_ms: Option<u64>,
+        chosen: Option<ChannelRef>,
+    ) -> Self {
+        Self {
+            gate: Gate::called(fut, guard, Served { queued_ms, chosen }),
+        }
+    }
+
+    pub(crate) fn pending(probe: Probe<St>, mut pending: Box<Pending<S, ReqB, St>>) -> Self {
+        let gate = match transition(probe, &mut pending) {
+            Next::Wait(wait) => Gate::deciding(Waiting { wait, pending }),
+            Next::Done(Ok((fut, guard, served))) => Gate::called(fut, guard, served),
+            Next::Done(Err(r)) => Gate::rejected(r),
+        };
+        Self { gate }
+    }
+}
+
+gate_future!(ResponseFuture<S, ReqB, St> holds CapacityGuard where St: CapacityStore);

@@ -5,7 +5,6 @@ use crate::time::TokioClock;
 use portcullis_core::{CapacityStore, Clock, QueueLimits};
 use std::sync::Arc;
 use std::time::Duration;
-use tower_layer::Layer;
 
 /// Applies [`CapacityQueue`] to a service: per-channel in-flight capacity and a
 /// bounded, tenant-fair queue (Q1–Q5).
@@ -20,14 +19,7 @@ pub struct CapacityQueueLayer<St: CapacityStore> {
     state: Arc<State<St>>,
 }
 
-impl<St: CapacityStore> Clone for CapacityQueueLayer<St> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
+layer_parts!(CapacityQueueLayer<St: CapacityStore> => CapacityQueue, Shared);
 
 impl<St: CapacityStore> CapacityQueueLayer<St> {
     /// A capacity layer on `store` with the default [`CapacityConfig`].
@@ -117,19 +109,5 @@ impl<St: CapacityStore> CapacityQueueLayer<St> {
     /// Store failures so far.
     pub fn failure_stats(&self) -> FailureStats {
         self.state.failures.snapshot()
-    }
-}
-
-impl<S, St: CapacityStore> Layer<S> for CapacityQueueLayer<St> {
-    type Service = CapacityQueue<S, St>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        CapacityQueue {
-            inner,
-            shared: Arc::new(Shared {
-                config: self.config.clone(),
-                state: self.state.clone(),
-            }),
-        }
     }
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tower::retry::budget::TpsBudget;
-use tower_layer::Layer;
 
 /// Failover settings, given to the layer by [`FailoverLayer::config`]: start from
 /// `FailoverConfig::default()` and set the fields you need (the struct may gain fields;
@@ -171,14 +170,7 @@ pub struct FailoverLayer<C = TokioClock> {
     state: Arc<State>,
 }
 
-impl<C: Clone> Clone for FailoverLayer<C> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
+layer_parts!(FailoverLayer<C> => Failover, Shared);
 
 impl FailoverLayer<TokioClock> {
     /// Failover over the channels of `registry` (shared with the upstream limit layer,
@@ -265,19 +257,6 @@ impl<C: Clock> FailoverLayer<C> {
             budget_refused: c.budget_refused.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
             broken_streams: c.broken_streams.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl<S, C: Clone> Layer<S> for FailoverLayer<C> {
-    type Service = Failover<S, C>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Failover {
-            inner,
-            shared: Arc::new(Shared {
-                config: self.config.clone(),
-                state: self.state.clone(),
-            }),
         }
     }
 }

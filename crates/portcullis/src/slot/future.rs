@@ -1,9 +1,8 @@
 use super::layer::Shared;
 use super::{Answer, SlotGuard, backoff, busy};
-use crate::BoxError;
-use crate::body::{Hold, HoldBody};
 use crate::extensions::SlotClaim;
-use http::{Request, Response};
+use crate::future::{Around, Called, Gate, Pending};
+use http::Request;
 use pin_project_lite::pin_project;
 use portcullis_core::{Rejection, SlotDecision, SlotStore, SubjectKey};
 use std::future::Future;
@@ -77,17 +76,104 @@ impl<S, ReqB, St, X, C> Deferred<S, ReqB, St, X, C> {
     }
 }
 
-pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St, X, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: SlotStore,
-    {
-        Rejected { rejection: Option<Rejection> },
-        Acquiring { acquire: St::Future<SlotDecision>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
-        Waiting { sleep: Pin<Box<Sleep>>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
-        Called { #[pin] fut: S::Future, guard: Option<SlotGuard<St>>, joint: Option<Box<Joint<St, X, C>>> },
+/// What the decision waits for.
+enum Wait<St: SlotStore> {
+    Acquire(St::Future<SlotDecision>),
+    Sleep(Pin<Box<Sleep>>),
+}
+
+/// The slot still undecided: what it waits for, and the request.
+pub(crate) struct Acquiring<S, ReqB, St: SlotStore, X, C> {
+    wait: Wait<St>,
+    deferred: Box<Deferred<S, ReqB, St, X, C>>,
+}
+
+/// After a "full" answer: sleep and ask again, or refuse once `max_wait` is spent.
+fn wait_or_reject<S, ReqB, St: SlotStore, X, C>(
+    d: &mut Deferred<S, ReqB, St, X, C>,
+) -> Result<Wait<St>, Rejection> {
+    let waited = d.started.elapsed();
+    let max = d.shared.config.max_wait;
+    if waited >= max {
+        return Err(busy());
+    }
+    let pause = backoff(d.attempt, max - waited);
+    d.attempt += 1;
+    Ok(Wait::Sleep(Box::pin(tokio::time::sleep(pause))))
+}
+
+type SlotCalled<S, ReqB, St, X, C> =
+    Called<<S as Service<Request<ReqB>>>::Future, SlotGuard<St>, Option<Box<Joint<St, X, C>>>>;
+
+impl<S, ReqB, St, X, C> Pending<S::Future, SlotGuard<St>, Option<Box<Joint<St, X, C>>>>
+    for Acquiring<S, ReqB, St, X, C>
+where
+    S: Service<Request<ReqB>>,
+    St: SlotStore,
+{
+    fn poll_decided(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<SlotCalled<S, ReqB, St, X, C>, Rejection>> {
+        loop {
+            let d = &mut self.deferred;
+            self.wait = match &mut self.wait {
+                Wait::Acquire(acquire) => {
+                    let answer = ready!(Pin::new(acquire).poll(cx));
+                    match d.shared.answer(d.key.clone(), answer) {
+                        Answer::Go(guard) => {
+                            let req = d.req.take().expect("request taken once");
+                            return Poll::Ready(Ok((d.svc.call(req), guard, None)));
+                        }
+                        Answer::Full => match wait_or_reject(d) {
+                            Ok(wait) => wait,
+                            Err(r) => return Poll::Ready(Err(r)),
+                        },
+                        Answer::Refuse(r) => return Poll::Ready(Err(r)),
+                    }
+                }
+                Wait::Sleep(sleep) => {
+                    ready!(sleep.as_mut().poll(cx));
+                    let ttl = portcullis_core::clock::millis(d.shared.config.lease_ttl);
+                    Wait::Acquire(d.shared.config.store.acquire(&d.key, d.limit, ttl))
+                }
+            };
+        }
+    }
+}
+
+impl<St: SlotStore, X, C> Around<SlotGuard<St>> for Option<Box<Joint<St, X, C>>> {
+    /// A slot decided by this layer while the inner future waits: the decision first.
+    fn before(
+        &mut self,
+        guard: &mut Option<SlotGuard<St>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Rejection>> {
+        if let Some(j) = self.as_mut() {
+            if let Some((_, acquire)) = j.gate.as_mut() {
+                let answer = ready!(Pin::new(acquire).poll(cx));
+                let (key, _) = j.gate.take().expect("gate taken once");
+                match j.shared.answer(key, answer) {
+                    Answer::Go(g) => *guard = g,
+                    Answer::Full => return Poll::Ready(Err(busy())),
+                    Answer::Refuse(r) => return Poll::Ready(Err(r)),
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// A window layer below may have taken the slot meanwhile.
+    fn after_poll(&mut self, guard: &mut Option<SlotGuard<St>>) {
+        if guard.is_none() {
+            if let Some(j) = self.as_ref() {
+                if let Some(c) = &j.claim {
+                    if let Some(lease) = c.take_lease() {
+                        *guard = Some(j.guard(c.key().clone(), lease));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -99,7 +185,7 @@ pin_project! {
         St: SlotStore,
     {
         #[pin]
-        state: State<S, ReqB, St, X, C>,
+        gate: Gate<S::Future, SlotGuard<St>, Acquiring<S, ReqB, St, X, C>, Option<Box<Joint<St, X, C>>>>,
     }
 }
 
@@ -110,25 +196,17 @@ where
 {
     pub(crate) fn rejected(r: Rejection) -> Self {
         Self {
-            state: State::Rejected { rejection: Some(r) },
+            gate: Gate::rejected(r),
         }
     }
     pub(crate) fn called(fut: S::Future, guard: Option<SlotGuard<St>>) -> Self {
         Self {
-            state: State::Called {
-                fut,
-                guard,
-                joint: None,
-            },
+            gate: Gate::called(fut, guard, None),
         }
     }
     pub(crate) fn joined(fut: S::Future, joint: Box<Joint<St, X, C>>) -> Self {
         Self {
-            state: State::Called {
-                fut,
-                guard: None,
-                joint: Some(joint),
-            },
+            gate: Gate::called(fut, None, Some(joint)),
         }
     }
     pub(crate) fn acquiring(
@@ -136,121 +214,20 @@ where
         deferred: Box<Deferred<S, ReqB, St, X, C>>,
     ) -> Self {
         Self {
-            state: State::Acquiring {
-                acquire,
-                deferred: Some(deferred),
+            gate: Gate::deciding(Acquiring {
+                wait: Wait::Acquire(acquire),
+                deferred,
+            }),
+        }
+    }
+    pub(crate) fn waiting(mut deferred: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
+        match wait_or_reject(&mut deferred) {
+            Ok(wait) => Self {
+                gate: Gate::deciding(Acquiring { wait, deferred }),
             },
-        }
-    }
-    pub(crate) fn waiting(deferred: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
-        let mut f = Self {
-            state: State::Rejected { rejection: None },
-        };
-        f.state = wait_or_reject(deferred);
-        f
-    }
-}
-
-/// After a "full" answer: sleep and ask again, or refuse once `max_wait` is spent.
-fn wait_or_reject<S, ReqB, St, X, C>(
-    mut d: Box<Deferred<S, ReqB, St, X, C>>,
-) -> State<S, ReqB, St, X, C>
-where
-    S: Service<Request<ReqB>>,
-    St: SlotStore,
-{
-    let waited = d.started.elapsed();
-    let max = d.shared.config.max_wait;
-    if waited >= max {
-        return State::Rejected {
-            rejection: Some(busy()),
-        };
-    }
-    let pause = backoff(d.attempt, max - waited);
-    d.attempt += 1;
-    State::Waiting {
-        sleep: Box::pin(tokio::time::sleep(pause)),
-        deferred: Some(d),
-    }
-}
-
-impl<S, ReqB, St, X, C, ResB> Future for ResponseFuture<S, ReqB, St, X, C>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    S::Error: Into<BoxError>,
-    St: SlotStore,
-    ResB: http_body::Body,
-{
-    type Output = Result<Response<HoldBody<ResB, SlotGuard<St>>>, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let mut state = self.as_mut().project().state;
-            let next = match state.as_mut().project() {
-                StateProj::Rejected { rejection } => {
-                    let r = rejection.take().expect("polled after completion");
-                    return Poll::Ready(Err(r.into()));
-                }
-                StateProj::Acquiring { acquire, deferred } => {
-                    let answer = ready!(Pin::new(acquire).poll(cx));
-                    let mut d = deferred.take().expect("polled after completion");
-                    match d.shared.answer(d.key.clone(), answer) {
-                        Answer::Go(guard) => {
-                            let req = d.req.take().expect("request taken once");
-                            State::Called {
-                                fut: d.svc.call(req),
-                                guard,
-                                joint: None,
-                            }
-                        }
-                        Answer::Full => wait_or_reject(d),
-                        Answer::Refuse(r) => State::Rejected { rejection: Some(r) },
-                    }
-                }
-                StateProj::Waiting { sleep, deferred } => {
-                    ready!(sleep.as_mut().poll(cx));
-                    let d = deferred.take().expect("polled after completion");
-                    let ttl = portcullis_core::clock::millis(d.shared.config.lease_ttl);
-                    State::Acquiring {
-                        acquire: d.shared.config.store.acquire(&d.key, d.limit, ttl),
-                        deferred: Some(d),
-                    }
-                }
-                StateProj::Called { fut, guard, joint } => {
-                    if let Some(j) = joint.as_mut() {
-                        if let Some((_, acquire)) = j.gate.as_mut() {
-                            let answer = ready!(Pin::new(acquire).poll(cx));
-                            let (key, _) = j.gate.take().expect("gate taken once");
-                            match j.shared.answer(key, answer) {
-                                Answer::Go(g) => *guard = g,
-                                Answer::Full => return Poll::Ready(Err(busy().into())),
-                                Answer::Refuse(r) => return Poll::Ready(Err(r.into())),
-                            }
-                        }
-                    }
-                    let polled = fut.poll(cx);
-                    // A window layer below may have taken the slot meanwhile.
-                    if guard.is_none() {
-                        if let Some(j) = joint.as_ref() {
-                            if let Some(c) = &j.claim {
-                                if let Some(lease) = c.take_lease() {
-                                    *guard = Some(j.guard(c.key().clone(), lease));
-                                }
-                            }
-                        }
-                    }
-                    let Poll::Ready(res) = polled else {
-                        if let Some(g) = guard.as_mut() {
-                            g.keep_alive(cx);
-                        }
-                        return Poll::Pending;
-                    };
-                    let res = res.map_err(Into::into);
-                    let guard = guard.take();
-                    return Poll::Ready(res.map(|r| r.map(|b| HoldBody::holding(b, guard))));
-                }
-            };
-            state.set(next);
+            Err(r) => Self::rejected(r),
         }
     }
 }
+
+gate_future!(ResponseFuture<S, ReqB, St, X, C> holds SlotGuard where St: SlotStore);

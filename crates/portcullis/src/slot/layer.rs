@@ -55,14 +55,7 @@ pub struct ConcurrencySlotLayer<St, X = FromExtensions, C = SystemClock> {
     state: Arc<State<St>>,
 }
 
-impl<St: Clone, X: Clone, C: Clone> Clone for ConcurrencySlotLayer<St, X, C> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
+handle_clone!(impl<St: Clone, X: Clone, C: Clone> Clone for ConcurrencySlotLayer<St, X, C> { config, state });
 
 impl<St: SlotStore> ConcurrencySlotLayer<St> {
     /// A slot layer on `store`, reading the [`Subject`](portcullis_core::Subject) from the

@@ -1,13 +1,10 @@
 use super::UpstreamGuard;
 use super::admit::{After, Step, Walk};
 use super::layer::ChannelFuture;
-use crate::BoxError;
-use crate::body::HoldBody;
+use crate::future::{Around, Called, Gate, Pending};
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use portcullis_core::{
-    CallEnd, CapacityTake, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore,
-};
+use portcullis_core::{CapacityTake, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -21,17 +18,78 @@ pub(crate) struct Deferred<S, ReqB, St, C> {
     pub(crate) recorder: UsageRecorder,
 }
 
-pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: WindowStore,
-    {
-        Rejected { rejection: Option<Rejection> },
-        Asking { answer: St::Future<JointAdmission>, deferred: Option<Box<Deferred<S, ReqB, St, C>>> },
-        Joining { answer: ChannelFuture, deferred: Option<Box<Deferred<S, ReqB, St, C>>> },
-        Called { #[pin] fut: S::Future, guard: Option<UpstreamGuard<St>>, after: Option<After<St, C>> },
+/// What the walk waits for.
+enum Wait<St: WindowStore> {
+    Ask(St::Future<JointAdmission>),
+    Join(ChannelFuture),
+}
+
+/// The walk still out: what it waits for, and the request.
+pub(crate) struct Walking<S, ReqB, St: WindowStore, C> {
+    wait: Wait<St>,
+    deferred: Option<Box<Deferred<S, ReqB, St, C>>>,
+}
+
+/// Calls the inner service with what the walk decided.
+fn go<S, ReqB, St, C>(
+    d: Deferred<S, ReqB, St, C>,
+    plan: super::admit::Plan,
+) -> Called<S::Future, UpstreamGuard<St>, Option<After<St, C>>>
+where
+    S: Service<Request<ReqB>>,
+    St: WindowStore,
+    C: Clock,
+{
+    let Deferred {
+        req,
+        mut svc,
+        walk,
+        recorder,
+    } = d;
+    let mut req = req.expect("request taken once");
+    let (guard, after) = walk.go(plan, &mut req, recorder);
+    (svc.call(req), guard, Some(after))
+}
+
+impl<S, ReqB, St, C> Pending<S::Future, UpstreamGuard<St>, Option<After<St, C>>>
+    for Walking<S, ReqB, St, C>
+where
+    S: Service<Request<ReqB>>,
+    St: WindowStore,
+    C: Clock,
+{
+    fn poll_decided(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Called<S::Future, UpstreamGuard<St>, Option<After<St, C>>>, Rejection>> {
+        loop {
+            let d = self.deferred.as_mut().expect("polled after completion");
+            let step = match &mut self.wait {
+                Wait::Ask(answer) => {
+                    let answer = ready!(Pin::new(answer).poll(cx));
+                    d.walk
+                        .on_answer(answer.map(|a| (a, CapacityTake::NotAsked)))
+                }
+                Wait::Join(answer) => d.walk.on_answer(ready!(answer.as_mut().poll(cx))),
+            };
+            self.wait = match step {
+                Step::Ask(answer) => Wait::Ask(answer),
+                Step::Join(answer) => Wait::Join(answer),
+                Step::Reject(r) => return Poll::Ready(Err(r)),
+                Step::Done(plan) => {
+                    let d = self.deferred.take().expect("polled after completion");
+                    return Poll::Ready(Ok(go(*d, plan)));
+                }
+            };
+        }
+    }
+}
+
+impl<St: WindowStore, C: Clock> Around<UpstreamGuard<St>> for Option<After<St, C>> {
+    fn answered<B>(&mut self, res: &mut Response<B>, guard: Option<&mut UpstreamGuard<St>>) {
+        if let Some(a) = self.take() {
+            a.answered(res, guard);
+        }
     }
 }
 
@@ -43,7 +101,7 @@ pin_project! {
         St: WindowStore,
     {
         #[pin]
-        state: State<S, ReqB, St, C>,
+        gate: Gate<S::Future, UpstreamGuard<St>, Walking<S, ReqB, St, C>, Option<After<St, C>>>,
     }
 }
 
@@ -55,7 +113,7 @@ where
 {
     pub(crate) fn rejected(r: Rejection) -> Self {
         Self {
-            state: State::Rejected { rejection: Some(r) },
+            gate: Gate::rejected(r),
         }
     }
     pub(crate) fn called(
@@ -64,108 +122,27 @@ where
         after: Option<After<St, C>>,
     ) -> Self {
         Self {
-            state: State::Called { fut, guard, after },
+            gate: Gate::called(fut, guard, after),
         }
     }
+    /// Waits for what `step` asks, then walks on.
     pub(crate) fn deferred(step: Step<St>, d: Box<Deferred<S, ReqB, St, C>>) -> Self {
-        Self {
-            state: transition(step, d),
-        }
-    }
-}
-
-/// The state a step leads to.
-fn transition<S, ReqB, St, C>(
-    step: Step<St>,
-    d: Box<Deferred<S, ReqB, St, C>>,
-) -> State<S, ReqB, St, C>
-where
-    S: Service<Request<ReqB>>,
-    St: WindowStore,
-    C: Clock,
-{
-    match step {
-        Step::Ask(answer) => State::Asking {
-            answer,
-            deferred: Some(d),
-        },
-        Step::Join(answer) => State::Joining {
-            answer,
-            deferred: Some(d),
-        },
-        Step::Reject(r) => State::Rejected { rejection: Some(r) },
-        Step::Done(plan) => {
-            let Deferred {
-                req,
-                mut svc,
-                walk,
-                recorder,
-            } = *d;
-            let mut req = req.expect("request taken once");
-            let (guard, after) = walk.go(plan, &mut req, recorder);
-            State::Called {
-                fut: svc.call(req),
-                guard,
-                after: Some(after),
+        let wait = match step {
+            Step::Ask(answer) => Wait::Ask(answer),
+            Step::Join(answer) => Wait::Join(answer),
+            Step::Reject(r) => return Self::rejected(r),
+            Step::Done(plan) => {
+                let (fut, guard, after) = go(*d, plan);
+                return Self::called(fut, guard, after);
             }
+        };
+        Self {
+            gate: Gate::deciding(Walking {
+                wait,
+                deferred: Some(d),
+            }),
         }
     }
 }
 
-impl<S, ReqB, St, C, ResB> Future for ResponseFuture<S, ReqB, St, C>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    S::Error: Into<BoxError>,
-    St: WindowStore,
-    C: Clock,
-    ResB: http_body::Body,
-{
-    type Output = Result<Response<HoldBody<ResB, UpstreamGuard<St>>>, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let mut state = self.as_mut().project().state;
-            let next = match state.as_mut().project() {
-                StateProj::Rejected { rejection } => {
-                    let r = rejection.take().expect("polled after completion");
-                    return Poll::Ready(Err(r.into()));
-                }
-                StateProj::Asking { answer, deferred } => {
-                    let answer = ready!(Pin::new(answer).poll(cx));
-                    let mut d = deferred.take().expect("polled after completion");
-                    let step = d
-                        .walk
-                        .on_answer(answer.map(|a| (a, CapacityTake::NotAsked)));
-                    transition(step, d)
-                }
-                StateProj::Joining { answer, deferred } => {
-                    let answer = ready!(answer.as_mut().poll(cx));
-                    let mut d = deferred.take().expect("polled after completion");
-                    let step = d.walk.on_answer(answer);
-                    transition(step, d)
-                }
-                StateProj::Called { fut, guard, after } => {
-                    let res = ready!(fut.poll(cx)).map_err(Into::into);
-                    let mut guard = guard.take();
-                    return Poll::Ready(match res {
-                        Ok(res) => {
-                            if let Some(a) = after.take() {
-                                a.answered(&res, guard.as_mut());
-                            }
-                            Ok(res.map(|b| HoldBody::holding(b, guard)))
-                        }
-                        Err(e) => {
-                            // L5: refused further in → nothing was sent, unless it may
-                            // have reached the provider (B4).
-                            if let Some(g) = guard.as_mut() {
-                                g.end = CallEnd::of_error(&*e);
-                            }
-                            Err(e)
-                        }
-                    });
-                }
-            };
-            state.set(next);
-        }
-    }
-}
+gate_future!(ResponseFuture<S, ReqB, St, C> holds UpstreamGuard where St: WindowStore, C: Clock);

@@ -10,7 +10,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tower_layer::Layer;
 
 /// Settings of the upstream limit layer, set one by one with its builder methods
 /// ([`failure_mode`](UpstreamLimitLayer::failure_mode),
@@ -110,14 +109,7 @@ pub struct UpstreamLimitLayer<St, C = TokioClock> {
     state: Arc<State>,
 }
 
-impl<St: Clone, C: Clone> Clone for UpstreamLimitLayer<St, C> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
+layer_parts!(UpstreamLimitLayer<St, C> => UpstreamLimit, Shared);
 
 impl<St: WindowStore> UpstreamLimitLayer<St, TokioClock> {
     /// Provider limits of the channels in `registry`, counted in `store`, with the
@@ -214,19 +206,6 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
             cooldowns: c.cooldowns.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             failures: self.state.failures.snapshot(),
-        }
-    }
-}
-
-impl<S, St: Clone, C: Clone> Layer<S> for UpstreamLimitLayer<St, C> {
-    type Service = UpstreamLimit<S, St, C>;
-    fn layer(&self, inner: S) -> Self::Service {
-        UpstreamLimit {
-            inner,
-            shared: Arc::new(Shared {
-                config: self.config.clone(),
-                state: self.state.clone(),
-            }),
         }
     }
 }

@@ -134,7 +134,11 @@ impl<St: WindowStore> UpstreamGuard<St> {
     }
 }
 
-impl<St: WindowStore> Hold for UpstreamGuard<St> {}
+impl<St: WindowStore> Hold for UpstreamGuard<St> {
+    fn call_ended(&mut self, end: CallEnd) {
+        self.end = end;
+    }
+}
 
 impl<St: WindowStore> Drop for UpstreamGuard<St> {
     fn drop(&mut self) {

@@ -1,11 +1,10 @@
 use super::WindowGuard;
 use super::decide::{Admit, Step};
-use crate::BoxError;
-use crate::body::HoldBody;
+use crate::future::{Called, Gate, Pending};
 use crate::joint::JointFuture;
-use http::{Request, Response};
+use http::Request;
 use pin_project_lite::pin_project;
-use portcullis_core::{Admission, CallEnd, Clock, Rejection, WindowStore};
+use portcullis_core::{Admission, Clock, Rejection, WindowStore};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -19,18 +18,65 @@ pub(crate) struct Deferred<S, ReqB, St, X, C> {
     pub(crate) admit: Admit<St, X, C>,
 }
 
-pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St, X, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: WindowStore,
-    {
-        Rejected { rejection: Option<Rejection> },
-        Asking { answer: St::Future<Admission>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
-        Joining { answer: JointFuture, windows: bool, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
-        Sleeping { sleep: Pin<Box<Sleep>>, deferred: Option<Box<Deferred<S, ReqB, St, X, C>>> },
-        Called { #[pin] fut: S::Future, guard: Option<WindowGuard<St>> },
+/// What the decision waits for.
+enum Wait<St: WindowStore> {
+    Ask(St::Future<Admission>),
+    /// `true`: the windows were asked too.
+    Joint(JointFuture, bool),
+    Sleep(Pin<Box<Sleep>>),
+}
+
+/// The decision still out: what it waits for, and the request.
+pub(crate) struct Deciding<S, ReqB, St: WindowStore, X, C> {
+    wait: Wait<St>,
+    deferred: Box<Deferred<S, ReqB, St, X, C>>,
+}
+
+impl<S, ReqB, St: WindowStore, X, C> Deferred<S, ReqB, St, X, C>
+where
+    S: Service<Request<ReqB>>,
+{
+    /// Calls the inner service, admitted under the decided scope.
+    fn call(&mut self) -> S::Future {
+        let mut req = self.req.take().expect("request taken once");
+        req.extensions_mut().insert(self.admit.admitted_under());
+        self.svc.call(req)
+    }
+}
+
+impl<S, ReqB, St, X, C> Pending<S::Future, WindowGuard<St>, ()> for Deciding<S, ReqB, St, X, C>
+where
+    S: Service<Request<ReqB>>,
+    St: WindowStore,
+    C: Clock,
+{
+    fn poll_decided(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Called<S::Future, WindowGuard<St>, ()>, Rejection>> {
+        loop {
+            let admit = &mut self.deferred.admit;
+            let step = match &mut self.wait {
+                Wait::Ask(answer) => admit.on_answer(ready!(Pin::new(answer).poll(cx))),
+                Wait::Joint(answer, windows) => {
+                    admit.on_joint_answer(ready!(answer.as_mut().poll(cx)), *windows)
+                }
+                Wait::Sleep(sleep) => {
+                    ready!(sleep.as_mut().poll(cx));
+                    admit.ask_again()
+                }
+            };
+            self.wait = match step {
+                Step::Admitted(guard) => {
+                    return Poll::Ready(Ok((self.deferred.call(), Some(guard), ())));
+                }
+                Step::Unlimited => return Poll::Ready(Ok((self.deferred.call(), None, ()))),
+                Step::Reject(r) => return Poll::Ready(Err(r)),
+                Step::Ask(answer) => Wait::Ask(answer),
+                Step::Joint(answer, windows) => Wait::Joint(answer, windows),
+                Step::Sleep(after) => Wait::Sleep(Box::pin(tokio::time::sleep(after))),
+            };
+        }
     }
 }
 
@@ -42,7 +88,7 @@ pin_project! {
         St: WindowStore,
     {
         #[pin]
-        state: State<S, ReqB, St, X, C>,
+        gate: Gate<S::Future, WindowGuard<St>, Deciding<S, ReqB, St, X, C>, ()>,
     }
 }
 
@@ -53,126 +99,28 @@ where
 {
     pub(crate) fn rejected(r: Rejection) -> Self {
         Self {
-            state: State::Rejected { rejection: Some(r) },
+            gate: Gate::rejected(r),
         }
     }
     pub(crate) fn called(fut: S::Future, guard: Option<WindowGuard<St>>) -> Self {
         Self {
-            state: State::Called { fut, guard },
+            gate: Gate::called(fut, guard, ()),
         }
     }
-    pub(crate) fn deferred(step: Step<St>, d: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
+    /// Waits for what `step` asks (a store answer or a W10 sleep), then decides on.
+    pub(crate) fn deferred(step: Step<St>, mut d: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
+        let wait = match step {
+            Step::Ask(answer) => Wait::Ask(answer),
+            Step::Joint(answer, windows) => Wait::Joint(answer, windows),
+            Step::Sleep(after) => Wait::Sleep(Box::pin(tokio::time::sleep(after))),
+            Step::Reject(r) => return Self::rejected(r),
+            Step::Admitted(guard) => return Self::called(d.call(), Some(guard)),
+            Step::Unlimited => return Self::called(d.call(), None),
+        };
         Self {
-            state: transition(step, d),
+            gate: Gate::deciding(Deciding { wait, deferred: d }),
         }
     }
 }
 
-/// The state a step leads to.
-fn transition<S, ReqB, St, X, C>(
-    step: Step<St>,
-    mut d: Box<Deferred<S, ReqB, St, X, C>>,
-) -> State<S, ReqB, St, X, C>
-where
-    S: Service<Request<ReqB>>,
-    St: WindowStore,
-{
-    match step {
-        Step::Ask(answer) => State::Asking {
-            answer,
-            deferred: Some(d),
-        },
-        Step::Joint(answer, windows) => State::Joining {
-            answer,
-            windows,
-            deferred: Some(d),
-        },
-        Step::Sleep(after) => State::Sleeping {
-            sleep: Box::pin(tokio::time::sleep(after)),
-            deferred: Some(d),
-        },
-        Step::Reject(r) => State::Rejected { rejection: Some(r) },
-        Step::Admitted(guard) => {
-            let mut req = d.req.take().expect("request taken once");
-            req.extensions_mut().insert(d.admit.admitted_under());
-            State::Called {
-                fut: d.svc.call(req),
-                guard: Some(guard),
-            }
-        }
-        Step::Unlimited => {
-            let mut req = d.req.take().expect("request taken once");
-            req.extensions_mut().insert(d.admit.admitted_under());
-            State::Called {
-                fut: d.svc.call(req),
-                guard: None,
-            }
-        }
-    }
-}
-
-impl<S, ReqB, St, X, C, ResB> Future for ResponseFuture<S, ReqB, St, X, C>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    S::Error: Into<BoxError>,
-    St: WindowStore,
-    C: Clock,
-    ResB: http_body::Body,
-{
-    type Output = Result<Response<HoldBody<ResB, WindowGuard<St>>>, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let mut state = self.as_mut().project().state;
-            let next = match state.as_mut().project() {
-                StateProj::Rejected { rejection } => {
-                    let r = rejection.take().expect("polled after completion");
-                    return Poll::Ready(Err(r.into()));
-                }
-                StateProj::Asking { answer, deferred } => {
-                    let answer = ready!(Pin::new(answer).poll(cx));
-                    let mut d = deferred.take().expect("polled after completion");
-                    let step = d.admit.on_answer(answer);
-                    transition(step, d)
-                }
-                StateProj::Joining {
-                    answer,
-                    windows,
-                    deferred,
-                } => {
-                    let answer = ready!(answer.as_mut().poll(cx));
-                    let mut d = deferred.take().expect("polled after completion");
-                    let step = d.admit.on_joint_answer(answer, *windows);
-                    transition(step, d)
-                }
-                StateProj::Sleeping { sleep, deferred } => {
-                    ready!(sleep.as_mut().poll(cx));
-                    let d = deferred.take().expect("polled after completion");
-                    let step = d.admit.ask_again();
-                    transition(step, d)
-                }
-                StateProj::Called { fut, guard } => {
-                    let res = ready!(fut.poll(cx)).map_err(Into::into);
-                    let mut guard = guard.take();
-                    return Poll::Ready(match res {
-                        Ok(r) => {
-                            if let Some(g) = guard.as_mut() {
-                                g.end = CallEnd::Answered;
-                            }
-                            Ok(r.map(|b| HoldBody::holding(b, guard)))
-                        }
-                        Err(e) => {
-                            // L5: refused further in → this request consumed nothing,
-                            // unless it may have reached the provider (B4).
-                            if let Some(g) = guard.as_mut() {
-                                g.end = CallEnd::of_error(&*e);
-                            }
-                            Err(e)
-                        }
-                    });
-                }
-            };
-            state.set(next);
-        }
-    }
-}
+gate_future!(ResponseFuture<S, ReqB, St, X, C> holds WindowGuard where St: WindowStore, C: Clock);

@@ -4,7 +4,6 @@ use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use portcullis_core::SystemClock;
 use std::sync::Arc;
 use std::time::Duration;
-use tower_layer::Layer;
 
 /// What the builder methods set.
 #[derive(Clone)]
@@ -44,14 +43,7 @@ pub struct AnchoredWindowLayer<St, X = FromExtensions, C = SystemClock> {
     state: Arc<State>,
 }
 
-impl<St: Clone, X: Clone, C: Clone> Clone for AnchoredWindowLayer<St, X, C> {
-    fn clone(&self) -> Self {
-        Self {
-            config: self.config.clone(),
-            state: self.state.clone(),
-        }
-    }
-}
+layer_parts!(AnchoredWindowLayer<St, X, C> => AnchoredWindow, Shared);
 
 impl<St> AnchoredWindowLayer<St> {
     /// A window layer on `store`, reading the [`Subject`](portcullis_core::Subject) from
@@ -116,19 +108,5 @@ impl<St, X, C> AnchoredWindowLayer<St, X, C> {
     /// The store.
     pub fn store(&self) -> &St {
         &self.config.store
-    }
-}
-
-impl<S, St: Clone, X: Clone, C: Clone> Layer<S> for AnchoredWindowLayer<St, X, C> {
-    type Service = AnchoredWindow<S, St, X, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        AnchoredWindow {
-            inner,
-            shared: Arc::new(Shared {
-                config: self.config.clone(),
-                state: self.state.clone(),
-            }),
-        }
     }
 }

@@ -77,7 +77,11 @@ impl<St: WindowStore> WindowGuard<St> {
     }
 }
 
-impl<St: WindowStore> Hold for WindowGuard<St> {}
+impl<St: WindowStore> Hold for WindowGuard<St> {
+    fn call_ended(&mut self, end: CallEnd) {
+        self.end = end;
+    }
+}
 
 impl<St: WindowStore> Drop for WindowGuard<St> {
     fn drop(&mut self) {
