@@ -28,9 +28,14 @@
 //!   retry budget are built from its settings.
 //! - `layer()` clones the config and the state's `Arc` into the service, which reads
 //!   both through one `Arc`; a service is as cheap to clone as its inner service.
-//! - A layer's decision on a store answer is plain code apart from the I/O, shared by
-//!   the synchronous path in `call` (the in-memory store answers at once: no state
-//!   machine, no boxing) and the response future, which awaits what is pending.
+//! - Each layer decides in its `decide` module, sans I/O: a first store question, then
+//!   the next step on each answer (the window layer's `Step` machine is the model).
+//!   It is shared by the synchronous path in `call` (the in-memory store answers at
+//!   once: no state machine, no boxing) and the response future, which awaits what
+//!   is pending.
+//! - Every response future is one skeleton (refused, deciding, called and holding the
+//!   guard in the body); a layer adds only what it waits for and what it does around
+//!   the call.
 //!
 //! # What the layers read from a request
 //!

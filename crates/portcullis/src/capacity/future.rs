@@ -1,4 +1,4 @@
-use super::choose::{Expiry, Probe, on_answer, probe, shortest_wait, tenant_of, wait_budget};
+use super::decide::{Expiry, Probe, on_answer, shortest_wait, tenant_of, wait_budget};
 use super::queue::{CapacityGuard, Counters, QueueTicket, Shared};
 use super::{QUEUED_MS_HEADER, busy, deadline_exceeded};
 use crate::future::{self, Around, Called, Gate};
@@ -292,12 +292,7 @@ where
             let next = match &mut self.wait {
                 Wait::Ask { answer, index } => {
                     let answer = ready!(Pin::new(answer).poll(cx));
-                    let index = *index;
-                    let ch = p.shared.channel(&p.candidates.0[index]);
-                    let probe = match on_answer(&p.shared, &ch, index, answer) {
-                        Some(probe) => probe,
-                        None => probe(&p.shared, &p.candidates.0, index + 1, None),
-                    };
+                    let probe = on_answer(&p.shared, &p.candidates.0, *index, answer);
                     transition(probe, p)
                 }
                 Wait::Queued { rx, expiry, poll } => {

@@ -78,9 +78,9 @@
 //! [`Rejection`]: portcullis_core::Rejection
 //! [`expected_wait_us`]: portcullis_core::capacity::expected_wait_us
 
-mod choose;
 #[cfg(test)]
 mod clock_tests;
+mod decide;
 mod future;
 mod layer;
 mod queue;

@@ -1,4 +1,4 @@
-use super::choose::{Probe, probe};
+use super::decide::{Probe, start};
 use super::future::{Pending, ResponseFuture};
 use super::no_upstream;
 use super::queue::{CapacityGuard, Counters, Shared};
@@ -47,7 +47,7 @@ where
         let prefetched = req
             .extensions_mut()
             .remove::<crate::extensions::Prefetched>();
-        match probe(&self.shared, &candidates.0, 0, prefetched.as_ref()) {
+        match start(&self.shared, &candidates.0, prefetched.as_ref()) {
             Probe::Admit { index, guard } => {
                 Counters::bump(&self.shared.state.counters.admitted);
                 let chosen = candidates.0[index].clone();

@@ -1,5 +1,6 @@
+use super::decide::{Answer, backoff};
 use super::layer::Shared;
-use super::{Answer, SlotGuard, backoff, busy};
+use super::{SlotGuard, busy};
 use crate::extensions::SlotClaim;
 use crate::future::{Around, Called, Gate, Pending};
 use http::Request;
@@ -134,8 +135,7 @@ where
                 }
                 Wait::Sleep(sleep) => {
                     ready!(sleep.as_mut().poll(cx));
-                    let ttl = portcullis_core::clock::millis(d.shared.config.lease_ttl);
-                    Wait::Acquire(d.shared.config.store.acquire(&d.key, d.limit, ttl))
+                    Wait::Acquire(d.shared.ask(&d.key, d.limit))
                 }
             };
         }

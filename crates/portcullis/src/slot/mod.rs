@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+mod decide;
 mod future;
 mod layer;
 mod service;
@@ -35,7 +36,6 @@ pub use service::ConcurrencySlot;
 
 use crate::body::Hold;
 use crate::spawn::{Registration, Renew, Renewals, detach};
-use crate::time::ms;
 use portcullis_core::{GatewayCode, LayerKind, LeaseId, Millis, Rejection, SlotStore, SubjectKey};
 use std::future::Future;
 use std::sync::Arc;
@@ -116,49 +116,6 @@ impl<St: SlotStore> Drop for SlotGuard<St> {
     fn drop(&mut self) {
         detach(self.store.release(&self.key, self.lease), "slot release");
     }
-}
-
-/// What a store's slot answer means for the request.
-pub(crate) enum Answer<St: SlotStore> {
-    /// Go on, holding this guard (`None`: the store failed and the layer fails open).
-    Go(Option<SlotGuard<St>>),
-    /// Every slot is taken (refuse, or wait when `max_wait` allows).
-    Full,
-    /// Refused: the store failed and the layer fails closed.
-    Refuse(Rejection),
-}
-
-impl<St: SlotStore, X, C> layer::Shared<St, X, C> {
-    /// The meaning of `answer` for a slot of `key`.
-    pub(crate) fn answer(
-        &self,
-        key: SubjectKey,
-        answer: portcullis_core::StoreResult<portcullis_core::SlotDecision>,
-    ) -> Answer<St> {
-        self.state
-            .failures
-            .answered(LayerKind::ConcurrencySlot, &answer);
-        match answer {
-            Ok(portcullis_core::SlotDecision::Acquired(lease)) => {
-                Answer::Go(Some(SlotGuard::new(self, key, lease)))
-            }
-            Ok(portcullis_core::SlotDecision::Full { .. }) => Answer::Full,
-            Err(e) => match self.state.failures.on_error(
-                self.config.failure_mode,
-                LayerKind::ConcurrencySlot,
-                &e,
-            ) {
-                None => Answer::Go(None),
-                Some(r) => Answer::Refuse(r),
-            },
-        }
-    }
-}
-
-/// How long to sleep before asking the store again while waiting for a slot:
-/// 1, 2, 4 … 32 ms, never past the end of the wait.
-pub(crate) fn backoff(attempt: u32, remaining: Duration) -> Duration {
-    ms(1u64 << attempt.min(5)).min(remaining)
 }
 
 /// The 42901 rejection (C2). Retry-After 1 s: a slot frees when any request ends.

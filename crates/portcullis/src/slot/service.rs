@@ -1,6 +1,7 @@
+use super::decide::Answer;
 use super::future::{Deferred, Joint, ResponseFuture};
 use super::layer::Shared;
-use super::{Answer, SlotGuard, busy};
+use super::{SlotGuard, busy};
 use crate::BoxError;
 use crate::body::HoldBody;
 use crate::extensions::SlotClaim;
@@ -69,7 +70,7 @@ where
                 return ResponseFuture::joined(fut, Joint::claimed(shared.clone(), claim));
             }
             // Nobody took it: acquire here, before the inner future is first polled.
-            let mut acquire = shared.config.store.acquire(&subject.key, limit, ttl);
+            let mut acquire = shared.ask(&subject.key, limit);
             return match poll_now(&mut acquire) {
                 Some(answer) => match shared.answer(subject.key, answer) {
                     Answer::Go(guard) => ResponseFuture::called(fut, guard),
@@ -81,7 +82,7 @@ where
                 }
             };
         }
-        let mut acquire = shared.config.store.acquire(&subject.key, limit, ttl);
+        let mut acquire = shared.ask(&subject.key, limit);
         // The in-memory store answers at once: decide here, with no state machine and
         // no service clone. A pending answer (Redis) continues in the future.
         let answered = match poll_now(&mut acquire) {

@@ -1,5 +1,5 @@
 use super::UpstreamGuard;
-use super::admit::{After, Step, Walk};
+use super::decide::{After, Step, Walk};
 use super::layer::ChannelFuture;
 use crate::future::{Around, Called, Gate, Pending};
 use http::{Request, Response};
@@ -33,7 +33,7 @@ pub(crate) struct Walking<S, ReqB, St: WindowStore, C> {
 /// Calls the inner service with what the walk decided.
 fn go<S, ReqB, St, C>(
     d: Deferred<S, ReqB, St, C>,
-    plan: super::admit::Plan,
+    plan: super::decide::Plan,
 ) -> Called<S::Future, UpstreamGuard<St>, Option<After<St, C>>>
 where
     S: Service<Request<ReqB>>,

@@ -81,8 +81,8 @@
 //! [`rate_count`]: portcullis_dialects::rate_count
 //! [`Rejection`]: portcullis_core::Rejection
 
-mod admit;
 mod calibrate;
+mod decide;
 mod future;
 mod layer;
 mod service;

@@ -1,5 +1,5 @@
 use super::UpstreamGuard;
-use super::admit::{Step, Walk};
+use super::decide::{Step, Walk};
 use super::future::{Deferred, ResponseFuture};
 use super::layer::Shared;
 use crate::BoxError;

@@ -1,7 +1,10 @@
-//! Which channel a request gets: the first candidate with room (Q1, Q2), else the
-//! queue expected to free first (Q2), for how long (Q3), and as which tenant of the fair
-//! queue (Q4). Shared by `call`, which decides at once when the store does, and the
-//! response future, which asks again and queues.
+//! The capacity layer's decision, sans I/O: which channel a request gets — the first
+//! candidate with room (Q1, Q2), else the queue expected to free first (Q2) — for how
+//! long it may wait (Q3), and as which tenant of the fair queue (Q4).
+//!
+//! The interface of every layer's `decide` module: [`start`] gives the first
+//! [`Probe`], [`on_answer`] the next one after a store answer. `call` decides at once
+//! when the store answers at once; the response future awaits the answer and queues.
 
 use super::queue::{CapacityGuard, Channel, Shared};
 use super::{CapacityConfig, DEADLINE_HEADER};
@@ -34,11 +37,35 @@ pub(crate) enum Probe<St: CapacityStore> {
     Refuse(Rejection),
 }
 
+/// The first step for a request on `candidates`.
+pub(crate) fn start<St: CapacityStore>(
+    shared: &Arc<Shared<St>>,
+    candidates: &[ChannelRef],
+    prefetched: Option<&Prefetched>,
+) -> Probe<St> {
+    probe(shared, candidates, 0, prefetched)
+}
+
+/// The step after the store's `answer` for candidate `index`: admitted there, or on
+/// to the next candidates.
+pub(crate) fn on_answer<St: CapacityStore>(
+    shared: &Arc<Shared<St>>,
+    candidates: &[ChannelRef],
+    index: usize,
+    answer: StoreResult<Option<LeaseId>>,
+) -> Probe<St> {
+    let ch = shared.channel(&candidates[index]);
+    match answer_for(shared, &ch, index, answer) {
+        Some(probe) => probe,
+        None => probe(shared, candidates, index + 1, None),
+    }
+}
+
 /// Tries the candidates from `from` on, in order (Q2). A channel whose queue has
 /// waiters counts as full: a newcomer never jumps the queue. A lease the upstream layer
 /// `prefetched` with the channel's windows (see `crate::joint`) is held as taken here,
 /// and a channel it found full is not asked again.
-pub(crate) fn probe<St: CapacityStore>(
+fn probe<St: CapacityStore>(
     shared: &Arc<Shared<St>>,
     candidates: &[ChannelRef],
     from: usize,
@@ -74,7 +101,7 @@ pub(crate) fn probe<St: CapacityStore>(
             .try_acquire(&c.name, c.capacity, shared.ttl());
         match poll_now(&mut answer) {
             Some(a) => {
-                if let Some(p) = on_answer(shared, &ch, index, a) {
+                if let Some(p) = answer_for(shared, &ch, index, a) {
                     return p;
                 }
             }
@@ -85,7 +112,7 @@ pub(crate) fn probe<St: CapacityStore>(
 }
 
 /// The store's answer for candidate `index`; `None` = full, try the next.
-pub(crate) fn on_answer<St: CapacityStore>(
+fn answer_for<St: CapacityStore>(
     shared: &Arc<Shared<St>>,
     ch: &Arc<Channel<St>>,
     index: usize,
