@@ -28,6 +28,7 @@ pub mod books;
 pub mod catalog;
 pub mod config;
 pub mod docs;
+pub mod extensions;
 pub mod forward;
 pub mod homes;
 pub mod keys;

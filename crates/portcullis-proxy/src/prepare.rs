@@ -31,6 +31,12 @@ use tower::{Layer, Service};
 #[derive(Clone, Debug)]
 pub struct Facts(pub Arc<RequestFacts>);
 
+/// The response future of [`Prepare`]. Boxed on purpose: the body is read to its
+/// end (bounded, awaited) before the inner service is called, and that read is an
+/// `async` block whose type has no name; the box is one allocation per request, next
+/// to the buffered body it awaits.
+pub type PrepareFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+
 /// Applies [`Prepare`].
 #[derive(Clone)]
 pub struct PrepareLayer {
@@ -83,7 +89,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+    type Future = PrepareFuture<S::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)

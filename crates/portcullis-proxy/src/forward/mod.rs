@@ -32,4 +32,4 @@ pub use client::{HttpClient, http_client};
 pub use headers::AllowLists;
 pub use request::{GEMINI_METHODS, gemini_method_served};
 pub use response_headers::{ResponseHeaders, ResponseHeadersFuture, ResponseHeadersLayer};
-pub use send::Forward;
+pub use send::{Forward, ForwardFuture};

@@ -63,10 +63,16 @@ impl Forward {
     }
 }
 
+/// The response future of [`Forward`]: one attempt upstream. Boxed on purpose: the
+/// attempt is an `async fn` (connect, send, await the head, with timeouts), whose type
+/// has no name; the box is one allocation per attempt, beside a network round trip.
+pub type ForwardFuture =
+    Pin<Box<dyn Future<Output = Result<Response<ForwardBody>, BoxError>> + Send>>;
+
 impl Service<Request<Full<Bytes>>> for Forward {
     type Response = Response<ForwardBody>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ForwardBody>, BoxError>> + Send>>;
+    type Future = ForwardFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         // The pooled client is always ready; connections are made per request.
