@@ -480,6 +480,11 @@ where
             catalog,
             on_scrape: self.on_scrape.clone(),
             metrics_token: self.config.metrics_token.clone(),
+            ledger: self
+                .ledger
+                .as_ref()
+                .and(self.directory.as_ref())
+                .map(|d| d.records().clone()),
         });
         let routes = crate::routes::ops::routes(api, ops);
         Ok(Running {

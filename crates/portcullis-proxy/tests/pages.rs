@@ -1,10 +1,12 @@
 //! The usage and operator pages (P4) and the keys page (K9) in a real headless browser:
 //! Debian's `chromium`, driven through `chromedriver` (WebDriver, `fantoccini`). Each
-//! browser test starts the proxy in front of the fake upstream (for the keys page, on a
-//! SQLite records database in a temporary directory), loads a page, types the key or the
-//! token, and asserts on the rendered DOM against the gateway's JSON for the same key. A
-//! screenshot of each page is kept under `$CARGO_TARGET_TMPDIR/pages/`
-//! (`target/tmp/pages/*.png`).
+//! browser test starts the proxy in front of the fake upstream (for the keys page and the
+//! recent requests of the usage and operator pages, B6, on a SQLite records database in
+//! a temporary directory), loads a page, types the key or the token, and asserts on the
+//! rendered DOM against the gateway's JSON for the same key. A screenshot of each page
+//! is kept under `$CARGO_TARGET_TMPDIR/pages/` (`target/tmp/pages/*.png`); those of the
+//! docs are `usage-requests.png` and `admin-requests.png` (`assets/screenshots/usage.png`
+//! and `admin.png`) and `keys.png`.
 //!
 //! Without `chromium` or `chromedriver` on the PATH the browser tests fail and name the
 //! packages to install (`apt-get install -y chromium chromium-driver`).
@@ -1050,6 +1052,13 @@ tenant = "filed"
 "#;
 
 async fn records_gateway() -> Records {
+    records_gateway_on(KEYS_CONFIG).await
+}
+
+/// A gateway on a SQLite records database of its own (the ledger on, as by default),
+/// `config` its file's policies, tenants and keys (the channels of the fake upstream
+/// added).
+async fn records_gateway_on(config: &str) -> Records {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "pcx-pages-keys-{}-{}",
@@ -1058,7 +1067,7 @@ async fn records_gateway() -> Records {
     ));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let text = format!(
-        "[server]\nadmin_token = \"{TOKEN}\"\n\n[database]\nurl = \"sqlite://{}\"\nhash_secret_env = \"PCX_TEST_UNSET_HASH_SECRET\"\n{KEYS_CONFIG}{CHANNELS}",
+        "[server]\nadmin_token = \"{TOKEN}\"\n\n[database]\nurl = \"sqlite://{}\"\nhash_secret_env = \"PCX_TEST_UNSET_HASH_SECRET\"\n{config}{CHANNELS}",
         dir.join("records.db").display()
     );
     let config = portcullis_proxy::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -1877,5 +1886,600 @@ async fn k9_keys_page_tenant_token_sees_only_its_tenant() {
         "{}",
         b.text("#status").await
     );
+    b.quit().await;
+}
+
+// ------------------------------------------------------------------ recent requests (B6)
+
+/// The ledger's gateway: a key holder with limits and a budget (the usage page has all
+/// its parts), a neighbour in the same tenant, a key that sends nothing, and a key of
+/// another tenant.
+const LEDGER_CONFIG: &str = r#"
+[policies.plan]
+concurrency = 4
+requests = [{ window = "1m", limit = 1000 }, { window = "1d", limit = 100000 }]
+tokens = [{ window = "1m", limit = 10000000 }]
+
+[tenants.acme]
+balance = 50_000_000
+budgets = [{ name = "monthly", limit = 30_000_000, period = "30d" }]
+
+[tenants.other]
+balance = 50_000_000
+
+[keys.holder]
+key = "sk-holder-0001"
+tenant = "acme"
+policy = "plan"
+spend_cap = 20_000_000
+
+[keys.neighbour]
+key = "sk-neighbour-0001"
+tenant = "acme"
+
+[keys.quiet]
+key = "sk-quiet-0001"
+tenant = "acme"
+
+[keys.elsewhere]
+key = "sk-elsewhere-0001"
+tenant = "other"
+"#;
+
+const HOLDER: &str = "sk-holder-0001";
+const NEIGHBOUR: &str = "sk-neighbour-0001";
+const QUIET: &str = "sk-quiet-0001";
+const ELSEWHERE: &str = "sk-elsewhere-0001";
+
+/// `n` model requests with `key`, every one answered 200, over the three dialects (so
+/// three models), one in four streamed; their request ids.
+async fn requests(addr: std::net::SocketAddr, key: &str, n: usize) -> Vec<String> {
+    let dialects = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini];
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let r = send(addr, &ask(dialects[i % 3], key, i % 4 == 1)).await;
+        assert_eq!(r.status, 200, "request {i} with {key:.9}…: {}", r.text());
+        ids.push(r.header("x-request-id").expect("a request id").to_owned());
+    }
+    ids
+}
+
+/// A database key of `tenant` labelled `label` (a file key's label: the ledger's `key`
+/// of a database key is its id, never its label), live; its id and secret.
+async fn database_key(addr: std::net::SocketAddr, label: &str, tenant: &str) -> (String, String) {
+    let k = api_ok(
+        addr,
+        "POST",
+        "/admin/keys",
+        Some(json!({"label": label, "tenant": tenant})),
+        201,
+    )
+    .await;
+    let secret = k["key"].as_str().expect("a secret").to_owned();
+    until_answer(addr, &secret, 200).await;
+    (k["id"].as_str().expect("id").to_owned(), secret)
+}
+
+/// Polls `GET /admin/usage?{query}` until its totals count `n` attempts (the ledger is
+/// written off the request path); the rows, oldest first (one page, from the snapshot
+/// the totals were counted in).
+async fn ledger_until(addr: std::net::SocketAddr, query: &str, n: u64) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let (status, v) = api(
+            addr,
+            TOKEN,
+            "GET",
+            &format!("/admin/usage?{query}&limit=1000"),
+            None,
+        )
+        .await;
+        if status == 200 && v["totals"]["attempts"].as_u64() == Some(n) {
+            assert_eq!(v["next_cursor"], Value::Null, "one page: {v}");
+            let rows = v["records"].as_array().expect("records").clone();
+            assert_eq!(rows.len() as u64, n, "{v}");
+            return rows;
+        }
+        assert!(
+            start.elapsed() < WAIT * 4,
+            "the ledger never held {n} attempts for {query:?}: {status} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `GET /usage/requests{query}` with `key`: its status and JSON body.
+async fn recent(addr: std::net::SocketAddr, key: &str, query: &str) -> (u16, Value) {
+    let r = send(
+        addr,
+        &Req::get(format!("/usage/requests{query}")).key(KeyAt::Bearer, key),
+    )
+    .await;
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    (r.status.as_u16(), v)
+}
+
+/// Every page of `GET /usage/requests?limit={limit}` with `key`, following the cursor:
+/// the rows, and the size of each page.
+async fn all_recent(
+    addr: std::net::SocketAddr,
+    key: &str,
+    limit: usize,
+) -> (Vec<Value>, Vec<usize>) {
+    let (mut rows, mut sizes, mut cursor) = (Vec::new(), Vec::new(), String::new());
+    for _ in 0..100 {
+        let (status, v) = recent(addr, key, &format!("?limit={limit}{cursor}")).await;
+        assert_eq!(status, 200, "{v}");
+        let page = v["records"].as_array().expect("records");
+        sizes.push(page.len());
+        rows.extend(page.iter().cloned());
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return (rows, sizes),
+        }
+    }
+    panic!("more than 100 pages of /usage/requests for {key:.9}…")
+}
+
+/// A row of `GET /admin/usage` as `GET /usage/requests` shows it to the key's holder.
+fn as_holder_sees(r: &Value) -> Value {
+    json!({
+        "at": r["at"],
+        "at_ms": r["at_ms"],
+        "request_id": r["request_id"],
+        "client_request_id": r["client_request_id"],
+        "model": r["model"],
+        "usage": r["usage"],
+        "amount": r["amount"],
+        "outcome": r["outcome"],
+    })
+}
+
+/// `rows` of `GET /admin/usage` (oldest first) newest first, as the holder sees them.
+fn newest_first_as_holder_sees(rows: &[Value]) -> Vec<Value> {
+    rows.iter().rev().map(as_holder_sees).collect()
+}
+
+/// A ledger row as the pages' request table prints it (`usage.js`' and `admin.js`'
+/// `requestRow`; the operator's table adds the key and the channel).
+fn expected_request_row(r: &Value, operator: bool) -> Value {
+    let u = &r["usage"];
+    let tokens = |f: &str| {
+        if u.is_null() {
+            "—".to_owned()
+        } else {
+            shown(&u[f])
+        }
+    };
+    let at = r["at"].as_str().expect("at");
+    let mut row = json!({
+        "at_ms": r["at_ms"].to_string(),
+        "time": at.replacen('T', " ", 1).trim_end_matches('Z'),
+        "model": r["model"].as_str().unwrap_or("—"),
+        "input": tokens("input_tokens"),
+        "cached": tokens("cached_input_tokens"),
+        "output": tokens("output_tokens"),
+        "cost": shown(&r["amount"]),
+        "outcome": r["outcome"].as_str().expect("outcome").replace('_', " "),
+        "request_id": r["request_id"].as_str().unwrap_or("—"),
+    });
+    if operator {
+        row["key"] = r["key"].clone();
+        row["channel"] = json!(r["channel"].as_str().unwrap_or("—"));
+    }
+    row
+}
+
+/// The rows of the request table `#{table}`, as printed.
+async fn request_rows(b: &Browser, table: &str, operator: bool) -> Vec<Value> {
+    let v = b
+        .js(&format!(
+            r#"return [...document.querySelectorAll('#{table} tbody tr.request')].map(r => {{
+                 const f = (n) => r.querySelector(`[data-field=${{n}}]`).textContent;
+                 const row = {{ at_ms: r.dataset.atMs, time: f('time'), model: f('model'),
+                   input: f('input'), cached: f('cached'), output: f('output'), cost: f('cost'),
+                   outcome: f('outcome'), request_id: f('request-id') }};
+                 if ({operator}) {{ row.key = f('key'); row.channel = f('channel'); }}
+                 return row;
+               }});"#
+        ))
+        .await;
+    v.as_array().expect("rows").clone()
+}
+
+/// The request ids the table `#{table}` shows (each cell whole).
+async fn request_ids(b: &Browser, table: &str) -> std::collections::BTreeSet<String> {
+    b.js(&format!(
+        "return [...document.querySelectorAll('#{table} tbody [data-field=request-id]')]
+           .map(c => c.textContent);"
+    ))
+    .await
+    .as_array()
+    .expect("ids")
+    .iter()
+    .map(|v| v.as_str().expect("an id").to_owned())
+    .collect()
+}
+
+/// B6: `GET /usage/requests` answers the calling key its own attempts from the ledger,
+/// newest first, paged by its cursor — never another key's: not a neighbour's of the same
+/// tenant, not a database key's labelled like it, not another tenant's — the same rows
+/// `GET /admin/usage` has for the key; a key that sent nothing gets none; a gateway
+/// keeping no ledger answers 404 naming it; an unknown key 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b6_usage_requests_answers_a_key_its_own_attempts_only() {
+    let gw = records_gateway_on(LEDGER_CONFIG).await;
+    let addr = gw.addr;
+    // A database key labelled "holder", as the file key is: one attempt live already.
+    let (twin_id, twin) = database_key(addr, "holder", "acme").await;
+    let holder_ids = requests(addr, HOLDER, 7).await;
+    requests(addr, NEIGHBOUR, 3).await;
+    requests(addr, &twin, 1).await;
+    requests(addr, ELSEWHERE, 2).await;
+    let acme = ledger_until(addr, "tenant=acme", 7 + 3 + 2).await;
+    ledger_until(addr, "tenant=other", 2).await;
+    let of =
+        |key: &str| -> Vec<Value> { acme.iter().filter(|r| r["key"] == key).cloned().collect() };
+    assert_eq!(of("holder").len(), 7);
+    assert_eq!(of(&twin_id).len(), 2);
+
+    // The holder: its seven, newest first, in pages of 3 (3, 3, 1), the request ids of
+    // its responses.
+    let (rows, sizes) = all_recent(addr, HOLDER, 3).await;
+    assert_eq!(sizes, [3, 3, 1]);
+    assert_eq!(rows, newest_first_as_holder_sees(&of("holder")));
+    let mut ids: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["request_id"].as_str())
+        .collect();
+    ids.reverse();
+    assert_eq!(ids, holder_ids, "its own requests, newest first");
+    assert!(rows.iter().all(|r| r.get("key").is_none()
+        && r.get("channel").is_none()
+        && r.get("attempt").is_none()));
+    assert!(
+        rows.iter()
+            .all(|r| r["usage"]["output_tokens"].as_u64() > Some(0)),
+        "{rows:?}"
+    );
+    let (one_page, _) = all_recent(addr, HOLDER, 20).await;
+    assert_eq!(one_page, rows, "20 a page: one page");
+    let (status, v) = recent(addr, HOLDER, "").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["records"].as_array().map(Vec::len),
+        Some(7),
+        "20 unless given"
+    );
+    assert_eq!(v["next_cursor"], Value::Null);
+
+    // The others: each its own, never the holder's — the database key labelled "holder"
+    // included, and the holder never its.
+    for (key, id) in [(NEIGHBOUR, "neighbour"), (twin.as_str(), twin_id.as_str())] {
+        let (rows, _) = all_recent(addr, key, 2).await;
+        assert_eq!(rows, newest_first_as_holder_sees(&of(id)), "{id}");
+    }
+    let (rows, _) = all_recent(addr, ELSEWHERE, 20).await;
+    assert_eq!(rows.len(), 2);
+    let (status, v) = recent(addr, QUIET, "").await;
+    assert_eq!(
+        (status, &v),
+        (200, &json!({"records": [], "next_cursor": null}))
+    );
+
+    // The operator's route gives the same rows newest first with `order=newest`.
+    let admin_newest = api_ok(
+        addr,
+        "GET",
+        "/admin/usage?tenant=acme&order=newest",
+        None,
+        200,
+    )
+    .await;
+    let mut reversed = acme.clone();
+    reversed.reverse();
+    assert_eq!(admin_newest["records"], Value::Array(reversed));
+    let (status, e) = api(addr, TOKEN, "GET", "/admin/usage?order=sideways", None).await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (400, Some("order")),
+        "{e}"
+    );
+
+    // A cursor it did not give: 400 naming it; no key or an unknown one: 401.
+    let (status, v) = recent(addr, HOLDER, "?cursor=nope").await;
+    assert_eq!(
+        (status, v["error"]["field"].as_str()),
+        (400, Some("cursor")),
+        "{v}"
+    );
+    let r = send(addr, &Req::get("/usage/requests")).await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    let (status, _) = recent(addr, "sk-not-a-key", "").await;
+    assert_eq!(status, 401);
+
+    // No records database, so no ledger: 404 saying so.
+    let plain = Proxy::start(USAGE_CONFIG).await;
+    assert_eq!(answer(plain.addr, HOLDER).await, 200);
+    let (status, v) = recent(plain.addr, HOLDER, "").await;
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no ledger")),
+        "{v}"
+    );
+}
+
+/// B6: the usage page lists the key's recent requests under its counters — time, model,
+/// tokens in / cached / out, cost, outcome, request id — newest first, 20 and a **More**
+/// button for the rest, exactly the rows `GET /usage/requests` and `GET /admin/usage`
+/// have for the key; a neighbour's and a database key's labelled like it never appear; a
+/// request made since is first after **Refresh**; a key with none and a gateway keeping
+/// no ledger show their empty state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b6_usage_page_lists_the_keys_recent_requests() {
+    let _one = ONE_BROWSER.lock().await;
+    let gw = records_gateway_on(LEDGER_CONFIG).await;
+    let addr = gw.addr;
+    let (twin_id, twin) = database_key(addr, "holder", "acme").await;
+    requests(addr, HOLDER, 23).await;
+    let others = [
+        requests(addr, NEIGHBOUR, 3).await,
+        requests(addr, &twin, 2).await,
+    ]
+    .concat();
+    let acme = ledger_until(addr, "tenant=acme", 23 + 3 + 3).await;
+    let holder: Vec<Value> = acme
+        .iter()
+        .filter(|r| r["key"] == "holder")
+        .cloned()
+        .collect();
+    assert_eq!(holder.len(), 23);
+    assert_eq!(
+        acme.iter().filter(|r| r["key"] == twin_id.as_str()).count(),
+        3
+    );
+    let (api_rows, _) = all_recent(addr, HOLDER, 20).await;
+    assert_eq!(
+        api_rows,
+        newest_first_as_holder_sees(&holder),
+        "API vs ledger"
+    );
+    let expected: Vec<Value> = holder
+        .iter()
+        .rev()
+        .map(|r| expected_request_row(r, false))
+        .collect();
+
+    let b = Browser::start("usage-requests").await;
+    let page = format!("http://{addr}/usage/page");
+    b.goto(&page).await;
+    b.type_into("#key", HOLDER).await;
+    b.click("#load").await;
+    b.until(
+        WAIT,
+        "the first 20 requests",
+        "return document.getElementById('requests-section').dataset.state === 'rows' \
+         && document.querySelectorAll('#requests tbody tr.request').length === 20",
+    )
+    .await;
+    assert_eq!(request_rows(&b, "requests", false).await, expected[..20]);
+    assert_eq!(
+        b.js("return document.getElementById('requests-more').checkVisibility()")
+            .await,
+        json!(true)
+    );
+    let shot = b.screenshot("usage-requests").await;
+    eprintln!("usage page with recent requests: {}", shot.display());
+    b.click("#requests-more").await;
+    b.until(
+        WAIT,
+        "all 23 requests",
+        "return document.querySelectorAll('#requests tbody tr.request').length === 23 \
+         && document.getElementById('requests-more').hidden",
+    )
+    .await;
+    let shown_rows = request_rows(&b, "requests", false).await;
+    assert_eq!(shown_rows, expected, "page vs /admin/usage");
+    let shown_ids: Vec<&str> = shown_rows
+        .iter()
+        .filter_map(|r| r["request_id"].as_str())
+        .collect();
+    let api_ids: Vec<&str> = api_rows
+        .iter()
+        .filter_map(|r| r["request_id"].as_str())
+        .collect();
+    assert_eq!(shown_ids, api_ids, "page vs /usage/requests");
+    let every_id = request_ids(&b, "requests").await;
+    for id in &others {
+        assert!(
+            !every_id.contains(id),
+            "another key's request {id} is shown"
+        );
+    }
+    // Under the counters: after the budgets, in the key's view.
+    assert_eq!(
+        b.js("const s = document.getElementById('requests-section');
+              return s.parentElement.id === 'view'
+                && !!(document.getElementById('budgets-section').compareDocumentPosition(s)
+                      & Node.DOCUMENT_POSITION_FOLLOWING);")
+            .await,
+        json!(true)
+    );
+
+    // A request made since: first after Refresh, 20 again.
+    let newest = requests(addr, HOLDER, 1).await.remove(0);
+    ledger_until(addr, "tenant=acme", 23 + 3 + 3 + 1).await;
+    b.click("#refresh").await;
+    b.until(
+        WAIT,
+        "the new request first",
+        &format!(
+            "const r = document.querySelectorAll('#requests tbody tr.request');
+             return r.length === 20
+               && r[0].querySelector('[data-field=request-id]').textContent === {newest:?};"
+        ),
+    )
+    .await;
+
+    // A key with none, then a gateway keeping no ledger: the empty states.
+    b.type_into("#key", QUIET).await;
+    b.click("#load").await;
+    b.until(
+        WAIT,
+        "the quiet key's empty list",
+        "return document.getElementById('requests-section').dataset.state === 'empty' \
+         && !document.getElementById('no-requests').hidden",
+    )
+    .await;
+    assert!(
+        b.text("#no-requests")
+            .await
+            .contains("No requests recorded")
+    );
+    assert_eq!(
+        b.js("return [document.getElementById('requests').hidden, \
+                      document.querySelectorAll('#requests tbody tr').length, \
+                      document.getElementById('requests-more').hidden]")
+            .await,
+        json!([true, 0, true])
+    );
+    let plain = Proxy::start(USAGE_CONFIG).await;
+    b.goto(&format!("http://{}/usage/page", plain.addr)).await;
+    b.type_into("#key", HOLDER).await;
+    b.click("#load").await;
+    b.until(
+        WAIT,
+        "the no-ledger state",
+        "return document.getElementById('requests-section').dataset.state === 'no-ledger'",
+    )
+    .await;
+    assert!(b.text("#no-requests").await.contains("no ledger"));
+    assert_eq!(
+        b.js("return document.querySelectorAll('#requests tbody tr').length")
+            .await,
+        json!(0)
+    );
+    b.quit().await;
+}
+
+/// B6: the operator page lists a tenant's recent requests — a selector of the tenants
+/// `GET /admin/tenants` gives, the rows of `GET /admin/usage?tenant=` newest first, 20
+/// and **More** — with each row's key and channel; another tenant's never; and hides the
+/// section on a gateway without a records database (`/admin/tenants` answers 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b6_operator_page_lists_a_tenants_recent_requests() {
+    let _one = ONE_BROWSER.lock().await;
+    let gw = records_gateway_on(LEDGER_CONFIG).await;
+    let addr = gw.addr;
+    requests(addr, HOLDER, 14).await;
+    requests(addr, NEIGHBOUR, 9).await;
+    let other_ids = requests(addr, ELSEWHERE, 2).await;
+    // Two refusals, for the rejections above the section: no attempt, no ledger row.
+    for _ in 0..2 {
+        assert_eq!(answer(addr, "sk-not-a-key").await, 401);
+    }
+    let acme = ledger_until(addr, "tenant=acme", 23).await;
+    let other = ledger_until(addr, "tenant=other", 2).await;
+    let newest = |rows: &[Value]| -> Vec<Value> {
+        rows.iter()
+            .rev()
+            .map(|r| expected_request_row(r, true))
+            .collect()
+    };
+    let (acme_rows, other_rows) = (newest(&acme), newest(&other));
+    // The route the page reads, newest first, 20 a page.
+    let first = api_ok(
+        addr,
+        "GET",
+        "/admin/usage?tenant=acme&order=newest&limit=20",
+        None,
+        200,
+    )
+    .await;
+    let first: Vec<Value> = first["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| expected_request_row(r, true))
+        .collect();
+    assert_eq!(first, acme_rows[..20]);
+    let tenants = api_ok(addr, "GET", "/admin/tenants", None, 200).await;
+    let mut names: Vec<&str> = tenants["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    names.sort();
+    names.dedup();
+
+    let b = Browser::start("admin-requests").await;
+    b.goto(&format!("http://{addr}/admin/page")).await;
+    b.click("#auto").await; // no refresh on a timer while the test reads
+    b.type_into("#token", TOKEN).await;
+    b.click("#connect").await;
+    b.until(
+        WAIT,
+        "acme's first 20 requests",
+        "const s = document.getElementById('tenant-requests-section');
+         return !s.hidden && s.dataset.state === 'rows' && s.dataset.tenant === 'acme'
+           && document.querySelectorAll('#tenant-requests tbody tr.request').length === 20",
+    )
+    .await;
+    assert_eq!(
+        b.js("return [...document.querySelectorAll('#tenant-select option')].map(o => o.value)")
+            .await,
+        json!(names)
+    );
+    assert_eq!(
+        request_rows(&b, "tenant-requests", true).await,
+        acme_rows[..20]
+    );
+    let shot = b.screenshot("admin-requests").await;
+    eprintln!("operator page with recent requests: {}", shot.display());
+    b.click("#tenant-more").await;
+    b.until(
+        WAIT,
+        "all 23 of acme's requests",
+        "return document.querySelectorAll('#tenant-requests tbody tr.request').length === 23 \
+         && document.getElementById('tenant-more').hidden",
+    )
+    .await;
+    assert_eq!(request_rows(&b, "tenant-requests", true).await, acme_rows);
+    let shown_ids = request_ids(&b, "tenant-requests").await;
+    for id in &other_ids {
+        assert!(!shown_ids.contains(id), "other's request {id} under acme");
+    }
+
+    b.select("#tenant-select", "other").await;
+    b.until(
+        WAIT,
+        "other's requests",
+        "const s = document.getElementById('tenant-requests-section');
+         return s.dataset.state === 'rows' && s.dataset.tenant === 'other'
+           && document.querySelectorAll('#tenant-requests tbody tr.request').length === 2",
+    )
+    .await;
+    assert_eq!(request_rows(&b, "tenant-requests", true).await, other_rows);
+    let shown_ids = request_ids(&b, "tenant-requests").await;
+    for id in acme.iter().filter_map(|r| r["request_id"].as_str()) {
+        assert!(!shown_ids.contains(id), "acme's request {id} under other");
+    }
+
+    // No records database: no tenant routes, no section.
+    let plain = Proxy::start(ADMIN_CONFIG).await;
+    b.goto(&format!("http://{}/admin/page", plain.addr)).await;
+    b.type_into("#token", TOKEN).await;
+    b.click("#connect").await;
+    b.until(
+        WAIT,
+        "the section hidden",
+        "const s = document.getElementById('tenant-requests-section');
+         return s.dataset.state === 'off' && s.hidden
+           && document.querySelectorAll('#channels tbody tr[data-channel]').length === 3",
+    )
+    .await;
     b.quit().await;
 }

@@ -5,9 +5,8 @@
 mod common;
 
 use common::*;
-use portcullis::core::MemoryStore;
+use portcullis_proxy::Config;
 use portcullis_proxy::keys::Directory;
-use portcullis_proxy::{Config, Gateway};
 use portcullis_test_support::postgres::PostgresServer;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -55,16 +54,30 @@ async fn gateway_with(url: &str, hash_env: &str, database: &str) -> Gw {
     let text = format!(
         "[server]\nadmin_token = \"{TOKEN}\"\n\n[database]\nurl = \"{url}\"\nhash_secret_env = \"{hash_env}\"\n{database}\n\n[policies.tight]\nconcurrency = 1\n\n[tenants.filed]\nbalance = 1000000\n{CHANNELS}"
     );
-    let config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    serve(&text).await
+}
+
+/// The gateway `text` configures, built as `portcullis serve` builds it (its store
+/// opened from `[store]`, the records database followed, balances seeded from the
+/// books), in front of a fake upstream of its own.
+async fn serve(text: &str) -> Gw {
+    let config = Config::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let directory = Directory::open(&config)
         .await
         .expect("the records database")
         .expect("configured");
     let fake = portcullis_fake_upstream::FakeUpstream::start().await;
-    let app = Gateway::new(config, MemoryStore::new())
-        .fake_upstream(fake.base_url())
-        .directory(directory.clone())
-        .build()
+    let app = portcullis_proxy::store::open(config.store())
+        .await
+        .expect("the store")
+        .build(
+            config,
+            portcullis_proxy::store::BuildOptions {
+                limits: true,
+                fake_upstream: Some(fake.base_url()),
+                directory: Some(directory.clone()),
+            },
+        )
         .await
         .expect("the gateway");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -653,36 +666,7 @@ async fn gateway_on(url: &str, hash_env: &str, store: &str) -> Gw {
     let text = format!(
         "[server]\nadmin_token = \"{TOKEN}\"\n\n[store]\nurl = \"{store}\"\ndeadline = \"2s\"\n\n[database]\nurl = \"{url}\"\nhash_secret_env = \"{hash_env}\"\n\n[tenants.filed]\nbalance = 1000000\n{CHANNELS}"
     );
-    let config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let directory = Directory::open(&config)
-        .await
-        .expect("the records database")
-        .expect("configured");
-    let fake = portcullis_fake_upstream::FakeUpstream::start().await;
-    let app = portcullis_proxy::store::open(config.store())
-        .await
-        .expect("the store")
-        .build(
-            config,
-            portcullis_proxy::store::BuildOptions {
-                limits: true,
-                fake_upstream: Some(fake.base_url()),
-                directory: Some(directory.clone()),
-            },
-        )
-        .await
-        .expect("the gateway");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    Gw {
-        addr,
-        _fake: fake,
-        _directory: directory,
-        server,
-    }
+    serve(&text).await
 }
 
 /// One answer of a load run: when the request was sent, by which instance it was

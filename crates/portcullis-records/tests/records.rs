@@ -712,3 +712,102 @@ both!(
     b6_usage_queries_filter_page_and_sum,
     usage_queries_filter_page_and_sum
 );
+
+/// B6: newest first, pages follow the cursor to older rows without losing or repeating
+/// one (rows of the same millisecond too), the exact reverse of oldest first; a key id
+/// given exactly selects that key alone — never a database key whose label is the same
+/// text — while the totals are the same whatever the order.
+async fn usage_queries_newest_first_and_by_exact_key_id(db: Db) {
+    let r = open(&db).await;
+    // A database key labelled like the file key "file-key".
+    let (k, _) = r
+        .create_key("admin", key("file-key", None), 1)
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+    for i in 0..17u64 {
+        let key_id = if i % 3 == 0 {
+            k.id.as_str()
+        } else {
+            "file-key"
+        };
+        rows.push(ledger_row(
+            &format!("att-{i:02}"),
+            2000 + i / 3,
+            key_id,
+            Some("acme"),
+            5 + i as i64,
+            Outcome::Settled,
+        ));
+    }
+    r.append_ledger(&rows, 9000).await.unwrap();
+    let all = |q: UsageQuery| {
+        let r = &r;
+        async move {
+            let mut got = Vec::new();
+            let mut cursor = None;
+            loop {
+                let page = r.usage(&q, cursor.as_deref(), 4).await.unwrap();
+                assert!(page.rows.len() <= 4);
+                got.extend(page.rows);
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => return (got, page.totals),
+                }
+            }
+        }
+    };
+    let newest = UsageQuery {
+        newest_first: true,
+        ..UsageQuery::default()
+    };
+    let (got, totals) = all(newest.clone()).await;
+    let mut reversed = rows.clone();
+    reversed.reverse();
+    assert_eq!(got, reversed, "every row once, newest first");
+    assert_eq!(totals, all(UsageQuery::default()).await.1);
+    let first = r.usage(&newest, None, 1).await.unwrap();
+    assert_eq!(first.rows, vec![rows[16].clone()], "the newest row first");
+
+    let exact = all(UsageQuery {
+        key_id: Some("file-key".into()),
+        newest_first: true,
+        ..UsageQuery::default()
+    })
+    .await;
+    let mut file_rows: Vec<LedgerRow> = rows
+        .iter()
+        .filter(|r| r.key == "file-key")
+        .cloned()
+        .collect();
+    file_rows.reverse();
+    assert_eq!(exact.0, file_rows, "the file key's rows alone");
+    assert_eq!(exact.1.attempts, file_rows.len() as u64);
+    let by_label = all(UsageQuery {
+        key: Some("file-key".into()),
+        ..UsageQuery::default()
+    })
+    .await;
+    assert_eq!(
+        by_label.1.attempts,
+        rows.len() as u64,
+        "`key` also finds the database key labelled so"
+    );
+    let db_key = all(UsageQuery {
+        key_id: Some(k.id.clone()),
+        ..UsageQuery::default()
+    })
+    .await
+    .0;
+    assert_eq!(
+        db_key,
+        rows.iter()
+            .filter(|r| r.key == k.id)
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+}
+both!(
+    b6_usage_queries_newest_first_and_by_exact_key_id,
+    usage_queries_newest_first_and_by_exact_key_id
+);

@@ -1,4 +1,5 @@
-// The operator page: channels and rejections by code, behind the admin token.
+// The operator page: channels, rejections by code and, with a records database, a
+// tenant's recent requests (GET /admin/tenants, GET /admin/usage), behind the admin token.
 "use strict";
 
 (() => {
@@ -8,6 +9,24 @@
   let loading = false;
   let timer = null;
   const REFRESH_MS = 5000;
+
+  // A tenant's recent requests: the tenant shown, the cursor of its next (older) page,
+  // how many pages are shown, and a generation that drops an answer arriving after the
+  // list was reloaded.
+  const TENANT_PAGE = 20;
+  let shownTenant = null;
+  let tenantCursor = null;
+  let tenantPages = 0;
+  let tenantGen = 0;
+  let tenantBusy = false;
+
+  const OUTCOMES = {
+    settled: "settled",
+    pending: "pending",
+    refunded: "refunded",
+    written_off: "written off",
+    reconciled: "reconciled",
+  };
 
   function healthCell(h) {
     const td = el("td", { "data-field": "health" });
@@ -104,6 +123,124 @@
     }));
   }
 
+  // "2025-01-02T03:04:05Z" → "2025-01-02 03:04:05" (the column says UTC).
+  function when(at) {
+    return String(at).replace("T", " ").replace(/Z$/, "");
+  }
+
+  function requestRow(r) {
+    const u = r.usage;
+    const tokens = (n) => (u ? num(n) : "—");
+    return el("tr", { class: "request", "data-at-ms": String(r.at_ms), "data-outcome": r.outcome },
+      el("td", { "data-field": "time", class: "when", title: r.at, text: when(r.at) }),
+      el("td", { "data-field": "key", class: "code", text: r.key }),
+      el("td", { "data-field": "model", text: r.model || "—" }),
+      el("td", { "data-field": "channel", text: r.channel || "—" }),
+      el("td", { "data-field": "input", class: "num", text: tokens(u && u.input_tokens) }),
+      el("td", { "data-field": "cached", class: "num", text: tokens(u && u.cached_input_tokens) }),
+      el("td", { "data-field": "output", class: "num", text: tokens(u && u.output_tokens) }),
+      el("td", { "data-field": "cost", class: "num", text: num(r.amount) }),
+      el("td", { "data-field": "outcome" },
+        el("span", { class: `badge outcome ${r.outcome}`, text: OUTCOMES[r.outcome] || r.outcome })),
+      el("td", { "data-field": "request-id", class: "code", text: r.request_id || "—" }));
+  }
+
+  // The section's state (rows, empty, error, loading) and its message.
+  function showTenantRequests(state, message) {
+    const rows = document.querySelectorAll("#tenant-requests tbody tr").length;
+    document.getElementById("tenant-requests-section").dataset.state = state;
+    document.getElementById("tenant-requests").hidden = rows === 0;
+    const note = document.getElementById("no-tenant-requests");
+    note.textContent = message || "";
+    note.hidden = !message;
+    note.classList.toggle("error", state === "error");
+  }
+
+  function clearTenantRequests() {
+    tenantGen += 1;
+    tenantBusy = false;
+    tenantCursor = null;
+    tenantPages = 0;
+    document.querySelector("#tenant-requests tbody").replaceChildren();
+    document.getElementById("tenant-more").hidden = true;
+  }
+
+  // The chosen tenant's first page (`fresh`) or the next one after the rows shown.
+  async function loadTenantRequests(fresh) {
+    const tenant = document.getElementById("tenant-select").value;
+    if (!token || !tenant || (!fresh && (tenantBusy || !tenantCursor || tenant !== shownTenant))) return;
+    const gen = fresh ? ++tenantGen : tenantGen;
+    const more = document.getElementById("tenant-more");
+    const body = document.querySelector("#tenant-requests tbody");
+    tenantBusy = true;
+    more.disabled = true;
+    const cursor = fresh ? "" : `&cursor=${encodeURIComponent(tenantCursor)}`;
+    try {
+      const page = await call("GET",
+        `/admin/usage?tenant=${encodeURIComponent(tenant)}&order=newest&limit=${TENANT_PAGE}${cursor}`, token);
+      if (gen !== tenantGen) return;
+      const rows = page.records.map(requestRow);
+      if (fresh) body.replaceChildren(...rows);
+      else body.append(...rows);
+      shownTenant = tenant;
+      tenantCursor = page.next_cursor || null;
+      tenantPages = fresh ? 1 : tenantPages + 1;
+      document.getElementById("tenant-requests-section").dataset.tenant = tenant;
+      showTenantRequests(body.children.length ? "rows" : "empty",
+        body.children.length ? "" : `No requests recorded for tenant “${tenant}” yet.`);
+    } catch (e) {
+      if (gen !== tenantGen) return;
+      if (fresh) {
+        body.replaceChildren();
+        tenantCursor = null;
+        tenantPages = 0;
+      }
+      showTenantRequests("error", `The requests of tenant “${tenant}” could not be loaded: ${e.message}`);
+    } finally {
+      if (gen === tenantGen) {
+        tenantBusy = false;
+        more.hidden = !tenantCursor;
+        more.disabled = false;
+      }
+    }
+  }
+
+  // The tenant selector from GET /admin/tenants (the section hidden when the gateway has
+  // no tenant routes: no records database), then the chosen tenant's requests — on a
+  // refresh on a timer only while its list shows no more than its first page.
+  async function refreshTenants(force) {
+    const section = document.getElementById("tenant-requests-section");
+    let list;
+    try {
+      list = await call("GET", "/admin/tenants", token);
+    } catch (e) {
+      if (e.status === 404) {
+        section.hidden = true;
+        clearTenantRequests();
+        section.dataset.state = "off";
+      } else {
+        section.hidden = false;
+        showTenantRequests("error", `The tenants could not be loaded: ${e.message}`);
+      }
+      return;
+    }
+    section.hidden = false;
+    const names = [...new Set(list.tenants.map((t) => t.name))].sort();
+    const select = document.getElementById("tenant-select");
+    const chosen = select.value;
+    if (names.join("\n") !== [...select.options].map((o) => o.value).join("\n")) {
+      select.replaceChildren(...names.map((n) => el("option", { value: n, text: n })));
+    }
+    if (names.includes(chosen)) select.value = chosen;
+    if (!select.value) {
+      clearTenantRequests();
+      shownTenant = null;
+      showTenantRequests("empty", "No tenants yet.");
+      return;
+    }
+    if (force || select.value !== shownTenant || tenantPages <= 1) loadTenantRequests(true);
+  }
+
   async function refresh(force, message) {
     if (!token || (loading && !force)) return;
     loading = true;
@@ -115,6 +252,7 @@
       ]);
       document.querySelector("#channels tbody").replaceChildren(...ch.channels.map(channelRow));
       renderRejections(rej, codes);
+      refreshTenants(force);
       document.getElementById("view").hidden = false;
       document.getElementById("refresh").disabled = false;
       document.body.dataset.loadedAt = String(Date.now());
@@ -122,6 +260,8 @@
     } catch (e) {
       if (e.status === 401 || e.status === 404) {
         document.getElementById("view").hidden = true;
+        clearTenantRequests();
+        shownTenant = null;
         stop();
       }
       status(e.status === 401 ? "The admin token was refused (401)."
@@ -148,5 +288,11 @@
     refresh(true).then(schedule);
   });
   document.getElementById("refresh").addEventListener("click", () => refresh(true));
+  document.getElementById("tenant-select").addEventListener("change", () => {
+    clearTenantRequests();
+    showTenantRequests("loading", "");
+    loadTenantRequests(true);
+  });
+  document.getElementById("tenant-more").addEventListener("click", () => loadTenantRequests(false));
   document.getElementById("auto").addEventListener("change", () => { if (token) schedule(); });
 })();

@@ -1,4 +1,5 @@
-// The usage page: GET /usage with the key the holder pasted, rendered.
+// The usage page: GET /usage with the key the holder pasted, rendered, and the key's
+// recent requests from GET /usage/requests (20 a page, newest first, "More" for older).
 "use strict";
 
 (() => {
@@ -15,6 +16,22 @@
     videos: "Videos",
     amount: "Amount (spend)",
     rolling_requests: "Requests, rolling 60 s",
+  };
+
+  // Recent requests: the cursor of the next (older) page, how many pages are shown,
+  // and a generation that drops an answer arriving after the list was reloaded.
+  const REQUESTS_PAGE = 20;
+  let requestsCursor = null;
+  let requestsPages = 0;
+  let requestsGen = 0;
+  let requestsBusy = false;
+
+  const OUTCOMES = {
+    settled: "settled",
+    pending: "pending",
+    refunded: "refunded",
+    written_off: "written off",
+    reconciled: "reconciled",
   };
 
   function field(name, value) {
@@ -104,20 +121,112 @@
     document.getElementById("view").hidden = false;
   }
 
-  async function load() {
+  // "2025-01-02T03:04:05Z" → "2025-01-02 03:04:05" (the column says UTC).
+  function when(at) {
+    return String(at).replace("T", " ").replace(/Z$/, "");
+  }
+
+  function requestRow(r) {
+    const u = r.usage;
+    const tokens = (n) => (u ? num(n) : "—");
+    return el("tr", { class: "request", "data-at-ms": String(r.at_ms), "data-outcome": r.outcome },
+      el("td", { "data-field": "time", class: "when", title: r.at, text: when(r.at) }),
+      el("td", { "data-field": "model", text: r.model || "—" }),
+      el("td", { "data-field": "input", class: "num", text: tokens(u && u.input_tokens) }),
+      el("td", { "data-field": "cached", class: "num", text: tokens(u && u.cached_input_tokens) }),
+      el("td", { "data-field": "output", class: "num", text: tokens(u && u.output_tokens) }),
+      el("td", { "data-field": "cost", class: "num", text: num(r.amount) }),
+      el("td", { "data-field": "outcome" },
+        el("span", { class: `badge outcome ${r.outcome}`, text: OUTCOMES[r.outcome] || r.outcome })),
+      el("td", { "data-field": "request-id", class: "code", text: r.request_id || "—" }));
+  }
+
+  // The section's state (rows, empty, no-ledger, error, loading) and its message.
+  function showRequests(state, message) {
+    const rows = document.querySelectorAll("#requests tbody tr").length;
+    document.getElementById("requests-section").dataset.state = state;
+    document.getElementById("requests").hidden = rows === 0;
+    const note = document.getElementById("no-requests");
+    note.textContent = message || "";
+    note.hidden = !message;
+    note.classList.toggle("error", state === "error");
+  }
+
+  // The first page (`fresh`) or the next one after the rows shown.
+  async function loadRequests(fresh) {
+    if (!key || (!fresh && (requestsBusy || !requestsCursor))) return;
+    const gen = fresh ? ++requestsGen : requestsGen;
+    const more = document.getElementById("requests-more");
+    const body = document.querySelector("#requests tbody");
+    requestsBusy = true;
+    more.disabled = true;
+    const cursor = fresh ? "" : `&cursor=${encodeURIComponent(requestsCursor)}`;
+    try {
+      const page = await call("GET", `/usage/requests?limit=${REQUESTS_PAGE}${cursor}`, key);
+      if (gen !== requestsGen) return;
+      const rows = page.records.map(requestRow);
+      if (fresh) body.replaceChildren(...rows);
+      else body.append(...rows);
+      requestsCursor = page.next_cursor || null;
+      requestsPages = fresh ? 1 : requestsPages + 1;
+      showRequests(body.children.length ? "rows" : "empty",
+        body.children.length ? "" : "No requests recorded for this key yet.");
+    } catch (e) {
+      if (gen !== requestsGen) return;
+      if (fresh || e.status === 404) {
+        body.replaceChildren();
+        requestsCursor = null;
+        requestsPages = 0;
+      }
+      if (e.status === 404) {
+        showRequests("no-ledger", "This gateway keeps no ledger of requests: there are none to list.");
+      } else {
+        showRequests("error", `Recent requests could not be loaded: ${e.message}`);
+      }
+    } finally {
+      if (gen === requestsGen) {
+        requestsBusy = false;
+        more.hidden = !requestsCursor;
+        more.disabled = false;
+      }
+    }
+  }
+
+  // Forgets the list (another key, or none).
+  function clearRequests() {
+    requestsGen += 1;
+    requestsBusy = false;
+    requestsCursor = null;
+    requestsPages = 0;
+    document.querySelector("#requests tbody").replaceChildren();
+    document.getElementById("requests-more").hidden = true;
+    showRequests("loading", "");
+  }
+
+  // `withRequests`: the list is reloaded from its newest page too (a person asked);
+  // a refresh on a timer reloads it only while it shows no more than its first page.
+  async function load(withRequests) {
     if (!key || loading) return;
     loading = true;
+    // Another key pasted while this one loads: its answer is dropped, the new key's
+    // load follows.
+    const asked = key;
     status("Loading…", "info");
     try {
-      const u = await call("GET", "/usage", key);
+      const u = await call("GET", "/usage", asked);
+      if (asked !== key) return;
       render(u);
+      if (withRequests || requestsPages <= 1) loadRequests(true);
       status(`Usage of key “${u.key}” as of ${new Date().toLocaleTimeString("en-GB", { hour12: false })}.`, "ok");
       document.getElementById("refresh").disabled = false;
     } catch (e) {
+      if (asked !== key) return;
       document.getElementById("view").hidden = true;
+      clearRequests();
       status(e.status === 401 ? "The gateway does not know this key (401 · 40101)." : e.message, "error");
     } finally {
       loading = false;
+      if (asked !== key) load(true);
     }
   }
 
@@ -139,9 +248,12 @@
   document.getElementById("key-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const input = document.getElementById("key");
-    key = input.value.trim() || null;
-    load();
+    const next = input.value.trim() || null;
+    if (next !== key) clearRequests();
+    key = next;
+    load(true);
   });
-  document.getElementById("refresh").addEventListener("click", () => load());
+  document.getElementById("refresh").addEventListener("click", () => load(true));
+  document.getElementById("requests-more").addEventListener("click", () => loadRequests(false));
   showCodes();
 })();

@@ -1,4 +1,5 @@
-//! The operational routes (P4): `GET /usage`, `GET /healthz`, `GET /metrics`,
+//! The operational routes (P4): `GET /usage`, `GET /usage/requests` (B6: the calling
+//! key's own recent attempts, from the ledger), `GET /healthz`, `GET /metrics`,
 //! `GET /v1/models`, and the answer to an unknown path. The pages in a browser that read
 //! them are [`crate::pages`].
 
@@ -26,6 +27,9 @@ pub(crate) struct Ops<St> {
     pub(crate) on_scrape: Option<ScrapeHook>,
     /// `GET /metrics` needs this bearer token when set.
     pub(crate) metrics_token: Option<String>,
+    /// The records database the ledger is written to (B6), when there is one and the
+    /// gateway keeps a ledger: `GET /usage/requests` reads it.
+    pub(crate) ledger: Option<Arc<portcullis_records::Records>>,
 }
 
 /// The running stack's router: the model routes `api`, the operational routes beside
@@ -36,6 +40,7 @@ where
 {
     api.route("/v1/models", get(list_models::<St>))
         .route("/usage", get(usage::<St>))
+        .route("/usage/requests", get(recent_requests::<St>))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(scrape::<St>))
         .fallback(not_found)
@@ -197,4 +202,81 @@ async fn usage<St: SlotStore + WindowStore + BillingStore>(
         })),
     )
         .into_response()
+}
+
+/// Most rows one `GET /usage/requests` page holds.
+const RECENT_MAX: u32 = 100;
+
+#[derive(serde::Deserialize)]
+struct RecentParams {
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+/// An attempt as its key's holder sees it: when, the request id, the model, the tokens,
+/// the cost and the outcome — not the channel, the attempt id or how the operator
+/// resolved it.
+fn recent_json(r: &portcullis_records::LedgerRow) -> Value {
+    json!({
+        "at": crate::keys::body::rfc3339(r.at),
+        "at_ms": r.at,
+        "request_id": r.request_id,
+        "client_request_id": r.client_request_id,
+        "model": r.model,
+        "usage": r.usage,
+        "amount": r.amount,
+        "outcome": r.outcome.as_str(),
+    })
+}
+
+/// `GET /usage/requests?limit=&cursor=` (B6): the calling key's own attempts from the
+/// ledger, newest first, `limit` a page (20 unless given, at most [`RECENT_MAX`]), the
+/// next page at `next_cursor`. Authenticated as `GET /usage`; the ledger is read by the
+/// key's exact id, so no other key's rows can be selected. 404 when the gateway keeps no
+/// ledger.
+async fn recent_requests<St>(
+    State(ops): State<Arc<Ops<St>>>,
+    params: Result<axum::extract::Query<RecentParams>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Response {
+    let refused = |status: StatusCode, message: String| {
+        (status, axum::Json(json!({"error": {"message": message}}))).into_response()
+    };
+    let entry = match ops.keys.identify(req.headers(), req.uri()) {
+        Ok(e) => e,
+        Err(r) => return render(&r, Dialect::Native, "").into_response(),
+    };
+    let Some(records) = &ops.ledger else {
+        return refused(
+            StatusCode::NOT_FOUND,
+            "This gateway keeps no ledger of requests (that needs a records database \
+             with [database] ledger on)."
+                .into(),
+        );
+    };
+    let p = match params {
+        Ok(axum::extract::Query(p)) => p,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let q = portcullis_records::UsageQuery {
+        key_id: Some(entry.subject.key.as_str().to_owned()),
+        newest_first: true,
+        ..portcullis_records::UsageQuery::default()
+    };
+    let limit = p.limit.unwrap_or(20).clamp(1, RECENT_MAX);
+    match records.usage(&q, p.cursor.as_deref(), limit).await {
+        Ok(page) => axum::Json(json!({
+            "records": page.rows.iter().map(recent_json).collect::<Vec<_>>(),
+            "next_cursor": page.next_cursor,
+        }))
+        .into_response(),
+        Err(portcullis_records::RecordsError::Unavailable(why)) => {
+            tracing::warn!(error = %why, "the records database did not answer a key's recent requests");
+            refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The records database is unavailable: retry later.".into(),
+            )
+        }
+        Err(e) => super::keys::records_error(e),
+    }
 }

@@ -1,6 +1,7 @@
 //! The ledger's admin routes (B6): `GET /admin/usage` (every billed attempt of every
-//! instance, filtered, paged, summed, or exported as CSV) and `GET /admin/books` (the
-//! books check: per tenant, opening balance + top-ups = balance + settled + pending).
+//! instance, filtered, paged — oldest first, or newest with `order=newest` — summed, or
+//! exported as CSV) and `GET /admin/books` (the books check: per tenant, opening
+//! balance + top-ups = balance + settled + pending).
 //! Mounted with the key routes ([`super::keys`]) when the gateway has a records
 //! database.
 
@@ -36,6 +37,8 @@ pub(super) struct UsageParams {
     cursor: Option<String>,
     limit: Option<u32>,
     format: Option<String>,
+    /// `oldest` (the default) or `newest` first.
+    order: Option<String>,
 }
 
 impl UsageParams {
@@ -65,6 +68,16 @@ impl UsageParams {
                 ));
             }
         }
+        let newest_first = match self.order.as_deref() {
+            None | Some("oldest") => false,
+            Some("newest") => true,
+            Some(o) => {
+                return Err(invalid(
+                    "order",
+                    format!("{o:?} is neither oldest nor newest"),
+                ));
+            }
+        };
         Ok(UsageQuery {
             key: self.key.clone(),
             tenant: scope.map(str::to_owned).or_else(|| self.tenant.clone()),
@@ -73,6 +86,8 @@ impl UsageParams {
             outcome,
             from: time("from", &self.from)?,
             to: time("to", &self.to)?,
+            key_id: None,
+            newest_first,
         })
     }
 }
