@@ -19,13 +19,24 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+/// The inner service that was driven to readiness, a clone left in its place: the
+/// one `poll_ready` answered for takes the call that waits for a decision (tower's
+/// contract), and the layer's service stays ready to clone for the next request.
+pub(crate) fn take_ready<S: Clone>(svc: &mut S) -> S {
+    let clone = svc.clone();
+    std::mem::replace(svc, clone)
+}
+
 /// What is called once the decision is in: the inner future, the guard it holds (none
 /// when nothing is held for the request) and what the layer does around the call.
 pub(crate) type Called<F, G, A> = (F, Option<G>, A);
 
+/// A decision polled: still out, called, or refused.
+pub(crate) type Decided<F, G, A> = Poll<Result<Called<F, G, A>, Rejection>>;
+
 /// A decision still out: polled until it calls the inner service or refuses.
 pub(crate) trait Pending<F, G, A> {
-    fn poll_decided(&mut self, cx: &mut Context<'_>) -> Poll<Result<Called<F, G, A>, Rejection>>;
+    fn poll_decided(&mut self, cx: &mut Context<'_>) -> Decided<F, G, A>;
 }
 
 /// What a layer does around its inner future once called; nothing by default.

@@ -98,19 +98,42 @@ macro_rules! layer_parts {
     };
 }
 
-/// The `Future` impl of a layer's `ResponseFuture`, a newtype around the shared
-/// skeleton `crate::future::Gate` in its field `gate`: a response holding `$guard<St>`
-/// in its body.
+/// A layer's `ResponseFuture`: a public newtype around the shared skeleton
+/// `crate::future::Gate` (in its field `gate`), whose response holds `$guard<St>` in
+/// its body, with its `Future` impl.
 ///
 /// ```text
-/// gate_future!(ResponseFuture<S, ReqB, St, C> holds BillingGuard where St: BillingStore);
+/// gate_future! {
+///     /// Response future of [`BillingGate`](super::BillingGate).
+///     pub struct ResponseFuture<S, ReqB, St, C = SystemClock>
+///     holds BillingGuard, deciding Checking<S, ReqB, St, C>, around ()
+///     where St: BillingStore;
+/// }
 /// ```
 macro_rules! gate_future {
-    ($future:ident<S, ReqB $(, $p:ident)*> holds $guard:ident where $($q:ident: $bound:path),*) => {
+    (
+        $(#[$doc:meta])*
+        pub struct $future:ident<S, ReqB $(, $p:ident $(= $default:ty)?)*>
+        holds $guard:ident, deciding $pending:ty, around $around:ty
+        where St: $store:path $(, $q:ident: $bound:path)*;
+    ) => {
+        pin_project_lite::pin_project! {
+            $(#[$doc])*
+            pub struct $future<S, ReqB $(, $p $(= $default)?)*>
+            where
+                S: tower_service::Service<http::Request<ReqB>>,
+                St: $store,
+            {
+                #[pin]
+                gate: crate::future::Gate<S::Future, $guard<St>, $pending, $around>,
+            }
+        }
+
         impl<S, ReqB $(, $p)*, ResB> std::future::Future for $future<S, ReqB $(, $p)*>
         where
             S: tower_service::Service<http::Request<ReqB>, Response = http::Response<ResB>>,
             S::Error: Into<crate::BoxError>,
+            St: $store,
             $($q: $bound,)*
             ResB: http_body::Body,
         {

@@ -1,9 +1,8 @@
 use super::decide::decide;
 use super::layer::Shared;
 use super::{BillingGuard, Settlement};
-use crate::future::{Called, Gate, Pending};
+use crate::future::{Decided, Gate, Pending};
 use http::Request;
-use pin_project_lite::pin_project;
 use portcullis_core::{BillingDecision, BillingStore, Rejection};
 use std::future::Future;
 use std::pin::Pin;
@@ -41,10 +40,7 @@ where
     S: Service<Request<ReqB>>,
     St: BillingStore,
 {
-    fn poll_decided(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Called<S::Future, BillingGuard<St>, ()>, Rejection>> {
+    fn poll_decided(&mut self, cx: &mut Context<'_>) -> Decided<S::Future, BillingGuard<St>, ()> {
         let answer = ready!(Pin::new(&mut self.answer).poll(cx));
         let d = &mut self.deferred;
         let settlement = d.settlement.take().expect("decided once");
@@ -59,16 +55,11 @@ where
     }
 }
 
-pin_project! {
+gate_future! {
     /// Response future of [`BillingGate`](super::BillingGate).
     pub struct ResponseFuture<S, ReqB, St, C = portcullis_core::SystemClock>
-    where
-        S: Service<Request<ReqB>>,
-        St: BillingStore,
-    {
-        #[pin]
-        gate: Gate<S::Future, BillingGuard<St>, Checking<S, ReqB, St, C>, ()>,
-    }
+    holds BillingGuard, deciding Checking<S, ReqB, St, C>, around ()
+    where St: BillingStore;
 }
 
 impl<S, ReqB, St, C> ResponseFuture<S, ReqB, St, C>
@@ -95,5 +86,3 @@ where
         }
     }
 }
-
-gate_future!(ResponseFuture<S, ReqB, St, C> holds BillingGuard where St: BillingStore);

@@ -67,8 +67,7 @@ where
                 Err(r) => ResponseFuture::rejected(r),
             },
             None => {
-                let clone = self.inner.clone();
-                let svc = std::mem::replace(&mut self.inner, clone);
+                let svc = crate::future::take_ready(&mut self.inner);
                 ResponseFuture::checking(
                     answer,
                     Box::new(Deferred {

@@ -1,10 +1,9 @@
 use super::decide::{Expiry, Probe, on_answer, shortest_wait, tenant_of, wait_budget};
 use super::queue::{CapacityGuard, Counters, QueueTicket, Shared};
 use super::{QUEUED_MS_HEADER, busy, deadline_exceeded};
-use crate::future::{self, Around, Called, Gate};
+use crate::future::{self, Around, Called, Decided, Gate};
 use crate::time::ms;
 use http::{HeaderValue, Request, Response};
-use pin_project_lite::pin_project;
 use portcullis_core::{Candidates, CapacityStore, ChannelRef, Chosen, LeaseId, Millis, Rejection};
 use std::future::Future;
 use std::pin::Pin;
@@ -286,7 +285,7 @@ where
     fn poll_decided(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<CapacityCalled<S, ReqB, St>, Rejection>> {
+    ) -> Decided<S::Future, CapacityGuard<St>, Served> {
         loop {
             let p = &mut *self.pending;
             let next = match &mut self.wait {
@@ -307,19 +306,14 @@ where
     }
 }
 
-pin_project! {
+gate_future! {
     /// Response future of [`CapacityQueue`](super::CapacityQueue).
     ///
     /// Dropping it while queued takes the request out of the queue at once; dropping
     /// it later releases the lease (L3).
     pub struct ResponseFuture<S, ReqB, St>
-    where
-        S: Service<Request<ReqB>>,
-        St: CapacityStore,
-    {
-        #[pin]
-        gate: Gate<S::Future, CapacityGuard<St>, Waiting<S, ReqB, St>, Served>,
-    }
+    holds CapacityGuard, deciding Waiting<S, ReqB, St>, around Served
+    where St: CapacityStore;
 }
 
 impl<S, ReqB, St> ResponseFuture<S, ReqB, St>
@@ -353,5 +347,3 @@ where
         Self { gate }
     }
 }
-
-gate_future!(ResponseFuture<S, ReqB, St> holds CapacityGuard where St: CapacityStore);

@@ -56,9 +56,7 @@ where
             }
             Probe::Refuse(r) => ResponseFuture::rejected(r),
             next => {
-                // Take the service that was driven to readiness; leave a clone behind.
-                let clone = self.inner.clone();
-                let svc = std::mem::replace(&mut self.inner, clone);
+                let svc = crate::future::take_ready(&mut self.inner);
                 let pending = Pending::new(req, svc, candidates, self.shared.clone());
                 ResponseFuture::pending(next, pending)
             }

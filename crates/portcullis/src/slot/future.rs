@@ -2,9 +2,8 @@ use super::decide::{Answer, backoff};
 use super::layer::Shared;
 use super::{SlotGuard, busy};
 use crate::extensions::SlotClaim;
-use crate::future::{Around, Called, Gate, Pending};
+use crate::future::{Around, Decided, Gate, Pending};
 use http::Request;
-use pin_project_lite::pin_project;
 use portcullis_core::{Rejection, SlotDecision, SlotStore, SubjectKey};
 use std::future::Future;
 use std::pin::Pin;
@@ -103,9 +102,6 @@ fn wait_or_reject<S, ReqB, St: SlotStore, X, C>(
     Ok(Wait::Sleep(Box::pin(tokio::time::sleep(pause))))
 }
 
-type SlotCalled<S, ReqB, St, X, C> =
-    Called<<S as Service<Request<ReqB>>>::Future, SlotGuard<St>, Option<Box<Joint<St, X, C>>>>;
-
 impl<S, ReqB, St, X, C> Pending<S::Future, SlotGuard<St>, Option<Box<Joint<St, X, C>>>>
     for Acquiring<S, ReqB, St, X, C>
 where
@@ -115,7 +111,7 @@ where
     fn poll_decided(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<SlotCalled<S, ReqB, St, X, C>, Rejection>> {
+    ) -> Decided<S::Future, SlotGuard<St>, Option<Box<Joint<St, X, C>>>> {
         loop {
             let d = &mut self.deferred;
             self.wait = match &mut self.wait {
@@ -177,16 +173,11 @@ impl<St: SlotStore, X, C> Around<SlotGuard<St>> for Option<Box<Joint<St, X, C>>>
     }
 }
 
-pin_project! {
+gate_future! {
     /// Response future of [`ConcurrencySlot`](super::ConcurrencySlot).
     pub struct ResponseFuture<S, ReqB, St, X, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: SlotStore,
-    {
-        #[pin]
-        gate: Gate<S::Future, SlotGuard<St>, Acquiring<S, ReqB, St, X, C>, Option<Box<Joint<St, X, C>>>>,
-    }
+    holds SlotGuard, deciding Acquiring<S, ReqB, St, X, C>, around Option<Box<Joint<St, X, C>>>
+    where St: SlotStore;
 }
 
 impl<S, ReqB, St, X, C> ResponseFuture<S, ReqB, St, X, C>
@@ -229,5 +220,3 @@ where
         }
     }
 }
-
-gate_future!(ResponseFuture<S, ReqB, St, X, C> holds SlotGuard where St: SlotStore);

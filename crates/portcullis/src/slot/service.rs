@@ -96,9 +96,7 @@ where
             },
             None => false,
         };
-        // Take the service that was driven to readiness; leave a clone behind.
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
+        let svc = crate::future::take_ready(&mut self.inner);
         let deferred = Deferred::new(req, svc, subject.key, limit, shared.clone());
         if answered {
             ResponseFuture::waiting(deferred)

@@ -1,9 +1,8 @@
 use super::UpstreamGuard;
 use super::decide::{After, Step, Walk};
 use super::layer::ChannelFuture;
-use crate::future::{Around, Called, Gate, Pending};
+use crate::future::{Around, Called, Decided, Gate, Pending};
 use http::{Request, Response};
-use pin_project_lite::pin_project;
 use portcullis_core::{CapacityTake, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore};
 use std::future::Future;
 use std::pin::Pin;
@@ -61,7 +60,7 @@ where
     fn poll_decided(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<Called<S::Future, UpstreamGuard<St>, Option<After<St, C>>>, Rejection>> {
+    ) -> Decided<S::Future, UpstreamGuard<St>, Option<After<St, C>>> {
         loop {
             let d = self.deferred.as_mut().expect("polled after completion");
             let step = match &mut self.wait {
@@ -93,16 +92,11 @@ impl<St: WindowStore, C: Clock> Around<UpstreamGuard<St>> for Option<After<St, C
     }
 }
 
-pin_project! {
+gate_future! {
     /// Response future of [`UpstreamLimit`](super::UpstreamLimit).
     pub struct ResponseFuture<S, ReqB, St, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: WindowStore,
-    {
-        #[pin]
-        gate: Gate<S::Future, UpstreamGuard<St>, Walking<S, ReqB, St, C>, Option<After<St, C>>>,
-    }
+    holds UpstreamGuard, deciding Walking<S, ReqB, St, C>, around Option<After<St, C>>
+    where St: WindowStore, C: Clock;
 }
 
 impl<S, ReqB, St, C> ResponseFuture<S, ReqB, St, C>
@@ -144,5 +138,3 @@ where
         }
     }
 }
-
-gate_future!(ResponseFuture<S, ReqB, St, C> holds UpstreamGuard where St: WindowStore, C: Clock);

@@ -89,9 +89,7 @@ impl<S: Clone, St, C> UpstreamLimit<S, St, C> {
         walk: Walk<St, C>,
         recorder: UsageRecorder,
     ) -> Box<Deferred<S, ReqB, St, C>> {
-        // Take the service that was driven to readiness; leave a clone behind.
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
+        let svc = crate::future::take_ready(&mut self.inner);
         Box::new(Deferred {
             req: Some(req),
             svc,

@@ -1,9 +1,8 @@
 use super::WindowGuard;
 use super::decide::{Admit, Step};
-use crate::future::{Called, Gate, Pending};
+use crate::future::{Decided, Gate, Pending};
 use crate::joint::JointFuture;
 use http::Request;
-use pin_project_lite::pin_project;
 use portcullis_core::{Admission, Clock, Rejection, WindowStore};
 use std::future::Future;
 use std::pin::Pin;
@@ -50,10 +49,7 @@ where
     St: WindowStore,
     C: Clock,
 {
-    fn poll_decided(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Called<S::Future, WindowGuard<St>, ()>, Rejection>> {
+    fn poll_decided(&mut self, cx: &mut Context<'_>) -> Decided<S::Future, WindowGuard<St>, ()> {
         loop {
             let admit = &mut self.deferred.admit;
             let step = match &mut self.wait {
@@ -80,16 +76,11 @@ where
     }
 }
 
-pin_project! {
+gate_future! {
     /// Response future of [`AnchoredWindow`](super::AnchoredWindow).
     pub struct ResponseFuture<S, ReqB, St, X, C>
-    where
-        S: Service<Request<ReqB>>,
-        St: WindowStore,
-    {
-        #[pin]
-        gate: Gate<S::Future, WindowGuard<St>, Deciding<S, ReqB, St, X, C>, ()>,
-    }
+    holds WindowGuard, deciding Deciding<S, ReqB, St, X, C>, around ()
+    where St: WindowStore, C: Clock;
 }
 
 impl<S, ReqB, St, X, C> ResponseFuture<S, ReqB, St, X, C>
@@ -122,5 +113,3 @@ where
         }
     }
 }
-
-gate_future!(ResponseFuture<S, ReqB, St, X, C> holds WindowGuard where St: WindowStore, C: Clock);

@@ -99,9 +99,7 @@ impl<S: Clone, St, X, C> AnchoredWindow<S, St, X, C> {
         req: Request<ReqB>,
         admit: Admit<St, X, C>,
     ) -> Box<Deferred<S, ReqB, St, X, C>> {
-        // Take the service that was driven to readiness; leave a clone behind.
-        let clone = self.inner.clone();
-        let svc = std::mem::replace(&mut self.inner, clone);
+        let svc = crate::future::take_ready(&mut self.inner);
         Box::new(Deferred {
             req: Some(req),
             svc,
