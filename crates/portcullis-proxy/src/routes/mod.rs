@@ -6,6 +6,7 @@ pub(crate) mod admin;
 pub(crate) mod api;
 pub(crate) mod keys;
 pub(crate) mod ops;
+pub(crate) mod records_api;
 pub(crate) mod usage;
 
 use axum::extract::Request;

@@ -277,6 +277,6 @@ async fn recent_requests<St>(
                 "The records database is unavailable: retry later.".into(),
             )
         }
-        Err(e) => super::keys::records_error(e),
+        Err(e) => super::records_api::records_error(e),
     }
 }

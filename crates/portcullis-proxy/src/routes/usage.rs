@@ -9,7 +9,7 @@
 // field), returned at once, never carried.
 #![allow(clippy::result_large_err)]
 
-use super::keys::{Answer, Keys, answer, invalid, records_error, refused};
+use super::records_api::{Answer, Keys, answer, invalid, records_error, refused};
 use crate::keys::body::{parse_time, rfc3339};
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
