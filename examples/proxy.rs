@@ -69,7 +69,8 @@ fn args() -> Result<Args, String> {
             "-h" | "--help" => {
                 return Err(
                     "usage: proxy [--config PATH] [--listen ADDR] [--store URL] [--database URL] \
-                     [--bare] [--fake-upstream ADDR]".into(),
+                     [--bare] [--fake-upstream ADDR]"
+                        .into(),
                 );
             }
             other => return Err(format!("unknown argument {other:?}; see --help")),

@@ -248,10 +248,12 @@ impl OpenedStore {
         config: &Config,
     ) -> Result<crate::books::BooksReport, String> {
         match self {
-            Self::Memory(_) => Err("the store is in memory: its balances live in the gateway's \
+            Self::Memory(_) => Err(
+                "the store is in memory: its balances live in the gateway's \
                  process, so check a running gateway (portcullis books check --gateway URL, \
                  or GET /admin/books)"
-                .into()),
+                    .into(),
+            ),
             #[cfg(feature = "redis")]
             Self::Redis(r) => crate::books::check(records, config, &r.store)
                 .await

@@ -167,15 +167,12 @@ pub async fn open_records(config: &Config) -> Result<Option<Records>, String> {
     };
     let url = sqlite_relative_to(&url, config.source.as_deref());
     let hasher = hash_secret(config, &url)?;
-    Records::open(&url, hasher)
-        .await
-        .map(Some)
-        .map_err(|e| {
-            format!(
-                "records database {}: {e}",
-                portcullis_records::redact_url(&url)
-            )
-        })
+    Records::open(&url, hasher).await.map(Some).map_err(|e| {
+        format!(
+            "records database {}: {e}",
+            portcullis_records::redact_url(&url)
+        )
+    })
 }
 
 /// `sqlite://PATH` with a relative path is relative to the configuration file.
