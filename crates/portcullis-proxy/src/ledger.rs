@@ -39,43 +39,9 @@ const BATCH: usize = 1_000;
 pub const RETRY: Duration = Duration::from_secs(1);
 
 /// Sends usage records to the ledger.
+#[derive(Debug)]
 pub struct LedgerSink {
     tx: mpsc::Sender<LedgerRow>,
-    status: Arc<LedgerStatus>,
-}
-
-/// What the writer has done, for tests, logs and metrics.
-#[derive(Debug, Default)]
-pub struct LedgerStatus {
-    written: AtomicU64,
-    spooled: AtomicU64,
-    not_written: AtomicU64,
-}
-
-impl LedgerStatus {
-    /// Records the database has taken.
-    pub fn written(&self) -> u64 {
-        self.written.load(Ordering::Relaxed)
-    }
-
-    /// Records in the spool now, waiting for the database.
-    pub fn spooled(&self) -> u64 {
-        self.spooled.load(Ordering::Relaxed)
-    }
-
-    /// Records that could not be queued (the writer too far behind) and were logged
-    /// instead.
-    pub fn not_written(&self) -> u64 {
-        self.not_written.load(Ordering::Relaxed)
-    }
-}
-
-impl std::fmt::Debug for LedgerSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LedgerSink")
-            .field("status", &self.status)
-            .finish()
-    }
 }
 
 /// The spool of `config`'s ledger: `[database] spool` (relative to the configuration
@@ -118,19 +84,12 @@ impl LedgerSink {
             .append(true)
             .open(&spool)?;
         let (tx, rx) = mpsc::channel(BACKLOG);
-        let status = Arc::new(LedgerStatus::default());
         let writer = Writer {
             records,
             spool: Spool { path: spool, file },
-            status: status.clone(),
         };
         tokio::spawn(writer.run(rx));
-        Ok(Self { tx, status })
-    }
-
-    /// What the writer has done.
-    pub fn status(&self) -> &Arc<LedgerStatus> {
-        &self.status
+        Ok(Self { tx })
     }
 }
 
@@ -138,7 +97,6 @@ impl portcullis::UsageSink for LedgerSink {
     fn record(&self, record: UsageRecord) {
         let row = row_of(&record);
         if let Err(e) = self.tx.try_send(row) {
-            self.status.not_written.fetch_add(1, Ordering::Relaxed);
             let row = match e {
                 mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r) => r,
             };
@@ -252,7 +210,6 @@ impl Spool {
 struct Writer {
     records: Arc<Records>,
     spool: Spool,
-    status: Arc<LedgerStatus>,
 }
 
 fn now_ms() -> u64 {
@@ -263,33 +220,17 @@ impl Writer {
     async fn run(mut self, mut rx: mpsc::Receiver<LedgerRow>) {
         // A spool left by an earlier run holds records the database may lack.
         let mut behind = !self.spool.is_empty();
-        if behind {
-            self.status.spooled.store(
-                self.spool.read().map_or(0, |r| r.len() as u64),
-                Ordering::Relaxed,
-            );
-        }
         let mut next_try = tokio::time::Instant::now();
         loop {
-            let mut batch = Vec::new();
-            let open = if behind {
-                match tokio::time::timeout_at(next_try, rx.recv()).await {
-                    Ok(Some(r)) => {
-                        batch.push(r);
-                        true
-                    }
-                    Ok(None) => false,
-                    Err(_) => true, // time to try the database again
-                }
+            // A record, the queue closed (`Some(None)`), or — behind — time to try the
+            // database again (`None`).
+            let received = if behind {
+                tokio::time::timeout_at(next_try, rx.recv()).await.ok()
             } else {
-                match rx.recv().await {
-                    Some(r) => {
-                        batch.push(r);
-                        true
-                    }
-                    None => false,
-                }
+                Some(rx.recv().await)
             };
+            let open = !matches!(received, Some(None));
+            let mut batch: Vec<LedgerRow> = received.flatten().into_iter().collect();
             while batch.len() < BATCH {
                 match rx.try_recv() {
                     Ok(r) => batch.push(r),
@@ -300,10 +241,6 @@ impl Writer {
                 if let Err(e) = self.spool.append(&batch) {
                     // The database may still take it: the spool is the safety net.
                     tracing::error!(spool = %self.spool.path.display(), error = %e, "ledger spool write failed");
-                } else {
-                    self.status
-                        .spooled
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 }
             }
             if behind {
@@ -319,7 +256,6 @@ impl Writer {
                 if behind {
                     tracing::warn!(
                         spool = %self.spool.path.display(),
-                        records = self.status.spooled(),
                         "ledger: the database did not take every record before the stop; they stay in the spool and are replayed at the next start"
                     );
                 }
@@ -333,9 +269,6 @@ impl Writer {
     async fn write(&mut self, batch: &[LedgerRow]) -> bool {
         match self.records.append_ledger(batch, now_ms()).await {
             Ok(()) => {
-                self.status
-                    .written
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
                 self.cleared();
                 true
             }
@@ -362,9 +295,6 @@ impl Writer {
                 return false;
             }
         }
-        self.status
-            .written
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
         tracing::info!(records = rows.len(), spool = %self.spool.path.display(), "ledger: the spool was written to the database");
         self.cleared();
         true
@@ -372,7 +302,7 @@ impl Writer {
 
     fn cleared(&mut self) {
         match self.spool.clear() {
-            Ok(()) => self.status.spooled.store(0, Ordering::Relaxed),
+            Ok(()) => {}
             // Left in the spool: replayed later, and written once all the same.
             Err(e) => {
                 tracing::error!(spool = %self.spool.path.display(), error = %e, "ledger spool could not be emptied")

@@ -260,24 +260,8 @@ async fn k4_a_flood_of_unknown_keys_costs_no_database_call_and_no_memory() {
         .expect("the records database")
         .expect("configured");
     let fake = FakeUpstream::start().await;
-    let app = portcullis_proxy::store::open(config.store())
-        .await
-        .expect("the store")
-        .build(
-            config,
-            portcullis_proxy::store::BuildOptions {
-                limits: true,
-                fake_upstream: Some(fake.base_url()),
-                directory: Some(directory.clone()),
-            },
-        )
-        .await
-        .expect("the gateway");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (addr, server) =
+        common::serve_with_directory(config, fake.base_url(), Some(directory.clone())).await;
     // Every request a key never seen before (unique across the warm-up and the run).
     fn unknown(c: usize, i: usize) -> String {
         static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

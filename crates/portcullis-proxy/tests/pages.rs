@@ -1076,18 +1076,8 @@ async fn records_gateway_on(config: &str) -> Records {
         .expect("the records database")
         .expect("configured");
     let fake = portcullis_fake_upstream::FakeUpstream::start().await;
-    let app = portcullis_proxy::Gateway::new(config, portcullis::core::MemoryStore::new())
-        .fake_upstream(fake.base_url())
-        .directory(directory.clone())
-        .router()
-        .expect("the gateway");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (addr, server) =
+        serve_with_directory(config, fake.base_url(), Some(directory.clone())).await;
     Records {
         addr,
         _fake: fake,

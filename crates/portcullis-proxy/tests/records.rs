@@ -67,24 +67,8 @@ async fn serve(text: &str) -> Gw {
         .expect("the records database")
         .expect("configured");
     let fake = portcullis_fake_upstream::FakeUpstream::start().await;
-    let app = portcullis_proxy::store::open(config.store())
-        .await
-        .expect("the store")
-        .build(
-            config,
-            portcullis_proxy::store::BuildOptions {
-                limits: true,
-                fake_upstream: Some(fake.base_url()),
-                directory: Some(directory.clone()),
-            },
-        )
-        .await
-        .expect("the gateway");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (addr, server) =
+        serve_with_directory(config, fake.base_url(), Some(directory.clone())).await;
     Gw {
         addr,
         _fake: fake,
@@ -674,6 +658,7 @@ async fn gateway_on(url: &str, hash_env: &str, store: &str) -> Gw {
 #[derive(Clone, Copy, Debug)]
 struct Shot {
     sent: Instant,
+    answered: Instant,
     instance: usize,
     status: u16,
 }
@@ -682,6 +667,8 @@ struct Shot {
 /// the other, until stopped — bounded by [`Load::MAX_TIME`] and [`Load::MAX_SHOTS`].
 struct Load {
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Answers received so far, by every client.
+    answered: Arc<std::sync::atomic::AtomicUsize>,
     tasks: Vec<tokio::task::JoinHandle<Vec<Shot>>>,
 }
 
@@ -692,10 +679,11 @@ impl Load {
 
     fn start(addrs: &[SocketAddr], secret: &str) -> Load {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for (instance, &addr) in addrs.iter().enumerate() {
             for _ in 0..Self::PER_INSTANCE {
-                let (stop, secret) = (stop.clone(), secret.to_owned());
+                let (stop, answered, secret) = (stop.clone(), answered.clone(), secret.to_owned());
                 tasks.push(tokio::spawn(async move {
                     let begun = Instant::now();
                     let mut shots = Vec::new();
@@ -707,15 +695,30 @@ impl Load {
                         let status = generate(addr, &secret).await;
                         shots.push(Shot {
                             sent,
+                            answered: Instant::now(),
                             instance,
                             status,
                         });
+                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     shots
                 }));
             }
         }
-        Load { stop, tasks }
+        Load {
+            stop,
+            answered,
+            tasks,
+        }
+    }
+
+    /// Waits (bounded) until the clients have had `n` answers.
+    async fn until_answered(&self, n: usize) {
+        let start = Instant::now();
+        while self.answered.load(std::sync::atomic::Ordering::Relaxed) < n {
+            assert!(start.elapsed() < WAIT * 4, "the load never got {n} answers");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     async fn stop(self) -> Vec<Shot> {
@@ -776,7 +779,7 @@ async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
 
     // Revoked on A under load, with other changes racing it on both instances.
     let load = Load::start(&both, &secret);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.until_answered(20).await;
     let revoked = Instant::now();
     let path = format!("/admin/keys/{id}");
     let (status, _) = tokio::join!(
@@ -880,6 +883,7 @@ async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
     // its grace only.
     let grace = Duration::from_secs(4);
     let load = Load::start(&both, &secret);
+    let asked = Instant::now();
     let (status, r) = admin(
         b.addr,
         TOKEN,
@@ -897,11 +901,14 @@ async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
     }
     tokio::time::sleep(grace + bound).await;
     let shots = load.stop().await;
-    // Half a second either side of the grace's end: the clock read on each side.
-    let edge = Duration::from_millis(500);
+    // The grace ends between `asked + grace` and `rotated + grace` (the gateway reads
+    // its clock while the rotation is answered). A request answered before the first was
+    // judged inside the grace however late the host ran it; one sent after the second,
+    // outside. `edge` covers the milliseconds the gateway's wall clock is kept in.
+    let edge = Duration::from_millis(100);
     let in_grace: Vec<&Shot> = shots
         .iter()
-        .filter(|s| s.sent > rotated && s.sent + edge < rotated + grace)
+        .filter(|s| s.sent > rotated && s.answered + edge < asked + grace)
         .collect();
     let past: Vec<&Shot> = shots
         .iter()
@@ -924,7 +931,7 @@ async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
 
     // The database killed under load.
     let load = Load::start(&both, &new);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.until_answered(20).await;
     pg.kill();
     for addr in both {
         let (status, v) = admin(
@@ -995,6 +1002,30 @@ async fn usage_until(addr: SocketAddr, query: &str, n: u64) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits (bounded, generously: the ledger is written off the request path) until
+/// `done` holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WAIT * 4, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn spool_is_empty(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).map_or(true, |m| m.len() == 0)
+}
+
+/// One tenant's books in a `GET /admin/books` answer.
+fn books_of<'a>(books: &'a Value, tenant: &str) -> &'a Value {
+    books["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tenant"] == tenant)
+        .unwrap_or_else(|| panic!("no books of {tenant}: {books}"))
 }
 
 /// A tenant with `balance`, a key of it, and the key's secret.
@@ -1162,13 +1193,7 @@ async fn b6_books_are_exact_after_traffic_and_show_a_difference() {
     let (status, books) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
     assert_eq!(status, 200, "{books}");
     assert_eq!(books["exact"], true, "{books}");
-    let acme = books["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tenant"] == "acme")
-        .unwrap()
-        .clone();
+    let acme = books_of(&books, "acme").clone();
     assert_eq!(
         (acme["start"].as_i64(), acme["top_ups"].as_i64()),
         (Some(1_000_000), Some(5_000)),
@@ -1182,34 +1207,25 @@ async fn b6_books_are_exact_after_traffic_and_show_a_difference() {
         "{acme}"
     );
     assert_eq!(acme["difference"].as_i64(), Some(0));
-    let filed = books["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tenant"] == "filed")
-        .unwrap();
+    let filed = books_of(&books, "filed");
     assert_eq!(
         (filed["start"].as_i64(), filed["exact"].as_bool()),
         (Some(1_000_000), Some(true)),
         "{filed}"
     );
     // The balance set by hand, outside the books: not exact, and by how much.
-    let set = Req::post(
+    let (status, _) = admin(
+        gw.addr,
+        TOKEN,
+        "PUT",
         "/admin/tenants/acme/balance",
-        json!({"balance": 7}).to_string(),
+        Some(json!({"balance": 7})),
     )
-    .header("authorization", format!("Bearer {TOKEN}"));
-    let mut set = set;
-    set.method = http::Method::PUT;
-    assert_eq!(send(gw.addr, &set).await.status, 200);
+    .await;
+    assert_eq!(status, 200);
     let (_, books) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
     assert_eq!(books["exact"], false, "{books}");
-    let acme = books["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tenant"] == "acme")
-        .unwrap();
+    let acme = books_of(&books, "acme");
     assert_eq!(
         acme["difference"].as_i64(),
         Some(1_005_000 - settled - 7),
@@ -1243,19 +1259,14 @@ async fn b6_the_ledger_spools_while_the_database_is_down_and_loses_nothing() {
         );
     }
     // The records of the outage wait in the spool.
-    let start = Instant::now();
-    while std::fs::read_to_string(&spool)
-        .unwrap_or_default()
-        .lines()
-        .count()
-        < 20
-    {
-        assert!(
-            start.elapsed() < WAIT,
-            "the records never reached the spool"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the records reach the spool", || {
+        std::fs::read_to_string(&spool)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 20
+    })
+    .await;
     pg.restart();
     let v = usage_until(gw.addr, "tenant=acme&limit=1000", 25).await;
     let mut attempts: Vec<&str> = v["records"]
@@ -1267,11 +1278,7 @@ async fn b6_the_ledger_spools_while_the_database_is_down_and_loses_nothing() {
     attempts.sort_unstable();
     attempts.dedup();
     assert_eq!(attempts.len(), 25, "every attempt once");
-    let start = Instant::now();
-    while std::fs::metadata(&spool).map(|m| m.len()).unwrap_or(0) > 0 {
-        assert!(start.elapsed() < WAIT, "the spool was never emptied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the spool is emptied", || spool_is_empty(&spool)).await;
     let (_, books) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
     assert_eq!(books["exact"], true, "{books}");
 }
@@ -1326,18 +1333,8 @@ async fn b6_a_spool_left_by_a_crash_is_replayed_once_at_start() {
         attempts.contains(&"att-from-the-crash-0") && attempts.contains(&"att-from-the-crash-1"),
         "{attempts:?}"
     );
-    let start = Instant::now();
-    while std::fs::metadata(dir.join("records.db.spool"))
-        .map(|m| m.len())
-        .unwrap_or(0)
-        > 0
-    {
-        assert!(
-            start.elapsed() < WAIT,
-            "the replayed spool was never emptied"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let spool = dir.join("records.db.spool");
+    until("the replayed spool is emptied", || spool_is_empty(&spool)).await;
 }
 
 /// B6: a restart forgets nothing — a gateway whose in-memory store starts empty seeds

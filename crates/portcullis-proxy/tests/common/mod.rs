@@ -162,6 +162,16 @@ impl Proxy {
 /// Redis store with cooldown sharing and object homes), builds the gateway on it with
 /// every layer and `fake_base` for `fake://` channels, and serves it on `127.0.0.1:0`.
 pub async fn serve_opened(config: Config, fake_base: String) -> (SocketAddr, JoinHandle<()>) {
+    serve_with_directory(config, fake_base, None).await
+}
+
+/// [`serve_opened`] with the keys (and ledger) of a records database.
+#[allow(dead_code)] // not every test binary has a records database
+pub async fn serve_with_directory(
+    config: Config,
+    fake_base: String,
+    directory: Option<std::sync::Arc<portcullis_proxy::keys::Directory>>,
+) -> (SocketAddr, JoinHandle<()>) {
     use portcullis_proxy::store::{BuildOptions, open};
     let app = open(config.store())
         .await
@@ -171,7 +181,7 @@ pub async fn serve_opened(config: Config, fake_base: String) -> (SocketAddr, Joi
             BuildOptions {
                 limits: true,
                 fake_upstream: Some(fake_base),
-                directory: None,
+                directory,
             },
         )
         .await
