@@ -76,6 +76,11 @@ pub enum UsageReport {
     /// the figures are a lower bound; billing leaves the attempt for reconciliation
     /// (B4, F3).
     Partial(Usage),
+    /// A stream cut after its content went out (by the client or the upstream): what
+    /// the gateway saw streamed — the input as the provider reported it, else as
+    /// estimated, and the output counted from the deltas, never below the provider's
+    /// own count so far. Billing charges it at once, with its price (B7).
+    Streamed(Usage),
     /// The request may have reached the provider but its outcome is unknown (timeout,
     /// connection lost): never written as zero (B4).
     Unknown,
@@ -85,7 +90,9 @@ impl UsageReport {
     /// The usage figures, complete or partial.
     pub fn usage(&self) -> Option<Usage> {
         match self {
-            UsageReport::Complete(u) | UsageReport::Partial(u) => Some(*u),
+            UsageReport::Complete(u) | UsageReport::Partial(u) | UsageReport::Streamed(u) => {
+                Some(*u)
+            }
             UsageReport::Unknown => None,
         }
     }
@@ -145,6 +152,11 @@ impl UsageRecorder {
     /// Records what was seen of a usage that did not complete.
     pub fn record_partial(&self, usage: Usage) {
         self.report_as(UsageReport::Partial(usage));
+    }
+    /// Records what a stream cut after its content went out streamed (see
+    /// [`UsageReport::Streamed`]).
+    pub fn record_streamed(&self, usage: Usage) {
+        self.report_as(UsageReport::Streamed(usage));
     }
     /// The outcome is unknown: keep everything reserved. Call it just before the
     /// request leaves for the provider, so a request dropped from then on is never
@@ -213,6 +225,12 @@ mod tests {
         assert_eq!(r.get().unwrap().total_tokens(), 9);
         r.record_partial(Usage::default());
         assert!(matches!(r2.report(), Some(UsageReport::Partial(_))));
+        r.record_streamed(Usage {
+            output_tokens: 5,
+            ..Usage::default()
+        });
+        assert_eq!(r2.report(), Some(UsageReport::Streamed(r.get().unwrap())));
+        assert_eq!(r2.get().unwrap().output_tokens, 5);
         r.mark_unknown();
         assert_eq!(r2.get(), None);
     }

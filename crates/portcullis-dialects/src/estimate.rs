@@ -35,6 +35,23 @@
 //! usage the provider reports (W5, U2), so an error here shifts a window briefly,
 //! it is never billed.
 
+/// The output tokens of `bytes` of output text seen in `chunks` content chunks: one
+/// token per [`BYTES_PER_TOKEN`] bytes, and at least one per chunk (a provider streams
+/// a token or more per delta). What a stream cut after content went out is charged
+/// (B7): like the input estimate it errs high for English and code and is close for
+/// CJK text; it is never charged below the provider's own count where the stream
+/// reported one.
+///
+/// ```
+/// use portcullis_dialects::estimate::output_tokens;
+/// assert_eq!(output_tokens(10, 2), 4);
+/// assert_eq!(output_tokens(3, 5), 5);
+/// assert_eq!(output_tokens(0, 0), 0);
+/// ```
+pub fn output_tokens(bytes: u64, chunks: u64) -> u64 {
+    bytes.div_ceil(BYTES_PER_TOKEN).max(chunks)
+}
+
 /// UTF-8 bytes of text per estimated token (a typical English token is ~4 bytes, so
 /// this errs high).
 pub const BYTES_PER_TOKEN: u64 = 3;

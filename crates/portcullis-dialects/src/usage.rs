@@ -166,6 +166,55 @@ impl UsageWatcher {
         self.ex.usage()
     }
 
+    /// Output tokens the gateway saw go out: counted from the output text of the
+    /// complete documents read so far (content, reasoning and tool-call deltas, or a
+    /// whole message's), by [`estimate::output_tokens`](crate::estimate::output_tokens).
+    /// What a stream cut after content went out is charged (B7), never less than the
+    /// provider's own count where it reported one.
+    ///
+    /// ```
+    /// use portcullis_dialects::{UsageWatcher, Dialect};
+    /// let mut w = UsageWatcher::new(Dialect::OpenAi, true);
+    /// w.observe(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hello there\"}}]}\n\n");
+    /// w.observe(b"data: {\"choices\":[{\"delta\":{\"content\":\"!\"}}]}\n\n");
+    /// assert_eq!(w.streamed_output_tokens(), 4); // 12 bytes at 3 a token
+    /// ```
+    pub fn streamed_output_tokens(&self) -> u64 {
+        crate::estimate::output_tokens(self.ex.streamed_bytes, self.ex.content_chunks)
+    }
+
+    /// What a stream cut after its content went out streamed (B7): the input as the
+    /// provider reported it — else `input_estimate`, the gateway's estimate
+    /// ([`RequestFacts::input_tokens`](crate::RequestFacts::input_tokens)) — and the
+    /// output counted from the deltas
+    /// ([`streamed_output_tokens`](Self::streamed_output_tokens)), at most `most_output`
+    /// ([`RequestFacts::output_upper_bound`](crate::RequestFacts::output_upper_bound))
+    /// and never below the provider's own count so far; media as reported; no cost.
+    ///
+    /// ```
+    /// use portcullis_dialects::{UsageWatcher, Dialect};
+    /// let mut w = UsageWatcher::new(Dialect::Anthropic, true);
+    /// w.observe(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n");
+    /// w.observe(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello, world\"}}\n\n");
+    /// let u = w.streamed_usage(40, 100);
+    /// assert_eq!((u.input_tokens, u.output_tokens), (25, 4)); // reported input, 12 bytes out
+    /// assert_eq!(w.streamed_usage(40, 2).output_tokens, 2); // at most what it may produce
+    /// ```
+    pub fn streamed_usage(&self, input_estimate: u64, most_output: u64) -> Usage {
+        let reported = self.usage_so_far().unwrap_or_default();
+        let mut u = reported;
+        if reported.input_tokens == 0
+            && reported.cached_input_tokens == 0
+            && reported.cache_write_tokens == 0
+        {
+            u.input_tokens = input_estimate;
+        }
+        let counted = self.streamed_output_tokens().min(most_output);
+        u.output_tokens = reported.output_tokens.max(counted);
+        u.cost = None;
+        u
+    }
+
     /// A first content chunk was seen — an OpenAI delta with content / refusal /
     /// reasoning / tool calls, an Anthropic `content_block_delta`, a Gemini candidate
     /// part (or, in a non-streamed body, a message / content block / part). This is the
@@ -294,6 +343,11 @@ struct Doc {
     finish: bool,
     /// The id the document names (OpenAI's top-level `id`, or `response.id`).
     id: Tiny<{ OBJECT_ID_CAP }>,
+    /// Bytes of output text (content, reasoning, tool arguments) the document carries.
+    out_bytes: u64,
+    /// Bytes of a top-level `delta` string: output only in a Responses API text or
+    /// arguments delta event, which the document's `type` (read in any order) says.
+    delta_bytes: u64,
 }
 
 /// Longest object id kept ([`UsageWatcher::object_id`]): the longest a request may name
@@ -316,6 +370,8 @@ impl Doc {
             images: 0,
             videos: 0,
             finish: false,
+            out_bytes: 0,
+            delta_bytes: 0,
         }
     }
 
@@ -334,6 +390,8 @@ impl Doc {
         self.images = 0;
         self.videos = 0;
         self.finish = false;
+        self.out_bytes = 0;
+        self.delta_bytes = 0;
     }
 }
 
@@ -355,6 +413,32 @@ fn openai_usage(d: &mut Doc, rest: &[Frame], v: Scalar<'_>) {
             d.raw.cached = Some(n);
         }
     }
+}
+
+/// What an OpenAI `choices` string below `choices` (`rest`) is, when it is output.
+enum OpenAiOutput {
+    /// Text the user sees (content, refusal, reasoning; a completion's text): the
+    /// first-chunk commit point too.
+    Text,
+    /// A tool call's name or arguments.
+    ToolCall,
+}
+
+fn openai_output(rest: &[Frame]) -> Option<OpenAiOutput> {
+    let text = ["content", "refusal", "reasoning_content", "reasoning"];
+    if rest.len() == 3 && at(&rest[..2], &["*", "delta"]) && text.iter().any(|k| rest[2].is_key(k))
+        || at(rest, &["*", "text"])
+        || at(rest, &["*", "message", "content"])
+    {
+        return Some(OpenAiOutput::Text);
+    }
+    let tool = |p: &[Frame]| at(p, &["function", "arguments"]) || at(p, &["function", "name"]);
+    let call = under(rest, &["*", "delta", "tool_calls", "*"])
+        .or_else(|| under(rest, &["*", "message", "tool_calls", "*"]))
+        .is_some_and(tool)
+        || under(rest, &["*", "delta", "function_call"])
+            .is_some_and(|p| key1(p, &["arguments", "name"]));
+    call.then_some(OpenAiOutput::ToolCall)
 }
 
 /// The document's object id, kept only when it is whole and not too long.
@@ -394,6 +478,10 @@ struct Extractor {
     error: Option<String>,
     end_marker: bool,
     object_id: Tiny<{ OBJECT_ID_CAP }>,
+    /// Output text bytes of the complete documents read so far.
+    streamed_bytes: u64,
+    /// Complete documents that carried content.
+    content_chunks: u64,
 }
 
 impl Extractor {
@@ -409,6 +497,8 @@ impl Extractor {
             content: false,
             error: None,
             end_marker: false,
+            streamed_bytes: 0,
+            content_chunks: 0,
         }
     }
 
@@ -482,17 +572,17 @@ impl Extractor {
         }
         match v {
             Scalar::Str(s, len) => match first {
-                b"choices"
-                    if len > 0
-                        && (rest.len() == 3
-                            && at(&rest[..2], &["*", "delta"])
-                            && ["content", "refusal", "reasoning_content", "reasoning"]
-                                .iter()
-                                .any(|k| rest[2].is_key(k))
-                            || at(rest, &["*", "text"])) =>
-                {
-                    d.content = true;
-                }
+                b"choices" if len > 0 => match openai_output(rest) {
+                    Some(OpenAiOutput::Text) => {
+                        d.content = true;
+                        d.out_bytes = d.out_bytes.saturating_add(len);
+                    }
+                    Some(OpenAiOutput::ToolCall) => {
+                        d.out_bytes = d.out_bytes.saturating_add(len);
+                    }
+                    None => {}
+                },
+                b"delta" if rest.is_empty() => d.delta_bytes = len,
                 b"error" => {
                     if rest.is_empty() {
                         d.error = true;
@@ -544,8 +634,19 @@ impl Extractor {
                     d.raw.output = Some(n);
                 }
             }
-            (None, Scalar::Str(s, _)) => {
-                if at(path, &["error", "type"]) {
+            (None, Scalar::Str(s, len)) => {
+                // A stream's `content_block_delta`, or a whole message's content.
+                if path.len() == 2
+                    && (path[0].is_key("delta")
+                        && ["text", "thinking", "partial_json"]
+                            .iter()
+                            .any(|k| path[1].is_key(k)))
+                    || path.len() == 3
+                        && at(&path[..2], &["content", "*"])
+                        && (path[2].is_key("text") || path[2].is_key("thinking"))
+                {
+                    d.out_bytes = d.out_bytes.saturating_add(len);
+                } else if at(path, &["error", "type"]) {
                     d.err_type.set(s);
                 } else if at(path, &["error", "message"]) {
                     set_vec(&mut d.err_msg, s);
@@ -571,8 +672,13 @@ impl Extractor {
                     d.raw.tool_prompt = Some(n);
                 }
             }
-            (None, Scalar::Str(s, _)) => {
-                if at(
+            (None, Scalar::Str(s, len)) => {
+                let part = under(path, &["candidates", "*", "content", "parts", "*"]);
+                if part.is_some_and(|p| {
+                    at(p, &["text"]) || p.first().is_some_and(|f| f.is_key("functionCall"))
+                }) {
+                    d.out_bytes = d.out_bytes.saturating_add(len);
+                } else if at(
                     path,
                     &[
                         "candidates",
@@ -677,6 +783,17 @@ impl Sink for Extractor {
                 Dialect::Gemini => false,
             };
         self.content |= content;
+        let responses_delta = matches!(self.dialect, Dialect::OpenAi | Dialect::Native)
+            && kind.starts_with(b"response.")
+            && kind.ends_with(b".delta")
+            && !kind.windows(5).any(|w| w == b"audio");
+        let out = d
+            .out_bytes
+            .saturating_add(if responses_delta { d.delta_bytes } else { 0 });
+        self.streamed_bytes = self.streamed_bytes.saturating_add(out);
+        if content {
+            self.content_chunks = self.content_chunks.saturating_add(1);
+        }
         let is_error = match self.dialect {
             Dialect::OpenAi | Dialect::Native => {
                 d.error || kind == b"error" || kind == b"response.failed" || error_event

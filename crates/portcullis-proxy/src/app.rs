@@ -379,6 +379,7 @@ where
         BillingGateLayer::new(self.store.clone())
             .sink(move |r| sink.record(r))
             .failure_mode(self.config.store().billing_failure.into())
+            .cut_streams(self.config.billing().cut_streams.into())
     }
 
     /// The stall and lifetime bounds of every proxied response (L3).

@@ -21,7 +21,7 @@
 
 use crate::config::Config;
 use portcullis::UsageRecord;
-use portcullis::billing::Reconciliation;
+use portcullis::billing::{Evidence, Reconciliation};
 use portcullis::core::AttemptState;
 use portcullis_records::{LedgerRow, LedgerUsage, Outcome, Records};
 use std::io::{BufRead, Write};
@@ -111,7 +111,7 @@ impl portcullis::UsageSink for LedgerSink {
 
 /// A usage record as the ledger keeps it.
 pub fn row_of(r: &UsageRecord) -> LedgerRow {
-    let (outcome, amount, resolved_by) = outcome_of(r.outcome, r.reconciliation);
+    let (outcome, amount, resolved_by) = outcome_of(r.outcome, r.reconciliation, r.evidence);
     let text = |s: &Option<Arc<str>>| s.as_deref().map(str::to_owned);
     LedgerRow {
         attempt: r.attempt.to_string(),
@@ -138,17 +138,19 @@ pub fn row_of(r: &UsageRecord) -> LedgerRow {
     }
 }
 
-/// How an attempt ended, its money, and what resolved it, as the ledger keeps them.
+/// How an attempt ended, its money, and what resolved it — an operator, or the
+/// evidence of an automatic charge (B7) — as the ledger keeps them.
 fn outcome_of(
     state: AttemptState,
     reconciliation: Option<Reconciliation>,
+    evidence: Option<Evidence>,
 ) -> (Outcome, i64, Option<&'static str>) {
     match (state, reconciliation) {
         (_, Some(Reconciliation::WrittenOff { .. })) => (Outcome::WrittenOff, 0, Some("operator")),
         (AttemptState::Settled(c), Some(Reconciliation::Settled { .. })) => {
             (Outcome::Reconciled, c, Some("operator"))
         }
-        (AttemptState::Settled(c), None) => (Outcome::Settled, c, None),
+        (AttemptState::Settled(c), None) => (Outcome::Settled, c, evidence.map(Evidence::as_str)),
         (AttemptState::Pending(m), _) => (Outcome::Pending, m, None),
         // Open: the settlement never ran (a record made before it); nothing was charged.
         (AttemptState::Refunded | AttemptState::Open, _) => (Outcome::Refunded, 0, None),
@@ -352,34 +354,41 @@ mod tests {
     fn b6_a_record_keeps_its_outcome_and_who_resolved_it() {
         let operator = Some("operator");
         assert_eq!(
-            outcome_of(AttemptState::Settled(40), None),
+            outcome_of(AttemptState::Settled(40), None, None),
             (Outcome::Settled, 40, None)
         );
         assert_eq!(
-            outcome_of(AttemptState::Pending(155), None),
+            outcome_of(AttemptState::Pending(155), None, None),
             (Outcome::Pending, 155, None)
         );
         assert_eq!(
-            outcome_of(AttemptState::Refunded, None),
+            outcome_of(AttemptState::Refunded, None, None),
             (Outcome::Refunded, 0, None)
         );
         assert_eq!(
-            outcome_of(AttemptState::Open, None),
+            outcome_of(AttemptState::Open, None, None),
             (Outcome::Refunded, 0, None)
         );
         assert_eq!(
             outcome_of(
                 AttemptState::Settled(30),
-                Some(Reconciliation::Settled { pending: 155 })
+                Some(Reconciliation::Settled { pending: 155 }),
+                None
             ),
             (Outcome::Reconciled, 30, operator)
         );
         assert_eq!(
             outcome_of(
                 AttemptState::Refunded,
-                Some(Reconciliation::WrittenOff { pending: 155 })
+                Some(Reconciliation::WrittenOff { pending: 155 }),
+                None
             ),
             (Outcome::WrittenOff, 0, operator)
+        );
+        // B7: a cut stream charged what it streamed names its evidence.
+        assert_eq!(
+            outcome_of(AttemptState::Settled(12), None, Some(Evidence::Streamed)),
+            (Outcome::Settled, 12, Some("streamed"))
         );
     }
 }

@@ -98,6 +98,7 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
         "amount": amount,
         "billed_to_balance": r.billed_to_balance,
         "reconciled": reconciled,
+        "evidence": r.evidence.map(|e| e.as_str()),
     })
 }
 

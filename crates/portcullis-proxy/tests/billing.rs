@@ -156,15 +156,91 @@ async fn b3_scenario_4_budget_short_no_provider_call_budget_exhausted() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b4_stream_cut_before_usage_stays_pending_reconciliation() {
-    let p = Proxy::start(KEYS).await;
-    // The client reads one chunk of a slow stream and leaves: the provider may have
-    // produced (and billed) more; the attempt is never written as zero.
-    let req = ask(Dialect::OpenAi, "sk-rich", true).header("x-fake-chunk-interval-ms", 200);
+/// The usage log's lines (a bounded file a test wrote).
+fn log_lines(log: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// A gateway with `extra` settings logging usage to a fresh file.
+async fn logging(name: &str, extra: &str) -> (Proxy, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("portcullis-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("usage.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "{extra}\n[server]\nusage_log = {:?}\n{KEYS}",
+        log.display().to_string()
+    );
+    (Proxy::start(&toml).await, log)
+}
+
+/// Opens a slow stream of `dialect` and reads it until its first content went out, then
+/// leaves (a chat UI's stop button); answers the output tokens the client received, as
+/// the gateway counts them from the deltas.
+async fn stop_after_first_content(p: &Proxy, dialect: Dialect) -> u64 {
+    // The next chunk comes 5 s later: long after the gateway has seen the client leave.
+    let req = ask(dialect, "sk-rich", true)
+        .header("x-fake-chunk-interval-ms", 5_000)
+        .header("x-fake-input-tokens", 50);
+    let watched = match dialect {
+        Dialect::OpenAi => portcullis_dialects::Dialect::OpenAi,
+        Dialect::Anthropic => portcullis_dialects::Dialect::Anthropic,
+        Dialect::Gemini => portcullis_dialects::Dialect::Gemini,
+    };
+    let mut seen = portcullis_dialects::UsageWatcher::new(watched, true);
     let mut o = open(p.addr, &req).await;
-    assert!(o.next_data().await.is_some());
+    assert_eq!(o.status, 200);
+    while !seen.saw_content() {
+        let data = o.next_data().await.expect("the stream's first content");
+        seen.observe(&data);
+    }
     o.disconnect();
+    let out = seen.streamed_output_tokens();
+    assert!(out > 0, "{dialect:?}: content went out");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_stream_the_client_stopped_after_content_is_charged_what_it_streamed() {
+    let (p, log) = logging("cut-charge", "").await;
+    let mut charged = 0;
+    for (i, d) in DIALECTS.into_iter().enumerate() {
+        let out = stop_after_first_content(&p, d).await;
+        let landed = eventually(WAIT, || async { log_lines(&log).len() == i + 1 }).await;
+        assert!(landed, "{d:?}: one record: {:?}", log_lines(&log));
+        let r = &log_lines(&log)[i];
+        assert_eq!(r["outcome"], "settled", "{d:?}: charged at once: {r}");
+        assert_eq!(r["evidence"], "streamed", "{d:?}: {r}");
+        assert_eq!(
+            r["output_tokens"], out,
+            "{d:?}: the output the client received: {r}"
+        );
+        // Anthropic and Gemini report the input before the content (the fake's 50);
+        // OpenAI only at the end, so the gateway's estimate stands.
+        let input = r["input_tokens"].as_u64().unwrap();
+        match d {
+            Dialect::OpenAi => assert!(input > 0, "{r}"),
+            _ => assert_eq!(input, 50, "{d:?}: the reported input: {r}"),
+        }
+        let amount = r["amount"].as_i64().unwrap();
+        assert!(amount > 0, "{d:?}: never written as zero: {r}");
+        charged += amount;
+    }
+    // Nothing pending, nothing left reserved: the books hold exactly the charges.
+    let v = usage(p.addr, "sk-rich").await;
+    assert_eq!(money(&v)["key_spent"], charged, "{v}");
+    assert_eq!(money(&v)["key_pending_reconciliation"], 0, "{v}");
+    assert_eq!(money(&v)["budgets"][0]["reserved"], 0, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_with_cut_streams_hold_a_stopped_stream_stays_pending_reconciliation() {
+    let (p, log) = logging("cut-hold", "[billing]\ncut_streams = \"hold\"").await;
+    stop_after_first_content(&p, Dialect::OpenAi).await;
     let ok = eventually(WAIT, || async {
         money(&usage(p.addr, "sk-rich").await)["key_pending_reconciliation"]
             .as_i64()
@@ -177,6 +253,9 @@ async fn b4_stream_cut_before_usage_stays_pending_reconciliation() {
     assert!(money(&v)["tenant_pending_reconciliation"].as_i64().unwrap() > 0);
     // The monthly budget keeps the reservation until reconciled.
     assert!(money(&v)["budgets"][0]["reserved"].as_i64().unwrap() > 0);
+    let r = &log_lines(&log)[0];
+    assert_eq!(r["outcome"], "pending_reconciliation", "{r}");
+    assert_eq!(r["evidence"], serde_json::Value::Null, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,7 +356,7 @@ async fn b2_answers_are_asked_for_uncompressed_so_usage_can_be_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b4_a_stalled_upstream_stream_is_cut_and_left_pending() {
+async fn b7_a_stalled_upstream_stream_is_cut_and_charged_what_it_streamed() {
     let toml = format!("[server]\nupstream_idle_timeout = \"300ms\"\n{KEYS}");
     let p = Proxy::start(&toml).await;
     let req = ask(Dialect::OpenAi, "sk-rich", true).header("x-fake-chunk-interval-ms", 3000);
@@ -298,13 +377,13 @@ async fn b4_a_stalled_upstream_stream_is_cut_and_left_pending() {
         "{:?}",
         started.elapsed()
     );
+    // Cut after its content went out: charged what the gateway saw streamed (B7).
     let ok = eventually(WAIT, || async {
         let v = usage(p.addr, "sk-rich").await;
-        in_flight(&v) == 0
-            && money(&v)["key_pending_reconciliation"]
-                .as_i64()
-                .is_some_and(|m| m > 0)
+        in_flight(&v) == 0 && money(&v)["key_spent"].as_i64().is_some_and(|m| m > 0)
     })
     .await;
-    assert!(ok, "the slot is free and the attempt awaits reconciliation");
+    let v = usage(p.addr, "sk-rich").await;
+    assert!(ok, "the slot is free and the attempt is charged: {v}");
+    assert_eq!(money(&v)["key_pending_reconciliation"], 0, "{v}");
 }

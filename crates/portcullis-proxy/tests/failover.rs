@@ -173,7 +173,7 @@ async fn s6_spend_cap_with_no_other_account_answers_502_without_retry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s8_error_after_part_of_a_stream_is_not_replayed_and_stays_pending() {
+async fn s8_error_after_part_of_a_stream_is_not_replayed_and_is_charged_what_streamed() {
     let p = Proxy::start(&config("", &["one", "two"], "")).await;
     let req = ask(Dialect::OpenAi, "sk-a", true)
         .header("x-fake-chunks", 4)
@@ -195,14 +195,16 @@ async fn s8_error_after_part_of_a_stream_is_not_replayed_and_stays_pending() {
         1,
         "no replay after the first chunk"
     );
-    let pending = eventually(WAIT, || async {
+    // The upstream cut it after content went out: charged what the gateway saw
+    // streamed, at once (B7) — neither as if complete, nor free, nor held.
+    let charged = eventually(WAIT, || async {
         let v = usage(p.addr, "sk-a").await;
-        v["money"]["key_pending_reconciliation"]
-            .as_i64()
-            .is_some_and(|m| m > 0)
+        v["money"]["key_spent"].as_i64().is_some_and(|m| m > 0)
     })
     .await;
-    assert!(pending, "the partial attempt waits for reconciliation");
+    let v = usage(p.addr, "sk-a").await;
+    assert!(charged, "the partial attempt is charged: {v}");
+    assert_eq!(v["money"]["key_pending_reconciliation"], 0, "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -517,3 +517,91 @@ fn b2_an_image_counts_once_whatever_else_its_entry_says() {
         }
     );
 }
+
+// ---- What a cut stream streamed (B7) --------------------------------------------------
+
+/// Output tokens counted from `stream` read in chunks of `step` bytes.
+fn streamed(dialect: Dialect, stream: &[u8], step: usize) -> u64 {
+    let mut w = UsageWatcher::new(dialect, true);
+    for c in stream.chunks(step) {
+        w.observe(c);
+    }
+    w.streamed_output_tokens()
+}
+
+#[test]
+fn b7_openai_chat_output_is_counted_from_text_and_tool_call_deltas() {
+    // A role-only first chunk (no output), 5 + 6 bytes of text, then a tool call whose
+    // name (3) and arguments (7 decoded bytes) are output too: 21 bytes, 7 tokens.
+    let s = b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\" world\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}\n\n";
+    for step in [1, 7, s.len()] {
+        assert_eq!(streamed(Dialect::OpenAi, s, step), 7, "step {step}");
+    }
+}
+
+#[test]
+fn b7_a_cut_stream_counts_only_the_events_that_arrived_whole() {
+    let s = b"data: {\"choices\":[{\"delta\":{\"content\":\"abcdefghi\"}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"content\":\"jklmnopqrstuvwxyz\"}}]}\n\n";
+    let first = s.iter().position(|&b| b == b'\n').unwrap() + 2;
+    // Cut anywhere inside the second event: only the first one's 9 bytes went out.
+    for cut in first..s.len() - 1 {
+        assert_eq!(streamed(Dialect::OpenAi, &s[..cut], 5), 3, "cut at {cut}");
+    }
+    assert_eq!(streamed(Dialect::OpenAi, s, 5), 9);
+}
+
+#[test]
+fn b7_responses_text_deltas_count_and_audio_deltas_do_not() {
+    // 9 bytes of text; the audio delta's 30 bytes of base64 are not text tokens.
+    let s = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n\
+event: response.output_text.delta\ndata: {\"delta\":\"abcdefghi\",\"type\":\"response.output_text.delta\"}\n\n\
+event: response.audio.delta\ndata: {\"type\":\"response.audio.delta\",\"delta\":\"QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB\"}\n\n";
+    assert_eq!(streamed(Dialect::OpenAi, s, 3), 3);
+}
+
+#[test]
+fn b7_anthropic_output_is_counted_from_text_thinking_and_tool_input_deltas() {
+    // 8 + 3 + 5 bytes: 6 tokens; the reported `output_tokens: 1` of message_start is
+    // the provider's count so far, kept apart.
+    let s = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[],\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi there\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hmm\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"x\\\":\"}}\n\n";
+    assert_eq!(streamed(Dialect::Anthropic, s, 4), 6);
+    let mut w = UsageWatcher::new(Dialect::Anthropic, true);
+    w.observe(s);
+    assert_eq!(w.usage_so_far().unwrap().output_tokens, 1);
+}
+
+#[test]
+fn b7_gemini_output_is_counted_from_text_and_function_call_parts() {
+    // 6 + 6 bytes of text and a function call's name (1) and string argument (3): 16
+    // bytes, 6 tokens.
+    let s = b"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"abcdef\"}]}}]}\n\n\
+data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"ghijkl\"}]}}]}\n\n\
+data: {\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"f\",\"args\":{\"q\":\"abc\"}}}]}}]}\n\n";
+    assert_eq!(streamed(Dialect::Gemini, s, 6), 6);
+}
+
+#[test]
+fn b7_at_least_one_token_per_content_chunk() {
+    // Five one-byte deltas: 5 bytes would be 2 tokens, but each delta is a token.
+    let one = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+    let s: Vec<u8> = one.iter().copied().cycle().take(one.len() * 5).collect();
+    assert_eq!(streamed(Dialect::OpenAi, &s, 11), 5);
+}
+
+#[test]
+fn b7_a_cut_stream_without_reported_usage_takes_the_input_estimate() {
+    // OpenAI reports usage only in its last chunk: a cut stream has none, so the
+    // input is the gateway's estimate; 6 bytes of output are 2 tokens.
+    let mut w = UsageWatcher::new(Dialect::OpenAi, true);
+    w.observe(b"data: {\"choices\":[{\"delta\":{\"content\":\"abcdef\"}}]}\n\n");
+    assert_eq!(w.usage_so_far(), None);
+    let u = w.streamed_usage(120, 4096);
+    assert_eq!((u.input_tokens, u.output_tokens, u.cost), (120, 2, None));
+}

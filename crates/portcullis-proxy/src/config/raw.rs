@@ -373,6 +373,8 @@ pub(super) struct RawConfig {
     pub(super) store: StoreSettings,
     /// The records database.
     pub(super) database: super::settings::DatabaseSettings,
+    /// Billing settings.
+    pub(super) billing: super::settings::BillingSettings,
     /// User-policy layer settings.
     pub(super) limits: LimitSettings,
     /// Capacity queue settings.
@@ -411,6 +413,18 @@ mod tests {
         let e = Config::parse(&GOOD.replace("\"1d\"", "\"1 fortnight\"")).unwrap_err();
         assert!(e.reason.contains("invalid duration"), "{e}");
         assert_eq!(e.line, Some(4));
+    }
+
+    #[test]
+    fn b7_cut_streams_is_charge_by_default_and_a_bad_value_is_refused() {
+        use crate::config::CutStreamsConfig;
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.billing().cut_streams, CutStreamsConfig::Charge);
+        let c = Config::parse(&format!("[billing]\ncut_streams = \"hold\"\n{GOOD}")).unwrap();
+        assert_eq!(c.billing().cut_streams, CutStreamsConfig::Hold);
+        let e = Config::parse(&format!("[billing]\ncut_streams = \"maybe\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("unknown variant `maybe`"), "{e}");
+        assert_eq!(e.line, Some(2), "{e}");
     }
 }
 

@@ -141,6 +141,7 @@ fn settings(raw: RawConfig, policies: BTreeMap<String, Arc<Policy>>) -> Settings
         policies,
         store: raw.store,
         database: raw.database,
+        billing: raw.billing,
         limits: raw.limits,
         queue: raw.queue,
         forwarding: raw.forwarding,

@@ -26,6 +26,7 @@ pub(super) struct Settings {
     pub(super) server: ServerSettings,
     pub(super) store: StoreSettings,
     pub(super) database: DatabaseSettings,
+    pub(super) billing: BillingSettings,
     pub(super) limits: LimitSettings,
     pub(super) queue: QueueSettings,
     pub(super) failover: portcullis::failover::FailoverConfig,
@@ -66,6 +67,11 @@ impl Config {
     pub fn set_database_url(&mut self, url: impl Into<String>) {
         let url: String = url.into();
         self.settings.database.url = (url.trim() != "none").then_some(url);
+    }
+
+    /// `[billing]`: how attempts whose provider reported no final usage are charged.
+    pub fn billing(&self) -> &BillingSettings {
+        &self.settings.billing
     }
 
     /// `[limits]`: the user-policy layers' settings.
@@ -166,6 +172,39 @@ pub struct ServerSettings {
     pub h2_idle_timeout: Duration,
     /// How long requests in flight may go on after a graceful shutdown began.
     pub drain_timeout: Duration,
+}
+
+/// `[billing]`: how the money of attempts whose provider reported no final usage is
+/// resolved (B7).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BillingSettings {
+    /// A stream cut after its content went out — the client's stop button, or the
+    /// upstream cutting it — whose provider reported no final usage: `"charge"` (the
+    /// default) charges what the gateway saw streamed at once (the input as reported,
+    /// else estimated, and the output counted from the deltas); `"hold"` keeps its upper
+    /// bound pending reconciliation by an operator.
+    pub cut_streams: CutStreamsConfig,
+}
+
+/// `[billing] cut_streams`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CutStreamsConfig {
+    /// Charge what was streamed.
+    #[default]
+    Charge,
+    /// Hold the upper bound for an operator.
+    Hold,
+}
+
+impl From<CutStreamsConfig> for portcullis::billing::CutStreams {
+    fn from(c: CutStreamsConfig) -> Self {
+        match c {
+            CutStreamsConfig::Charge => portcullis::billing::CutStreams::Charge,
+            CutStreamsConfig::Hold => portcullis::billing::CutStreams::Hold,
+        }
+    }
 }
 
 /// What a layer does when its store cannot answer (D4).

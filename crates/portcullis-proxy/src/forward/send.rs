@@ -10,7 +10,7 @@ use super::request::{
     creates_object, gemini_method_served, rename_model, unserved_gemini_method, upstream_request,
 };
 use super::translate::Translation;
-use super::usage::{Unreported, Watch};
+use super::usage::{Sent, Unreported, Watch};
 use crate::catalog::{Catalog, Reach, Route};
 use crate::homes::Homes;
 use crate::prepare::Facts;
@@ -194,6 +194,7 @@ impl Shared {
                 home: (success && creates).then(|| self.home(&route, model)),
                 recorder,
                 price,
+                sent: Sent::of(&facts.0),
                 done: false,
                 trace,
             })

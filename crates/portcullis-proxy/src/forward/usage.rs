@@ -41,6 +41,24 @@ impl Unreported {
     }
 }
 
+/// What the gateway knows of a request it sent, for charging a cut stream (B7).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Sent {
+    /// The input estimate ([`RequestFacts::input_tokens`]).
+    pub(super) input_tokens: u64,
+    /// The most output it may produce ([`RequestFacts::output_upper_bound`]).
+    pub(super) most_output: u64,
+}
+
+impl Sent {
+    pub(super) fn of(facts: &RequestFacts) -> Self {
+        Sent {
+            input_tokens: facts.input_tokens,
+            most_output: facts.output_upper_bound(),
+        }
+    }
+}
+
 /// Watches one answer for its usage and records it once.
 pub(super) struct Watch {
     /// `None` for a provider error answer.
@@ -50,6 +68,9 @@ pub(super) struct Watch {
     pub(super) home: Option<(Arc<Homes>, Home)>,
     pub(super) recorder: UsageRecorder,
     pub(super) price: Price,
+    /// The request's input estimate and the most output it may produce: what a stream
+    /// cut after its content went out is charged from (B7).
+    pub(super) sent: Sent,
     pub(super) done: bool,
     /// The attempt's span attributes (time to first chunk, tokens), when traced.
     pub(super) trace: Option<AttemptTrace>,
@@ -91,9 +112,20 @@ impl Watch {
             u.cost = Some(self.price.cost(&u));
             u
         };
+        // Cut — by the client, or by the upstream before its end marker — after content
+        // went out: charged what the gateway saw streamed (B7).
+        let streamed = |w: &UsageWatcher| {
+            (w.saw_content() && !w.saw_end())
+                .then(|| w.streamed_usage(self.sent.input_tokens, self.sent.most_output))
+        };
         let seen = match (at_end, at_end.then(|| w.finish()).flatten()) {
             (true, Some(u)) => {
                 self.recorder.record(priced(u));
+                Some(u)
+            }
+            (_, None) if let Some(u) = streamed(w) => {
+                let u = priced(u);
+                self.recorder.record_streamed(u);
                 Some(u)
             }
             // Ended, but the provider reported no usage: the gateway's estimate where

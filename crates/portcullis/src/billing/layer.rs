@@ -1,5 +1,5 @@
 use super::durable::Settler;
-use super::{BillingGate, SettlementStats, UsageSink};
+use super::{BillingGate, CutStreams, SettlementStats, UsageSink};
 use crate::failure::{FailureCounters, FailureMode, FailureStats};
 use portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS;
 use portcullis_core::{BillingStore, Millis, SystemClock};
@@ -14,6 +14,7 @@ pub(crate) struct Config<St, C> {
     pub(crate) clock: C,
     pub(crate) failure_mode: FailureMode,
     pub(crate) lifetime_ms: Millis,
+    pub(crate) cut_streams: CutStreams,
 }
 
 /// What every clone of one layer and every service it builds shares, made once by
@@ -59,6 +60,7 @@ impl<St: BillingStore> BillingGateLayer<St> {
                 clock: SystemClock::new(),
                 failure_mode: FailureMode::Closed,
                 lifetime_ms: DEFAULT_ATTEMPT_LIFETIME_MS,
+                cut_streams: CutStreams::default(),
             },
         }
     }
@@ -84,6 +86,12 @@ impl<St, C> BillingGateLayer<St, C> {
         self.config.lifetime_ms = portcullis_core::clock::millis(d).max(1);
         self
     }
+    /// What a stream cut after its content went out is charged (B7): by default what
+    /// the gateway saw streamed, at once ([`CutStreams`]).
+    pub fn cut_streams(mut self, policy: CutStreams) -> Self {
+        self.config.cut_streams = policy;
+        self
+    }
     /// The clock stamped on usage records and used for subscription expiry.
     pub fn clock<C2>(self, clock: C2) -> BillingGateLayer<St, C2> {
         let c = self.config;
@@ -94,6 +102,7 @@ impl<St, C> BillingGateLayer<St, C> {
                 clock,
                 failure_mode: c.failure_mode,
                 lifetime_ms: c.lifetime_ms,
+                cut_streams: c.cut_streams,
             },
             state: self.state,
         }

@@ -95,11 +95,44 @@ pub use service::BillingGate;
 
 use crate::body::Hold;
 use durable::{Job, Settler};
-use portcullis_core::attempt::{CallEnd, Settle, settle};
+use portcullis_core::attempt::CallEnd;
 use portcullis_core::{
     AttemptId, AttemptRef, AttemptState, BillingOutcome, BillingStore, Millis, Money, SubjectKey,
-    Usage, UsageRecorder, UsageReport,
+    Usage, UsageRecorder,
 };
+
+/// What the billing layer charges for a stream cut after its content went out — by the
+/// client (a chat UI's stop button) or by the upstream — whose provider reported no
+/// final usage (B7). Set with
+/// [`BillingGateLayer::cut_streams`](crate::BillingGateLayer::cut_streams).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CutStreams {
+    /// Charge what the gateway saw streamed, at once: the input as the provider
+    /// reported it (else the gateway's estimate) and the output counted from the
+    /// deltas, never below the provider's own count so far (the default: the client has
+    /// received, and the provider billed, at least that much).
+    #[default]
+    Charge,
+    /// Hold the attempt's upper bound pending reconciliation, as an unknown outcome.
+    Hold,
+}
+
+/// What an automatic charge of an attempt rests on (B7), named in its usage record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// A stream cut after its content went out, charged what the gateway saw streamed
+    /// ([`CutStreams::Charge`]).
+    Streamed,
+}
+
+impl Evidence {
+    /// The evidence's name in records and the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Evidence::Streamed => "streamed",
+        }
+    }
+}
 use std::sync::Arc;
 
 /// One settled or pending attempt (B6). Made by the billing layer; new fields may be
@@ -132,6 +165,9 @@ pub struct UsageRecord {
     pub outcome: AttemptState,
     /// Whether the balance pays (false when a subscription covers it).
     pub billed_to_balance: bool,
+    /// What an automatic charge rests on (B7): set when the layer settled the attempt
+    /// without a complete report from the provider.
+    pub evidence: Option<Evidence>,
     /// Set when an operator closed the attempt from pending reconciliation (B7): a second
     /// record of the attempt (its first said pending), with the settled cost or the
     /// write-off.
@@ -194,6 +230,8 @@ pub(crate) struct Settlement<St> {
     pub(crate) sink: Arc<dyn UsageSink>,
     pub(crate) recorder: UsageRecorder,
     pub(crate) template: UsageRecord,
+    /// What a stream cut after its content went out is charged (B7).
+    pub(crate) cut_streams: CutStreams,
 }
 
 impl<St: BillingStore> Settlement<St> {
@@ -247,25 +285,14 @@ impl<St: BillingStore> Hold for BillingGuard<St> {
 
 impl<St: BillingStore> Drop for BillingGuard<St> {
     fn drop(&mut self) {
-        // Refused further in, or dropped before any answer, with nothing recorded: the
-        // request never left (L5), so it costs nothing; so too a request the provider
-        // never saw. Anything else stays pending without a complete report (B4).
-        let report = self.s.recorder.report();
-        let (outcome, usage) = if settle(self.end, report) == Settle::Refund {
-            (BillingOutcome::Refund, None)
-        } else {
-            match report {
-                Some(UsageReport::Complete(u)) => match u.cost {
-                    Some(cost) => (BillingOutcome::Settled(cost), Some(u)),
-                    // Figures without a price: the cost is not known (B4).
-                    None => (BillingOutcome::Pending, Some(u)),
-                },
-                Some(UsageReport::Partial(u)) => (BillingOutcome::Pending, Some(u)),
-                Some(UsageReport::Unknown) | None => (BillingOutcome::Pending, None),
-            }
-        };
+        let decide::Closing {
+            outcome,
+            usage,
+            evidence,
+        } = decide::closing(self.end, self.s.recorder.report(), self.s.cut_streams);
         let mut record = self.s.template.clone();
         record.usage = usage;
+        record.evidence = evidence;
         record.channel = self.s.recorder.channel();
         record.upstream_model = self.s.recorder.upstream_model();
         // The in-memory store settles right here: recorded at once, no task, no box. A

@@ -62,6 +62,7 @@ pub async fn reconcile<St: DynReconcile + ?Sized>(
         usage,
         outcome,
         billed_to_balance: p.billed_to_balance,
+        evidence: None,
         reconciliation: Some(reconciliation),
     };
     match &answer {

@@ -141,6 +141,7 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
         usage: None,
         outcome: AttemptState::Open,
         billed_to_balance: !covered,
+        evidence: None,
         reconciliation: None,
     };
     let settlement = Settlement {
@@ -150,6 +151,7 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
         sink: shared.config.sink.clone(),
         recorder,
         template,
+        cut_streams: shared.config.cut_streams,
     };
     (billing, settlement)
 }
