@@ -66,6 +66,13 @@ impl Code {
         }
     }
 
+    /// True for an op whose answer a request waits for — a reservation: its batch is
+    /// sent at once, and whatever was queued before it rides in the same call instead
+    /// of one of its own.
+    pub(crate) fn sent_at_once(self) -> bool {
+        matches!(self, Code::BillingReserve | Code::BillingBlock)
+    }
+
     /// How long a failed op is sent again (D9): a give-back — a release, settlement or
     /// refund, each idempotent and keyed by what it returns — until it lands or what it
     /// returns has surely expired; a reservation never (its caller has its answer: the

@@ -10,11 +10,12 @@ use crate::scripts::args::{BatchArgs, BatchCallArgs, QueuedOp, ScriptArgs, Windo
 use portcullis_core::{StoreError, StoreErrorKind, StoreResult};
 use redis::FromRedisValue;
 use std::future::Future;
-use tokio::time::Instant;
 
 impl Client {
     /// Queues one op of the batch script (see [`batch`]) and returns its answer's
-    /// future; the first op into an empty queue schedules a flush.
+    /// future; the first op into an empty queue schedules a flush, and a reservation
+    /// ([`Code::sent_at_once`]) sends the batch at once: its answer is awaited on the
+    /// request path, and whatever was queued before it rides along.
     pub(crate) fn batched<A, R, T>(
         &self,
         keys: Vec<String>,
@@ -26,23 +27,7 @@ impl Client {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        self.queue_op(args.code(), keys, args.argv(), decode, false)
-    }
-
-    /// [`batched`](Self::batched), sending the batch at once: the op's answer is
-    /// awaited on the request path, and whatever was queued before it rides along.
-    pub(crate) fn batched_now<A, R, T>(
-        &self,
-        keys: Vec<String>,
-        args: A,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
-        A: BatchArgs,
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        self.queue_op(args.code(), keys, args.argv(), decode, true)
+        self.queue_op(args.code(), keys, args.argv(), decode)
     }
 
     fn queue_op<R, T>(
@@ -51,7 +36,6 @@ impl Client {
         keys: Vec<String>,
         args: Vec<Vec<u8>>,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-        now: bool,
     ) -> RedisStoreFuture<T>
     where
         R: FromRedisValue + Send + 'static,
@@ -68,7 +52,7 @@ impl Client {
             }),
         };
         let first = self.inner.batcher.push(op);
-        if now {
+        if code.sent_at_once() {
             self.flush_batch();
         } else if let Some(batch) = first {
             match tokio::runtime::Handle::try_current() {
@@ -144,30 +128,21 @@ impl Client {
         guarded: bool,
     ) -> impl Future<Output = bool> + Send + 'static {
         let client = self.clone();
-        let start = Instant::now();
-        let mut conn = self.inner.conn.clone();
-        let inner = self.inner.clone();
+        // Every op has keys, all on one slot: the call is routed by the first.
+        let keys: Vec<String> = ops.iter().flat_map(|o| o.keys.iter().cloned()).collect();
+        let args = BatchCallArgs {
+            ops: ops
+                .iter()
+                .map(|o| QueuedOp {
+                    code: o.code,
+                    keys: o.keys.len(),
+                    args: &o.args,
+                })
+                .collect(),
+        };
+        let call = self.run_script(Script::Batch, keys, args.argv(), guarded);
         async move {
-            let key = ops
-                .first()
-                .and_then(|o| o.keys.first())
-                .map_or(&[][..], |k| k.as_bytes());
-            let keys: Vec<String> = ops.iter().flat_map(|o| o.keys.iter().cloned()).collect();
-            let args = BatchCallArgs {
-                ops: ops
-                    .iter()
-                    .map(|o| QueuedOp {
-                        code: o.code,
-                        keys: o.keys.len(),
-                        args: &o.args,
-                    })
-                    .collect(),
-            };
-            let cmd = super::call::evalsha(Script::Batch, conn.is_cluster(), &keys, &args.argv());
-            let r = inner
-                .script_call(start, key, Script::Batch, cmd, &mut conn, guarded)
-                .await;
-            match r {
+            match call.await {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
                     for (op, v) in ops.into_iter().zip(replies) {
                         (op.done)(Ok(v));
@@ -255,7 +230,7 @@ impl Client {
         for u in undo {
             let sent = match u {
                 Undo::Op { code, keys, args } => {
-                    self.queue_op(code, keys, args, |_: redis::Value| Ok(()), false)
+                    self.queue_op(code, keys, args, |_: redis::Value| Ok(()))
                 }
                 Undo::Window {
                     keys,

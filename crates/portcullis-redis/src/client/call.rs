@@ -43,7 +43,7 @@ impl Inner {
     /// (D10) `WAIT <replica_acks> <deadline / 2>` follows in one pipeline on the same
     /// connection (`key`'s master): the reply counts only once that many replicas hold
     /// its writes, else the call fails as `Unavailable`.
-    pub(super) async fn script_call(
+    async fn script_call(
         &self,
         start: Instant,
         key: &[u8],
@@ -182,19 +182,11 @@ impl Client {
         self.plain(cmd, false, decode)
     }
 
-    /// [`command`](Self::command) for a write that holds money or state other calls
-    /// rely on (a balance set, a pending registration, an object's home): with replica
-    /// acks it is answered only once that many replicas hold it (D10).
-    pub(crate) fn write_command<R, T>(
-        &self,
-        cmd: redis::Cmd,
-        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
-    ) -> RedisStoreFuture<T>
-    where
-        R: FromRedisValue + Send + 'static,
-        T: Send + 'static,
-    {
-        self.plain(cmd, true, decode)
+    /// Runs a write that holds money or state other calls rely on (a balance set, a
+    /// pending registration, an object's home) and answers once it landed: with
+    /// replica acks, only once that many replicas hold it (D10).
+    pub(crate) fn write_command(&self, cmd: redis::Cmd) -> RedisStoreFuture<()> {
+        self.plain(cmd, true, |_: redis::Value| Ok(()))
     }
 
     fn plain<R, T>(
@@ -241,28 +233,35 @@ impl Client {
         T: Send + 'static,
     {
         self.flush_batch();
+        let call = self.run_script(A::SCRIPT, keys, args.argv(), true);
+        RedisStoreFuture::new(async move { read_reply(call.await?, decode) })
+    }
+
+    /// One call of `script` on `keys` with `argv`, its deadline running from now (see
+    /// [`Inner::script_call`]), routed by the first key; `guarded`: behind the breaker
+    /// of that key's node.
+    pub(super) fn run_script(
+        &self,
+        script: Script,
+        keys: Vec<String>,
+        argv: Vec<Vec<u8>>,
+        guarded: bool,
+    ) -> impl Future<Output = StoreResult<redis::Value>> + Send + 'static {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
-        let argv = args.argv();
-        RedisStoreFuture::new(async move {
+        async move {
             let key = keys.first().map_or(&[][..], |k| k.as_bytes());
-            let cmd = evalsha(A::SCRIPT, conn.is_cluster(), &keys, &argv);
-            let v = inner
-                .script_call(start, key, A::SCRIPT, cmd, &mut conn, true)
-                .await?;
-            read_reply(v, decode)
-        })
+            let cmd = evalsha(script, conn.is_cluster(), &keys, &argv);
+            inner
+                .script_call(start, key, script, cmd, &mut conn, guarded)
+                .await
+        }
     }
 }
 
 /// `EVALSHA` of `script` (as a Cluster runs it, on one) with `keys` and `argv`.
-pub(super) fn evalsha(
-    script: Script,
-    cluster: bool,
-    keys: &[String],
-    argv: &[Vec<u8>],
-) -> redis::Cmd {
+fn evalsha(script: Script, cluster: bool, keys: &[String], argv: &[Vec<u8>]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.on(cluster).get_hash()).arg(keys.len());
     for k in keys {

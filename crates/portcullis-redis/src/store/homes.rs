@@ -31,7 +31,7 @@ impl HomeOps {
             .arg(format!("{}\n{}", home.channel, home.model))
             .arg("PX")
             .arg(ttl_ms.max(1));
-        Box::pin(self.client.write_command(cmd, |_: redis::Value| Ok(())))
+        Box::pin(self.client.write_command(cmd))
     }
 
     /// [`HomeBook::find`](portcullis_core::homes::HomeBook::find).

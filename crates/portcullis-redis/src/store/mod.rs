@@ -7,27 +7,32 @@
 //! windows, a channel's windows with a capacity lease), [`billing`] and [`homes`].
 //! The quota blocks this instance borrowed are owned by the block book ([`book`]);
 //! the two joint decisions ask it first, and the leases, tickets and money it handed
-//! out are settled through it.
+//! out are settled through it. Beneath the book, [`shared`] holds the calls decided in
+//! Redis alone (billing's reservations and settlements, a window's settlement) that
+//! both the book and the operations above it send; the book imports none of the
+//! operations it serves.
 
 mod billing;
-pub use billing::MAX_EXACT_MONEY;
 mod book;
 mod homes;
 mod joint;
 #[cfg(test)]
 mod sent_twice_tests;
+mod shared;
+pub use shared::MAX_EXACT_MONEY;
 mod slots;
 mod traits;
 mod windows;
 
 use crate::client::Client;
 use crate::options::RedisStoreOptions;
-use billing::{BillingOps, FailedSettles};
+use billing::BillingOps;
 use book::BlockBook;
 use homes::HomeOps;
 use joint::JointOps;
 use portcullis_core::blocks::BlockSizing;
 use portcullis_core::{Scope, StoreResult, SubjectKey};
+use shared::SharedBilling;
 use slots::{CapacityOps, SlotOps};
 use std::fmt;
 use std::sync::Arc;
@@ -228,11 +233,9 @@ impl RedisStore {
     }
 
     fn on(client: Client, blocks: Option<BlockSizing>) -> Self {
-        let failed = Arc::new(FailedSettles::default());
-        let book = blocks.map(|sizing| {
-            let shared = BillingOps::new(client.clone(), failed.clone(), None);
-            Arc::new(BlockBook::new(client.clone(), sizing, shared))
-        });
+        let shared = SharedBilling::new(client.clone());
+        let book =
+            blocks.map(|sizing| Arc::new(BlockBook::new(client.clone(), sizing, shared.clone())));
         let slots = SlotOps::new(client.clone(), book.clone());
         let capacity = CapacityOps::new(slots.clone());
         let windows = WindowOps::new(client.clone(), book.clone());
@@ -245,7 +248,7 @@ impl RedisStore {
         );
         Self {
             inner: Arc::new(Inner {
-                billing: BillingOps::new(client.clone(), failed, book),
+                billing: BillingOps::new(shared, book),
                 homes: HomeOps::new(client.clone()),
                 client,
                 slots,

@@ -1,18 +1,18 @@
 //! [`WindowStore`](portcullis_core::WindowStore) on Redis: anchored windows, amount caps and the rolling log (W1–W10).
 
 use super::book::{self, BlockBook};
-use super::joint::joint_reply_granted;
-use crate::client::{Client, Undo};
-use crate::codec::Doubles;
+use super::shared::settle_window;
+use crate::client::{Client, Undo, protocol};
 use crate::codec::{self, AdmitReply};
 use crate::future::RedisStoreFuture;
 use crate::keys::Keys;
-use crate::scripts::args::{AdmitAllArgs, WindowAdmitArgs, WindowSettleArgs, WindowViewArgs};
+use crate::scripts::args::{AdmitAllArgs, WindowAdmitArgs, WindowViewArgs};
 use portcullis_core::blocks::{BlockAsk, GiveBack};
 use portcullis_core::{
     Admission, Demand, Dimension, JointAdmission, JointItem, JointSettle, LimitView, Outcome,
-    Policy, Scope, SubjectKey, WindowTicket,
+    Policy, Scope, StoreResult, SubjectKey, WindowTicket,
 };
+use redis::FromRedisValue;
 use std::sync::Arc;
 
 /// Anchored windows: admit, settle, view, and several subjects' windows at once.
@@ -272,28 +272,59 @@ impl WindowOps {
     }
 }
 
-/// Queues the settlement `blob` of the admission recorded under `id` (a quota
-/// block's when `block`), on the window script keys `keys`: keyed, so it counts
-/// once and only if Redis counted the admission, and sent again until it lands
-/// (D9); `id` 0: unkeyed, sent once.
-pub(crate) fn settle_window(
-    client: &Client,
-    keys: Vec<String>,
-    blob: Doubles,
+/// Reads `window_admit_all.lua`'s reply: `{1, {item reply}...}` or `{0, i, reply}`, with
+/// the requests each item counted (its quota block's, or 1).
+pub(crate) fn joint_reply_granted(
+    r: redis::Value,
+    items: &[JointItem],
+    first: usize,
     id: u64,
-    block: bool,
-) -> RedisStoreFuture<()> {
-    let record = (id != 0).then(|| {
-        let mut member = Client::record_member(id);
-        if block {
-            member.push_str(":b");
-        }
-        member
-    });
-    let args = WindowSettleArgs {
-        time: client.time(),
-        doubles: blob,
-        record,
+) -> StoreResult<(JointAdmission, Vec<u64>)> {
+    let bad = |what: &str| protocol(format!("admit_all: {what} in reply"));
+    let ints = |v: redis::Value| -> StoreResult<Vec<i64>> {
+        Vec::<i64>::from_redis_value(v).map_err(|e| protocol(format!("admit_all: {e}")))
     };
-    client.batched(keys, args, |_: i64| Ok(()))
+    let redis::Value::Array(mut parts) = r else {
+        return Err(bad("no array"));
+    };
+    match parts.first() {
+        Some(redis::Value::Int(1)) if parts.len() == 2 => {
+            let redis::Value::Array(replies) = parts.swap_remove(1) else {
+                return Err(bad("no item replies"));
+            };
+            if replies.len() != items.len() {
+                return Err(bad("wrong item count"));
+            }
+            let mut tickets = Vec::with_capacity(items.len());
+            let mut granted = Vec::with_capacity(items.len());
+            for (v, it) in replies.into_iter().zip(items) {
+                let ints = ints(v)?;
+                match codec::admit_reply(&ints, &it.policy, &it.demand, id)? {
+                    AdmitReply::Admitted(t) => tickets.push(t),
+                    AdmitReply::Exceeded(_) => return Err(bad("a refusal among admissions")),
+                }
+                granted.push(codec::admitted_requests(&ints));
+            }
+            Ok((JointAdmission::Admitted(tickets), granted))
+        }
+        Some(redis::Value::Int(0)) if parts.len() == 3 => {
+            let reply = ints(parts.swap_remove(2))?;
+            let redis::Value::Int(i) = parts[1] else {
+                return Err(bad("no index"));
+            };
+            let index = usize::try_from(i - 1).map_err(|_| bad("bad index"))?;
+            let it = items.get(index).ok_or_else(|| bad("index out of range"))?;
+            match codec::admit_reply(&reply, &it.policy, &it.demand, id)? {
+                AdmitReply::Exceeded(exceeded) => Ok((
+                    JointAdmission::Exceeded {
+                        index: first + index,
+                        exceeded,
+                    },
+                    Vec::new(),
+                )),
+                AdmitReply::Admitted(_) => Err(bad("an admission as the refusal")),
+            }
+        }
+        _ => Err(bad("unknown shape")),
+    }
 }

@@ -1,16 +1,15 @@
 //! [`ReconcileStore`](portcullis_core::ReconcileStore) for an operator's
 //! reconciliation (B7), and the listing of pending attempts.
 
-use super::{BillingOps, SettleReply, exact, failed, is_attempt_field, reply_err};
+use super::{BillingOps, PENDING_COUNT_FIELD, PENDING_MONEY_FIELD, is_attempt_field};
 use crate::client::protocol;
 use crate::future::RedisStoreFuture;
 use crate::scripts::args::{SettleArgs, SettleOutcome};
+use crate::store::shared::{SettleReply, exact, failed, registry_books, reply_err};
 use portcullis_core::{
     AttemptId, AttemptRef, Books, MAX_PENDING_PAGE, Money, PendingAttempt, PendingTotal, Reconcile,
     Reconciled, SubjectKey,
 };
-
-use super::{PENDING_COUNT_FIELD, PENDING_MONEY_FIELD};
 
 impl BillingOps {
     /// The books named in the pending registry, in books order.
@@ -152,12 +151,12 @@ impl BillingOps {
                 time: store.client.time(),
                 outcome,
                 cost,
-                budget_ttl: store.budget_ttl(),
+                budget_ttl: store.shared.budget_ttl(),
                 attempt: attempt.attempt.to_string(),
                 reconcile: true,
                 retry: false,
             };
-            let keys = store.settle_keys(&attempt);
+            let keys = store.shared.settle_keys(&attempt);
             store
                 .client
                 .eval(keys, args, move |r: Vec<i64>| {
@@ -248,21 +247,6 @@ impl BillingOps {
             v.sort();
             Ok(v)
         })
-    }
-}
-
-pub(super) fn registry_member(books: &Books) -> String {
-    match books {
-        Books::Tenant(t) => format!("t:{t}"),
-        Books::Key(k) => format!("k:{}", k.as_str()),
-    }
-}
-
-fn registry_books(member: &str) -> Option<Books> {
-    if let Some(t) = member.strip_prefix("t:") {
-        Some(Books::Tenant(t.into()))
-    } else {
-        member.strip_prefix("k:").map(|k| Books::Key(k.into()))
     }
 }
 

@@ -8,14 +8,17 @@
 //! A borrowing call runs as its own task: once Redis has counted a block, the block is
 //! installed even if the request that asked went away meanwhile (its own unit is then
 //! handed back locally), so no borrowed share is lost with a dropped future.
+//!
+//! The book sits beneath the operations it serves (slots, windows, joint decisions,
+//! billing): what it sends to Redis for its blocks — a window's settlement, billing's
+//! reservations and settlements — comes from the shared calls ([`super::shared`]).
 
 mod borrowed;
 mod money;
 
 pub(crate) use borrowed::{release, renew, settle};
 
-use super::billing::BillingOps;
-use super::windows::settle_window;
+use super::shared::{SharedBilling, settle_window};
 use crate::client::Client;
 use crate::codec;
 use crate::future::RedisStoreFuture;
@@ -33,8 +36,9 @@ use std::time::Duration;
 /// The quota blocks of this instance, with the client that borrows and gives them back.
 pub(crate) struct BlockBook {
     client: Client,
-    /// Billing's own (block-less) calls, for the money blocks' settlements.
-    billing: BillingOps,
+    /// Billing's calls without blocks, for the money blocks' reservations and
+    /// settlements (and the requests no block decides).
+    billing: SharedBilling,
     table: Mutex<Blocks>,
     /// Origin of this process's block clock.
     origin: std::time::Instant,
@@ -59,7 +63,7 @@ pub(crate) enum Decided {
 }
 
 impl BlockBook {
-    pub(crate) fn new(client: Client, sizing: BlockSizing, billing: BillingOps) -> Self {
+    pub(crate) fn new(client: Client, sizing: BlockSizing, billing: SharedBilling) -> Self {
         Self {
             client,
             billing,

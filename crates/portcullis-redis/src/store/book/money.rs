@@ -17,7 +17,7 @@
 use super::BlockBook;
 use crate::future::{RedisStoreFuture, spawn_quietly};
 use crate::scripts::args::{BlockReserveArgs, ReserveMode, SettleArgs, SettleOutcome};
-use crate::store::billing::BillingOps;
+use crate::store::shared::SharedBilling;
 use portcullis_core::blocks::{MoneyBack, MoneyLocal, MoneySettled, money_key};
 use portcullis_core::{
     AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, StoreError,
@@ -60,7 +60,6 @@ impl BlockBook {
     /// node) instead of reserving alone.
     pub(crate) fn reserve(
         self: &Arc<Self>,
-        billing: &BillingOps,
         req: &BillingRequest,
         may_wait: bool,
     ) -> Option<RedisStoreFuture<BillingDecision>> {
@@ -74,12 +73,12 @@ impl BlockBook {
             MoneyLocal::Wait if may_wait && !self.client.is_cluster() => {
                 let seen = self.borrows_ended();
                 drop(blocks);
-                let (book, billing, req) = (Arc::clone(self), billing.clone(), req.clone());
+                let (book, req) = (Arc::clone(self), req.clone());
                 return Some(RedisStoreFuture::new(async move {
                     book.wait(seen).await?;
-                    match book.reserve(&billing, &req, false) {
+                    match book.reserve(&req, false) {
                         Some(answer) => answer.await,
-                        None => billing.reserve_shared(&req).await,
+                        None => book.billing.reserve_shared(&req).await,
                     }
                 }));
             }
@@ -93,7 +92,7 @@ impl BlockBook {
             self.client.next_id(),
         );
         let lifetime = req.lifetime_ms.saturating_add(max_age);
-        let call = match block_reserve_call(billing, req, &block, ask, lifetime) {
+        let call = match block_reserve_call(&self.billing, req, &block, ask, lifetime) {
             Ok(call) => call,
             Err(e) => {
                 self.table().abandon_money(&key);
@@ -101,7 +100,7 @@ impl BlockBook {
             }
         };
         let (req, books, mine) = (req.clone(), req.books(), req.attempt_ref());
-        let (book, undo_billing) = (Arc::clone(self), billing.clone());
+        let (book, undo_book) = (Arc::clone(self), Arc::clone(self));
         Some(self.borrowing(
             call,
             move |r: StoreResult<(bool, BillingDecision)>| {
@@ -141,10 +140,21 @@ impl BlockBook {
             // block, or Redis) gives it back.
             move |d| {
                 if d == BillingDecision::Admitted {
-                    spawn_quietly(undo_billing.settle_attempt(&mine, BillingOutcome::Refund));
+                    spawn_quietly(undo_book.settle_attempt(&mine, BillingOutcome::Refund));
                 }
             },
         ))
+    }
+
+    /// Settles `attempt`: from its billing block if it is an attempt of one, else in
+    /// Redis.
+    pub(crate) fn settle_attempt(
+        self: &Arc<Self>,
+        attempt: &AttemptRef,
+        outcome: BillingOutcome,
+    ) -> RedisStoreFuture<Option<AttemptState>> {
+        self.settle(attempt, outcome)
+            .unwrap_or_else(|| self.billing.settle_shared(attempt, outcome))
     }
 
     /// Settles an attempt admitted from a billing block; `None` if it is not one.
@@ -211,7 +221,7 @@ impl BlockBook {
             ReserveMode::Force,
         )?;
         self.client
-            .batched_now(keys, args, billing.reserve_decoder(req))
+            .batched(keys, args, billing.reserve_decoder(req))
             .await?;
         billing
             .settle_shared(&req.attempt_ref(), BillingOutcome::Pending)
@@ -304,7 +314,7 @@ impl BlockBook {
 /// `lifetime` ms) — or, when the block does not fit, `req` alone — and answers
 /// whether the block was reserved, and the decision.
 fn block_reserve_call(
-    billing: &BillingOps,
+    billing: &SharedBilling,
     req: &BillingRequest,
     block: &portcullis_core::AttemptId,
     ask: portcullis_core::blocks::MoneyAsk,
@@ -328,23 +338,21 @@ fn block_reserve_call(
     };
     let keys = kb.into_iter().chain(ks).collect();
     let decode = billing.reserve_decoder(req);
-    Ok(billing
-        .client
-        .batched_now(keys, args, move |r: redis::Value| {
-            let bad = || {
-                StoreError::new(
-                    StoreErrorKind::Protocol,
-                    format!("check_and_reserve (block): unexpected reply {r:?}"),
-                )
-            };
-            let redis::Value::Array(parts) = &r else {
-                return Err(bad());
-            };
-            let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
-                return Err(bad());
-            };
-            let inner: Vec<i64> =
-                redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
-            Ok((*took == 1, decode(inner)?))
-        }))
+    Ok(billing.client.batched(keys, args, move |r: redis::Value| {
+        let bad = || {
+            StoreError::new(
+                StoreErrorKind::Protocol,
+                format!("check_and_reserve (block): unexpected reply {r:?}"),
+            )
+        };
+        let redis::Value::Array(parts) = &r else {
+            return Err(bad());
+        };
+        let (Some(redis::Value::Int(took)), Some(inner)) = (parts.first(), parts.get(1)) else {
+            return Err(bad());
+        };
+        let inner: Vec<i64> =
+            redis::FromRedisValue::from_redis_value(inner.clone()).map_err(|_| bad())?;
+        Ok((*took == 1, decode(inner)?))
+    }))
 }

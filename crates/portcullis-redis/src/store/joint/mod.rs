@@ -8,8 +8,6 @@
 mod channel;
 mod replies;
 
-pub(crate) use replies::joint_reply_granted;
-
 use super::book::{BlockBook, Decided};
 use super::slots::{CapacityOps, SlotOps, lease_undo};
 use super::windows::WindowOps;

@@ -2,68 +2,12 @@
 
 use crate::client::{count, protocol};
 use crate::codec::{self, AdmitReply};
+use crate::store::windows::joint_reply_granted;
 use portcullis_core::{
     CapacityTake, Demand, JointAdmission, JointDecision, JointItem, LeaseId, Policy, StoreResult,
 };
 use redis::FromRedisValue;
 use std::sync::Arc;
-
-/// Reads `window_admit_all.lua`'s reply: `{1, {item reply}...}` or `{0, i, reply}`, with
-/// the requests each item counted (its quota block's, or 1).
-pub(crate) fn joint_reply_granted(
-    r: redis::Value,
-    items: &[JointItem],
-    first: usize,
-    id: u64,
-) -> StoreResult<(JointAdmission, Vec<u64>)> {
-    let bad = |what: &str| protocol(format!("admit_all: {what} in reply"));
-    let ints = |v: redis::Value| -> StoreResult<Vec<i64>> {
-        Vec::<i64>::from_redis_value(v).map_err(|e| protocol(format!("admit_all: {e}")))
-    };
-    let redis::Value::Array(mut parts) = r else {
-        return Err(bad("no array"));
-    };
-    match parts.first() {
-        Some(redis::Value::Int(1)) if parts.len() == 2 => {
-            let redis::Value::Array(replies) = parts.swap_remove(1) else {
-                return Err(bad("no item replies"));
-            };
-            if replies.len() != items.len() {
-                return Err(bad("wrong item count"));
-            }
-            let mut tickets = Vec::with_capacity(items.len());
-            let mut granted = Vec::with_capacity(items.len());
-            for (v, it) in replies.into_iter().zip(items) {
-                let ints = ints(v)?;
-                match codec::admit_reply(&ints, &it.policy, &it.demand, id)? {
-                    AdmitReply::Admitted(t) => tickets.push(t),
-                    AdmitReply::Exceeded(_) => return Err(bad("a refusal among admissions")),
-                }
-                granted.push(codec::admitted_requests(&ints));
-            }
-            Ok((JointAdmission::Admitted(tickets), granted))
-        }
-        Some(redis::Value::Int(0)) if parts.len() == 3 => {
-            let reply = ints(parts.swap_remove(2))?;
-            let redis::Value::Int(i) = parts[1] else {
-                return Err(bad("no index"));
-            };
-            let index = usize::try_from(i - 1).map_err(|_| bad("bad index"))?;
-            let it = items.get(index).ok_or_else(|| bad("index out of range"))?;
-            match codec::admit_reply(&reply, &it.policy, &it.demand, id)? {
-                AdmitReply::Exceeded(exceeded) => Ok((
-                    JointAdmission::Exceeded {
-                        index: first + index,
-                        exceeded,
-                    },
-                    Vec::new(),
-                )),
-                AdmitReply::Admitted(_) => Err(bad("an admission as the refusal")),
-            }
-        }
-        _ => Err(bad("unknown shape")),
-    }
-}
 
 /// Reads `joint_admit.lua`'s reply: the decision, the leases taken and the requests
 /// the windows counted (a quota block's, or 1).
