@@ -1409,3 +1409,277 @@ async fn b6_a_restart_of_the_memory_store_forgets_nothing() {
     );
     assert_eq!(generate(gw.addr, &filed).await, 200);
 }
+
+/// The channels of the books load run: two OpenAI channels, the first of which fails
+/// every call before any content (so the gateway fails over to the second), and one
+/// Anthropic channel.
+const LOAD_CHANNELS: &str = r#"
+[channels.openai-a]
+vendor = "openai"
+base_url = "fake://"
+credential = "cred-load-openai-a"
+models = ["gpt-4o-mini"]
+
+[channels.openai-b]
+vendor = "openai"
+base_url = "fake://"
+credential = "cred-load-openai-b"
+models = ["gpt-4o-mini"]
+
+[channels.anthropic-a]
+vendor = "anthropic"
+base_url = "fake://"
+credential = "cred-load-anthropic"
+models = ["claude-sonnet-4-5"]
+
+[models.gpt-4o-mini]
+price = { input_per_mtok = 150_000, cached_input_per_mtok = 75_000, output_per_mtok = 600_000 }
+max_output_tokens = 256
+
+[models.claude-sonnet-4-5]
+price = { input_per_mtok = 3_000_000, cached_input_per_mtok = 300_000, cache_write_per_mtok = 3_750_000, output_per_mtok = 15_000_000 }
+max_output_tokens = 256
+"#;
+
+/// The price of `model` in [`LOAD_CHANNELS`].
+fn load_price(model: &str) -> portcullis::core::Price {
+    let (input, output) = match model {
+        "gpt-4o-mini" => (150_000, 600_000),
+        "claude-sonnet-4-5" => (3_000_000, 15_000_000),
+        other => panic!("no price for {other}"),
+    };
+    portcullis::core::Price {
+        input_per_mtok: input,
+        output_per_mtok: output,
+        cached_input_per_mtok: if model == "gpt-4o-mini" { 75_000 } else { 300_000 },
+        cache_write_per_mtok: if model == "gpt-4o-mini" { 0 } else { 3_750_000 },
+        ..Default::default()
+    }
+}
+
+/// What one request of the books load run did.
+enum Sent {
+    /// Answered to its end (or refused).
+    Whole,
+    /// A stream the client left after `seen` output tokens had reached it.
+    Cut { request_id: String, seen: u64 },
+}
+
+/// Request `i` of the books load run: mostly OpenAI, every fifth Anthropic; four in ten
+/// answered whole, three in ten streamed whole, the rest streams the client leaves at a
+/// point of its own, and one in fifty left hanging by the provider until the gateway's
+/// upstream timeout.
+async fn load_request(addr: SocketAddr, secret: &str, i: u64) -> Sent {
+    // A fixed scramble of `i`: the same run every time.
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+    let dialect = if i % 5 == 4 {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    };
+    let kind = h % 100;
+    if kind < 40 || kind >= 98 {
+        let mut req = ask(dialect, secret, false);
+        if kind >= 98 {
+            req = req.header("x-fake-hang", "true");
+        }
+        let status = send(addr, &req).await.status.as_u16();
+        assert!(matches!(status, 200 | 502 | 504), "request {i}: {status}");
+        return Sent::Whole;
+    }
+    // The client's own request id, which the ledger keeps (the gateway's ids of two
+    // instances in one test process may meet).
+    let request_id = format!("load-{i}");
+    let req = ask(dialect, secret, true)
+        .header("x-fake-chunks", 6)
+        .header("x-fake-chunk-interval-ms", 15)
+        .header("x-request-id", &request_id);
+    if kind < 70 {
+        let r = send(addr, &req).await;
+        assert_eq!(r.status, 200, "request {i}");
+        return Sent::Whole;
+    }
+    let watched = match dialect {
+        Dialect::Anthropic => portcullis_dialects::Dialect::Anthropic,
+        _ => portcullis_dialects::Dialect::OpenAi,
+    };
+    let mut seen = portcullis_dialects::UsageWatcher::new(watched, true);
+    let mut o = open(addr, &req).await;
+    assert_eq!(o.status, 200, "request {i}");
+    // Leave after the first content and 0–2 more frames.
+    let mut more = h / 100 % 3;
+    while let Some(data) = o.next_data().await {
+        seen.observe(&data);
+        if seen.saw_content() {
+            if more == 0 {
+                break;
+            }
+            more -= 1;
+        }
+    }
+    o.disconnect();
+    Sent::Cut {
+        request_id,
+        seen: seen.streamed_output_tokens(),
+    }
+}
+
+/// Every ledger row of `tenant`, page by page.
+async fn all_rows(addr: SocketAddr, tenant: &str) -> Vec<Value> {
+    let mut rows = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..1_000 {
+        let (status, v) = admin(
+            addr,
+            TOKEN,
+            "GET",
+            &format!("/admin/usage?tenant={tenant}&limit=1000{cursor}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        rows.extend(v["records"].as_array().unwrap().iter().cloned());
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return rows,
+        }
+    }
+    panic!("more than a million rows")
+}
+
+/// B6/B7 under load (#38 item 5): 10,000 requests over two gateways sharing the records
+/// database at `url` and one Redis store — failovers on every OpenAI request, streams
+/// the clients leave at random points, provider hangs cut by the upstream timeout.
+/// Then the books check is exact, and every stream a client left was charged what the
+/// gateway saw streamed: at least what reached the client, at its model's price.
+async fn ten_thousand_requests_over_two_instances(url: &str, hash_env: &str) {
+    const REQUESTS: u64 = 10_000;
+    const CLIENTS: usize = 16;
+    let redis = portcullis_test_support::redis::RedisServer::start();
+    let dir = temp_dir();
+    let instance = |name: &str| {
+        format!(
+            "[server]\nadmin_token = \"{TOKEN}\"\nupstream_timeout = \"400ms\"\n\n\
+             [store]\nurl = \"{}\"\ndeadline = \"2s\"\n\n\
+             [database]\nurl = \"{url}\"\nhash_secret_env = \"{hash_env}\"\nspool = {:?}\n\
+             {LOAD_CHANNELS}",
+            redis.url(),
+            dir.join(format!("{name}.spool")).display().to_string(),
+        )
+    };
+    let a = serve(&instance("a")).await;
+    let b = serve(&instance("b")).await;
+    for gw in [&a, &b] {
+        gw._fake.set_default_for(
+            "cred-load-openai-a",
+            portcullis_fake_upstream::Behavior::error(portcullis_fake_upstream::ErrorKind::ServerError)
+                .with_fail_after_chunks(0),
+        );
+    }
+    let (secret, _) = tenant_and_key(a.addr, "load", 1_000_000_000_000).await;
+    until_status(b.addr, &secret, 200).await;
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let (next, secret) = (next.clone(), secret.clone());
+        let addr = if c % 2 == 0 { a.addr } else { b.addr };
+        clients.push(tokio::spawn(async move {
+            let mut cuts = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= REQUESTS || started.elapsed() > Duration::from_secs(300) {
+                    return cuts;
+                }
+                if let Sent::Cut { request_id, seen } = load_request(addr, &secret, i).await {
+                    cuts.push((request_id, seen));
+                }
+            }
+        }));
+    }
+    let mut cuts = Vec::new();
+    for c in clients {
+        cuts.extend(c.await.expect("a load client"));
+    }
+    assert!(
+        next.load(std::sync::atomic::Ordering::Relaxed) >= REQUESTS,
+        "the run ended before its {REQUESTS} requests"
+    );
+    eprintln!("{REQUESTS} requests in {:?}", started.elapsed());
+    // The books: exact once the ledger has caught up (written off the request path).
+    let start = Instant::now();
+    let books = loop {
+        let (status, books) = admin(a.addr, TOKEN, "GET", "/admin/books", None).await;
+        assert_eq!(status, 200, "{books}");
+        if books["exact"] == true {
+            break books;
+        }
+        assert!(start.elapsed() < WAIT * 12, "the books never came out exact: {books}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let load = books_of(&books, "load");
+    assert_eq!(load["difference"], 0, "{load}");
+    assert!(load["settled"].as_i64().unwrap() > 0, "{load}");
+    // Every stream a client left: charged at once, at its model's price, at least what
+    // reached the client.
+    let rows = all_rows(a.addr, "load").await;
+    let by_request: std::collections::HashMap<&str, Vec<&Value>> =
+        rows.iter().fold(Default::default(), |mut m, r| {
+            if let Some(id) = r["client_request_id"].as_str() {
+                m.entry(id).or_default().push(r);
+            }
+            m
+        });
+    let mut streamed = 0;
+    for (request_id, seen) in &cuts {
+        let charged: Vec<_> = by_request
+            .get(request_id.as_str())
+            .unwrap_or_else(|| panic!("no ledger row of {request_id}"))
+            .iter()
+            // The failed-over attempt before it, whose stream failed before any content,
+            // is pending (B4): its outcome is unknown.
+            .filter(|r| r["outcome"] != "pending")
+            .collect();
+        assert_eq!(charged.len(), 1, "one charged attempt of {request_id}: {charged:?}");
+        let r = charged[0];
+        assert_eq!(r["outcome"], "settled", "charged at once: {r}");
+        assert!(r["amount"].as_i64() > Some(0), "never written as zero: {r}");
+        let u = &r["usage"];
+        let usage = portcullis::core::Usage {
+            input_tokens: u["input_tokens"].as_u64().unwrap(),
+            cached_input_tokens: u["cached_input_tokens"].as_u64().unwrap(),
+            cache_write_tokens: u["cache_write_tokens"].as_u64().unwrap(),
+            output_tokens: u["output_tokens"].as_u64().unwrap(),
+            ..Default::default()
+        };
+        assert!(usage.output_tokens >= *seen, "at least what reached the client ({seen}): {r}");
+        let price = load_price(r["model"].as_str().unwrap());
+        assert_eq!(r["amount"].as_i64(), Some(price.cost(&usage)), "at its price: {r}");
+        if r["resolved_by"] == "streamed" {
+            streamed += 1;
+        }
+    }
+    eprintln!(
+        "{} streams left by their clients, {streamed} of them charged what was streamed \
+         (the others had reached their end at the gateway)",
+        cuts.len()
+    );
+    assert!(cuts.len() > 2_000, "{}", cuts.len());
+    assert!(streamed * 2 > cuts.len(), "most cuts reach the gateway before the stream's end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_ten_thousand_requests_over_two_instances_on_sqlite_leave_exact_books() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    ten_thousand_requests_over_two_instances(&url, "PCX_TEST_UNSET_HASH_SECRET").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_ten_thousand_requests_over_two_instances_on_postgres_leave_exact_books() {
+    let pg = PostgresServer::start();
+    let var = "PCX_TEST_HASH_SECRET_B7_LOAD";
+    // SAFETY: set before any gateway reads it, with a name no other test uses.
+    unsafe { std::env::set_var(var, "b7-load-shared-hash-secret-0123456789") };
+    ten_thousand_requests_over_two_instances(&pg.url(), var).await;
+}
