@@ -23,9 +23,10 @@ mod span;
 
 pub use check::check_endpoint;
 pub use settings::{
-    DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT, DatabaseSettings, FailureModeConfig, ForwardedHeader,
-    ForwardingSettings, LimitSettings, ModelSettings, NEVER_FORWARDED, QueueSettings,
-    ServerSettings, StoreSettings, TaskEntry, TelemetrySettings, UpstreamLimits, Vendor,
+    BillingSettings, DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT, DatabaseSettings, FailureModeConfig,
+    ForwardedHeader, ForwardingSettings, LimitSettings, ModelSettings, NEVER_FORWARDED,
+    QueueSettings, ServerSettings, StoreSettings, TaskEntry, TelemetrySettings, UpstreamLimits,
+    Vendor,
 };
 
 use portcullis_core::Money;

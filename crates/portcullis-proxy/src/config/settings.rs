@@ -29,6 +29,7 @@ pub(super) struct Settings {
     pub(super) limits: LimitSettings,
     pub(super) queue: QueueSettings,
     pub(super) failover: portcullis::failover::FailoverConfig,
+    pub(super) billing: BillingSettings,
     pub(super) forwarding: ForwardingSettings,
     pub(super) telemetry: TelemetrySettings,
     pub(super) policies: BTreeMap<String, Arc<Policy>>,
@@ -81,6 +82,11 @@ impl Config {
     /// `[failover]` as the failover layer takes it, with `[queue] default_deadline`.
     pub fn failover(&self) -> &portcullis::failover::FailoverConfig {
         &self.settings.failover
+    }
+
+    /// `[billing]`: what a request holds while it runs (B8).
+    pub fn billing(&self) -> &BillingSettings {
+        &self.settings.billing
     }
 
     /// `[forwarding]`: the header allow-lists the file adds to the built-in ones.
@@ -166,6 +172,15 @@ pub struct ServerSettings {
     pub h2_idle_timeout: Duration,
     /// How long requests in flight may go on after a graceful shutdown began.
     pub drain_timeout: Duration,
+}
+
+/// `[billing]`, resolved: what a request holds in its budgets (and a policy's amount
+/// cap) while it runs (B8). A setting of the gateway, not of a tenant or a budget: one
+/// request's hold is one amount, reserved in every budget it draws on in one store call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BillingSettings {
+    /// The hold policy and its cap (default: the upper bound, no cap).
+    pub reservation: crate::reserve::Reservation,
 }
 
 /// What a layer does when its store cannot answer (D4).
