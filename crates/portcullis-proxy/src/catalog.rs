@@ -97,6 +97,8 @@ pub struct Catalog {
     pub upstream_idle_timeout: Duration,
     /// Longest time to receive a request body.
     pub body_read_timeout: Duration,
+    /// What a request holds in money while it runs (`[billing]`, B8).
+    pub reservation: crate::reserve::Reservation,
 }
 
 impl Catalog {
@@ -149,6 +151,7 @@ impl Catalog {
             upstream_timeout: server.upstream_timeout,
             upstream_idle_timeout: server.upstream_idle_timeout,
             body_read_timeout: server.body_read_timeout,
+            reservation: config.billing().reservation,
         })
     }
 

@@ -16,8 +16,9 @@
 //! [`app`] assembles the [`Gateway`] from the request routes, the reloadable stack and
 //! the admin routes; [`forward`] sends an attempt upstream; [`telemetry`] traces it;
 //! [`prepare`] reads and inspects the request; [`catalog`] knows the models and
-//! channels; [`config`] reads the file, and reads none of the others. [`store`] opens
-//! the store a gateway is built on, [`serve`] serves it.
+//! channels; [`config`] reads the file, and reads none of the others but [`reserve`],
+//! the rule of a request's money hold (B8), which reads nothing of the crate. [`store`]
+//! opens the store a gateway is built on, [`serve`] serves it.
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 
@@ -36,6 +37,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod pages;
 pub mod prepare;
+pub mod reserve;
 mod routes;
 mod running;
 pub mod serve;

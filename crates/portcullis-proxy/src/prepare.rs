@@ -130,8 +130,11 @@ where
             // Per choice: the fallback contract (context window, output limit) applies to
             // each choice; the reservation multiplies it by the choices (W5).
             let max_output = facts.max_output_tokens;
-            let demand =
-                demand_within_store_limits(&facts, catalog.reserve_price(model, &facts.model))?;
+            let demand = demand_within_store_limits(
+                &facts,
+                catalog.reserve_price(model, &facts.model),
+                &catalog.reservation,
+            )?;
             // An OpenAI stream reports usage only when asked to: ask, so the stream can
             // be settled at its real cost instead of staying pending (B4). The client
             // then also receives the final usage chunk (`choices: []`), which OpenAI's
@@ -361,8 +364,16 @@ fn object_facts(home: &Home) -> RequestFacts {
 /// by the choices the request asks for, saturating). A money upper bound above
 /// [`MAX_STORABLE_MONEY`] (what every store can hold exactly) is a 400 here, before any
 /// store is asked, instead of a store failure later.
-fn demand_within_store_limits(facts: &RequestFacts, price: &Price) -> Result<Demand, BoxError> {
-    let demand = facts.demand(price);
+///
+/// Its money is then the hold `reservation` gives (B8): the upper bound by default,
+/// else the estimate and at most the cap. Only the money: the tokens, images and videos
+/// the windows and provider limits count keep the upper bound (W5, U1).
+fn demand_within_store_limits(
+    facts: &RequestFacts,
+    price: &Price,
+    reservation: &crate::reserve::Reservation,
+) -> Result<Demand, BoxError> {
+    let mut demand = facts.demand(price);
     if demand.money > MAX_STORABLE_MONEY {
         return Err(reject(
             GatewayCode::InvalidRequest,
@@ -377,6 +388,7 @@ fn demand_within_store_limits(facts: &RequestFacts, price: &Price) -> Result<Dem
             ),
         ));
     }
+    demand.money = reservation.hold(facts, price);
     Ok(demand)
 }
 
@@ -589,7 +601,12 @@ fn rewrite_for(
     let mut facts = facts.clone();
     facts.model = to.to_owned();
     // A fallback whose money upper bound no store can hold is not offered.
-    let demand = demand_within_store_limits(&facts, catalog.reserve_price(model, to)).ok()?;
+    let demand = demand_within_store_limits(
+        &facts,
+        catalog.reserve_price(model, to),
+        &catalog.reservation,
+    )
+    .ok()?;
     let reach = Reach::of(
         dialect,
         facts.operation,

@@ -387,3 +387,165 @@ async fn b7_a_stalled_upstream_stream_is_cut_and_charged_what_it_streamed() {
     assert!(ok, "the slot is free and the attempt is charged: {v}");
     assert_eq!(money(&v)["key_pending_reconciliation"], 0, "{v}");
 }
+
+/// A coding agent's tenant: a budget of 2 500 000 that pays for the real costs of eight
+/// agent turns (8 × 102 000) many times over but cannot hold three of their worst cases
+/// at once (3 × ≈1 042 500), and a model priced like Claude Sonnet (micro-units: 3 a
+/// token in, 0.3 read from cache, 3.75 written to it, 15 out).
+const AGENT: &str = r#"
+[policies.open]
+
+[tenants.agents]
+balance = 10_000_000
+budgets = [{ name = "daily", limit = 2_500_000 }]
+
+[keys.agent]
+key = "sk-agent"
+tenant = "agents"
+policy = "open"
+
+[channels.anthropic-a]
+vendor = "anthropic"
+base_url = "fake://"
+credential = "sk-upstream-anthropic-e2e"
+models = ["agent-model"]
+
+[models.agent-model]
+price = { input_per_mtok = 3_000_000, cached_input_per_mtok = 300_000, cache_write_per_mtok = 3_750_000, output_per_mtok = 15_000_000 }
+"#;
+
+/// One turn of a coding agent: ≈150 000 tokens of context (450 kB of text, three bytes
+/// a token), a tool, `max_tokens` 32 000, streamed. The provider reports `input` prompt
+/// tokens of which `cached` were read from its cache, and `output` tokens out, after
+/// `latency_ms` (a batch sent together with a long latency is in flight together).
+fn agent_turn(input: u64, cached: u64, output: u64, latency_ms: u64) -> Req {
+    let context = "fn main() { println!(\"lorem ipsum\"); }\n".repeat(450_000 / 40);
+    let body = serde_json::json!({
+        "model": "agent-model",
+        "max_tokens": 32_000,
+        "stream": true,
+        "system": "You are a coding agent.",
+        "tools": [{"name": "read_file", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": context}],
+    });
+    Req::post("/v1/messages", body.to_string())
+        .key(KeyAt::XApiKey, "sk-agent")
+        .header("x-fake-latency-ms", latency_ms)
+        .header("x-fake-input-tokens", input)
+        .header("x-fake-cached-tokens", cached)
+        .header("x-fake-output-tokens", output)
+}
+
+/// The real cost of a turn of 150 000 prompt tokens, 140 000 of them cached, and 2 000
+/// out: 10 000 × 3 + 140 000 × 0.3 + 2 000 × 15.
+const TURN_COST: i64 = 30_000 + 42_000 + 30_000;
+
+/// Sends `n` agent turns at once, each answered after 3 s; the status of each answer,
+/// every refusal checked to be the budget's (40203).
+async fn agent_batch(addr: std::net::SocketAddr, n: usize) -> Vec<u16> {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let req = agent_turn(150_000, 140_000, 2_000, 3_000);
+        set.spawn(async move { send(addr, &req).await });
+    }
+    let mut answers = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let r = r.expect("the request task");
+        if r.status != 200 {
+            rejection(&r, Dialect::Anthropic, 40203);
+        }
+        answers.push(r.status.as_u16());
+    }
+    answers
+}
+
+/// The tenant's budget as `(spent, reserved)` and the key's spend and the balance.
+async fn books(p: &Proxy) -> ((i64, i64), i64, i64) {
+    let v = usage(p.addr, "sk-agent").await;
+    let m = money(&v);
+    let b = &m["budgets"][0];
+    (
+        (
+            b["spent"].as_i64().unwrap(),
+            b["reserved"].as_i64().unwrap(),
+        ),
+        m["key_spent"].as_i64().unwrap(),
+        m["balance"].as_i64().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b8_an_agent_load_is_admitted_under_a_reserve_cap_and_charged_in_full() {
+    // Today's holds (the upper bound, the default): 8 agent turns at once each hold
+    // ≈1 042 500 (150 000 in at the cache-write rate + 32 000 out); the 2 500 000
+    // budget holds two, the rest are refused although the budget could pay for all.
+    let p = Proxy::start(AGENT).await;
+    let answers = agent_batch(p.addr, 8).await;
+    let refused = answers.iter().filter(|&&a| a == 402).count();
+    assert!(
+        refused >= 5,
+        "most are refused under the upper bound: {answers:?}"
+    );
+    drop(p);
+
+    // Capped holds: no turn holds more than 250 000, so the eight fit (2 000 000) and
+    // every one is admitted. Without the cap each would hold its estimate (450 000 in
+    // + a tenth of 32 000 out = 498 000) and at most five would fit.
+    let capped = AGENT.replace(
+        "[policies.open]",
+        "[billing]\nreserve = \"estimate\"\nexpected_output_share = 0.1\n\
+         reserve_cap = 250_000\n\n[policies.open]",
+    );
+    let p = Proxy::start(&capped).await;
+    let (_, _, start) = books(&p).await;
+    assert_eq!(start, 10_000_000);
+    let batch = tokio::spawn(agent_batch(p.addr, 8));
+    // While the eight are in flight the budget holds 8 × the cap.
+    let (held, view) = usage_until(p.addr, "sk-agent", WAIT, |v| {
+        money(v)["budgets"][0]["reserved"] == 2_000_000
+    })
+    .await;
+    assert!(held, "8 holds of 250 000 each: {view}");
+    let answers = batch.await.expect("the batch");
+    assert_eq!(answers, [200; 8], "every turn is admitted");
+    // The books end exact: each turn settled at its real cost, nothing still held.
+    let settled = 8 * TURN_COST;
+    let ok = eventually(WAIT, || async {
+        books(&p).await == ((settled, 0), settled, start - settled)
+    })
+    .await;
+    assert!(ok, "balance = start − Σ settled: {:?}", books(&p).await);
+
+    // A turn whose real cost exceeds its hold (150 000 uncached in, 30 000 out:
+    // 450 000 + 450 000 = 900 000, held 250 000) is charged all of it at settlement.
+    let over = 450_000 + 450_000;
+    let mut spent = settled;
+    for _ in 0..2 {
+        let r = send(p.addr, &agent_turn(150_000, 0, 30_000, 10)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        spent += over;
+        let ok = eventually(WAIT, || async {
+            books(&p).await == ((spent, 0), spent, start - spent)
+        })
+        .await;
+        assert!(ok, "charged in full: {:?}", books(&p).await);
+    }
+    // The second was admitted with room for its hold (1 716 000 + 250 000 ≤ 2 500 000)
+    // and overran the budget by less than its own overshoot; the next is refused.
+    assert!(
+        spent > 2_500_000 && spent - 2_500_000 <= over - 250_000,
+        "{spent}"
+    );
+    let r = send(p.addr, &agent_turn(150_000, 140_000, 2_000, 10)).await;
+    rejection(&r, Dialect::Anthropic, 40203);
+    assert_eq!(
+        books(&p).await,
+        ((spent, 0), spent, start - spent),
+        "a refusal changes nothing"
+    );
+    assert_eq!(
+        p.fake.stats().total_calls,
+        10,
+        "the refused turn was not sent"
+    );
+}

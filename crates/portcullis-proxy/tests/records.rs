@@ -1451,7 +1451,11 @@ fn load_price(model: &str) -> portcullis::core::Price {
     portcullis::core::Price {
         input_per_mtok: input,
         output_per_mtok: output,
-        cached_input_per_mtok: if model == "gpt-4o-mini" { 75_000 } else { 300_000 },
+        cached_input_per_mtok: if model == "gpt-4o-mini" {
+            75_000
+        } else {
+            300_000
+        },
         cache_write_per_mtok: if model == "gpt-4o-mini" { 0 } else { 3_750_000 },
         ..Default::default()
     }
@@ -1572,8 +1576,10 @@ async fn ten_thousand_requests_over_two_instances(url: &str, hash_env: &str) {
     for gw in [&a, &b] {
         gw._fake.set_default_for(
             "cred-load-openai-a",
-            portcullis_fake_upstream::Behavior::error(portcullis_fake_upstream::ErrorKind::ServerError)
-                .with_fail_after_chunks(0),
+            portcullis_fake_upstream::Behavior::error(
+                portcullis_fake_upstream::ErrorKind::ServerError,
+            )
+            .with_fail_after_chunks(0),
         );
     }
     let (secret, _) = tenant_and_key(a.addr, "load", 1_000_000_000_000).await;
@@ -1614,7 +1620,10 @@ async fn ten_thousand_requests_over_two_instances(url: &str, hash_env: &str) {
         if books["exact"] == true {
             break books;
         }
-        assert!(start.elapsed() < WAIT * 12, "the books never came out exact: {books}");
+        assert!(
+            start.elapsed() < WAIT * 12,
+            "the books never came out exact: {books}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let load = books_of(&books, "load");
@@ -1640,7 +1649,11 @@ async fn ten_thousand_requests_over_two_instances(url: &str, hash_env: &str) {
             // is pending (B4): its outcome is unknown.
             .filter(|r| r["outcome"] != "pending")
             .collect();
-        assert_eq!(charged.len(), 1, "one charged attempt of {request_id}: {charged:?}");
+        assert_eq!(
+            charged.len(),
+            1,
+            "one charged attempt of {request_id}: {charged:?}"
+        );
         let r = charged[0];
         assert_eq!(r["outcome"], "settled", "charged at once: {r}");
         assert!(r["amount"].as_i64() > Some(0), "never written as zero: {r}");
@@ -1652,9 +1665,16 @@ async fn ten_thousand_requests_over_two_instances(url: &str, hash_env: &str) {
             output_tokens: u["output_tokens"].as_u64().unwrap(),
             ..Default::default()
         };
-        assert!(usage.output_tokens >= *seen, "at least what reached the client ({seen}): {r}");
+        assert!(
+            usage.output_tokens >= *seen,
+            "at least what reached the client ({seen}): {r}"
+        );
         let price = load_price(r["model"].as_str().unwrap());
-        assert_eq!(r["amount"].as_i64(), Some(price.cost(&usage)), "at its price: {r}");
+        assert_eq!(
+            r["amount"].as_i64(),
+            Some(price.cost(&usage)),
+            "at its price: {r}"
+        );
         if r["resolved_by"] == "streamed" {
             streamed += 1;
         }
@@ -1665,7 +1685,10 @@ async fn ten_thousand_requests_over_two_instances(url: &str, hash_env: &str) {
         cuts.len()
     );
     assert!(cuts.len() > 2_000, "{}", cuts.len());
-    assert!(streamed * 2 > cuts.len(), "most cuts reach the gateway before the stream's end");
+    assert!(
+        streamed * 2 > cuts.len(),
+        "most cuts reach the gateway before the stream's end"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

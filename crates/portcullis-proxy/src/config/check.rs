@@ -3,7 +3,9 @@
 //! names the setting at fault ([`At`]) and says why; the resolution turns the place into
 //! the line of the file (`super::resolve`), so the checks read no text.
 
-use super::raw::{ChannelConfig, RawConfig, ServerConfig, TelemetryConfig};
+use super::raw::{
+    BillingConfig, ChannelConfig, RawConfig, ReserveConfig, ServerConfig, TelemetryConfig,
+};
 use super::settings::{FailureModeConfig, ModelSettings, StoreSettings, UpstreamLimits};
 use super::span::Span;
 use std::collections::BTreeMap;
@@ -125,6 +127,7 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     }
     telemetry(&raw.telemetry)?;
     server(&raw.server)?;
+    billing(&raw.billing)?;
     if raw.queue.default_deadline.is_some_and(|d| d > too_long) {
         return Err(setting(
             "queue.default_deadline",
@@ -160,6 +163,53 @@ fn failure_modes(store: &StoreSettings) -> Result<(), Bad> {
              instance (B5)",
         )),
     }
+}
+
+/// `[billing]` (B8): a share between 0 and 1, at most one way of saying what output is
+/// expected and only under `reserve = "estimate"` (under the upper bound it would be
+/// ignored), a cap of at least one minor unit.
+fn billing(b: &BillingConfig) -> Result<(), Bad> {
+    let estimate = b.reserve == ReserveConfig::Estimate;
+    if let Some(v) = b.expected_output_share {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(setting(
+                "billing.expected_output_share",
+                format!(
+                    "billing.expected_output_share must be between 0 and 1 (a share of the \
+                     request's max output), not {v}"
+                ),
+            ));
+        }
+    }
+    for (key, set) in [
+        ("expected_output_share", b.expected_output_share.is_some()),
+        ("expected_output_tokens", b.expected_output_tokens.is_some()),
+    ] {
+        if set && !estimate {
+            return Err(setting(
+                &format!("billing.{key}"),
+                format!(
+                    "billing.{key} is read only with billing.reserve = \"estimate\" (the \
+                     upper bound expects every choice's max output); set the one or remove \
+                     the other"
+                ),
+            ));
+        }
+    }
+    if b.expected_output_share.is_some() && b.expected_output_tokens.is_some() {
+        return Err(setting(
+            "billing.expected_output_tokens",
+            "set at most one of billing.expected_output_share or \
+             billing.expected_output_tokens",
+        ));
+    }
+    if b.reserve_cap.is_some_and(|c| c < 1) {
+        return Err(setting(
+            "billing.reserve_cap",
+            "billing.reserve_cap must be at least 1 minor unit (remove it for no cap)",
+        ));
+    }
+    Ok(())
 }
 
 /// The first bad serving bound of `[server]`.
@@ -398,6 +448,116 @@ pub(super) fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
 mod tests {
     use crate::config::Config;
     use crate::config::tests::GOOD;
+
+    #[test]
+    fn b8_billing_settings_resolve_with_their_defaults() {
+        use crate::reserve::{DEFAULT_EXPECTED_OUTPUT_SHARE, ExpectedOutput, Reservation, Reserve};
+        let of = |billing: &str| {
+            Config::parse(&format!("[billing]\n{billing}\n{GOOD}"))
+                .unwrap_or_else(|e| panic!("{billing}: {e}"))
+                .billing()
+                .reservation
+        };
+        assert_eq!(
+            Config::parse(GOOD).unwrap().billing().reservation,
+            Reservation {
+                reserve: Reserve::UpperBound,
+                cap: None
+            },
+            "no [billing]: the upper bound, no cap"
+        );
+        assert_eq!(of(""), Reservation::default());
+        assert_eq!(
+            of("reserve = \"estimate\""),
+            Reservation {
+                reserve: Reserve::Estimate(DEFAULT_EXPECTED_OUTPUT_SHARE),
+                cap: None
+            }
+        );
+        assert_eq!(
+            DEFAULT_EXPECTED_OUTPUT_SHARE,
+            ExpectedOutput::Share(250_000)
+        );
+        assert_eq!(
+            of("reserve = \"estimate\"\nexpected_output_share = 0.1\nreserve_cap = 250_000"),
+            Reservation {
+                reserve: Reserve::Estimate(ExpectedOutput::Share(100_000)),
+                cap: Some(250_000)
+            }
+        );
+        assert_eq!(
+            of("reserve = \"estimate\"\nexpected_output_tokens = 2048"),
+            Reservation {
+                reserve: Reserve::Estimate(ExpectedOutput::Tokens(2048)),
+                cap: None
+            }
+        );
+        assert_eq!(
+            of("reserve_cap = 1"),
+            Reservation {
+                reserve: Reserve::UpperBound,
+                cap: Some(1)
+            },
+            "a cap applies to the upper bound too"
+        );
+    }
+
+    #[test]
+    fn b8_bad_billing_settings_are_refused_naming_the_field_at_its_line() {
+        for (billing, field, reason) in [
+            ("reserve = \"worst_case\"", "reserve", "unknown variant"),
+            ("reserve = 3", "reserve", "invalid type"),
+            ("reserve_cap = 0", "reserve_cap", "at least 1"),
+            ("reserve_cap = -5", "reserve_cap", "at least 1"),
+            ("reserve_cap = \"1000\"", "reserve_cap", "invalid type"),
+            (
+                "reserve = \"estimate\"\nexpected_output_share = 1.5",
+                "expected_output_share",
+                "between 0 and 1",
+            ),
+            (
+                "reserve = \"estimate\"\nexpected_output_share = -0.1",
+                "expected_output_share",
+                "between 0 and 1",
+            ),
+            (
+                "reserve = \"estimate\"\nexpected_output_share = nan",
+                "expected_output_share",
+                "between 0 and 1",
+            ),
+            (
+                "reserve = \"estimate\"\nexpected_output_tokens = -1",
+                "expected_output_tokens",
+                "invalid value",
+            ),
+            (
+                "reserve = \"estimate\"\nexpected_output_share = 0.5\nexpected_output_tokens = 9",
+                "expected_output_tokens",
+                "at most one",
+            ),
+            (
+                "expected_output_share = 0.5",
+                "expected_output_share",
+                "only with billing.reserve = \"estimate\"",
+            ),
+            (
+                "reserve = \"upper_bound\"\nexpected_output_tokens = 9",
+                "expected_output_tokens",
+                "only with billing.reserve = \"estimate\"",
+            ),
+            ("reserve_capp = 5", "reserve_capp", "unknown field"),
+        ] {
+            let text = format!("# the hold\n[billing]\n{billing}\n{GOOD}");
+            let e = Config::parse(&text).expect_err(billing);
+            assert!(e.reason.contains(reason), "{billing}: {e}");
+            assert!(e.reason.contains(field), "{billing}: names {field}: {e}");
+            let line = text
+                .lines()
+                .position(|l| l.starts_with(&format!("{field} =")))
+                .map(|i| i + 1);
+            assert_eq!(e.line, line, "{billing}: {e}");
+        }
+    }
 
     #[test]
     fn p3_channel_model_needs_a_price_entry() {

@@ -124,6 +124,70 @@ pub(super) struct BudgetConfig {
     pub(super) period: Option<Span>,
 }
 
+/// `[billing]`: what a request holds while it runs (B8). A value of the wrong type is
+/// refused naming its setting (`billing.reserve_cap: invalid type …`), like the checks
+/// of `check.rs`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct BillingConfig {
+    /// What the hold is made of: `"upper_bound"` (default) or `"estimate"`.
+    #[serde(deserialize_with = "billing_reserve")]
+    pub(super) reserve: ReserveConfig,
+    /// Under `"estimate"`: the share of the max output expected, 0 to 1 (default 0.25).
+    #[serde(deserialize_with = "billing_expected_output_share")]
+    pub(super) expected_output_share: Option<f64>,
+    /// Under `"estimate"`: the output tokens per choice expected (instead of a share).
+    #[serde(deserialize_with = "billing_expected_output_tokens")]
+    pub(super) expected_output_tokens: Option<u64>,
+    /// The most money one request holds (minor units, at least 1); absent = no cap.
+    #[serde(deserialize_with = "billing_reserve_cap")]
+    pub(super) reserve_cap: Option<Money>,
+    /// What a stream cut after its content went out is charged (B7).
+    pub(super) cut_streams: super::settings::CutStreamsConfig,
+}
+
+/// `[billing] reserve`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ReserveConfig {
+    /// The money upper bound.
+    #[default]
+    UpperBound,
+    /// The expected cost.
+    Estimate,
+}
+
+/// The value of setting `name`, its errors prefixed with the name.
+fn named<'de, D, T>(d: D, name: &str) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = toml::Value::deserialize(d)?;
+    v.try_into()
+        .map_err(|e: toml::de::Error| serde::de::Error::custom(format!("{name}: {}", e.message())))
+}
+
+fn billing_reserve<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ReserveConfig, D::Error> {
+    named(d, "billing.reserve")
+}
+
+fn billing_expected_output_share<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<f64>, D::Error> {
+    named(d, "billing.expected_output_share").map(Some)
+}
+
+fn billing_expected_output_tokens<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
+    named(d, "billing.expected_output_tokens").map(Some)
+}
+
+fn billing_reserve_cap<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Money>, D::Error> {
+    named(d, "billing.reserve_cap").map(Some)
+}
+
 /// A tenant (account).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -373,14 +437,14 @@ pub(super) struct RawConfig {
     pub(super) store: StoreSettings,
     /// The records database.
     pub(super) database: super::settings::DatabaseSettings,
-    /// Billing settings.
-    pub(super) billing: super::settings::BillingSettings,
     /// User-policy layer settings.
     pub(super) limits: LimitSettings,
     /// Capacity queue settings.
     pub(super) queue: QueueSettings,
     /// Failover settings.
     pub(super) failover: FailoverConfig,
+    /// What a request holds while it runs (B8), and what a cut stream is charged (B7).
+    pub(super) billing: BillingConfig,
     /// Policies by name.
     pub(super) policies: BTreeMap<String, PolicyConfig>,
     /// Tenants by name.

@@ -6,11 +6,11 @@
 
 use super::check::{self, At, Bad, names};
 use super::raw::{
-    ChannelConfig, ErrorsConfig, PolicyConfig, RawConfig, ServerConfig, TaskConfig,
-    TelemetryConfig, TenantConfig, TierConfig,
+    BillingConfig, ChannelConfig, ErrorsConfig, PolicyConfig, RawConfig, ReserveConfig,
+    ServerConfig, TaskConfig, TelemetryConfig, TenantConfig, TierConfig,
 };
 use super::settings::{
-    DEFAULT_EXPORT_TIMEOUT, ServerSettings, Settings, TaskEntry, TelemetrySettings,
+    BillingSettings, DEFAULT_EXPORT_TIMEOUT, ServerSettings, Settings, TaskEntry, TelemetrySettings,
 };
 use super::{Channel, Config, ConfigError, KeyEntry};
 use portcullis_core::{Policy, Tier};
@@ -115,6 +115,7 @@ fn settings(raw: RawConfig, policies: BTreeMap<String, Arc<Policy>>) -> Settings
     Settings {
         server: server(&raw.server),
         failover: raw.failover.to_layer(raw.queue.default_deadline),
+        billing: billing(&raw.billing),
         telemetry: telemetry(&raw.telemetry),
         tenants: raw
             .tenants
@@ -141,7 +142,6 @@ fn settings(raw: RawConfig, policies: BTreeMap<String, Arc<Policy>>) -> Settings
         policies,
         store: raw.store,
         database: raw.database,
-        billing: raw.billing,
         limits: raw.limits,
         queue: raw.queue,
         forwarding: raw.forwarding,
@@ -179,6 +179,32 @@ pub(super) fn server(s: &ServerConfig) -> ServerSettings {
         max_connections: s.max_connections,
         h2_idle_timeout: s.h2_idle_timeout.0,
         drain_timeout: s.drain_timeout.0,
+    }
+}
+
+/// `[billing]` as the gateway holds money with it (checked by [`check::settings`]): the
+/// policy, its expected output (a share in parts per million, default
+/// [`DEFAULT_EXPECTED_OUTPUT_SHARE`](crate::reserve::DEFAULT_EXPECTED_OUTPUT_SHARE)) and
+/// the cap.
+pub(super) fn billing(b: &BillingConfig) -> BillingSettings {
+    use crate::reserve::{DEFAULT_EXPECTED_OUTPUT_SHARE, ExpectedOutput, PER_MILLION, Reserve};
+    let expected = match (b.expected_output_tokens, b.expected_output_share) {
+        (Some(t), _) => ExpectedOutput::Tokens(t),
+        (None, Some(share)) => {
+            let ppm = (share.clamp(0.0, 1.0) * f64::from(PER_MILLION)).round();
+            ExpectedOutput::Share(ppm as u32)
+        }
+        (None, None) => DEFAULT_EXPECTED_OUTPUT_SHARE,
+    };
+    BillingSettings {
+        reservation: crate::reserve::Reservation {
+            reserve: match b.reserve {
+                ReserveConfig::UpperBound => Reserve::UpperBound,
+                ReserveConfig::Estimate => Reserve::Estimate(expected),
+            },
+            cap: b.reserve_cap,
+        },
+        cut_streams: b.cut_streams,
     }
 }
 

@@ -26,10 +26,10 @@ pub(super) struct Settings {
     pub(super) server: ServerSettings,
     pub(super) store: StoreSettings,
     pub(super) database: DatabaseSettings,
-    pub(super) billing: BillingSettings,
     pub(super) limits: LimitSettings,
     pub(super) queue: QueueSettings,
     pub(super) failover: portcullis::failover::FailoverConfig,
+    pub(super) billing: BillingSettings,
     pub(super) forwarding: ForwardingSettings,
     pub(super) telemetry: TelemetrySettings,
     pub(super) policies: BTreeMap<String, Arc<Policy>>,
@@ -69,11 +69,6 @@ impl Config {
         self.settings.database.url = (url.trim() != "none").then_some(url);
     }
 
-    /// `[billing]`: how attempts whose provider reported no final usage are charged.
-    pub fn billing(&self) -> &BillingSettings {
-        &self.settings.billing
-    }
-
     /// `[limits]`: the user-policy layers' settings.
     pub fn limits(&self) -> &LimitSettings {
         &self.settings.limits
@@ -87,6 +82,12 @@ impl Config {
     /// `[failover]` as the failover layer takes it, with `[queue] default_deadline`.
     pub fn failover(&self) -> &portcullis::failover::FailoverConfig {
         &self.settings.failover
+    }
+
+    /// `[billing]`: what a request holds while it runs (B8), and what a stream cut after
+    /// its content went out is charged (B7).
+    pub fn billing(&self) -> &BillingSettings {
+        &self.settings.billing
     }
 
     /// `[forwarding]`: the header allow-lists the file adds to the built-in ones.
@@ -174,16 +175,19 @@ pub struct ServerSettings {
     pub drain_timeout: Duration,
 }
 
-/// `[billing]`: how the money of attempts whose provider reported no final usage is
-/// resolved (B7).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+/// `[billing]`, resolved: what a request holds in its budgets (and a policy's amount
+/// cap) while it runs (B8), and what a stream cut after its content went out is charged
+/// (B7). Settings of the gateway, not of a tenant or a budget: one request's hold is one
+/// amount, reserved in every budget it draws on in one store call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BillingSettings {
+    /// The hold policy and its cap (default: the upper bound, no cap).
+    pub reservation: crate::reserve::Reservation,
     /// A stream cut after its content went out — the client's stop button, or the
     /// upstream cutting it — whose provider reported no final usage: `"charge"` (the
     /// default) charges what the gateway saw streamed at once (the input as reported,
-    /// else estimated, and the output counted from the deltas); `"hold"` keeps its upper
-    /// bound pending reconciliation by an operator.
+    /// else estimated, and the output counted from the deltas); `"hold"` keeps its hold
+    /// pending reconciliation by an operator.
     pub cut_streams: CutStreamsConfig,
 }
 

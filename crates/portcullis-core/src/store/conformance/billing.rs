@@ -374,6 +374,55 @@ pub async fn b3_a_zero_period_is_no_period<H: Harness>(h: &H) -> Case<H::Store> 
     s
 }
 
+/// B8: an attempt is settled at its real cost, all of it, however little it held (a
+/// capped or estimated hold): the balance and the key's spend take the whole cost, and
+/// so does every budget it drew on, which may then end above its limit by that
+/// attempt's overshoot (cost − hold); the next reservation is then refused, however
+/// small.
+pub async fn b8_a_cost_above_its_hold_is_charged_in_full_and_refuses_the_next<H: Harness>(
+    h: &H,
+) -> Case<H::Store> {
+    let s = case(h).await;
+    let t = tenant("b8");
+    let k = key("b8");
+    seed(&s, &t, 1_000).await;
+    let x = budget("b8:x", 100, None);
+    let req = |a: &str, money| BillingRequest {
+        budgets: budgets(&[&x]),
+        ..bill(a, Some(&t), &k, money)
+    };
+    bill_ok(&s, &req("b8:a1", 40)).await;
+    assert_eq!(
+        settle_attempt(&s, &t, "b8:a1", BillingOutcome::Settled(90)).await,
+        Some(AttemptState::Settled(90)),
+        "held 40, charged all 90"
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(910), 0, 90, 0), (90, 0))
+    );
+    // 90 spent + 10 held fits the limit of 100; the cost of 70 overruns it by 60.
+    bill_ok(&s, &req("b8:a2", 10)).await;
+    assert_eq!(
+        settle_attempt(&s, &t, "b8:a2", BillingOutcome::Settled(70)).await,
+        Some(AttemptState::Settled(70))
+    );
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(840), 0, 160, 0), (160, 0)),
+        "the budget ends above its limit by the last attempt's overshoot"
+    );
+    bill_refused(&s, &req("b8:a3", 1), Refusal::Budget(x.id.clone())).await;
+    let v = account(&s, Some(&t), &k, &[&x]).await;
+    assert_eq!(
+        (money_of(&v), budget_of(&v, 0)),
+        ((Some(840), 0, 160, 0), (160, 0))
+    );
+    s
+}
+
 /// B3, T4: many reservations on one small budget in flight at once never reserve more
 /// than its limit, and none that fitted is refused; many settlements of one attempt in
 /// flight at once settle it once.

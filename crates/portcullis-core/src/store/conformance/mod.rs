@@ -117,6 +117,7 @@ macro_rules! conformance_cases {
             b3_budgets_reserve_and_roll_by_period,
             b3_concurrent_reservations_never_exceed_budget,
             b3_a_zero_period_is_no_period,
+            b8_a_cost_above_its_hold_is_charged_in_full_and_refuses_the_next,
             b4_settlement_idempotent_and_pending_reconciled,
             b7_final_attempts_forgotten_open_ones_swept,
             b7_missing_tenant_record_is_its_own_refusal,
