@@ -4,8 +4,10 @@
 //! (B1: balance > 0, key spend below its cap) and reserves its money upper bound in
 //! every budget it draws on (B3). When the response body ends the attempt is settled
 //! by its id (B4) from the [`UsageReport`] in the request's [`UsageRecorder`]: a
-//! complete report with a cost settles at that cost; a partial or unknown one stays
-//! *pending reconciliation* with its upper bound — never zero. A request refused
+//! complete report with a cost settles at that cost; a stream cut after its content
+//! went out is charged what the gateway saw streamed ([`CutStreams`], B7); a partial
+//! or unknown one stays *pending reconciliation* with its upper bound — never zero. A
+//! request refused
 //! further in is refunded (L5). Every settled or pending attempt is emitted as a
 //! [`UsageRecord`] through the [`UsageSink`] the application plugs in (B6).
 //!
