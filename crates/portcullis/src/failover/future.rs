@@ -112,23 +112,23 @@ where
                     let span = fut.span().clone();
                     let mut run = run.take().expect("polled after completion");
                     let landed = run.landed(&res, &span);
-                    let resume = match res {
+                    match res {
                         Ok(r) => match run.answered(r.status()) {
                             Answered::Gate => {
                                 let gate = Gate::new(&run.shared, r, run.dialect());
-                                state.set(State::Gating {
+                                State::Gating {
                                     gate,
                                     landed: Some(landed),
                                     run: Some(run),
-                                });
-                                continue;
+                                }
                             }
-                            Answered::Classify => Resume::Classify(r, landed),
+                            Answered::Classify => State::Slow {
+                                fut: Box::pin(slow(run, Resume::Classify(r, landed))),
+                            },
                         },
-                        Err(e) => Resume::Failed(e, landed),
-                    };
-                    State::Slow {
-                        fut: Box::pin(slow(run, resume)),
+                        Err(e) => State::Slow {
+                            fut: Box::pin(slow(run, Resume::Failed(e, landed))),
+                        },
                     }
                 }
                 StateProj::Gating { gate, landed, run } => {
