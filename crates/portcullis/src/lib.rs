@@ -28,8 +28,9 @@
 //!   retry budget are built from its settings.
 //! - `layer()` clones the config and the state's `Arc` into the service, which reads
 //!   both through one `Arc`; a service is as cheap to clone as its inner service.
-//! - Each layer decides in its `decide` module, sans I/O: a first store question, then
-//!   the next step on each answer (the window layer's `Step` machine is the model).
+//! - Each layer decides in its `decide` module, sans I/O: a first step (a store
+//!   question; for failover, the first attempt), then the next step on each answer
+//!   (the window layer's `Step` machine is the model).
 //!   It is shared by the synchronous path in `call` (the in-memory store answers at
 //!   once: no state machine, no boxing) and the response future, which awaits what
 //!   is pending.
@@ -82,49 +83,33 @@ pub mod body;
 pub mod docs;
 pub mod extensions;
 pub mod extract;
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "billing",
-    feature = "capacity",
-    feature = "upstream",
-    feature = "failover"
-))]
-pub mod failure;
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "billing",
-    feature = "capacity",
-    feature = "upstream"
-))]
-mod future;
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "billing",
-    feature = "capacity",
-    feature = "upstream",
-    feature = "failover"
-))]
-mod gauge;
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "billing",
-    feature = "capacity",
-    feature = "upstream",
-    feature = "failover"
-))]
-mod spawn;
 
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "upstream",
-    feature = "capacity"
-))]
-mod joint;
+// What the layers share, compiled with the layers that use it.
+cfg_any! {
+    ["slots", "windows", "billing", "capacity", "upstream", "failover"]
+    pub mod failure;
+    mod gauge;
+    mod spawn;
+    pub use failure::{FailureMode, FailureStats};
+    #[cfg(feature = "metrics")]
+    pub use gauge::bind_metrics;
+}
+cfg_any! {
+    ["slots", "windows", "billing", "capacity", "upstream"]
+    mod future;
+}
+cfg_any! {
+    ["slots", "windows", "upstream", "capacity"]
+    mod joint;
+}
+cfg_any! {
+    ["slots", "windows", "upstream", "failover", "capacity"]
+    pub mod time;
+}
+cfg_any! {
+    ["slots", "windows"]
+    mod subject;
+}
 
 #[cfg(feature = "billing")]
 pub mod billing;
@@ -136,41 +121,12 @@ pub mod error_map;
 pub mod failover;
 #[cfg(feature = "slots")]
 pub mod slot;
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "upstream",
-    feature = "failover",
-    feature = "capacity"
-))]
-pub mod time;
 #[cfg(feature = "upstream")]
 pub mod upstream;
 #[cfg(feature = "windows")]
 pub mod window;
 
 pub use extract::{FromExtensions, HeaderKey, SubjectExtractor};
-#[cfg(any(
-    feature = "slots",
-    feature = "windows",
-    feature = "billing",
-    feature = "capacity",
-    feature = "upstream",
-    feature = "failover"
-))]
-pub use failure::{FailureMode, FailureStats};
-#[cfg(all(
-    feature = "metrics",
-    any(
-        feature = "slots",
-        feature = "windows",
-        feature = "billing",
-        feature = "capacity",
-        feature = "upstream",
-        feature = "failover"
-    )
-))]
-pub use gauge::bind_metrics;
 pub use portcullis_core as core;
 
 #[cfg(feature = "billing")]

@@ -1,9 +1,9 @@
 use super::decide::decide;
 use super::layer::Shared;
 use super::{BillingGuard, Settlement};
-use crate::future::{Decided, Gate, Pending};
+use crate::future::{Decided, Pending};
 use http::Request;
-use portcullis_core::{BillingDecision, BillingStore, Rejection};
+use portcullis_core::{BillingDecision, BillingStore};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -67,22 +67,10 @@ where
     S: Service<Request<ReqB>>,
     St: BillingStore,
 {
-    pub(crate) fn rejected(r: Rejection) -> Self {
-        Self {
-            gate: Gate::rejected(r),
-        }
-    }
-    pub(crate) fn called(fut: S::Future, guard: Option<BillingGuard<St>>) -> Self {
-        Self {
-            gate: Gate::called(fut, guard, ()),
-        }
-    }
     pub(crate) fn checking(
         answer: St::Future<BillingDecision>,
         deferred: Box<Deferred<S, ReqB, St, C>>,
     ) -> Self {
-        Self {
-            gate: Gate::deciding(Checking { answer, deferred }),
-        }
+        Self::deciding(Checking { answer, deferred })
     }
 }

@@ -53,17 +53,17 @@ where
             ));
         };
         if req.extensions().get::<super::NotBilled>().is_some() {
-            return ResponseFuture::called(self.inner.call(req), None);
+            return ResponseFuture::called(self.inner.call(req), None, ());
         }
         let (billing, settlement) = open_attempt(shared, &mut req, subject);
         let mut answer = shared.config.store.check_and_reserve(&billing);
         match poll_now(&mut answer) {
             Some(a) => match decide(shared, &settlement, a) {
                 Ok(true) => {
-                    ResponseFuture::called(self.inner.call(req), Some(settlement.admitted()))
+                    ResponseFuture::called(self.inner.call(req), Some(settlement.admitted()), ())
                 }
                 // Failed open: nothing was reserved, nothing to settle.
-                Ok(false) => ResponseFuture::called(self.inner.call(req), None),
+                Ok(false) => ResponseFuture::called(self.inner.call(req), None, ()),
                 Err(r) => ResponseFuture::rejected(r),
             },
             None => {

@@ -1,7 +1,7 @@
 use super::decide::{Expiry, Probe, on_answer, shortest_wait, tenant_of, wait_budget};
 use super::queue::{CapacityGuard, Counters, QueueTicket, Shared};
 use super::{QUEUED_MS_HEADER, busy, deadline_exceeded};
-use crate::future::{self, Around, Called, Decided, Gate};
+use crate::future::{self, Around, Called, Decided};
 use crate::time::ms;
 use http::{HeaderValue, Request, Response};
 use portcullis_core::{Candidates, CapacityStore, ChannelRef, Chosen, LeaseId, Millis, Rejection};
@@ -83,6 +83,16 @@ pub(crate) struct Waiting<S, ReqB, St: CapacityStore> {
 pub(crate) struct Served {
     queued_ms: Option<u64>,
     chosen: Option<ChannelRef>,
+}
+
+impl Served {
+    /// Admitted at once (nothing queued) on `chosen`, if a channel was chosen here.
+    pub(crate) fn at_once(chosen: Option<ChannelRef>) -> Self {
+        Self {
+            queued_ms: None,
+            chosen,
+        }
+    }
 }
 
 impl<St: CapacityStore> Around<CapacityGuard<St>> for Served {
@@ -321,29 +331,11 @@ where
     S: Service<Request<ReqB>>,
     St: CapacityStore,
 {
-    pub(crate) fn rejected(r: Rejection) -> Self {
-        Self {
-            gate: Gate::rejected(r),
-        }
-    }
-
-    pub(crate) fn called(
-        fut: S::Future,
-        guard: Option<CapacityGuard<St>>,
-        queued_ms: Option<u64>,
-        chosen: Option<ChannelRef>,
-    ) -> Self {
-        Self {
-            gate: Gate::called(fut, guard, Served { queued_ms, chosen }),
-        }
-    }
-
     pub(crate) fn pending(probe: Probe<St>, mut pending: Box<Pending<S, ReqB, St>>) -> Self {
-        let gate = match transition(probe, &mut pending) {
-            Next::Wait(wait) => Gate::deciding(Waiting { wait, pending }),
-            Next::Done(Ok((fut, guard, served))) => Gate::called(fut, guard, served),
-            Next::Done(Err(r)) => Gate::rejected(r),
-        };
-        Self { gate }
+        match transition(probe, &mut pending) {
+            Next::Wait(wait) => Self::deciding(Waiting { wait, pending }),
+            Next::Done(Ok((fut, guard, served))) => Self::called(fut, guard, served),
+            Next::Done(Err(r)) => Self::rejected(r),
+        }
     }
 }

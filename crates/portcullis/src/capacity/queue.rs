@@ -81,22 +81,14 @@ impl<St: CapacityStore> State<St> {
     }
 
     pub(crate) fn stats(&self) -> CapacityStats {
-        let c = &self.counters;
-        CapacityStats {
-            admitted: c.admitted.load(Ordering::Relaxed),
-            admitted_after_wait: c.admitted_after_wait.load(Ordering::Relaxed),
-            rejected_busy: c.rejected_busy.load(Ordering::Relaxed),
-            rejected_queue_full: c.rejected_queue_full.load(Ordering::Relaxed),
-            rejected_deadline: c.rejected_deadline.load(Ordering::Relaxed),
-            cancelled: c.cancelled.load(Ordering::Relaxed),
-            queued: self
-                .channels
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .map(|c| c.queued())
-                .sum(),
-        }
+        let queued = self
+            .channels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|c| c.queued())
+            .sum();
+        self.counters.load(queued)
     }
 
     /// The state of a layer on `store`: no channel, no lease, every counter at zero.
@@ -150,40 +142,32 @@ impl<St: CapacityStore> Shared<St> {
     }
 }
 
-/// Event counters of one layer.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) admitted: AtomicU64,
-    pub(crate) admitted_after_wait: AtomicU64,
-    pub(crate) rejected_busy: AtomicU64,
-    pub(crate) rejected_queue_full: AtomicU64,
-    pub(crate) rejected_deadline: AtomicU64,
-    pub(crate) cancelled: AtomicU64,
+counted_stats! {
+    /// What a [`CapacityQueueLayer`](super::CapacityQueueLayer) has done so far.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct CapacityStats counted by Counters {
+        /// Requests admitted on a channel, with or without waiting.
+        admitted: AtomicU64,
+        /// Of those, requests admitted after queueing.
+        admitted_after_wait: AtomicU64,
+        /// 42910 after `max_wait` (or with `max_wait` zero).
+        rejected_busy: AtomicU64,
+        /// 42910 at once: a queue cap was reached (Q4).
+        rejected_queue_full: AtomicU64,
+        /// 50401: the request's deadline passed while queued.
+        rejected_deadline: AtomicU64,
+        /// Waiters whose request was dropped (client gone) while queued.
+        cancelled: AtomicU64,
+    } and {
+        /// Waiters in all queues now.
+        queued: usize,
+    }
 }
 
 impl Counters {
     pub(crate) fn bump(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-/// What a [`CapacityQueueLayer`](super::CapacityQueueLayer) has done so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CapacityStats {
-    /// Requests admitted on a channel, with or without waiting.
-    pub admitted: u64,
-    /// Of those, requests admitted after queueing.
-    pub admitted_after_wait: u64,
-    /// 42910 after `max_wait` (or with `max_wait` zero).
-    pub rejected_busy: u64,
-    /// 42910 at once: a queue cap was reached (Q4).
-    pub rejected_queue_full: u64,
-    /// 50401: the request's deadline passed while queued.
-    pub rejected_deadline: u64,
-    /// Waiters whose request was dropped (client gone) while queued.
-    pub cancelled: u64,
-    /// Waiters in all queues now.
-    pub queued: usize,
 }
 
 /// One channel: its capacity, its fair queue and its average service time.

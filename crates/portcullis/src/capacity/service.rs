@@ -1,5 +1,5 @@
 use super::decide::{Probe, start};
-use super::future::{Pending, ResponseFuture};
+use super::future::{Pending, ResponseFuture, Served};
 use super::no_upstream;
 use super::queue::{CapacityGuard, Counters, Shared};
 use crate::BoxError;
@@ -37,7 +37,7 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let Some(candidates) = req.extensions().get::<Candidates>().cloned() else {
-            return ResponseFuture::called(self.inner.call(req), None, None, None);
+            return ResponseFuture::called(self.inner.call(req), None, Served::at_once(None));
         };
         if candidates.0.is_empty() {
             return ResponseFuture::rejected(no_upstream());
@@ -52,7 +52,7 @@ where
                 Counters::bump(&self.shared.state.counters.admitted);
                 let chosen = candidates.0[index].clone();
                 req.extensions_mut().insert(Chosen(chosen.clone()));
-                ResponseFuture::called(self.inner.call(req), guard, None, Some(chosen))
+                ResponseFuture::called(self.inner.call(req), guard, Served::at_once(Some(chosen)))
             }
             Probe::Refuse(r) => ResponseFuture::rejected(r),
             next => {

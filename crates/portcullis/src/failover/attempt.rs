@@ -1,18 +1,17 @@
 //! One request's attempts as the layer drives them: building each attempt, reading its
 //! outcome, and the side effects (counters, logs, metrics) of the decisions, which
-//! are portcullis-core's ([`Attempts`]).
+//! are [`Decide`]'s (and through it portcullis-core's).
 
+use super::FailoverBody;
+use super::ModelFallback;
+use super::decide::{Answered, Decide, Step};
 use super::gate::read_prefix;
 use super::layer::Shared;
-use super::{CONVERSATION, DEADLINE, FailoverBody, ModelFallback};
 use crate::BoxError;
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
-use portcullis_core::failover::{
-    Attempts, Reason, Refused, RetryDecision, Stop, Timeline, Transport, Verdict, classify,
-    release_probes, transport_verdict,
-};
+use portcullis_core::failover::{Reason, RetryDecision, Stop, Verdict, classify, release_probes};
 use portcullis_core::{
     Candidates, Chosen, Clock, Dialect, Millis, ModelId, ProviderError, Rejection, UpstreamError,
     UsageRecorder,
@@ -31,15 +30,11 @@ pub(crate) struct Run<S, C, ReqB> {
     pub(crate) inner: S,
     parts: http::request::Parts,
     body: ReqB,
-    pub(crate) dialect: Dialect,
     fallback: Option<ModelFallback<ReqB>>,
     /// The request's own recorder; each attempt records into a child of it.
     outer: UsageRecorder,
-    attempts: Attempts,
-    /// When failover took the request (the origin of its timeline, on the layer's
-    /// clock) and the deadline from then; `None` without a deadline (the clock is then
-    /// not read for it).
-    deadline: Option<(Millis, Duration)>,
+    /// Where the attempts go and what their outcomes mean.
+    decide: Decide,
     /// When the last attempt was sent, on the layer's clock (its latency).
     sent_at: Option<Millis>,
     /// The attempt under way.
@@ -108,71 +103,48 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             .unwrap_or_default();
         parts.extensions.remove::<Chosen>();
         let model = parts.extensions.get::<ModelId>().map(|m| m.0.clone());
-        let conversation: Option<Arc<str>> = parts
-            .headers
-            .get(CONVERSATION)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 256)
-            .map(Arc::from);
-        let deadline = parts
-            .headers
-            .get(DEADLINE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis)
-            .or(shared.config.settings.default_deadline)
-            .map(|d| (shared.config.clock.now(), d));
-        let attempts = Attempts::new(candidates, model, conversation, fallback.is_some());
+        let decide = Decide::start(
+            &parts.headers,
+            dialect,
+            model,
+            candidates,
+            fallback.is_some(),
+            shared.config.settings.default_deadline,
+            &shared.config.clock,
+        );
         Box::new(Self {
             shared,
             inner,
             parts,
             body,
-            dialect,
             fallback,
             outer,
-            attempts,
-            deadline,
+            decide,
             sent_at: None,
             current: None,
             in_flight: Some(in_flight),
         })
     }
 
-    fn timeline(&self) -> Timeline {
-        match self.deadline {
-            Some((start, deadline)) => Timeline {
-                now: Duration::from_millis(self.shared.config.clock.now().saturating_sub(start)),
-                deadline: Some(deadline),
-            },
-            None => Timeline::default(),
-        }
+    /// The dialect the client speaks.
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.decide.dialect
     }
 
     /// The next step: an attempt to send, or the final failure.
     pub(crate) fn plan(&mut self) -> Planned {
         loop {
-            // The backoff's jitter: random bits, so that requests failing together
-            // do not come back together. Drawn only once something was sent: the
-            // first attempt never backs off (and stays off the hash and the clock).
-            let sent = u64::from(self.attempts.sent());
-            let seed = if sent == 0 {
-                0
-            } else {
-                portcullis_core::id::random_u64() ^ sent
-            };
             let shared = &*self.shared;
-            let decision = self.attempts.decide(
+            let decision = self.decide.next(
                 shared.channels(),
                 &shared.config.limits,
                 &|| shared.state.budget.withdraw(),
-                self.timeline(),
-                seed,
-                shared.config.clock.now(),
+                &shared.config.clock,
+                portcullis_core::id::random_u64,
             );
             match decision {
                 RetryDecision::Send { wait, mut order } => {
-                    let candidates = order.candidates(self.attempts.candidates());
+                    let candidates = order.candidates(self.decide.attempts.candidates());
                     self.current = Some(Current {
                         recorder: UsageRecorder::child_of(&self.outer),
                         probes: order.probes,
@@ -210,7 +182,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             return false;
         };
         tracing::info!(
-            from = self.attempts.model().map_or("?", |m| &**m),
+            from = self.decide.attempts.model().map_or("?", |m| &**m),
             to = %fb.model,
             "failover switches to the fallback model"
         );
@@ -225,7 +197,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             .remove::<Candidates>()
             .unwrap_or_else(|| Candidates::new([]));
         self.parts.extensions.remove::<Chosen>();
-        self.attempts.switch(fb.model, candidates);
+        self.decide.attempts.switch(fb.model, candidates);
         true
     }
 
@@ -245,7 +217,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         // empty, they are not logged.
         let span = tracing::debug_span!(
             "attempt",
-            n = i64::from(self.attempts.sent()) + 1,
+            n = i64::from(self.decide.attempts.sent()) + 1,
             channel = tracing::field::Empty,
             attempt_id = tracing::field::Empty,
             outcome = tracing::field::Empty,
@@ -294,7 +266,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             .increment(1);
         let shared = &*self.shared;
         let channel = landed.served.clone();
-        let disabled = self.attempts.failed(
+        let disabled = self.decide.attempts.failed(
             shared.channels(),
             landed.served,
             verdict,
@@ -310,53 +282,38 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         }
     }
 
-    /// The attempt's call failed.
+    /// The attempt's call failed: the forwarder could not get an answer (it says how:
+    /// connect, timeout, …), or a layer further in refused it.
     pub(crate) fn on_error<B: Body>(&mut self, e: BoxError, landed: Landed) -> After<B> {
-        // The forwarder could not get an answer: it says how (connect, timeout, …).
-        if let Some(u) = UpstreamError::find(&*e) {
-            self.attempts.count_sent();
-            let verdict = transport_verdict(self.dialect, u.failure().transport());
-            self.failed(landed, verdict);
-            return After::Next;
-        }
-        let Some(r) = e.downcast_ref::<Rejection>() else {
-            return After::Done(Err(e));
-        };
-        let refused = self.attempts.refused(
-            r.code(),
-            r.layer(),
-            r.retry_after(),
-            &self.shared.config.limits,
-            self.timeline(),
-        );
-        match refused {
-            // An upstream failure that comes as a rejection (not the forwarder's typed
-            // error): of unknown result.
-            Refused::Failed(transport) => {
-                self.attempts.count_sent();
-                self.failed(landed, transport_verdict(self.dialect, transport));
+        let shared = &*self.shared;
+        match self
+            .decide
+            .on_error(&*e, &shared.config.limits, &shared.config.clock)
+        {
+            Step::Failover(verdict) => {
+                self.failed(landed, verdict);
                 After::Next
             }
-            Refused::Wait(w) => {
+            Step::Wait(w) => {
                 tracing::debug!(
                     wait_ms = w.as_millis() as u64,
                     "failover waits for a channel to recover"
                 );
                 After::Wait(w)
             }
-            Refused::Stop => After::Stop,
-            Refused::PassOn => After::Done(Err(e)),
+            Step::Stop => After::Stop,
+            Step::PassOn => After::Done(Err(e)),
         }
     }
 
-    /// An answer arrived: counted as an attempt.
-    pub(crate) fn answered(&mut self) {
-        self.attempts.count_sent();
+    /// An answer arrived with `status`: counted as an attempt; gated or classified.
+    pub(crate) fn answered(&mut self, status: StatusCode) -> Answered {
         self.shared
             .state
             .counters
             .attempts
             .fetch_add(1, Ordering::Relaxed);
+        self.decide.on_answer(status)
     }
 
     /// The successful answer committed (F4): the client's answer.
@@ -366,7 +323,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         landed: &Landed,
     ) -> Response<FailoverBody<B>> {
         let shared = &*self.shared;
-        self.attempts.committed(
+        self.decide.attempts.committed(
             shared.channels(),
             landed.served.as_ref(),
             landed.latency_ms,
@@ -377,7 +334,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
 
     /// The successful answer failed before its first content chunk (F4).
     pub(crate) fn gate_failed(&mut self, landed: Landed) {
-        let verdict = transport_verdict(self.dialect, Transport::StreamBeforeFirstChunk);
+        let verdict = self.decide.before_first_chunk();
         self.failed(landed, verdict);
     }
 
@@ -399,12 +356,14 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             Some(p) => {
                 (self.shared.config.error_reader)(p.dialect, p.status, &rparts.headers, &p.body)
             }
-            None => (self.shared.config.error_reader)(self.dialect, status, &rparts.headers, &head),
+            None => {
+                (self.shared.config.error_reader)(self.dialect(), status, &rparts.headers, &head)
+            }
         };
         let read_in = rparts
             .extensions
             .get::<ProviderError>()
-            .map_or(self.dialect, |p| p.dialect);
+            .map_or(self.dialect(), |p| p.dialect);
         let verdict = classify(read_in, &f);
         tracing::info!(
             channel = landed.served.as_deref().unwrap_or("?"),
@@ -414,27 +373,27 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
             provider_request_id = f.request_id.as_deref().unwrap_or(""),
             "upstream attempt failed"
         );
-        if !verdict.failover {
-            // F3: the request itself is at fault (or the error is unknown): the
-            // provider's answer goes to the client as it was.
-            if verdict.reason == Reason::Unknown {
-                tracing::warn!(
-                    status,
-                    body = %String::from_utf8_lossy(&head[..head.len().min(2048)]),
-                    "unclassified provider error; not retried"
-                );
-            }
-            let mut prefix = VecDeque::new();
-            if !head.is_empty() {
-                prefix.push_back(Frame::data(B::Data::from(head)));
-            }
-            let res =
-                Response::from_parts(rparts, FailoverBody::new(prefix, rest, self.dialect, None));
-            return After::Done(Ok(self.finish(res)));
+        if let Step::Failover(verdict) = self.decide.on_verdict(verdict) {
+            drop(rest);
+            self.failed(landed, verdict);
+            return After::Next;
         }
-        drop(rest);
-        self.failed(landed, verdict);
-        After::Next
+        // F3: the request itself is at fault (or the error is unknown): the provider's
+        // answer goes to the client as it was.
+        if verdict.reason == Reason::Unknown {
+            tracing::warn!(
+                status,
+                body = %String::from_utf8_lossy(&head[..head.len().min(2048)]),
+                "unclassified provider error; not retried"
+            );
+        }
+        let mut prefix = VecDeque::new();
+        if !head.is_empty() {
+            prefix.push_back(Frame::data(B::Data::from(head)));
+        }
+        let dialect = self.dialect();
+        let res = Response::from_parts(rparts, FailoverBody::new(prefix, rest, dialect, None));
+        After::Done(Ok(self.finish(res)))
     }
 
     /// The client's answer: the attempts it took are recorded, and the layer counts
@@ -443,7 +402,7 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
         &mut self,
         res: Response<FailoverBody<B>>,
     ) -> Response<FailoverBody<B>> {
-        record_attempts(self.attempts.sent());
+        record_attempts(self.decide.attempts.sent());
         match self.in_flight.take() {
             Some(t) => res.map(|b| b.counting(t)),
             None => res,
@@ -452,10 +411,11 @@ impl<S, C: Clock, ReqB: Clone + Send + 'static> Run<S, C, ReqB> {
 
     /// The final failure (F10), counted.
     pub(crate) fn stop(&mut self) -> BoxError {
-        record_attempts(self.attempts.sent());
+        record_attempts(self.decide.attempts.sent());
         let shared = &*self.shared;
         shared.state.counters.failed.fetch_add(1, Ordering::Relaxed);
         let (rejection, _after_attempts) = self
+            .decide
             .attempts
             .final_failure(shared.channels(), shared.config.clock.now());
         #[cfg(feature = "metrics")]

@@ -1,8 +1,8 @@
-use super::FailoverBody;
 use super::attempt::{After, Landed, Planned, Run, passed_through};
+use super::decide::Answered;
 use super::gate::{Gate, Gated};
+use super::{AnswerBody, FailoverBody, Inner};
 use crate::BoxError;
-use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
@@ -88,14 +88,10 @@ where
 
 impl<S, C, ReqB, ResB> Future for ResponseFuture<S, C, ReqB, ResB>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+    S: Inner<ReqB, ResB>,
     C: Clock,
     ReqB: Clone + Send + 'static,
-    ResB: Body + Send + 'static,
-    ResB::Data: From<Bytes> + Send,
-    ResB::Error: Into<BoxError>,
+    ResB: AnswerBody,
 {
     type Output = Result<Response<FailoverBody<ResB>>, BoxError>;
 
@@ -117,17 +113,21 @@ where
                     let mut run = run.take().expect("polled after completion");
                     let landed = run.landed(&res, &span);
                     match res {
-                        Ok(r) if r.status().is_success() => {
-                            run.answered();
-                            let gate = Gate::new(&run.shared, r, run.dialect);
-                            State::Gating {
-                                gate,
-                                landed: Some(landed),
-                                run: Some(run),
+                        Ok(r) => match run.answered(r.status()) {
+                            Answered::Gate => {
+                                let gate = Gate::new(&run.shared, r, run.dialect());
+                                State::Gating {
+                                    gate,
+                                    landed: Some(landed),
+                                    run: Some(run),
+                                }
                             }
-                        }
-                        other => State::Slow {
-                            fut: Box::pin(slow(run, Resume::Outcome(other, landed))),
+                            Answered::Classify => State::Slow {
+                                fut: Box::pin(slow(run, Resume::Classify(r, landed))),
+                            },
+                        },
+                        Err(e) => State::Slow {
+                            fut: Box::pin(slow(run, Resume::Failed(e, landed))),
                         },
                     }
                 }
@@ -160,8 +160,12 @@ where
 
 /// Where the slow path picks the request up.
 enum Resume<B> {
-    /// An attempt's outcome, not handled yet.
-    Outcome(Result<Response<B>, BoxError>, Landed),
+    /// An attempt's answer, not counted yet.
+    Answer(Response<B>, Landed),
+    /// An error answer, counted: to read and classify (F5).
+    Classify(Response<B>, Landed),
+    /// The attempt's call failed.
+    Failed(BoxError, Landed),
     /// Handled: decide the next step.
     Next,
 }
@@ -174,23 +178,19 @@ async fn slow<S, C, ReqB, ResB>(
     mut resume: Resume<ResB>,
 ) -> Result<Response<FailoverBody<ResB>>, BoxError>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+    S: Inner<ReqB, ResB>,
     C: Clock,
     ReqB: Clone + Send + 'static,
-    ResB: Body + Send + 'static,
-    ResB::Data: From<Bytes> + Send,
-    ResB::Error: Into<BoxError>,
+    ResB: AnswerBody,
 {
     loop {
         let after = match resume {
             Resume::Next => After::Next,
-            Resume::Outcome(Err(e), landed) => run.on_error(e, landed),
-            Resume::Outcome(Ok(res), landed) => {
-                run.answered();
-                if res.status().is_success() {
-                    let mut gate = Gate::new(&run.shared, res, run.dialect);
+            Resume::Failed(e, landed) => run.on_error(e, landed),
+            Resume::Classify(res, landed) => run.error_answer(res, landed).await,
+            Resume::Answer(res, landed) => match run.answered(res.status()) {
+                Answered::Gate => {
+                    let mut gate = Gate::new(&run.shared, res, run.dialect());
                     let shared = run.shared.clone();
                     match std::future::poll_fn(|cx| gate.poll_gate(&shared, cx)).await {
                         Gated::Committed(res) => return Ok(run.committed(res, &landed)),
@@ -199,10 +199,9 @@ where
                             After::Next
                         }
                     }
-                } else {
-                    run.error_answer(res, landed).await
                 }
-            }
+                Answered::Classify => run.error_answer(res, landed).await,
+            },
         };
         match after {
             After::Next => {}
@@ -226,6 +225,9 @@ where
             Err(e) => Err(e),
         };
         let landed = run.landed(&res, &span);
-        resume = Resume::Outcome(res, landed);
+        resume = match res {
+            Ok(r) => Resume::Answer(r, landed),
+            Err(e) => Resume::Failed(e, landed),
+        };
     }
 }

@@ -4,7 +4,7 @@ use portcullis_core::failover::{Channels, HealthBook, HealthConfig, RetryLimits,
 use portcullis_core::upstream::UpstreamRegistry;
 use portcullis_core::{Clock, Dialect};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 use tower::retry::budget::TpsBudget;
 
@@ -63,29 +63,23 @@ impl Default for FailoverConfig {
     }
 }
 
-/// Counters of the failover layer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FailoverStats {
-    /// Requests handled.
-    pub requests: u64,
-    /// Attempts sent (first attempts included).
-    pub attempts: u64,
-    /// Retries refused by the budget (F7).
-    pub budget_refused: u64,
-    /// Requests that ended in a final failure (F10).
-    pub failed: u64,
-    /// Streams committed and then failed (in-stream error event, F3).
-    pub broken_streams: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) requests: AtomicU64,
-    pub(crate) attempts: AtomicU64,
-    pub(crate) budget_refused: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) broken_streams: Arc<AtomicU64>,
+counted_stats! {
+    /// Counters of the failover layer.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct FailoverStats counted by Counters {
+        /// Requests handled.
+        requests: AtomicU64,
+        /// Attempts sent (first attempts included).
+        attempts: AtomicU64,
+        /// Retries refused by the budget (F7).
+        budget_refused: AtomicU64,
+        /// Requests that ended in a final failure (F10).
+        failed: AtomicU64,
+        /// Streams committed and then failed (in-stream error event, F3); shared with
+        /// the bodies of event streams.
+        broken_streams: Arc<AtomicU64>,
+    }
 }
 
 /// What one layer learns across its requests: channel health (F8), conversation pins
@@ -194,20 +188,10 @@ impl FailoverLayer<TokioClock> {
 }
 
 impl<C: Clock> FailoverLayer<C> {
-    /// Uses another clock for health, cooldowns, pins and deadlines.
-    pub fn clock<C2: Clock>(self, clock: C2) -> FailoverLayer<C2> {
-        let c = self.config;
-        FailoverLayer {
-            config: Config {
-                registry: c.registry,
-                clock,
-                settings: c.settings,
-                limits: c.limits,
-                chunks: c.chunks,
-                error_reader: c.error_reader,
-            },
-            state: self.state,
-        }
+    swap_config! {
+        /// Uses another clock for health, cooldowns, pins and deadlines.
+        fn clock<C2: Clock>(clock) -> FailoverLayer<C2>
+        keeps { registry, settings, limits, chunks, error_reader }
     }
     /// The settings (attempts, timeouts, backoff, retry budget, health, pins). The
     /// health book, pins, retry budget and counters are built afresh from them.
@@ -227,11 +211,10 @@ impl<C: Clock> FailoverLayer<C> {
         self.config.chunks = Some(Arc::new(classify));
         self
     }
-    /// Reads error answers with `reader` instead of [`error_facts`] (which knows the
-    /// OpenAI, Anthropic and Gemini error bodies): for a provider of another vendor.
-    pub fn error_reader(mut self, reader: ErrorReader) -> Self {
-        self.config.error_reader = reader;
-        self
+    config_setters! {
+        /// Reads error answers with `reader` instead of [`error_facts`] (which knows the
+        /// OpenAI, Anthropic and Gemini error bodies): for a provider of another vendor.
+        error_reader(reader: ErrorReader) => error_reader;
     }
     /// Per-channel health (F8).
     pub fn health(&self) -> &HealthBook {
@@ -250,13 +233,6 @@ impl<C: Clock> FailoverLayer<C> {
     }
     /// Counters so far.
     pub fn stats(&self) -> FailoverStats {
-        let c = &self.state.counters;
-        FailoverStats {
-            requests: c.requests.load(Ordering::Relaxed),
-            attempts: c.attempts.load(Ordering::Relaxed),
-            budget_refused: c.budget_refused.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
-            broken_streams: c.broken_streams.load(Ordering::Relaxed),
-        }
+        self.state.counters.load()
     }
 }

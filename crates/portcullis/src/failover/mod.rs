@@ -37,9 +37,11 @@
 //!
 //! The decisions are plain types of the core, testable without a runtime: the walk
 //! over the candidates ([`order`]) and the next step after each attempt
-//! ([`Attempts::decide`]). This module sends the attempts: the first one and its
-//! first-chunk gate in the response future itself, anything after a failed attempt in
-//! one boxed future.
+//! ([`Attempts::decide`]). The layer routes a request through them in its `decide`
+//! module, sans I/O like the other layers' (start; then, on each attempt's outcome,
+//! gate, classify, fail over, wait, stop or pass on). This module sends the attempts:
+//! the first one and its first-chunk gate in the response future itself, anything
+//! after a failed attempt in one boxed future.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -102,6 +104,7 @@
 
 mod attempt;
 mod body;
+mod decide;
 mod future;
 mod gate;
 mod layer;
@@ -116,9 +119,44 @@ pub use future::ResponseFuture;
 pub use layer::{FailoverConfig, FailoverLayer, FailoverStats};
 pub use service::Failover;
 
-use http::HeaderName;
+use crate::BoxError;
+use bytes::Bytes;
+use http::{HeaderName, Request, Response};
+use http_body::Body;
 use portcullis_core::Dialect;
 use std::sync::Arc;
+use tower::Service;
+
+/// What failover needs of the service it wraps: a clone of it, driven to readiness,
+/// takes each retry, and its futures run in the boxed slow path, which may move between
+/// threads.
+pub(crate) trait Inner<ReqB, ResB>:
+    Service<Request<ReqB>, Response = Response<ResB>, Error: Into<BoxError>, Future: Send>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, ReqB, ResB> Inner<ReqB, ResB> for S where
+    S: Service<Request<ReqB>, Response = Response<ResB>, Error: Into<BoxError>, Future: Send>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+/// What failover needs of an answer's body: the frames it holds back and the error
+/// events it writes are built from bytes, and it may move between threads.
+pub(crate) trait AnswerBody:
+    Body<Data: From<Bytes> + Send, Error: Into<BoxError>> + Send + 'static
+{
+}
+
+impl<B> AnswerBody for B where
+    B: Body<Data: From<Bytes> + Send, Error: Into<BoxError>> + Send + 'static
+{
+}
 
 /// Request header naming a conversation, pinned to one channel (F9).
 pub const CONVERSATION_HEADER: &str = "x-portcullis-conversation";

@@ -1,11 +1,9 @@
-use super::FailoverBody;
 use super::attempt::{Planned, Run, take_candidates};
 use super::future::ResponseFuture;
 use super::layer::Shared;
+use super::{AnswerBody, FailoverBody, Inner};
 use crate::BoxError;
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Body;
 use portcullis_core::{Clock, LayerKind};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,14 +21,11 @@ layer_service!(impl<S, C> Failover<S, C>);
 
 impl<S, C, ReqB, ResB> Service<Request<ReqB>> for Failover<S, C>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send,
+    // (The `Response` bound names the answer's body for the impl.)
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Inner<ReqB, ResB>,
     C: Clock,
     ReqB: Clone + Send + 'static,
-    ResB: Body + Send + 'static,
-    ResB::Data: From<Bytes> + Send,
-    ResB::Error: Into<BoxError>,
+    ResB: AnswerBody,
 {
     type Response = Response<FailoverBody<ResB>>;
     type Error = BoxError;

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 /// Channels `a` and `b`, one request per minute each.
-fn registry() -> Arc<UpstreamRegistry> {
+pub(super) fn registry() -> Arc<UpstreamRegistry> {
     let mut r = UpstreamRegistry::new();
     for c in ["a", "b"] {
         r = r.with_channel(UpstreamChannel {

@@ -25,7 +25,7 @@ pub(crate) enum Answer<St: SlotStore> {
 impl<St: SlotStore, X, C> Shared<St, X, C> {
     /// The first step: ask the store for a slot of `key` among `limit`.
     pub(crate) fn ask(&self, key: &SubjectKey, limit: u32) -> St::Future<SlotDecision> {
-        let ttl = portcullis_core::clock::millis(self.config.lease_ttl);
+        let ttl = portcullis_core::clock::millis(self.config.own.lease_ttl);
         self.config.store.acquire(key, limit, ttl)
     }
 

@@ -2,7 +2,7 @@ use super::decide::{Answer, backoff};
 use super::layer::Shared;
 use super::{SlotGuard, busy};
 use crate::extensions::SlotClaim;
-use crate::future::{Around, Decided, Gate, Pending};
+use crate::future::{Around, Decided, Pending};
 use http::Request;
 use portcullis_core::{Rejection, SlotDecision, SlotStore, SubjectKey};
 use std::future::Future;
@@ -185,37 +185,21 @@ where
     S: Service<Request<ReqB>>,
     St: SlotStore,
 {
-    pub(crate) fn rejected(r: Rejection) -> Self {
-        Self {
-            gate: Gate::rejected(r),
-        }
-    }
-    pub(crate) fn called(fut: S::Future, guard: Option<SlotGuard<St>>) -> Self {
-        Self {
-            gate: Gate::called(fut, guard, None),
-        }
-    }
     pub(crate) fn joined(fut: S::Future, joint: Box<Joint<St, X, C>>) -> Self {
-        Self {
-            gate: Gate::called(fut, None, Some(joint)),
-        }
+        Self::called(fut, None, Some(joint))
     }
     pub(crate) fn acquiring(
         acquire: St::Future<SlotDecision>,
         deferred: Box<Deferred<S, ReqB, St, X, C>>,
     ) -> Self {
-        Self {
-            gate: Gate::deciding(Acquiring {
-                wait: Wait::Acquire(acquire),
-                deferred,
-            }),
-        }
+        Self::deciding(Acquiring {
+            wait: Wait::Acquire(acquire),
+            deferred,
+        })
     }
     pub(crate) fn waiting(mut deferred: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
         match wait_or_reject(&mut deferred) {
-            Ok(wait) => Self {
-                gate: Gate::deciding(Acquiring { wait, deferred }),
-            },
+            Ok(wait) => Self::deciding(Acquiring { wait, deferred }),
             Err(r) => Self::rejected(r),
         }
     }

@@ -1,28 +1,26 @@
 use super::{ConcurrencySlot, DEFAULT_LEASE_TTL, SlotLease, SlotRenew};
 use crate::extract::FromExtensions;
-use crate::failure::{FailureCounters, FailureMode, FailureStats};
+use crate::failure::FailureCounters;
 use crate::joint::{JoinFn, SlotSide};
 use crate::spawn::{Renewals, detach};
+use crate::subject::SubjectConfig;
 use portcullis_core::SlotStore;
 use portcullis_core::SystemClock;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 
-/// What the builder methods set.
+/// What the builder methods set: the slot layer's own settings beside those of every
+/// subject-limiting layer (its `max_wait` is the longest wait for a free slot, C2).
+pub(crate) type Config<St, X, C> = SubjectConfig<St, X, C, Leases>;
+
+/// The slot layer's own settings.
 #[derive(Clone)]
-pub(crate) struct Config<St, X, C> {
-    pub(crate) store: St,
-    pub(crate) extractor: X,
-    pub(crate) clock: C,
+pub(crate) struct Leases {
     /// Lease TTL (C4).
     pub(crate) lease_ttl: Duration,
     /// Renewal period of a held lease; default TTL/3 (C4).
     pub(crate) renew_every: Duration,
-    /// Longest wait for a free slot; zero = refuse at once (C2).
-    pub(crate) max_wait: Duration,
-    /// Failure mode when the store cannot answer (D4).
-    pub(crate) failure_mode: FailureMode,
     /// Set by [`ConcurrencySlotLayer::join_windows`]: the joint decision on the store.
     join: Option<Arc<JoinFn>>,
 }
@@ -68,16 +66,14 @@ impl<St: SlotStore> ConcurrencySlotLayer<St> {
                     store: store.clone(),
                 }),
             }),
-            config: Config {
+            config: SubjectConfig::new(
                 store,
-                extractor: FromExtensions,
-                clock: SystemClock::new(),
-                lease_ttl: DEFAULT_LEASE_TTL,
-                renew_every: DEFAULT_LEASE_TTL / 3,
-                max_wait: Duration::ZERO,
-                failure_mode: FailureMode::Open,
-                join: None,
-            },
+                Leases {
+                    lease_ttl: DEFAULT_LEASE_TTL,
+                    renew_every: DEFAULT_LEASE_TTL / 3,
+                    join: None,
+                },
+            ),
         }
     }
 }
@@ -99,7 +95,7 @@ impl<St: portcullis_core::JointStore, X, C> ConcurrencySlotLayer<St, X, C> {
     /// service.
     pub fn join_windows(mut self) -> Self {
         let store = self.config.store.clone();
-        self.config.join = Some(Arc::new(move |ask: &portcullis_core::SlotAsk, window| {
+        self.config.own.join = Some(Arc::new(move |ask: &portcullis_core::SlotAsk, window| {
             Box::pin(store.acquire_and_admit(ask, window))
         }));
         self
@@ -107,77 +103,26 @@ impl<St: portcullis_core::JointStore, X, C> ConcurrencySlotLayer<St, X, C> {
 }
 
 impl<St, X, C> ConcurrencySlotLayer<St, X, C> {
-    /// Longest wait for a free slot (C2); default zero (refuse at once).
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.config.max_wait = d;
-        self
-    }
     /// Lease TTL (C4); also sets the renewal period to a third of it.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.config.lease_ttl = ttl;
-        self.config.renew_every = ttl / 3;
+        self.config.own.lease_ttl = ttl;
+        self.config.own.renew_every = ttl / 3;
         self
     }
-    /// Renewal period of a held lease (C4); default a third of the TTL.
-    pub fn renew_every(mut self, d: Duration) -> Self {
-        self.config.renew_every = d;
-        self
+    config_setters! {
+        /// Longest wait for a free slot (C2); default zero (refuse at once).
+        max_wait(d: Duration) => max_wait;
+        /// Renewal period of a held lease (C4); default a third of the TTL.
+        renew_every(d: Duration) => own.renew_every;
     }
-    /// Failure mode when the store cannot answer (D4); default open.
-    pub fn failure_mode(mut self, m: FailureMode) -> Self {
-        self.config.failure_mode = m;
-        self
-    }
-    /// Uses another subject extractor (L6).
-    pub fn extractor<X2>(self, extractor: X2) -> ConcurrencySlotLayer<St, X2, C> {
-        let c = self.config;
-        ConcurrencySlotLayer {
-            config: Config {
-                store: c.store,
-                extractor,
-                clock: c.clock,
-                lease_ttl: c.lease_ttl,
-                renew_every: c.renew_every,
-                max_wait: c.max_wait,
-                failure_mode: c.failure_mode,
-                join: c.join,
-            },
-            state: self.state,
-        }
-    }
-    /// Uses another clock for subscription expiry (the store keeps its own time).
-    pub fn clock<C2>(self, clock: C2) -> ConcurrencySlotLayer<St, X, C2> {
-        let c = self.config;
-        ConcurrencySlotLayer {
-            config: Config {
-                store: c.store,
-                extractor: c.extractor,
-                clock,
-                lease_ttl: c.lease_ttl,
-                renew_every: c.renew_every,
-                max_wait: c.max_wait,
-                failure_mode: c.failure_mode,
-                join: c.join,
-            },
-            state: self.state,
-        }
-    }
-
-    /// Store failures so far.
-    pub fn failure_stats(&self) -> FailureStats {
-        self.state.failures.snapshot()
-    }
-    /// The store.
-    pub fn store(&self) -> &St {
-        &self.config.store
-    }
+    subject_builders!(ConcurrencySlotLayer);
 }
 
 impl<S, St: SlotStore, X: Clone, C: Clone> Layer<S> for ConcurrencySlotLayer<St, X, C> {
     type Service = ConcurrencySlot<S, St, X, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let side = self.config.join.as_ref().map(|join| {
+        let side = self.config.own.join.as_ref().map(|join| {
             let (failures, mode, store) = (
                 self.state.failures.clone(),
                 self.config.failure_mode,

@@ -89,8 +89,8 @@ impl<St: SlotStore> SlotGuard<St> {
             key,
             lease,
             renewals: shared.state.renewals.clone(),
-            ttl: portcullis_core::clock::millis(shared.config.lease_ttl),
-            every: shared.config.renew_every,
+            ttl: portcullis_core::clock::millis(shared.config.own.lease_ttl),
+            every: shared.config.own.renew_every,
             registration: None,
             _in_flight: crate::gauge::InFlight::enter(portcullis_core::LayerKind::ConcurrencySlot),
         }

@@ -49,9 +49,9 @@ where
         };
         let limit = subject.concurrency_limit(shared.config.clock.now());
         if limit == 0 {
-            return ResponseFuture::called(self.inner.call(req), None);
+            return ResponseFuture::called(self.inner.call(req), None, None);
         }
-        let ttl = portcullis_core::clock::millis(shared.config.lease_ttl);
+        let ttl = portcullis_core::clock::millis(shared.config.own.lease_ttl);
         if let Some(side) = shared
             .side
             .as_ref()
@@ -73,7 +73,7 @@ where
             let mut acquire = shared.ask(&subject.key, limit);
             return match poll_now(&mut acquire) {
                 Some(answer) => match shared.answer(subject.key, answer) {
-                    Answer::Go(guard) => ResponseFuture::called(fut, guard),
+                    Answer::Go(guard) => ResponseFuture::called(fut, guard, None),
                     Answer::Full => ResponseFuture::rejected(busy()),
                     Answer::Refuse(r) => ResponseFuture::rejected(r),
                 },
@@ -87,7 +87,9 @@ where
         // no service clone. A pending answer (Redis) continues in the future.
         let answered = match poll_now(&mut acquire) {
             Some(answer) => match shared.answer(subject.key.clone(), answer) {
-                Answer::Go(guard) => return ResponseFuture::called(self.inner.call(req), guard),
+                Answer::Go(guard) => {
+                    return ResponseFuture::called(self.inner.call(req), guard, None);
+                }
                 Answer::Refuse(r) => return ResponseFuture::rejected(r),
                 Answer::Full if shared.config.max_wait.is_zero() => {
                     return ResponseFuture::rejected(busy());

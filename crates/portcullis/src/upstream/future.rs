@@ -1,9 +1,9 @@
 use super::UpstreamGuard;
 use super::decide::{After, Step, Walk};
 use super::layer::ChannelFuture;
-use crate::future::{Around, Called, Decided, Gate, Pending};
+use crate::future::{Around, Called, Decided, Pending};
 use http::{Request, Response};
-use portcullis_core::{CapacityTake, Clock, JointAdmission, Rejection, UsageRecorder, WindowStore};
+use portcullis_core::{CapacityTake, Clock, JointAdmission, UsageRecorder, WindowStore};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -105,20 +105,6 @@ where
     St: WindowStore,
     C: Clock,
 {
-    pub(crate) fn rejected(r: Rejection) -> Self {
-        Self {
-            gate: Gate::rejected(r),
-        }
-    }
-    pub(crate) fn called(
-        fut: S::Future,
-        guard: Option<UpstreamGuard<St>>,
-        after: Option<After<St, C>>,
-    ) -> Self {
-        Self {
-            gate: Gate::called(fut, guard, after),
-        }
-    }
     /// Waits for what `step` asks, then walks on.
     pub(crate) fn deferred(step: Step<St>, d: Box<Deferred<S, ReqB, St, C>>) -> Self {
         let wait = match step {
@@ -130,11 +116,9 @@ where
                 return Self::called(fut, guard, after);
             }
         };
-        Self {
-            gate: Gate::deciding(Walking {
-                wait,
-                deferred: Some(d),
-            }),
-        }
+        Self::deciding(Walking {
+            wait,
+            deferred: Some(d),
+        })
     }
 }

@@ -8,7 +8,7 @@ use portcullis_dialects::{RateReader, RateSignal};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// Settings of the upstream limit layer, set one by one with its builder methods
@@ -34,25 +34,21 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// Counters of the upstream limit layer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct UpstreamStats {
-    /// Provider 429s while the local model had room (U3).
-    pub deviations: u64,
-    /// Cooldowns set from provider signals.
-    pub cooldowns: u64,
-    /// Requests refused because no candidate was usable (U4).
-    pub refused: u64,
-    /// Store failures.
-    pub failures: FailureStats,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) deviations: AtomicU64,
-    pub(crate) cooldowns: AtomicU64,
-    pub(crate) refused: AtomicU64,
+counted_stats! {
+    /// Counters of the upstream limit layer.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct UpstreamStats counted by Counters {
+        /// Provider 429s while the local model had room (U3).
+        deviations: AtomicU64,
+        /// Cooldowns set from provider signals.
+        cooldowns: AtomicU64,
+        /// Requests refused because no candidate was usable (U4).
+        refused: AtomicU64,
+    } and {
+        /// Store failures.
+        failures: FailureStats,
+    }
 }
 
 /// What the builder methods set.
@@ -131,43 +127,23 @@ impl<St: WindowStore> UpstreamLimitLayer<St, TokioClock> {
 }
 
 impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
-    /// Uses another clock for cooldowns (the store keeps its own time).
-    pub fn clock<C2: Clock>(self, clock: C2) -> UpstreamLimitLayer<St, C2> {
-        let c = self.config;
-        UpstreamLimitLayer {
-            config: Config {
-                store: c.store,
-                registry: c.registry,
-                clock,
-                settings: c.settings,
-                capacity: c.capacity,
-                rate_reader: c.rate_reader,
-            },
-            state: self.state,
-        }
+    swap_config! {
+        /// Uses another clock for cooldowns (the store keeps its own time).
+        fn clock<C2: Clock>(clock) -> UpstreamLimitLayer<St, C2>
+        keeps { store, registry, settings, capacity, rate_reader }
     }
-    /// Failure mode when the store cannot answer (D4); default open.
-    pub fn failure_mode(mut self, m: FailureMode) -> Self {
-        self.config.settings.failure_mode = m;
-        self
-    }
-    /// Cooldown after a provider 429 that names no Retry-After or reset (U3); default
-    /// 1 s.
-    pub fn default_cooldown(mut self, d: Duration) -> Self {
-        self.config.settings.default_cooldown = d;
-        self
-    }
-    /// Every setting of [`UpstreamConfig`] at once.
-    pub fn config(mut self, config: UpstreamConfig) -> Self {
-        self.config.settings = config;
-        self
-    }
-    /// Reads provider answers' rate signals with `reader` instead of
-    /// [`RateSignal::read`] (which knows OpenAI's and Anthropic's rate-limit headers and
-    /// `retry-after`): for a provider of another vendor.
-    pub fn rate_reader(mut self, reader: RateReader) -> Self {
-        self.config.rate_reader = reader;
-        self
+    config_setters! {
+        /// Failure mode when the store cannot answer (D4); default open.
+        failure_mode(m: FailureMode) => settings.failure_mode;
+        /// Cooldown after a provider 429 that names no Retry-After or reset (U3); default
+        /// 1 s.
+        default_cooldown(d: Duration) => settings.default_cooldown;
+        /// Every setting of [`UpstreamConfig`] at once.
+        config(config: UpstreamConfig) => settings;
+        /// Reads provider answers' rate signals with `reader` instead of
+        /// [`RateSignal::read`] (which knows OpenAI's and Anthropic's rate-limit headers and
+        /// `retry-after`): for a provider of another vendor.
+        rate_reader(reader: RateReader) => rate_reader;
     }
     /// Takes, with the provider windows of the channel a request is counted on, a
     /// capacity lease on that channel in the same store call (one Redis script where
@@ -200,12 +176,6 @@ impl<St: WindowStore, C: Clock> UpstreamLimitLayer<St, C> {
     }
     /// Counters so far.
     pub fn stats(&self) -> UpstreamStats {
-        let c = &self.state.counters;
-        UpstreamStats {
-            deviations: c.deviations.load(Ordering::Relaxed),
-            cooldowns: c.cooldowns.load(Ordering::Relaxed),
-            refused: c.refused.load(Ordering::Relaxed),
-            failures: self.state.failures.snapshot(),
-        }
+        self.state.counters.load(self.state.failures.snapshot())
     }
 }

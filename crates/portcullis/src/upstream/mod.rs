@@ -92,7 +92,6 @@ pub use future::ResponseFuture;
 pub use layer::{UpstreamConfig, UpstreamLimitLayer, UpstreamStats};
 pub use service::UpstreamLimit;
 
-use crate::body::Hold;
 use crate::spawn::detach;
 use portcullis_core::attempt::{CallEnd, Settle, settle};
 use portcullis_core::upstream::TokenMeasure;
@@ -127,16 +126,12 @@ pub struct UpstreamGuard<St: WindowStore> {
     pub(crate) _in_flight: crate::gauge::InFlight,
 }
 
+hold_call_end!(impl<St: WindowStore> Hold for UpstreamGuard<St>);
+
 impl<St: WindowStore> UpstreamGuard<St> {
     /// The channel the reservation is on.
     pub fn channel(&self) -> &str {
         &self.channel
-    }
-}
-
-impl<St: WindowStore> Hold for UpstreamGuard<St> {
-    fn call_ended(&mut self, end: CallEnd) {
-        self.end = end;
     }
 }
 

@@ -1,9 +1,9 @@
 use super::WindowGuard;
 use super::decide::{Admit, Step};
-use crate::future::{Decided, Gate, Pending};
+use crate::future::{Decided, Pending};
 use crate::joint::JointFuture;
 use http::Request;
-use portcullis_core::{Admission, Clock, Rejection, WindowStore};
+use portcullis_core::{Admission, Clock, WindowStore};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -88,16 +88,6 @@ where
     S: Service<Request<ReqB>>,
     St: WindowStore,
 {
-    pub(crate) fn rejected(r: Rejection) -> Self {
-        Self {
-            gate: Gate::rejected(r),
-        }
-    }
-    pub(crate) fn called(fut: S::Future, guard: Option<WindowGuard<St>>) -> Self {
-        Self {
-            gate: Gate::called(fut, guard, ()),
-        }
-    }
     /// Waits for what `step` asks (a store answer or a W10 sleep), then decides on.
     pub(crate) fn deferred(step: Step<St>, mut d: Box<Deferred<S, ReqB, St, X, C>>) -> Self {
         let wait = match step {
@@ -105,11 +95,9 @@ where
             Step::Joint(answer, windows) => Wait::Joint(answer, windows),
             Step::Sleep(after) => Wait::Sleep(Box::pin(tokio::time::sleep(after))),
             Step::Reject(r) => return Self::rejected(r),
-            Step::Admitted(guard) => return Self::called(d.call(), Some(guard)),
-            Step::Unlimited => return Self::called(d.call(), None),
+            Step::Admitted(guard) => return Self::called(d.call(), Some(guard), ()),
+            Step::Unlimited => return Self::called(d.call(), None, ()),
         };
-        Self {
-            gate: Gate::deciding(Deciding { wait, deferred: d }),
-        }
+        Self::deciding(Deciding { wait, deferred: d })
     }
 }

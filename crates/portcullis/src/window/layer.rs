@@ -1,21 +1,14 @@
 use super::AnchoredWindow;
 use crate::extract::FromExtensions;
-use crate::failure::{FailureCounters, FailureMode, FailureStats};
+use crate::failure::FailureCounters;
+use crate::subject::SubjectConfig;
 use portcullis_core::SystemClock;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What the builder methods set.
-#[derive(Clone)]
-pub(crate) struct Config<St, X, C> {
-    pub(crate) store: St,
-    pub(crate) extractor: X,
-    pub(crate) clock: C,
-    /// Longest wait for room in the rolling 60 s window (W10); zero = refuse at once.
-    pub(crate) max_wait: Duration,
-    /// Failure mode when the store cannot answer (D4).
-    pub(crate) failure_mode: FailureMode,
-}
+/// What the builder methods set: the window layer has no settings of its own; its
+/// `max_wait` is the longest wait for room in the rolling 60 s window (W10).
+pub(crate) type Config<St, X, C> = SubjectConfig<St, X, C>;
 
 /// What every clone of one layer and every service it builds shares, made once by
 /// [`AnchoredWindowLayer::new`].
@@ -50,63 +43,16 @@ impl<St> AnchoredWindowLayer<St> {
     /// the request extensions.
     pub fn new(store: St) -> Self {
         Self {
-            config: Config {
-                store,
-                extractor: FromExtensions,
-                clock: SystemClock::new(),
-                max_wait: Duration::ZERO,
-                failure_mode: FailureMode::default(),
-            },
+            config: SubjectConfig::new(store, ()),
             state: Arc::default(),
         }
     }
 }
 
 impl<St, X, C> AnchoredWindowLayer<St, X, C> {
-    /// Longest wait for room in the rolling window (W10).
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.config.max_wait = d;
-        self
+    config_setters! {
+        /// Longest wait for room in the rolling window (W10).
+        max_wait(d: Duration) => max_wait;
     }
-    /// Failure mode when the store cannot answer (D4); default open.
-    pub fn failure_mode(mut self, m: FailureMode) -> Self {
-        self.config.failure_mode = m;
-        self
-    }
-    /// Uses another subject extractor (L6).
-    pub fn extractor<X2>(self, extractor: X2) -> AnchoredWindowLayer<St, X2, C> {
-        let c = self.config;
-        AnchoredWindowLayer {
-            config: Config {
-                store: c.store,
-                extractor,
-                clock: c.clock,
-                max_wait: c.max_wait,
-                failure_mode: c.failure_mode,
-            },
-            state: self.state,
-        }
-    }
-    /// Uses another clock for subscription expiry (the store keeps its own time).
-    pub fn clock<C2>(self, clock: C2) -> AnchoredWindowLayer<St, X, C2> {
-        let c = self.config;
-        AnchoredWindowLayer {
-            config: Config {
-                store: c.store,
-                extractor: c.extractor,
-                clock,
-                max_wait: c.max_wait,
-                failure_mode: c.failure_mode,
-            },
-            state: self.state,
-        }
-    }
-    /// Store failures so far.
-    pub fn failure_stats(&self) -> FailureStats {
-        self.state.failures.snapshot()
-    }
-    /// The store.
-    pub fn store(&self) -> &St {
-        &self.config.store
-    }
+    subject_builders!(AnchoredWindowLayer);
 }

@@ -52,7 +52,6 @@ pub use future::ResponseFuture;
 pub use layer::AnchoredWindowLayer;
 pub use service::AnchoredWindow;
 
-use crate::body::Hold;
 use crate::spawn::detach;
 use portcullis_core::attempt::{CallEnd, Settle, settle};
 use portcullis_core::{Outcome, Scope, SubjectKey, UsageRecorder, WindowStore, WindowTicket};
@@ -70,16 +69,12 @@ pub struct WindowGuard<St: WindowStore> {
     _in_flight: crate::gauge::InFlight,
 }
 
+hold_call_end!(impl<St: WindowStore> Hold for WindowGuard<St>);
+
 impl<St: WindowStore> WindowGuard<St> {
     /// The reservation.
     pub fn ticket(&self) -> &WindowTicket {
         &self.ticket
-    }
-}
-
-impl<St: WindowStore> Hold for WindowGuard<St> {
-    fn call_ended(&mut self, end: CallEnd) {
-        self.end = end;
     }
 }
 

@@ -53,7 +53,7 @@ where
         let Some((mut admit, mut step)) =
             Admit::start(&self.shared, subject, demand, recorder, claim)
         else {
-            return ResponseFuture::called(self.inner.call(req), None);
+            return ResponseFuture::called(self.inner.call(req), None, ());
         };
         if admit.has_claim() {
             req.extensions_mut()
@@ -71,11 +71,11 @@ where
                 },
                 Step::Admitted(guard) => {
                     req.extensions_mut().insert(admit.admitted_under());
-                    return ResponseFuture::called(self.inner.call(req), Some(guard));
+                    return ResponseFuture::called(self.inner.call(req), Some(guard), ());
                 }
                 Step::Unlimited => {
                     req.extensions_mut().insert(admit.admitted_under());
-                    return ResponseFuture::called(self.inner.call(req), None);
+                    return ResponseFuture::called(self.inner.call(req), None, ());
                 }
                 Step::Joint(mut fut, windows) => match poll_now(&mut fut) {
                     Some(answer) => admit.on_joint_answer(answer, windows),
