@@ -464,6 +464,23 @@ impl Ledger {
         true
     }
 
+    /// Sets `key`'s spend in `books` if it has no record there yet (seeding from the
+    /// books at start must not reset a running spend). True if it was written.
+    pub fn seed_key_spend(&mut self, books: &Books, key: &SubjectKey, spent: Money) -> bool {
+        let b = self.books.entry(books.clone()).or_default();
+        if b.keys.contains_key(key) {
+            return false;
+        }
+        b.keys.insert(
+            key.clone(),
+            Acct {
+                money: spent,
+                pending: 0,
+            },
+        );
+        true
+    }
+
     /// Sets a tenant's balance explicitly (an operator's decision, e.g. after the
     /// store lost its data); money pending reconciliation is kept.
     pub fn set_balance(&mut self, tenant: &str, amount: Money) {

@@ -445,6 +445,14 @@ impl<L: Clone + Send + Sync + 'static, B: BillingStore> BillingStore for Split<L
     fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
         self.billing.seed_balance(tenant, amount)
     }
+    fn seed_key_spend(
+        &self,
+        books: &portcullis::core::Books,
+        key: &SubjectKey,
+        spent: Money,
+    ) -> Self::Future<bool> {
+        self.billing.seed_key_spend(books, key, spent)
+    }
     fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
         self.billing.set_balance(tenant, amount)
     }

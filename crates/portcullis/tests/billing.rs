@@ -464,6 +464,14 @@ impl portcullis::core::BillingStore for LostAnswer {
     fn seed_balance(&self, t: &str, m: i64) -> Self::Future<bool> {
         self.0.seed_balance(t, m)
     }
+    fn seed_key_spend(
+        &self,
+        b: &portcullis::core::Books,
+        k: &portcullis::core::SubjectKey,
+        m: i64,
+    ) -> Self::Future<bool> {
+        self.0.seed_key_spend(b, k, m)
+    }
     fn set_balance(&self, t: &str, m: i64) -> Self::Future<()> {
         self.0.set_balance(t, m)
     }
@@ -546,6 +554,14 @@ impl portcullis::core::BillingStore for FlakySettle {
     }
     fn seed_balance(&self, t: &str, m: i64) -> Self::Future<bool> {
         self.inner.seed_balance(t, m)
+    }
+    fn seed_key_spend(
+        &self,
+        b: &portcullis::core::Books,
+        k: &portcullis::core::SubjectKey,
+        m: i64,
+    ) -> Self::Future<bool> {
+        self.inner.seed_key_spend(b, k, m)
     }
     fn set_balance(&self, t: &str, m: i64) -> Self::Future<()> {
         self.inner.set_balance(t, m)

@@ -503,6 +503,11 @@ impl<C: Clock> BillingStore for MemoryStore<C> {
     fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
         ready(Ok(self.with_ledger(|l, _| l.seed_balance(tenant, amount))))
     }
+    fn seed_key_spend(&self, books: &Books, key: &SubjectKey, spent: Money) -> Self::Future<bool> {
+        ready(Ok(
+            self.with_ledger(|l, _| l.seed_key_spend(books, key, spent))
+        ))
+    }
     fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
         self.with_ledger(|l, _| l.set_balance(tenant, amount));
         ready(Ok(()))

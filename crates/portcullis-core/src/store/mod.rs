@@ -340,6 +340,11 @@ pub trait BillingStore: Clone + Send + Sync + 'static {
     /// Sets a tenant's balance unless it already has a record; true if it was written,
     /// false if the tenant kept its record.
     fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool>;
+    /// Sets `key`'s spend in `books` to `spent` unless the store has a record of its
+    /// spend (seeding from the books at start must not reset a running spend, B6); true
+    /// if it was written. A restarted in-memory store, or a Redis that lost the key's
+    /// record, so keeps the spend caps it had.
+    fn seed_key_spend(&self, books: &Books, key: &SubjectKey, spent: Money) -> Self::Future<bool>;
     /// Sets a tenant's balance explicitly (an operator's decision, B7), creating its
     /// record if it is missing; money pending reconciliation is kept.
     fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()>;

@@ -186,7 +186,20 @@ impl Client {
     /// pending registration, an object's home) and answers once it landed: with
     /// replica acks, only once that many replicas hold it (D10).
     pub(crate) fn write_command(&self, cmd: redis::Cmd) -> RedisStoreFuture<()> {
-        self.plain(cmd, true, |_: redis::Value| Ok(()))
+        self.write_command_with(cmd, |_: redis::Value| Ok(()))
+    }
+
+    /// [`write_command`](Self::write_command), its reply decoded.
+    pub(crate) fn write_command_with<R, T>(
+        &self,
+        cmd: redis::Cmd,
+        decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
+    ) -> RedisStoreFuture<T>
+    where
+        R: FromRedisValue + Send + 'static,
+        T: Send + 'static,
+    {
+        self.plain(cmd, true, decode)
     }
 
     fn plain<R, T>(

@@ -140,6 +140,9 @@ impl BillingStore for RedisStore {
     fn seed_balance(&self, tenant: &str, amount: Money) -> Self::Future<bool> {
         self.inner.billing.seed_balance(tenant, amount)
     }
+    fn seed_key_spend(&self, books: &Books, key: &SubjectKey, spent: Money) -> Self::Future<bool> {
+        self.inner.billing.seed_key_spend(books, key, spent)
+    }
     fn set_balance(&self, tenant: &str, amount: Money) -> Self::Future<()> {
         self.inner.billing.set_balance(tenant, amount)
     }

@@ -181,6 +181,14 @@ impl BillingStore for DeadStore {
     fn seed_balance(&self, _: &str, _: Money) -> Self::Future<bool> {
         dead()
     }
+    fn seed_key_spend(
+        &self,
+        _: &portcullis::core::Books,
+        _: &SubjectKey,
+        _: Money,
+    ) -> Self::Future<bool> {
+        dead()
+    }
     fn set_balance(&self, _: &str, _: Money) -> Self::Future<()> {
         dead()
     }

@@ -142,6 +142,25 @@ impl BillingOps {
         )
     }
 
+    /// Writes `key`'s spend in `books` unless its record holds one (`HSETNX`): a key
+    /// settled in a billing block still in use has its spend field already.
+    pub(crate) fn seed_key_spend(
+        &self,
+        books: &Books,
+        key: &SubjectKey,
+        spent: Money,
+    ) -> RedisStoreFuture<bool> {
+        let spent = match exact(spent, "seed key spend") {
+            Ok(a) => a,
+            Err(e) => return failed(e),
+        };
+        let mut cmd = redis::cmd("HSETNX");
+        cmd.arg(self.client.keys().spend(books, key))
+            .arg("spent")
+            .arg(spent);
+        self.client.write_command_with(cmd, |r: i64| Ok(r == 1))
+    }
+
     pub(crate) fn set_balance(&self, tenant: &str, amount: Money) -> RedisStoreFuture<()> {
         let amount = match exact(amount, "balance") {
             Ok(a) => a,
