@@ -36,6 +36,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod pages;
 pub mod prepare;
+pub mod resolve_pending;
 mod routes;
 mod running;
 pub mod serve;

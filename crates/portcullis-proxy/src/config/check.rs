@@ -47,7 +47,24 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     let too_long = DAY;
     let f = &raw.failover;
-    let checks: [(&str, bool, &str); 13] = [
+    let billing = &raw.billing;
+    let checks: [(&str, bool, &str); 16] = [
+        (
+            "billing.unknown_grace",
+            billing.unknown_grace.is_zero() || billing.unknown_grace > too_long,
+            "billing.unknown_grace must be between 1ms and 24h",
+        ),
+        (
+            "billing.unknown_give_up",
+            billing.unknown_give_up > 30 * too_long,
+            "billing.unknown_give_up must be at most 30 days",
+        ),
+        (
+            "billing.resolve_interval",
+            billing.resolve_interval.is_zero()
+                || billing.resolve_interval > Duration::from_secs(3600),
+            "billing.resolve_interval must be between 1ms and 1h",
+        ),
         (
             "failover.max_attempts",
             f.max_attempts == 0 || f.max_attempts > 10,

@@ -26,7 +26,7 @@ pub use settings::{
     BillingSettings, CutStreamsConfig, DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT, DatabaseSettings,
     FailureModeConfig, ForwardedHeader, ForwardingSettings, LimitSettings, ModelSettings,
     NEVER_FORWARDED, QueueSettings, ServerSettings, StoreSettings, TaskEntry, TelemetrySettings,
-    UpstreamLimits, Vendor,
+    UnknownOutcomeConfig, UpstreamLimits, Vendor,
 };
 
 use portcullis_core::Money;

@@ -426,6 +426,55 @@ mod tests {
         assert!(e.reason.contains("unknown variant `maybe`"), "{e}");
         assert_eq!(e.line, Some(2), "{e}");
     }
+
+    #[test]
+    fn b7_unknown_outcomes_are_held_after_two_minutes_and_an_hour_by_default_and_bad_values_are_refused()
+     {
+        use crate::config::UnknownOutcomeConfig;
+        use std::time::Duration;
+        let b = Config::parse(GOOD).unwrap().billing().clone();
+        assert_eq!(
+            (
+                b.unknown_grace,
+                b.unknown_give_up,
+                b.unknown_outcome,
+                b.resolve_interval
+            ),
+            (
+                Duration::from_secs(120),
+                Duration::from_secs(3600),
+                UnknownOutcomeConfig::Hold,
+                Duration::from_secs(15)
+            )
+        );
+        let c = Config::parse(&format!(
+            "[billing]\nunknown_grace = \"300ms\"\nunknown_give_up = \"0s\"\nunknown_outcome = \"upper_bound\"\nresolve_interval = \"50ms\"\n{GOOD}"
+        ))
+        .unwrap();
+        let b = c.billing();
+        assert_eq!(
+            (
+                b.unknown_grace,
+                b.unknown_give_up,
+                b.unknown_outcome,
+                b.resolve_interval
+            ),
+            (
+                Duration::from_millis(300),
+                Duration::ZERO,
+                UnknownOutcomeConfig::UpperBound,
+                Duration::from_millis(50)
+            )
+        );
+        let e =
+            Config::parse(&format!("[billing]\nunknown_outcome = \"guess\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("unknown variant `guess`"), "{e}");
+        let e = Config::parse(&format!("[billing]\nunknown_grace = \"soon\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("invalid duration"), "{e}");
+        let e =
+            Config::parse(&format!("[billing]\nresolve_interval = \"0s\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("billing.resolve_interval"), "{e}");
+    }
 }
 
 /// `[telemetry]`: where and how the spans are exported (read at start; a reload keeps

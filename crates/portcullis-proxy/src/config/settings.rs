@@ -176,7 +176,7 @@ pub struct ServerSettings {
 
 /// `[billing]`: how the money of attempts whose provider reported no final usage is
 /// resolved (B7).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct BillingSettings {
     /// A stream cut after its content went out — the client's stop button, or the
@@ -185,6 +185,45 @@ pub struct BillingSettings {
     /// else estimated, and the output counted from the deltas); `"hold"` keeps its upper
     /// bound pending reconciliation by an operator.
     pub cut_streams: CutStreamsConfig,
+    /// How long an attempt stays pending with an unknown outcome before the gateway asks
+    /// its provider for the object the answer named (a stored OpenAI response or chat
+    /// completion). Default 2 minutes.
+    #[serde(deserialize_with = "duration")]
+    pub unknown_grace: Duration,
+    /// How much longer, after the grace, the provider is asked; then the
+    /// [`unknown_outcome`](Self::unknown_outcome) policy applies. Default 1 hour.
+    #[serde(deserialize_with = "duration")]
+    pub unknown_give_up: Duration,
+    /// What becomes of a pending attempt nothing answered for by the end of the give-up
+    /// period: `"hold"` (the default) leaves it for an operator; `"upper_bound"` settles
+    /// it at its upper bound.
+    pub unknown_outcome: UnknownOutcomeConfig,
+    /// How often the ledger's pending attempts are looked at. Default 15 seconds.
+    #[serde(deserialize_with = "duration")]
+    pub resolve_interval: Duration,
+}
+
+impl Default for BillingSettings {
+    fn default() -> Self {
+        Self {
+            cut_streams: CutStreamsConfig::default(),
+            unknown_grace: Duration::from_secs(120),
+            unknown_give_up: Duration::from_secs(3600),
+            unknown_outcome: UnknownOutcomeConfig::default(),
+            resolve_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+/// `[billing] unknown_outcome`: the end of a pending attempt nothing answered for (B7).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownOutcomeConfig {
+    /// Leave it pending for an operator (logged once).
+    #[default]
+    Hold,
+    /// Settle it at its upper bound.
+    UpperBound,
 }
 
 /// `[billing] cut_streams`.
