@@ -104,6 +104,8 @@ struct Recorded {
     channel: Option<Arc<str>>,
     /// The provider's id of the model, when the channel knows it by another name.
     upstream_model: Option<Arc<str>>,
+    /// The provider's object the answer named (B7).
+    provider_object: Option<Arc<str>>,
     /// The request's recorder when this one serves one attempt of it.
     parent: Option<UsageRecorder>,
 }
@@ -188,6 +190,22 @@ impl UsageRecorder {
         if let Some(p) = parent {
             p.set_upstream_model(model);
         }
+    }
+    /// Names the provider's object the answer created, as the path it is retrieved at
+    /// under the channel's base URL (e.g. `/v1/responses/resp_…`): what an attempt whose
+    /// outcome stays unknown can later be resolved from (B7).
+    pub fn set_provider_object(&self, object: Option<Arc<str>>) {
+        let parent = self.with(|r| {
+            r.provider_object = object.clone();
+            r.parent.clone()
+        });
+        if let Some(p) = parent {
+            p.set_provider_object(object);
+        }
+    }
+    /// The provider's object the answer named, if any.
+    pub fn provider_object(&self) -> Option<Arc<str>> {
+        self.with(|r| r.provider_object.clone())
     }
     /// The provider's id of the model, when it differs from the public name.
     pub fn upstream_model(&self) -> Option<Arc<str>> {

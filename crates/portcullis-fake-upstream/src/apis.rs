@@ -189,6 +189,45 @@ pub(crate) fn answer(
     (JSON, Bytes::from(body))
 }
 
+/// A response created by call `seq` as a retrieval answers it, stored when it is
+/// planned: its id, the whole object, and the object while it is still `in_progress`.
+pub(crate) fn stored_response(
+    ctx: &Ctx<'_>,
+    seq: u64,
+    u: &Usage,
+    max_output_tokens: Option<u64>,
+) -> (String, String, String) {
+    let id = minted_id("resp", ctx.instance, seq);
+    let (created, model) = (unix_secs(ctx.now), js(ctx.model));
+    let item = minted_id("msg", ctx.instance, seq);
+    let status = status_of(u);
+    let output = format!(
+        "[{}]",
+        message_item(&item, status, Some(&js(&full_text(u.chunks))))
+    );
+    let done = response_object(
+        &js(&id),
+        created,
+        &model,
+        status,
+        &output,
+        &responses_usage(u),
+        max_output_tokens,
+        u.truncated,
+    );
+    let pending = response_object(
+        &js(&id),
+        created,
+        &model,
+        "in_progress",
+        "[]",
+        "null",
+        max_output_tokens,
+        false,
+    );
+    (id, done, pending)
+}
+
 /// `completed`, or `incomplete` when the output was cut by `max_output_tokens`.
 fn status_of(u: &Usage) -> &'static str {
     if u.truncated {

@@ -6,13 +6,14 @@
 //! | route | dialect |
 //! |---|---|
 //! | `POST /v1/chat/completions` (`"stream": true` → SSE `chat.completion.chunk`s, a usage chunk when `stream_options.include_usage`, then `data: [DONE]`) | OpenAI |
+//! | `GET /v1/chat/completions/{id}` (a [stored](#stored-objects) chat completion) | OpenAI |
 //! | `GET /v1/models` (Anthropic's shape when `anthropic-version` is sent) | OpenAI / Anthropic |
 //! | `POST /v1/messages` (`"stream": true` → `message_start` … `message_stop` SSE with `event:` lines) | Anthropic |
 //! | `POST /v1beta/models/{model}:generateContent` | Gemini |
 //! | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse` (without `alt=sse`: a streamed JSON array) | Gemini |
 //! | `GET /v1beta/models` | Gemini |
 //! | `POST /v1/responses` (`"stream": true` → `response.created` … `response.completed` SSE with `event:` lines) | OpenAI Responses |
-//! | `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items` | OpenAI Responses |
+//! | `GET /v1/responses/{id}` (a [stored](#stored-objects) response), `DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`, `GET /v1/responses/{id}/input_items` | OpenAI Responses |
 //! | `POST /v1/embeddings` (`dimensions`, default [`DEFAULT_EMBEDDING_DIMENSIONS`]; `encoding_format` `float` or `base64`) | OpenAI |
 //! | `POST /v1beta/models/{model}:embedContent`, `…:batchEmbedContents` (no usage, as Gemini) | Gemini |
 //! | `POST /v1/messages/count_tokens` → `{"input_tokens":P}` | Anthropic |
@@ -59,8 +60,8 @@
 //! embeddings `prompt_tokens = total_tokens = P`; Anthropic count_tokens
 //! `input_tokens = P`; Gemini countTokens `totalTokens = P`; images (gpt-image style,
 //! none for `dall-e*` models) `input_tokens = input_tokens_details.text_tokens = P`,
-//! `image_tokens = 0`, `output_tokens = n × O`; a retrieved response `P` = 1 (or
-//! `x-fake-input-tokens`). Gemini embeddings and video jobs report no usage.
+//! `image_tokens = 0`, `output_tokens = n × O`; a retrieved response or chat completion
+//! the usage it was created with. Gemini embeddings and video jobs report no usage.
 //!
 //! Embedding vectors are unit length and deterministic: the same input text (or token
 //! ids) always gets the same vector.
@@ -111,8 +112,24 @@
 //! Response, output message and video ids are minted as `resp_fake_i{n}_{seq:08}`,
 //! `msg_fake_i{n}_{seq:08}` and `video_fake_i{n}_{seq:08}`, where `n` is the fake's
 //! [`FakeControl::instance_id`] and `seq` its call counter, so a test can tell which
-//! fake made an id ([`FakeControl::made_id`]). Retrieving, cancelling or deleting a
-//! response or video answers for any id (nothing is stored).
+//! fake made an id ([`FakeControl::made_id`]). Chat completion ids are
+//! `chatcmpl-fake{seq:08}`. Cancelling a response and polling, downloading or deleting a
+//! video answer for any id (nothing about them is stored).
+//!
+//! # Stored objects
+//!
+//! Every successful response (`POST /v1/responses`) and chat completion
+//! (`POST /v1/chat/completions`) is kept whole, the last [`STORED_MAX`], as a provider
+//! stores them — streamed or not, and whatever became of the stream: a client (or a
+//! gateway) that went away mid-stream does not keep the provider from finishing it.
+//! `GET /v1/responses/{id}` answers the response as created, with its usage; until the
+//! time its stream would have ended (time to first byte + the chunk interval for each
+//! chunk) it is `in_progress` with `usage: null`. `GET /v1/chat/completions/{id}` answers
+//! the `chat.completion` object, with its usage, from that time on. An id not kept
+//! (never made, deleted with `DELETE /v1/responses/{id}`, or pushed out) is a 404 in
+//! OpenAI's shape (`invalid_request_error`, `… with id '{id}' not found.`). Answers that
+//! failed (`x-fake-error`, `x-fake-fail-after-chunks`) are not kept. The `x-fake-*`
+//! failure controls still apply to a retrieval; its usage controls do not.
 //!
 //! # Headers
 //!
@@ -168,6 +185,7 @@ mod render;
 mod request;
 mod server;
 mod stats;
+mod stored;
 mod time;
 
 use std::io;
@@ -186,6 +204,7 @@ pub use request::{
     prompt_text_bytes,
 };
 pub use stats::{BODY_CAP, RECENT_BODIES, RecordedRequest, Route, Stats};
+pub use stored::STORED_MAX;
 
 use server::Shared;
 

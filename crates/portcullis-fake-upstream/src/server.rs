@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -35,6 +35,8 @@ struct Control {
 
 pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
+    /// The responses and chat completions generated, answered by id.
+    stored: crate::stored::Stored,
     control: Mutex<Control>,
     models: Vec<String>,
     /// This fake's number in the process (from 1), in the ids it mints.
@@ -52,6 +54,7 @@ impl Shared {
     pub(crate) fn new(recent_capacity: usize, default: Behavior, models: Vec<String>) -> Self {
         Shared {
             counters: Arc::new(Counters::new(recent_capacity)),
+            stored: crate::stored::Stored::default(),
             control: Mutex::new(Control {
                 default,
                 ..Control::default()
@@ -204,6 +207,13 @@ fn classify(
         }
         (&Method::GET, "/v1beta/models") => return (Route::ListModels, Dialect::Gemini, None),
         _ => {}
+    }
+    if let Some((id, tail)) = resource(path, "/v1/chat/completions/") {
+        let route = match (method, tail) {
+            (&Method::GET, None) => Route::ChatCompletionRetrieve,
+            _ => Route::Other,
+        };
+        return (route, Dialect::OpenAi, Some(id.to_owned()));
     }
     if let Some((id, tail)) = resource(path, "/v1/responses/") {
         let route = match (method, tail) {
@@ -397,6 +407,29 @@ async fn handle(
         push(&mut h, "retry-after", s);
     }
     let cut = b.cut == Some(true);
+    // A provider keeps what it generated; not an answer that failed.
+    if failure.is_none() && !fail_in_stream {
+        store(&shared, route, &ctx, seq, &usage, &parsed, &b);
+    }
+    if let Some(kind) = stored_kind(route) {
+        let id = param.as_deref().unwrap_or_default();
+        let Some(body) = shared.stored.get(kind, id, Instant::now()) else {
+            let body = crate::stored::not_found(kind, id);
+            return Ok(full(guard, 404, "application/json", h, body));
+        };
+        return Ok(buffered(
+            &shared,
+            "application/json",
+            Bytes::from(body),
+            h,
+            cut,
+            guard,
+        ));
+    }
+    if route == Route::ResponseDelete {
+        let id = param.as_deref().unwrap_or_default();
+        shared.stored.remove(crate::stored::Kind::Response, id);
+    }
 
     if !parsed.stream {
         let (content_type, body) = match route {
@@ -426,6 +459,59 @@ async fn handle(
         max_tokens: parsed.max_tokens,
     };
     Ok(streamed(&shared, &ctx, seq, &usage, &plan, h, guard))
+}
+
+/// The kind of stored object a retrieval route reads.
+fn stored_kind(route: Route) -> Option<crate::stored::Kind> {
+    match route {
+        Route::ResponseRetrieve => Some(crate::stored::Kind::Response),
+        Route::ChatCompletionRetrieve => Some(crate::stored::Kind::ChatCompletion),
+        _ => None,
+    }
+}
+
+/// Keeps a response or chat completion the fake is about to answer, whole, as the
+/// provider stores it: answered by id once its stream would have ended (time to first
+/// byte + the chunk interval for each chunk and the end), whatever becomes of the
+/// stream.
+fn store(
+    shared: &Shared,
+    route: Route,
+    ctx: &Ctx<'_>,
+    seq: u64,
+    usage: &Usage,
+    parsed: &request::Parsed,
+    b: &Behavior,
+) {
+    let ready = Instant::now()
+        + if parsed.stream {
+            b.ttfb.unwrap_or_default() + b.chunk_interval.unwrap_or_default() * usage.chunks.max(1)
+        } else {
+            Duration::ZERO
+        };
+    match route {
+        Route::Responses => {
+            let (id, done, pending) = apis::stored_response(ctx, seq, usage, parsed.max_tokens);
+            shared.stored.put(
+                crate::stored::Kind::Response,
+                id,
+                done,
+                Some(pending),
+                ready,
+            );
+        }
+        Route::ChatCompletions => {
+            let done = render::non_stream(ctx, seq, usage);
+            shared.stored.put(
+                crate::stored::Kind::ChatCompletion,
+                render::openai_id(seq),
+                done,
+                None,
+                ready,
+            );
+        }
+        _ => {}
+    }
 }
 
 /// Waits the latency the behaviour asks for (and, unstreamed, the time to first byte);

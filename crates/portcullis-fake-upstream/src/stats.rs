@@ -62,13 +62,15 @@ pub enum Route {
     VideoContent,
     /// OpenAI `DELETE /v1/videos/{id}`.
     VideoDelete,
+    /// OpenAI `GET /v1/chat/completions/{id}` (a stored chat completion).
+    ChatCompletionRetrieve,
     /// Anything else (answered 404).
     Other,
 }
 
 impl Route {
     /// Every route, in declaration order (`ALL[r as usize] == r`).
-    const ALL: [Route; 22] = [
+    const ALL: [Route; 23] = [
         Route::ChatCompletions,
         Route::Messages,
         Route::GenerateContent,
@@ -90,6 +92,7 @@ impl Route {
         Route::VideoRetrieve,
         Route::VideoContent,
         Route::VideoDelete,
+        Route::ChatCompletionRetrieve,
         Route::Other,
     ];
 
@@ -131,8 +134,8 @@ impl Route {
             )
     }
 
-    /// True for the routes about a stored response or video job (retrieve, delete,
-    /// cancel, input items, video content). The instance and credential defaults and the
+    /// True for the routes about a stored response, chat completion or video job
+    /// (retrieve, delete, cancel, input items, video content). The instance and credential defaults and the
     /// request's `x-fake-*` headers apply to them, but they consume no scripted
     /// behaviour.
     pub fn is_resource(self) -> bool {
@@ -145,6 +148,7 @@ impl Route {
                 | Route::VideoRetrieve
                 | Route::VideoContent
                 | Route::VideoDelete
+                | Route::ChatCompletionRetrieve
         )
     }
 }

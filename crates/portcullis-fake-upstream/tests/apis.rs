@@ -352,6 +352,8 @@ async fn responses_stored_routes_answer_by_id() {
         "/id",
     );
 
+    // The stored response: the one created, its usage as created (the retrieval's own
+    // `x-fake-*` usage headers change nothing).
     let r = send(
         &fake,
         Method::GET,
@@ -366,9 +368,9 @@ async fn responses_stored_routes_answer_by_id() {
     assert_eq!(v["object"], "response");
     assert_eq!(v["status"], "completed");
     assert_eq!(v["output"][0]["content"][0]["text"], expected_text(4));
-    assert_eq!(v["usage"]["input_tokens"], 1);
-    assert_eq!(v["usage"]["output_tokens"], 5);
-    assert_eq!(v["usage"]["total_tokens"], 6);
+    assert_eq!(v["usage"]["input_tokens"], 12);
+    assert_eq!(v["usage"]["output_tokens"], 16);
+    assert_eq!(v["usage"]["total_tokens"], 28);
 
     let r = send(
         &fake,
@@ -1062,11 +1064,12 @@ async fn resource_routes_use_defaults_but_not_scripts() {
             .status,
         200
     );
+    // (An id the fake never made is not found.)
     assert_eq!(
         send(&fake, Method::GET, "/v1/responses/resp_x", &[], "")
             .await
             .status,
-        200
+        404
     );
     assert_eq!(fake.scripts_remaining(), 1);
     let r = post(&fake, VIDEOS, &[], r#"{"prompt":"x"}"#).await;
@@ -1189,4 +1192,135 @@ async fn in_flight_is_exact_across_new_routes() {
     assert_eq!(s.max_in_flight_for("sk-par"), 6);
     assert_eq!((s.in_flight, s.completed, s.cancelled), (0, 6, 0));
     assert_eq!(s.calls_per_route.len(), 6, "{:?}", s.calls_per_route);
+}
+
+/// B7: the fake keeps every response and chat completion it generated — a stream the
+/// client abandoned included, as a provider finishes and stores it — and answers them by
+/// id with their usage: a response `in_progress` until its stream would have ended, a
+/// chat completion not found until then; an unknown id is a 404 in OpenAI's shape; a
+/// deleted response is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_responses_and_chat_completions_are_stored_and_retrieved_by_id() {
+    let fake = FakeUpstream::start().await;
+    // A chat completion, whole.
+    let chat = post(
+        &fake,
+        OPENAI,
+        &[("x-fake-output-tokens", "7")],
+        &openai_body(false, false),
+    )
+    .await
+    .json();
+    let chat_id = texts(&chat, "/id");
+    let r = send(&fake, Method::GET, &format!("{OPENAI}/{chat_id}"), &[], "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), chat, "the stored completion is the one answered");
+    assert_eq!(r.json()["usage"]["completion_tokens"], 7);
+
+    // A streamed response abandoned after `response.created`, its content 300 ms away.
+    let (res, guard) = open(
+        &fake,
+        Method::POST,
+        RESPONSES,
+        &[
+            ("x-fake-ttfb-ms", "300"),
+            ("x-fake-chunks", "1"),
+            ("x-fake-output-tokens", "9"),
+        ],
+        &responses_body(true),
+    )
+    .await;
+    let mut body = res.into_body();
+    let first = next_frame(&mut body, Duration::from_secs(2))
+        .await
+        .expect("the preamble")
+        .expect("data");
+    let first = String::from_utf8(first.to_vec()).unwrap();
+    let created = parse_sse(&first)
+        .into_iter()
+        .find(|e| e.json()["type"] == "response.created")
+        .expect("response.created");
+    let id = texts(&created.json(), "/response/id");
+    drop(body);
+    drop(guard);
+    let r = send(&fake, Method::GET, &format!("{RESPONSES}/{id}"), &[], "").await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(
+        (v["status"].as_str(), &v["usage"]),
+        (Some("in_progress"), &Value::Null)
+    );
+    // Finished (and stored) as if the client had stayed.
+    let start = Instant::now();
+    let done = loop {
+        let v = send(&fake, Method::GET, &format!("{RESPONSES}/{id}"), &[], "")
+            .await
+            .json();
+        if v["status"] == "completed" {
+            break v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "never completed: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(done["id"], id.as_str());
+    assert_eq!(done["usage"]["input_tokens"], 12);
+    assert_eq!(done["usage"]["output_tokens"], 9);
+
+    // A streamed chat completion: not found until its stream would have ended.
+    let (res, guard) = open(
+        &fake,
+        Method::POST,
+        OPENAI,
+        &[("x-fake-ttfb-ms", "300"), ("x-fake-chunks", "1")],
+        &openai_body(true, true),
+    )
+    .await;
+    let mut body = res.into_body();
+    let role = next_frame(&mut body, Duration::from_secs(2))
+        .await
+        .expect("the role chunk")
+        .expect("data");
+    let role = String::from_utf8(role.to_vec()).unwrap();
+    let chunk_id = texts(&parse_sse(&role)[0].json(), "/id");
+    drop(body);
+    drop(guard);
+    let path = format!("{OPENAI}/{chunk_id}");
+    let start = Instant::now();
+    loop {
+        let r = send(&fake, Method::GET, &path, &[], "").await;
+        if r.status == 200 {
+            assert_eq!(r.json()["id"], chunk_id.as_str());
+            assert_eq!(r.json()["usage"]["prompt_tokens"], 10);
+            break;
+        }
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert!(start.elapsed() < Duration::from_secs(5), "never stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Unknown ids: 404s in OpenAI's shape.
+    for path in [
+        "/v1/responses/resp_nope",
+        "/v1/chat/completions/chatcmpl-nope",
+    ] {
+        let r = send(&fake, Method::GET, path, &[], "").await;
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(r.json()["error"]["type"], "invalid_request_error", "{path}");
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("nope")
+        );
+    }
+    // Deleted: gone.
+    let r = send(&fake, Method::DELETE, &format!("{RESPONSES}/{id}"), &[], "").await;
+    assert_eq!(r.status, 200);
+    let r = send(&fake, Method::GET, &format!("{RESPONSES}/{id}"), &[], "").await;
+    assert_eq!(r.status, 404);
+    let s = fake.stats();
+    assert!(s.calls(Route::ChatCompletionRetrieve) >= 2);
 }

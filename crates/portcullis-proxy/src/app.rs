@@ -188,10 +188,14 @@ where
         let token = self.config.admin_token.clone();
         let directory = self.directory.clone();
         let accept_traceparent = self.config.telemetry().accept_traceparent;
+        let resolver = self.resolver();
         let stack = Arc::new(Stack::new(
             running,
             Box::new(move |config| self.reassemble(config)),
         ));
+        if let Some((records, client)) = resolver {
+            crate::resolve_pending::start(Arc::downgrade(&stack), records, client);
+        }
         // Admin and page routes, then everything else on the running (reloadable) stack.
         let mut app = crate::routes::admin::routes(token.clone(), stack.clone());
         if let Some(d) = directory {
@@ -287,6 +291,25 @@ where
             .map_err(|e| format!("ledger spool {}: {e}", spool.display()))?;
         self.ledger = Some(Arc::new(sink));
         Ok(())
+    }
+
+    /// What the resolver of pending attempts with an unknown outcome needs (B7): the
+    /// ledger's database and the upstream client — only with a ledger. Without one,
+    /// says once that such attempts wait for an operator.
+    fn resolver(&self) -> Option<(Arc<portcullis_records::Records>, HttpClient)> {
+        if !self.limits {
+            return None;
+        }
+        match (&self.ledger, &self.directory) {
+            (Some(_), Some(d)) => Some((d.records().clone(), self.client.clone())),
+            _ => {
+                tracing::info!(
+                    "no records database ledger: attempts pending with an unknown outcome \
+                     are resolved by an operator only (GET /admin/pending) (B7)"
+                );
+                None
+            }
+        }
     }
 
     /// Where usage records go: the ledger and the configured JSON-lines log (either,

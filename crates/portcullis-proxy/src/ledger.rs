@@ -135,20 +135,22 @@ pub fn row_of(r: &UsageRecord) -> LedgerRow {
         outcome,
         resolved_by: resolved_by.map(str::to_owned),
         billed_to_balance: r.billed_to_balance,
+        provider_object: text(&r.provider_object),
     }
 }
 
 /// How an attempt ended, its money, and what resolved it — an operator, or the
-/// evidence of an automatic charge (B7) — as the ledger keeps them.
+/// evidence of an automatic charge or resolution (B7) — as the ledger keeps them.
 fn outcome_of(
     state: AttemptState,
     reconciliation: Option<Reconciliation>,
     evidence: Option<Evidence>,
 ) -> (Outcome, i64, Option<&'static str>) {
+    let by = || Some(evidence.map_or("operator", Evidence::as_str));
     match (state, reconciliation) {
-        (_, Some(Reconciliation::WrittenOff { .. })) => (Outcome::WrittenOff, 0, Some("operator")),
+        (_, Some(Reconciliation::WrittenOff { .. })) => (Outcome::WrittenOff, 0, by()),
         (AttemptState::Settled(c), Some(Reconciliation::Settled { .. })) => {
-            (Outcome::Reconciled, c, Some("operator"))
+            (Outcome::Reconciled, c, by())
         }
         (AttemptState::Settled(c), None) => (Outcome::Settled, c, evidence.map(Evidence::as_str)),
         (AttemptState::Pending(m), _) => (Outcome::Pending, m, None),
@@ -389,6 +391,20 @@ mod tests {
         assert_eq!(
             outcome_of(AttemptState::Settled(12), None, Some(Evidence::Streamed)),
             (Outcome::Settled, 12, Some("streamed"))
+        );
+        // B7: a pending attempt the gateway resolved names what it rests on.
+        let settled = Some(Reconciliation::Settled { pending: 155 });
+        assert_eq!(
+            outcome_of(AttemptState::Settled(31), settled, Some(Evidence::Provider)),
+            (Outcome::Reconciled, 31, Some("provider"))
+        );
+        assert_eq!(
+            outcome_of(
+                AttemptState::Settled(155),
+                settled,
+                Some(Evidence::UpperBound)
+            ),
+            (Outcome::Reconciled, 155, Some("upper_bound"))
         );
     }
 }

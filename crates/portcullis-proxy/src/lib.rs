@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod pages;
 pub mod prepare;
 pub mod reserve;
+pub mod resolve_pending;
 mod routes;
 mod running;
 pub mod serve;

@@ -75,6 +75,11 @@ impl<St> Stack<St> {
         self.current.load()
     }
 
+    /// The running stack, to hold across an `await` (a background task's look at it).
+    pub(crate) fn load_full(&self) -> Arc<Running<St>> {
+        self.current.load_full()
+    }
+
     /// Builds a complete stack on `config` and swaps it in for new requests; on an error
     /// the running stack stays as it is. Requests in flight keep what they hold of the
     /// stack they started on.

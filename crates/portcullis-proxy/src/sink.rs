@@ -72,10 +72,12 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
         (AttemptState::Refunded, _) => ("refunded", 0),
         (AttemptState::Open, _) => ("open", 0),
     };
-    // An operator's reconciliation of a pending attempt (B7): the upper bound it released.
+    // The reconciliation of a pending attempt (B7) — by an operator, or by the gateway on
+    // its evidence — and the upper bound it released.
+    let by = r.evidence.map_or("operator", |e| e.as_str());
     let reconciled = r.reconciliation.map(|x| match x {
         Reconciliation::Settled { pending } | Reconciliation::WrittenOff { pending } => {
-            json!({"by": "operator", "pending": pending})
+            json!({"by": by, "pending": pending})
         }
     });
     json!({
@@ -99,6 +101,7 @@ pub fn record_json(r: &UsageRecord) -> serde_json::Value {
         "billed_to_balance": r.billed_to_balance,
         "reconciled": reconciled,
         "evidence": r.evidence.map(|e| e.as_str()),
+        "provider_object": r.provider_object.as_deref(),
     })
 }
 

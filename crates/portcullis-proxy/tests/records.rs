@@ -1706,3 +1706,229 @@ async fn b7_ten_thousand_requests_over_two_instances_on_postgres_leave_exact_boo
     unsafe { std::env::set_var(var, "b7-load-shared-hash-secret-0123456789") };
     ten_thousand_requests_over_two_instances(&pg.url(), var).await;
 }
+
+// ------------------------------------------------------------------ unknown outcomes (B7)
+
+/// A gateway on a fresh SQLite records database with `[billing]` and `[server]` settings
+/// of the test's own; returns it and its directory.
+async fn sqlite_gateway_with(server: &str, billing: &str) -> (Gw, std::path::PathBuf) {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    let text = format!(
+        "[server]\nadmin_token = \"{TOKEN}\"\n{server}\n\n[database]\nurl = \"{url}\"\nhash_secret_env = \"PCX_TEST_UNSET_HASH_SECRET\"\n\n[billing]\n{billing}\n{CHANNELS}"
+    );
+    (serve(&text).await, dir)
+}
+
+/// The tenant's ledger rows once there are `n` and `done` holds for every one (polled,
+/// bounded generously).
+async fn rows_when(
+    addr: SocketAddr,
+    tenant: &str,
+    n: usize,
+    done: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let start = Instant::now();
+    let query = format!("/admin/usage?tenant={tenant}");
+    loop {
+        let (status, v) = admin(addr, TOKEN, "GET", &query, None).await;
+        if let Some(rows) = v["records"].as_array().filter(|_| status == 200) {
+            if rows.len() == n && rows.iter().all(&done) {
+                return rows.clone();
+            }
+        }
+        assert!(
+            start.elapsed() < WAIT * 4,
+            "the ledger never got there: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The cost of OpenAI `usage` at the price of `gpt-4o-mini` in [`CHANNELS`] (rounded up
+/// once, in minor units).
+fn gpt_4o_mini_cost(usage: &Value) -> i64 {
+    let n = |p: &str| usage.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let (input, cached, output) = if usage.get("prompt_tokens").is_some() {
+        (
+            n("/prompt_tokens"),
+            n("/prompt_tokens_details/cached_tokens"),
+            n("/completion_tokens"),
+        )
+    } else {
+        (
+            n("/input_tokens"),
+            n("/input_tokens_details/cached_tokens"),
+            n("/output_tokens"),
+        )
+    };
+    let micro = (input - cached) * 150_000 + cached * 75_000 + output * 600_000;
+    (micro + 999_999) / 1_000_000
+}
+
+/// B7: an OpenAI stream whose upstream falls silent after naming its object
+/// (`response.created`, the chat completion's role chunk) and before any content is cut
+/// by `upstream_idle_timeout` and stays pending with the object in the ledger; after the
+/// grace the gateway asks the provider for it, waits while it is in progress, and settles
+/// it at exactly the price of the stored usage — `reconciled` by `provider` in the ledger
+/// and in the JSON-lines log — with the books exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_pending_unknown_outcome_is_settled_from_the_providers_stored_response() {
+    let log_dir = temp_dir();
+    let log = log_dir.join("usage.jsonl");
+    let (gw, _dir) = sqlite_gateway_with(
+        &format!(
+            "upstream_idle_timeout = \"300ms\"\nusage_log = \"{}\"",
+            log.display()
+        ),
+        // One attempt a request: every attempt a failover made would be resolved alike.
+        "unknown_grace = \"200ms\"\nunknown_give_up = \"30s\"\nresolve_interval = \"100ms\"\n\n[failover]\nmax_attempts = 1",
+    )
+    .await;
+    let (secret, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+    // The content comes 1.5 s after the object is named: the gateway cuts the silence.
+    let stalled = |req: Req| {
+        req.key(KeyAt::Bearer, &secret)
+            .header("x-fake-ttfb-ms", 1500)
+            .header("x-fake-chunks", 1)
+            .header("x-fake-output-tokens", 9)
+    };
+    let responses = Req::post(
+        "/v1/responses",
+        json!({"model": "gpt-4o-mini", "input": "What is the answer?", "stream": true}).to_string(),
+    );
+    let chat = gen_for(Dialect::OpenAi, "gpt-4o-mini", true, None);
+    for req in [responses, chat] {
+        // Silent before its first content: an error to the client (a 502 before anything
+        // was committed to it), whatever the provider went on to do.
+        let r = send(gw.addr, &stalled(req)).await;
+        assert!(
+            r.status == 502 || r.status == 200,
+            "{} {}",
+            r.status,
+            r.text()
+        );
+    }
+    // The generation calls of this test (the key's first check was a chat completion).
+    let pending = rows_when(gw.addr, "acme", 3, |r| {
+        r["outcome"] != "pending" || r["provider_object"].is_string()
+    })
+    .await;
+    let objects: Vec<String> = pending
+        .iter()
+        .filter(|r| r["outcome"] != "settled")
+        .filter_map(|r| r["provider_object"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(objects.len(), 2, "{pending:?}");
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.starts_with("/v1/responses/resp_fake")),
+        "{objects:?}"
+    );
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.starts_with("/v1/chat/completions/chatcmpl-")),
+        "{objects:?}"
+    );
+    // Settled from the provider's answer, each at its stored usage's price.
+    let rows = rows_when(gw.addr, "acme", 3, |r| r["outcome"] != "pending").await;
+    assert_eq!(
+        rows.iter().filter(|r| r["outcome"] == "settled").count(),
+        1,
+        "the key's check"
+    );
+    for object in &objects {
+        let row = rows
+            .iter()
+            .find(|r| r["provider_object"] == object.as_str())
+            .unwrap();
+        let stored = send(gw._fake.addr(), &Req::get(object.clone())).await;
+        assert_eq!(stored.status, 200, "{}", stored.text());
+        let usage = serde_json::from_slice::<Value>(&stored.body).unwrap()["usage"].clone();
+        assert_eq!(
+            (row["outcome"].as_str(), row["resolved_by"].as_str()),
+            (Some("reconciled"), Some("provider")),
+            "{row}"
+        );
+        assert_eq!(
+            row["amount"].as_i64(),
+            Some(gpt_4o_mini_cost(&usage)),
+            "{row} {usage}"
+        );
+        assert_eq!(row["usage"]["output_tokens"], 9, "{row}");
+    }
+    // The provider was asked with the channel's credential, never the client's key.
+    let s = gw._fake.stats();
+    assert!(s.calls(portcullis_fake_upstream::Route::ResponseRetrieve) >= 1);
+    assert!(s.calls(portcullis_fake_upstream::Route::ChatCompletionRetrieve) >= 1);
+    assert!(!s.saw_anywhere(&secret));
+    // Once each, in the log too, naming the evidence.
+    let resolved = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains("\"by\":\"provider\""))
+            .count()
+    };
+    assert!(
+        eventually(WAIT, || async {
+            resolved(&std::fs::read_to_string(&log).unwrap_or_default()) == 2
+        })
+        .await,
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let (status, books) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(books["exact"], true, "{books}");
+    assert_eq!(
+        books_of(&books, "acme")["pending"].as_i64(),
+        Some(0),
+        "{books}"
+    );
+    // Still once each however many looks went by.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(resolved(&std::fs::read_to_string(&log).unwrap()), 2);
+}
+
+/// B7: a pending attempt with nothing to ask the provider for (an Anthropic stream cut
+/// before its content) is settled at its upper bound once the give-up period has passed,
+/// with `unknown_outcome = "upper_bound"`; the books stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_with_upper_bound_a_pending_attempt_nothing_answers_for_is_settled_at_its_upper_bound() {
+    let (gw, _dir) = sqlite_gateway_with(
+        "upstream_idle_timeout = \"300ms\"",
+        "unknown_grace = \"200ms\"\nunknown_give_up = \"300ms\"\nunknown_outcome = \"upper_bound\"\nresolve_interval = \"100ms\"",
+    )
+    .await;
+    let (secret, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+    let req = gen_for(Dialect::Anthropic, "claude-sonnet-4-5", true, Some(100))
+        .key(KeyAt::XApiKey, &secret)
+        .header("x-fake-ttfb-ms", 1500);
+    let r = send(gw.addr, &req).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rows = rows_when(gw.addr, "acme", 2, |r| r["outcome"] != "pending").await;
+    let row = rows
+        .iter()
+        .find(|r| r["model"] == "claude-sonnet-4-5")
+        .unwrap();
+    assert_eq!(
+        (row["outcome"].as_str(), row["resolved_by"].as_str()),
+        (Some("reconciled"), Some("upper_bound")),
+        "{row}"
+    );
+    assert!(row["provider_object"].is_null(), "{row}");
+    // The upper bound: 100 output tokens at 15,000,000 a million, and the input.
+    let amount = row["amount"].as_i64().unwrap();
+    assert!(amount >= 1_500, "{row}");
+    assert_eq!(
+        gw._fake
+            .stats()
+            .calls(portcullis_fake_upstream::Route::ResponseRetrieve),
+        0
+    );
+    let (_, books) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
+    assert_eq!(books["exact"], true, "{books}");
+    let acme = books_of(&books, "acme");
+    assert_eq!(acme["pending"].as_i64(), Some(0), "{acme}");
+}

@@ -105,11 +105,42 @@ pub struct LedgerRow {
     pub amount: i64,
     /// How it ended.
     pub outcome: Outcome,
-    /// What resolved a pending attempt (`operator`, …).
+    /// What resolved a pending attempt (`operator`, `provider`, `upper_bound`) or what
+    /// an automatic charge rests on (`streamed`).
     pub resolved_by: Option<String>,
     /// Whether the tenant's (or key's) balance pays (false when a subscription covers
     /// it).
     pub billed_to_balance: bool,
+    /// The provider's object the answer named (B7): its path under the channel's base
+    /// URL (`/v1/responses/resp_…`, `/v1/chat/completions/chatcmpl-…`), what a pending
+    /// attempt can be resolved from. Written with the attempt's first row and kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_object: Option<String>,
+}
+
+/// A pending row as the resolver reads it (B7): the row, and when it reached the
+/// ledger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRow {
+    /// The row.
+    pub row: LedgerRow,
+    /// When the pending record reached the ledger (ms): the start of its grace.
+    pub since: Millis,
+}
+
+/// Which pending rows [`Records::pending_ledger`] reads: those that reached the ledger
+/// in `[from, before)`, with or without a provider object, after a cursor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PendingQuery {
+    /// At or after (ms); `None`: from the first.
+    pub from: Option<Millis>,
+    /// Before (ms).
+    pub before: Millis,
+    /// `Some(true)`: only rows with a provider object; `Some(false)`: only rows
+    /// without; `None`: both.
+    pub with_object: Option<bool>,
+    /// After this row (its `since` and attempt), in the order read.
+    pub after: Option<(Millis, String)>,
 }
 
 /// What a usage query selects; every filter given must hold.
@@ -187,14 +218,15 @@ pub const USAGE_PAGE_MAX: u32 = 1000;
 
 const COLUMNS: &str = "attempt, at, request_id, client_request_id, key_id, tenant, model, \
      upstream_model, channel, input_tokens, cached_input_tokens, cache_write_tokens, \
-     output_tokens, images, videos, amount, outcome, resolved_by, billed_to_balance";
+     output_tokens, images, videos, amount, outcome, resolved_by, billed_to_balance, \
+     provider_object";
 
 /// The upsert: a new attempt is inserted; an existing one changes only from pending to
 /// a final outcome (a resolution), so a replay is a no-op.
 const INSERT: &str = "INSERT INTO pcx_ledger (attempt, at, request_id, client_request_id, \
      key_id, tenant, model, upstream_model, channel, input_tokens, cached_input_tokens, \
      cache_write_tokens, output_tokens, images, videos, amount, outcome, resolved_by, \
-     billed_to_balance, recorded_at) VALUES ";
+     billed_to_balance, recorded_at, provider_object) VALUES ";
 const ON_CONFLICT: &str = " ON CONFLICT (attempt) DO UPDATE SET at = excluded.at, \
      input_tokens = excluded.input_tokens, cached_input_tokens = excluded.cached_input_tokens, \
      cache_write_tokens = excluded.cache_write_tokens, output_tokens = excluded.output_tokens, \
@@ -203,7 +235,7 @@ const ON_CONFLICT: &str = " ON CONFLICT (attempt) DO UPDATE SET at = excluded.at
      recorded_at = excluded.recorded_at \
      WHERE pcx_ledger.outcome = 'pending' AND excluded.outcome <> 'pending'";
 /// The values one row binds.
-const ROW_VALUES: usize = 20;
+const ROW_VALUES: usize = 21;
 /// Most rows one statement writes on PostgreSQL: one round trip for many rows (a row
 /// a statement was a round trip each: 7,700 rows/s, below a gateway's peak; 200 a
 /// statement: 38,000), its parameters far inside the limit. SQLite, in process, has no
@@ -300,6 +332,7 @@ fn row(r: &AnyRow) -> Result<LedgerRow, sqlx::Error> {
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown outcome {outcome:?}").into()))?,
         resolved_by: r.try_get("resolved_by")?,
         billed_to_balance: r.try_get::<i32, _>("billed_to_balance")? != 0,
+        provider_object: r.try_get("provider_object")?,
     })
 }
 
@@ -447,7 +480,8 @@ impl Records {
                     .bind(r.outcome.as_str())
                     .bind(r.resolved_by.as_deref())
                     .bind(i32::from(r.billed_to_balance))
-                    .bind(sql_ms(now));
+                    .bind(sql_ms(now))
+                    .bind(r.provider_object.as_deref());
             }
             q.execute(&mut *tx).await.map_err(db_err)?;
         }
@@ -554,6 +588,59 @@ impl Records {
         })
     }
 
+    /// At most `limit` pending rows `q` selects, in the order they reached the ledger
+    /// (then by attempt): what the resolver of unknown outcomes reads (B7). Continue
+    /// after the last with [`PendingQuery::after`].
+    pub async fn pending_ledger(
+        &self,
+        q: &PendingQuery,
+        limit: u32,
+    ) -> Result<Vec<PendingRow>, RecordsError> {
+        self.count();
+        let limit = limit.clamp(1, USAGE_PAGE_MAX);
+        let mut clause = String::from(" WHERE outcome = 'pending' AND recorded_at < $1");
+        let mut n = 1;
+        let mut ints = vec![sql_ms(q.before)];
+        if let Some(from) = q.from {
+            n += 1;
+            clause.push_str(&format!(" AND recorded_at >= ${n}"));
+            ints.push(sql_ms(from));
+        }
+        match q.with_object {
+            Some(true) => clause.push_str(" AND provider_object IS NOT NULL"),
+            Some(false) => clause.push_str(" AND provider_object IS NULL"),
+            None => {}
+        }
+        if let Some((since, _)) = &q.after {
+            let (a, b) = (n + 1, n + 2);
+            clause.push_str(&format!(
+                " AND (recorded_at > ${a} OR (recorded_at = ${a} AND attempt > ${b}))"
+            ));
+            ints.push(sql_ms(*since));
+        }
+        let sql = format!(
+            "SELECT {COLUMNS}, recorded_at FROM pcx_ledger{clause} \
+             ORDER BY recorded_at, attempt LIMIT {limit}"
+        );
+        let mut query = sqlx::query(&sql);
+        for i in &ints {
+            query = query.bind(*i);
+        }
+        if let Some((_, attempt)) = &q.after {
+            query = query.bind(attempt.as_str());
+        }
+        let rows = query.fetch_all(self.pool()).await.map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok(PendingRow {
+                    row: row(r)?,
+                    since: ms(r.try_get("recorded_at")?),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(db_err)
+    }
+
     /// The ledger's money per book, counting what the balance pays: `(tenant, key)` with
     /// `key` set only for the books of a key with no tenant; tenant-less keys first, then
     /// tenants, each in name order.
@@ -613,6 +700,7 @@ mod tests {
             outcome: Outcome::Settled,
             resolved_by: None,
             billed_to_balance: true,
+            provider_object: None,
         };
         let names = |rows: &[LedgerRow]| -> Vec<Vec<String>> {
             statements(rows, ROWS_PER_STATEMENT)
@@ -631,7 +719,7 @@ mod tests {
             .collect();
         assert_eq!(sizes, vec![200, 200, 50]);
         assert_eq!(upsert(2).matches('$').count(), 2 * ROW_VALUES);
-        assert!(upsert(2).contains("$40)") && !upsert(2).contains("$41"));
+        assert!(upsert(2).contains("$42)") && !upsert(2).contains("$43"));
     }
 
     #[test]
@@ -666,6 +754,7 @@ mod tests {
             outcome: Outcome::Settled,
             resolved_by: None,
             billed_to_balance: true,
+            provider_object: None,
         };
         assert_eq!(
             parse_cursor(&cursor_of(&r)).unwrap(),

@@ -3,7 +3,7 @@
 
 use portcullis_records::{
     Backend, Follower, Hasher, KeySpec, KeyState, LedgerMoney, LedgerRow, LedgerUsage, NewKey,
-    Outcome, Records, RecordsError, Replica, TenantSpec, UsageQuery,
+    Outcome, PendingQuery, Records, RecordsError, Replica, TenantSpec, UsageQuery,
 };
 use portcullis_test_support::postgres::PostgresServer;
 use std::sync::{Arc, Mutex};
@@ -516,6 +516,7 @@ fn ledger_row(
         outcome,
         resolved_by: None,
         billed_to_balance: true,
+        provider_object: None,
     }
 }
 
@@ -810,4 +811,110 @@ async fn usage_queries_newest_first_and_by_exact_key_id(db: Db) {
 both!(
     b6_usage_queries_newest_first_and_by_exact_key_id,
     usage_queries_newest_first_and_by_exact_key_id
+);
+
+/// B7: the resolver of unknown outcomes reads the pending rows that reached the ledger
+/// in a span of time, with or without the provider's object, page by page; the object
+/// is kept when the row is resolved, and a resolved row is read no more.
+async fn pending_rows_by_age_and_provider_object(db: Db) {
+    let r = open(&db).await;
+    let with = |a: &str| LedgerRow {
+        provider_object: Some(format!("/v1/responses/resp_{a}")),
+        ..ledger_row(a, 1, "k1", Some("acme"), 100, Outcome::Pending)
+    };
+    let without = |a: &str| ledger_row(a, 1, "k1", Some("acme"), 100, Outcome::Pending);
+    r.append_ledger(&[with("att-1"), without("att-2")], 1_000)
+        .await
+        .unwrap();
+    r.append_ledger(
+        &[
+            with("att-3"),
+            ledger_row("att-4", 1, "k1", None, 5, Outcome::Settled),
+        ],
+        2_000,
+    )
+    .await
+    .unwrap();
+    let read = |q: PendingQuery| {
+        let r = &r;
+        async move {
+            r.pending_ledger(&q, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.row.attempt, p.since, p.row.provider_object.is_some()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = read(PendingQuery {
+        before: 5_000,
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(
+        all,
+        vec![
+            ("att-1".to_owned(), 1_000, true),
+            ("att-2".to_owned(), 1_000, false),
+            ("att-3".to_owned(), 2_000, true),
+        ]
+    );
+    let older = read(PendingQuery {
+        before: 2_000,
+        with_object: Some(true),
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(older, vec![("att-1".to_owned(), 1_000, true)]);
+    let lacking = read(PendingQuery {
+        before: 5_000,
+        with_object: Some(false),
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(lacking, vec![("att-2".to_owned(), 1_000, false)]);
+    let recent = read(PendingQuery {
+        from: Some(1_500),
+        before: 5_000,
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(recent, vec![("att-3".to_owned(), 2_000, true)]);
+    let next = read(PendingQuery {
+        before: 5_000,
+        after: Some((1_000, "att-1".to_owned())),
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(next.len(), 2, "{next:?}");
+    assert_eq!(next[0].0, "att-2");
+    // Resolved by the provider's answer: the object stays, the row is read no more.
+    let resolved = LedgerRow {
+        amount: 42,
+        outcome: Outcome::Reconciled,
+        resolved_by: Some("provider".into()),
+        provider_object: None,
+        ..with("att-1")
+    };
+    r.append_ledger(&[resolved], 3_000).await.unwrap();
+    let row = r.ledger_row("att-1").await.unwrap();
+    assert_eq!(
+        (row.outcome, row.amount, row.resolved_by.as_deref()),
+        (Outcome::Reconciled, 42, Some("provider"))
+    );
+    assert_eq!(
+        row.provider_object.as_deref(),
+        Some("/v1/responses/resp_att-1")
+    );
+    let left = read(PendingQuery {
+        before: 5_000,
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().all(|(a, _, _)| a != "att-1"));
+}
+both!(
+    b7_pending_rows_by_age_and_provider_object,
+    pending_rows_by_age_and_provider_object
 );

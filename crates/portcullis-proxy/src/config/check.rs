@@ -49,7 +49,23 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     let too_long = DAY;
     let f = &raw.failover;
-    let checks: [(&str, bool, &str); 13] = [
+    let b = &raw.billing;
+    let checks: [(&str, bool, &str); 16] = [
+        (
+            "billing.unknown_grace",
+            b.unknown_grace.is_zero() || b.unknown_grace > too_long,
+            "billing.unknown_grace must be between 1ms and 24h",
+        ),
+        (
+            "billing.unknown_give_up",
+            b.unknown_give_up > 30 * too_long,
+            "billing.unknown_give_up must be at most 30 days",
+        ),
+        (
+            "billing.resolve_interval",
+            b.resolve_interval.is_zero() || b.resolve_interval > Duration::from_secs(3600),
+            "billing.resolve_interval must be between 1ms and 1h",
+        ),
         (
             "failover.max_attempts",
             f.max_attempts == 0 || f.max_attempts > 10,

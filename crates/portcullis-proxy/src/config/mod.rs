@@ -23,10 +23,11 @@ mod span;
 
 pub use check::check_endpoint;
 pub use settings::{
-    BillingSettings, CutStreamsConfig, DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT, DatabaseSettings,
+    BillingSettings, CutStreamsConfig, DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT,
+    DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP, DEFAULT_UNKNOWN_GRACE, DatabaseSettings,
     FailureModeConfig, ForwardedHeader, ForwardingSettings, LimitSettings, ModelSettings,
     NEVER_FORWARDED, QueueSettings, ServerSettings, StoreSettings, TaskEntry, TelemetrySettings,
-    UpstreamLimits, Vendor,
+    UnknownOutcomeConfig, UpstreamLimits, Vendor,
 };
 
 use portcullis_core::Money;

@@ -127,7 +127,7 @@ pub(super) struct BudgetConfig {
 /// `[billing]`: what a request holds while it runs (B8). A value of the wrong type is
 /// refused naming its setting (`billing.reserve_cap: invalid type …`), like the checks
 /// of `check.rs`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct BillingConfig {
     /// What the hold is made of: `"upper_bound"` (default) or `"estimate"`.
@@ -144,6 +144,36 @@ pub(super) struct BillingConfig {
     pub(super) reserve_cap: Option<Money>,
     /// What a stream cut after its content went out is charged (B7).
     pub(super) cut_streams: super::settings::CutStreamsConfig,
+    /// How long an unknown outcome waits before its provider is asked (B7).
+    #[serde(deserialize_with = "super::span::duration")]
+    pub(super) unknown_grace: std::time::Duration,
+    /// How much longer the provider is asked before `unknown_outcome` applies.
+    #[serde(deserialize_with = "super::span::duration")]
+    pub(super) unknown_give_up: std::time::Duration,
+    /// What becomes of a pending attempt nothing answered for.
+    pub(super) unknown_outcome: super::settings::UnknownOutcomeConfig,
+    /// How often the ledger's pending attempts are looked at.
+    #[serde(deserialize_with = "super::span::duration")]
+    pub(super) resolve_interval: std::time::Duration,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        use super::settings::{
+            DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP, DEFAULT_UNKNOWN_GRACE,
+        };
+        Self {
+            reserve: ReserveConfig::default(),
+            expected_output_share: None,
+            expected_output_tokens: None,
+            reserve_cap: None,
+            cut_streams: Default::default(),
+            unknown_grace: DEFAULT_UNKNOWN_GRACE,
+            unknown_give_up: DEFAULT_UNKNOWN_GIVE_UP,
+            unknown_outcome: Default::default(),
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+        }
+    }
 }
 
 /// `[billing] reserve`.
@@ -489,6 +519,55 @@ mod tests {
         let e = Config::parse(&format!("[billing]\ncut_streams = \"maybe\"\n{GOOD}")).unwrap_err();
         assert!(e.reason.contains("unknown variant `maybe`"), "{e}");
         assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn b7_unknown_outcomes_are_held_after_two_minutes_and_an_hour_by_default_and_bad_values_are_refused()
+     {
+        use crate::config::UnknownOutcomeConfig;
+        use std::time::Duration;
+        let b = Config::parse(GOOD).unwrap().billing().clone();
+        assert_eq!(
+            (
+                b.unknown_grace,
+                b.unknown_give_up,
+                b.unknown_outcome,
+                b.resolve_interval
+            ),
+            (
+                Duration::from_secs(120),
+                Duration::from_secs(3600),
+                UnknownOutcomeConfig::Hold,
+                Duration::from_secs(15)
+            )
+        );
+        let c = Config::parse(&format!(
+            "[billing]\nunknown_grace = \"300ms\"\nunknown_give_up = \"0s\"\nunknown_outcome = \"upper_bound\"\nresolve_interval = \"50ms\"\n{GOOD}"
+        ))
+        .unwrap();
+        let b = c.billing();
+        assert_eq!(
+            (
+                b.unknown_grace,
+                b.unknown_give_up,
+                b.unknown_outcome,
+                b.resolve_interval
+            ),
+            (
+                Duration::from_millis(300),
+                Duration::ZERO,
+                UnknownOutcomeConfig::UpperBound,
+                Duration::from_millis(50)
+            )
+        );
+        let e =
+            Config::parse(&format!("[billing]\nunknown_outcome = \"guess\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("unknown variant `guess`"), "{e}");
+        let e = Config::parse(&format!("[billing]\nunknown_grace = \"soon\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("invalid duration"), "{e}");
+        let e =
+            Config::parse(&format!("[billing]\nresolve_interval = \"0s\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("billing.resolve_interval"), "{e}");
     }
 }
 

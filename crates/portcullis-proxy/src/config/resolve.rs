@@ -205,6 +205,10 @@ pub(super) fn billing(b: &BillingConfig) -> BillingSettings {
             cap: b.reserve_cap,
         },
         cut_streams: b.cut_streams,
+        unknown_grace: b.unknown_grace,
+        unknown_give_up: b.unknown_give_up,
+        unknown_outcome: b.unknown_outcome,
+        resolve_interval: b.resolve_interval,
     }
 }
 

@@ -179,7 +179,7 @@ pub struct ServerSettings {
 /// cap) while it runs (B8), and what a stream cut after its content went out is charged
 /// (B7). Settings of the gateway, not of a tenant or a budget: one request's hold is one
 /// amount, reserved in every budget it draws on in one store call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BillingSettings {
     /// The hold policy and its cap (default: the upper bound, no cap).
     pub reservation: crate::reserve::Reservation,
@@ -189,6 +189,50 @@ pub struct BillingSettings {
     /// else estimated, and the output counted from the deltas); `"hold"` keeps its hold
     /// pending reconciliation by an operator.
     pub cut_streams: CutStreamsConfig,
+    /// How long an attempt stays pending with an unknown outcome before the gateway asks
+    /// its provider for the object the answer named (a stored OpenAI response or chat
+    /// completion). Default 2 minutes.
+    pub unknown_grace: Duration,
+    /// How much longer, after the grace, the provider is asked; then the
+    /// [`unknown_outcome`](Self::unknown_outcome) policy applies. Default 1 hour.
+    pub unknown_give_up: Duration,
+    /// What becomes of a pending attempt nothing answered for by the end of the give-up
+    /// period: `"hold"` (the default) leaves it for an operator; `"upper_bound"` settles
+    /// it at its upper bound.
+    pub unknown_outcome: UnknownOutcomeConfig,
+    /// How often the ledger's pending attempts are looked at. Default 15 seconds.
+    pub resolve_interval: Duration,
+}
+
+/// `[billing] unknown_grace` unless the file says otherwise.
+pub const DEFAULT_UNKNOWN_GRACE: Duration = Duration::from_secs(120);
+/// `[billing] unknown_give_up` unless the file says otherwise.
+pub const DEFAULT_UNKNOWN_GIVE_UP: Duration = Duration::from_secs(3600);
+/// `[billing] resolve_interval` unless the file says otherwise.
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(15);
+
+impl Default for BillingSettings {
+    fn default() -> Self {
+        Self {
+            reservation: crate::reserve::Reservation::default(),
+            cut_streams: CutStreamsConfig::default(),
+            unknown_grace: DEFAULT_UNKNOWN_GRACE,
+            unknown_give_up: DEFAULT_UNKNOWN_GIVE_UP,
+            unknown_outcome: UnknownOutcomeConfig::default(),
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+        }
+    }
+}
+
+/// `[billing] unknown_outcome`: the end of a pending attempt nothing answered for (B7).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownOutcomeConfig {
+    /// Leave it pending for an operator (logged once).
+    #[default]
+    Hold,
+    /// Settle it at its upper bound.
+    UpperBound,
 }
 
 /// `[billing] cut_streams`.

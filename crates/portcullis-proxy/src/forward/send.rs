@@ -149,6 +149,11 @@ impl Shared {
             (None, Some(id)) => rename_model(route.dialect, &mut parts, body, model, id).await?,
             (None, None) => body,
         };
+        // B7: an OpenAI channel can be asked later for the object its answer names.
+        let retrieval = (route.dialect == Dialect::OpenAi
+            && facts.0.operation == portcullis_dialects::Operation::Generate)
+            .then(|| super::usage::retrieval_of(parts.uri.path()))
+            .flatten();
         let mut up = upstream_request(&self.allow, &route, &mut parts, body)?;
         if let Some(t) = &trace {
             let uri = up.uri().clone();
@@ -197,6 +202,7 @@ impl Shared {
                 sent: Sent::of(&facts.0),
                 done: false,
                 trace,
+                retrieval,
             })
         });
         let idle = self.catalog.upstream_idle_timeout;

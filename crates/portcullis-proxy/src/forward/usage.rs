@@ -74,6 +74,26 @@ pub(super) struct Watch {
     pub(super) done: bool,
     /// The attempt's span attributes (time to first chunk, tokens), when traced.
     pub(super) trace: Option<AttemptTrace>,
+    /// Where the provider keeps the object the answer names, under the channel's base
+    /// URL (`/v1/responses`, `/v1/chat/completions`): an OpenAI channel's generation,
+    /// which can be asked for later if its outcome stays unknown (B7).
+    pub(super) retrieval: Option<&'static str>,
+}
+
+/// Where an OpenAI channel keeps the object a generation request sent to `path`
+/// creates, and can be asked for it (B7): `/v1/responses/{id}`,
+/// `/v1/chat/completions/{id}`.
+pub(super) fn retrieval_of(path: &str) -> Option<&'static str> {
+    ["/v1/responses", "/v1/chat/completions"]
+        .into_iter()
+        .find(|p| path == *p)
+}
+
+/// The object's path, if `id` is one a path may hold as it is.
+fn object_path(prefix: &str, id: &str) -> Option<Arc<str>> {
+    id.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        .then(|| Arc::from(format!("{prefix}/{id}")))
 }
 
 impl Watch {
@@ -89,6 +109,16 @@ impl Watch {
             self.watcher.as_ref().and_then(UsageWatcher::object_id),
         ) {
             homes.remember(id, home);
+        }
+        // The object the answer named — often before any content (`response.created`,
+        // the role chunk's `id`) — is what an unknown outcome is later resolved from.
+        if let (Some(prefix), Some(id)) = (
+            self.retrieval,
+            self.watcher.as_ref().and_then(UsageWatcher::object_id),
+        ) {
+            if let Some(path) = object_path(prefix, id) {
+                self.recorder.set_provider_object(Some(path));
+            }
         }
         if let Unreported::Free = self.unreported {
             self.recorder.record(Usage {
@@ -161,5 +191,27 @@ impl Drop for Watch {
     fn drop(&mut self) {
         // A body dropped before its end (client gone, stream cut): what was seen.
         self.record(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn b7_only_openai_generation_paths_keep_the_object_and_only_plain_ids() {
+        assert_eq!(retrieval_of("/v1/responses"), Some("/v1/responses"));
+        assert_eq!(
+            retrieval_of("/v1/chat/completions"),
+            Some("/v1/chat/completions")
+        );
+        assert_eq!(retrieval_of("/v1/embeddings"), None);
+        assert_eq!(retrieval_of("/v1/responses/resp_1/cancel"), None);
+        assert_eq!(
+            object_path("/v1/responses", "resp_1-a.b").as_deref(),
+            Some("/v1/responses/resp_1-a.b")
+        );
+        assert_eq!(object_path("/v1/responses", "../admin"), None);
+        assert_eq!(object_path("/v1/responses", "a?b"), None);
     }
 }

@@ -92,7 +92,7 @@ pub use crate::extensions::{Attempt, BillingProfile, ClientRequestId, NotBilled}
 pub use durable::{FIRST_BACKOFF, MAX_BACKOFF, MAX_WAITING_SETTLEMENTS, SettlementStats};
 pub use future::ResponseFuture;
 pub use layer::BillingGateLayer;
-pub use reconcile::{Reconciliation, reconcile};
+pub use reconcile::{Reconciliation, reconcile, resolve};
 pub use service::BillingGate;
 
 use crate::body::Hold;
@@ -119,12 +119,19 @@ pub enum CutStreams {
     Hold,
 }
 
-/// What an automatic charge of an attempt rests on (B7), named in its usage record.
+/// What an automatic charge or resolution of an attempt rests on (B7), named in its
+/// usage record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Evidence {
     /// A stream cut after its content went out, charged what the gateway saw streamed
     /// ([`CutStreams::Charge`]).
     Streamed,
+    /// A pending attempt settled at the usage the provider reported when asked later for
+    /// the object the answer named (a stored response or chat completion).
+    Provider,
+    /// A pending attempt nothing answered for, settled at its upper bound when its time
+    /// ran out (the `upper_bound` policy of unknown outcomes).
+    UpperBound,
 }
 
 impl Evidence {
@@ -132,6 +139,8 @@ impl Evidence {
     pub fn as_str(self) -> &'static str {
         match self {
             Evidence::Streamed => "streamed",
+            Evidence::Provider => "provider",
+            Evidence::UpperBound => "upper_bound",
         }
     }
 }
@@ -170,10 +179,14 @@ pub struct UsageRecord {
     /// What an automatic charge rests on (B7): set when the layer settled the attempt
     /// without a complete report from the provider.
     pub evidence: Option<Evidence>,
-    /// Set when an operator closed the attempt from pending reconciliation (B7): a second
-    /// record of the attempt (its first said pending), with the settled cost or the
-    /// write-off.
+    /// Set when the attempt was closed from pending reconciliation (B7) — by an
+    /// operator, or by the gateway on the evidence named in `evidence`: a second record
+    /// of the attempt (its first said pending), with the settled cost or the write-off.
     pub reconciliation: Option<Reconciliation>,
+    /// The provider's object the answer named, as the path it is retrieved at under the
+    /// channel's base URL (`/v1/responses/resp_…`, `/v1/chat/completions/chatcmpl-…`):
+    /// what a pending attempt can be resolved from (B7).
+    pub provider_object: Option<Arc<str>>,
 }
 
 impl UsageRecord {
@@ -297,6 +310,7 @@ impl<St: BillingStore> Drop for BillingGuard<St> {
         record.evidence = evidence;
         record.channel = self.s.recorder.channel();
         record.upstream_model = self.s.recorder.upstream_model();
+        record.provider_object = self.s.recorder.provider_object();
         // The in-memory store settles right here: recorded at once, no task, no box. A
         // failure is retried until it lands (B7).
         self.s.settler.settle(Job {

@@ -1,14 +1,15 @@
-//! An operator's reconciliation of an attempt left pending (B7): settle it at its real
-//! cost or write it off, and leave a usage record through the same sink as every other
-//! record.
+//! The reconciliation of an attempt left pending (B7) — by an operator, or by the
+//! gateway on evidence ([`resolve`]): settle it at its real cost or write it off, and
+//! leave a usage record through the same sink as every other record.
 
-use super::{UsageRecord, UsageSink};
+use super::{Evidence, UsageRecord, UsageSink};
 use portcullis_core::{
     AttemptRef, AttemptState, Books, DynReconcile, Millis, Money, PendingAttempt, Reconcile,
     Reconciled, StoreResult, Usage,
 };
 
-/// How an operator closed a pending attempt, on its usage record.
+/// How a pending attempt was closed, on its usage record: by an operator, or — when the
+/// record names its [`Evidence`] — by the gateway itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reconciliation {
     /// Settled at the record's cost (its `outcome` is [`AttemptState::Settled`]).
@@ -42,7 +43,43 @@ pub async fn reconcile<St: DynReconcile + ?Sized>(
     usage: Option<Usage>,
     now: Millis,
 ) -> StoreResult<Reconciled> {
+    close(store, sink, attempt, how, usage, now, None).await
+}
+
+/// Reconciles `attempt` as [`reconcile`] does, on the gateway's own `evidence` instead
+/// of an operator's word (B7): a pending attempt settled at the usage its provider
+/// reported when asked later ([`Evidence::Provider`]), or at its upper bound when
+/// nothing answered in time ([`Evidence::UpperBound`]). Its usage record names the
+/// evidence. Idempotent like [`reconcile`]: of several instances resolving the same
+/// attempt, or an operator who came first, one closes it and the others change and
+/// record nothing.
+pub async fn resolve<St: DynReconcile + ?Sized>(
+    store: &St,
+    sink: &dyn UsageSink,
+    attempt: &AttemptRef,
+    how: Reconcile,
+    usage: Option<Usage>,
+    now: Millis,
+    evidence: Evidence,
+) -> StoreResult<Reconciled> {
+    close(store, sink, attempt, how, usage, now, Some(evidence)).await
+}
+
+async fn close<St: DynReconcile + ?Sized>(
+    store: &St,
+    sink: &dyn UsageSink,
+    attempt: &AttemptRef,
+    how: Reconcile,
+    usage: Option<Usage>,
+    now: Millis,
+    evidence: Option<Evidence>,
+) -> StoreResult<Reconciled> {
     let answer = DynReconcile::reconcile(store, attempt, how).await?;
+    let by = evidence.map_or("an operator", |e| match e {
+        Evidence::Provider => "the provider's answer",
+        Evidence::UpperBound => "its upper bound (nothing answered in time)",
+        Evidence::Streamed => "what was streamed",
+    });
     let record = |p: &PendingAttempt, outcome, reconciliation| UsageRecord {
         at: now,
         key: p.key.clone().unwrap_or_else(|| match &p.attempt.books {
@@ -62,8 +99,9 @@ pub async fn reconcile<St: DynReconcile + ?Sized>(
         usage,
         outcome,
         billed_to_balance: p.billed_to_balance,
-        evidence: None,
+        evidence,
         reconciliation: Some(reconciliation),
+        provider_object: None,
     };
     match &answer {
         Reconciled::Settled { attempt: p, cost } => {
@@ -71,7 +109,7 @@ pub async fn reconcile<St: DynReconcile + ?Sized>(
                 attempt_id = &*p.attempt.attempt,
                 cost,
                 pending = p.amount,
-                "pending attempt settled by an operator (B7)"
+                "pending attempt settled by {by} (B7)"
             );
             sink.record(record(
                 p,
@@ -83,7 +121,7 @@ pub async fn reconcile<St: DynReconcile + ?Sized>(
             tracing::warn!(
                 attempt_id = &*p.attempt.attempt,
                 pending = p.amount,
-                "pending attempt written off by an operator (B7)"
+                "pending attempt written off by {by} (B7)"
             );
             sink.record(record(
                 p,

@@ -143,6 +143,7 @@ fn open_attempt<St: BillingStore, C: Clock, B>(
         billed_to_balance: !covered,
         evidence: None,
         reconciliation: None,
+        provider_object: None,
     };
     let settlement = Settlement {
         settler: shared.state.settler.clone(),

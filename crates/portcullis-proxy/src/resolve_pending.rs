@@ -1,0 +1,515 @@
+//! Pending money with an unknown outcome resolves itself (B7).
+//!
+//! An attempt whose outcome is unknown — a timeout after the request was sent, a
+//! connection lost or a stream cut before any content — is kept pending at its upper
+//! bound (B4). With a records database ledger, a task of every instance looks at the
+//! ledger's pending rows every `[billing] resolve_interval`:
+//!
+//! - a row pending for longer than `unknown_grace` that names the provider's object (an
+//!   OpenAI channel's answer names its response or chat completion before any content:
+//!   `response.created`, the role chunk's `id`) is asked for: `GET {channel base}{object}`
+//!   with the channel's credential. A final answer with usage is priced at the model's
+//!   price and closes the attempt through [`portcullis::billing::resolve`], its record
+//!   naming its evidence (`provider`). Still in progress, not found, or no answer: asked
+//!   again at the next look;
+//! - a row still pending `unknown_give_up` after its grace goes to the end policy,
+//!   `[billing] unknown_outcome`: `hold` (the default) leaves it for an operator and
+//!   says so once in the log; `upper_bound` settles it at its upper bound (evidence
+//!   `upper_bound`). Rows of Anthropic or Gemini channels (no retrieval) and rows without
+//!   an object wait for the same end: an operator has the same time to act on every one.
+//!
+//! Closing is the store's idempotent reconciliation: of several instances resolving the
+//! same attempt (or an operator who came first) exactly one closes it and leaves a usage
+//! record; the others change and record nothing. The decision itself is [`decide`], a
+//! plain function of the row's age, the settings and the provider's answer.
+
+use crate::catalog::Route;
+use crate::config::{BillingSettings, UnknownOutcomeConfig};
+use crate::forward::HttpClient;
+use crate::running::Stack;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use portcullis::billing::Evidence;
+use portcullis::core::{AttemptRef, BillingStore, Books, Clock, Reconcile, Reconciled, Usage};
+use portcullis_records::{LedgerRow, PendingQuery, PendingRow, Records};
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Most pending rows read at once.
+const PAGE: u32 = 200;
+/// Largest answer read from the provider.
+const MOST_ANSWER: usize = 4 << 20;
+/// Most attempts remembered as closed elsewhere or held (then forgotten and looked at
+/// again: nothing is lost, a line may be logged twice).
+const MOST_REMEMBERED: usize = 100_000;
+
+/// The settings of the resolution, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `[billing] unknown_grace`.
+    pub grace: u64,
+    /// `[billing] unknown_give_up`.
+    pub give_up: u64,
+    /// `[billing] unknown_outcome`.
+    pub end: UnknownOutcomeConfig,
+}
+
+impl Settings {
+    /// The settings of `[billing]`.
+    pub fn of(b: &BillingSettings) -> Self {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            grace: ms(b.unknown_grace),
+            give_up: ms(b.unknown_give_up),
+            end: b.unknown_outcome,
+        }
+    }
+}
+
+/// What the provider said when asked for the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// Not asked (yet).
+    NotAsked,
+    /// Asked: still in progress, not found, an error, or no answer.
+    Nothing,
+    /// The object is final, with this usage (not yet priced).
+    Final(Usage),
+}
+
+/// What to do with a pending attempt now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Too early, or the provider may still answer: look again later.
+    Wait,
+    /// Ask the provider for the object, then decide again with its answer.
+    Ask,
+    /// Settle at the provider's usage (evidence `provider`).
+    Settle(Usage),
+    /// Settle at the upper bound (evidence `upper_bound`).
+    UpperBound,
+    /// Leave it for an operator.
+    Hold,
+}
+
+/// The decision for an attempt pending since `since` (ms) that names a provider object
+/// (`object`), at `now`, after asking as `asked` says (B7): nothing before the grace;
+/// the provider's final usage settles it; with an object and within the give-up period,
+/// ask; after the give-up period, the end policy; else wait.
+pub fn decide(since: u64, now: u64, s: &Settings, object: bool, asked: Asked) -> Decision {
+    let grace_ends = since.saturating_add(s.grace);
+    if now < grace_ends {
+        return Decision::Wait;
+    }
+    let ended = now >= grace_ends.saturating_add(s.give_up);
+    match asked {
+        Asked::Final(u) => Decision::Settle(u),
+        Asked::NotAsked if object && !ended => Decision::Ask,
+        _ if ended => match s.end {
+            UnknownOutcomeConfig::Hold => Decision::Hold,
+            UnknownOutcomeConfig::UpperBound => Decision::UpperBound,
+        },
+        _ => Decision::Wait,
+    }
+}
+
+/// What a provider's answer to `GET {object}` says: a response that is `completed`,
+/// `incomplete`, `failed` or `cancelled` with usage, or a chat completion with usage, is
+/// final; anything else (in progress, not found, an error, no usage) is nothing yet.
+pub fn answer_of(status: u16, body: &[u8]) -> Asked {
+    if status != 200 {
+        return Asked::Nothing;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Asked::Nothing;
+    };
+    let final_ = match v.get("object").and_then(|o| o.as_str()) {
+        Some("response") => matches!(
+            v.get("status").and_then(|s| s.as_str()),
+            Some("completed" | "incomplete" | "failed" | "cancelled")
+        ),
+        Some("chat.completion") => true,
+        _ => false,
+    };
+    let usage = v
+        .get("usage")
+        .filter(|u| u.is_object())
+        .and_then(|_| portcullis_dialects::usage_from_json(portcullis_core::Dialect::OpenAi, body));
+    match (final_, usage) {
+        (true, Some(u)) => Asked::Final(u),
+        _ => Asked::Nothing,
+    }
+}
+
+/// Starts the resolver of `stack`'s pending attempts on the ledger in `records`, asking
+/// providers through `client`. It ends when the stack is gone (the gateway dropped).
+pub(crate) fn start<St: BillingStore>(
+    stack: Weak<Stack<St>>,
+    records: Arc<Records>,
+    client: HttpClient,
+) {
+    tokio::spawn(async move {
+        let mut r = Resolver {
+            records,
+            client,
+            closed: HashSet::new(),
+            held: HashSet::new(),
+            held_up_to: None,
+        };
+        loop {
+            let interval = match stack.upgrade() {
+                Some(s) => {
+                    let interval = s.load().config.billing().resolve_interval;
+                    r.look(&s).await;
+                    interval
+                }
+                None => return,
+            };
+            tokio::time::sleep(interval).await;
+        }
+    });
+}
+
+struct Resolver {
+    records: Arc<Records>,
+    client: HttpClient,
+    /// Attempts the store no longer holds pending (closed by an operator or another
+    /// instance first, or lost): not looked at again.
+    closed: HashSet<String>,
+    /// Attempts held for an operator, said once.
+    held: HashSet<String>,
+    /// Held rows are read up to here already (the end of the last look's end window).
+    held_up_to: Option<u64>,
+}
+
+impl Resolver {
+    /// One look at the ledger's pending rows.
+    async fn look<St: BillingStore>(&mut self, stack: &Stack<St>) {
+        let running = stack.load_full();
+        let s = Settings::of(running.config.billing());
+        let now = crate::keys::now_ms();
+        let grace_ends = now.saturating_sub(s.grace);
+        let ended = grace_ends.saturating_sub(s.give_up);
+        // Rows that can still be asked for: with an object, in the give-up period.
+        let ask = PendingQuery {
+            from: Some(ended),
+            before: grace_ends,
+            with_object: Some(true),
+            after: None,
+        };
+        // Rows past the give-up period: all of them to settle at their upper bound; to
+        // hold, only those that crossed since the last look (each said once).
+        let end = PendingQuery {
+            from: match s.end {
+                UnknownOutcomeConfig::Hold => self.held_up_to,
+                UnknownOutcomeConfig::UpperBound => None,
+            },
+            before: ended,
+            with_object: None,
+            after: None,
+        };
+        for q in [ask, end] {
+            if !self.pages(&running, &s, q, now).await {
+                return;
+            }
+        }
+        if s.end == UnknownOutcomeConfig::Hold {
+            self.held_up_to = Some(ended);
+        }
+        for set in [&mut self.closed, &mut self.held] {
+            if set.len() > MOST_REMEMBERED {
+                set.clear();
+            }
+        }
+    }
+
+    /// Every page `q` reads, each row decided; false if the database failed.
+    async fn pages<St: BillingStore>(
+        &mut self,
+        running: &crate::running::Running<St>,
+        s: &Settings,
+        mut q: PendingQuery,
+        now: u64,
+    ) -> bool {
+        loop {
+            let rows = match self.records.pending_ledger(&q, PAGE).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::debug!(error = %e, "resolving pending attempts: the ledger did not answer");
+                    return false;
+                }
+            };
+            for p in &rows {
+                self.one(running, s, p, now).await;
+            }
+            match rows.last() {
+                Some(last) if rows.len() == PAGE as usize => {
+                    q.after = Some((last.since, last.row.attempt.clone()));
+                }
+                _ => return true,
+            }
+        }
+    }
+
+    /// Decides one pending row and acts on it.
+    async fn one<St: BillingStore>(
+        &mut self,
+        running: &crate::running::Running<St>,
+        s: &Settings,
+        p: &PendingRow,
+        now: u64,
+    ) {
+        let row = &p.row;
+        if self.closed.contains(&row.attempt) {
+            return;
+        }
+        let live = &running.live;
+        // Only an object of a channel (still) configured, of a model with a price, can be
+        // asked for and priced.
+        let asking = asking(&live.catalog, row);
+        let mut decision = decide(p.since, now, s, asking.is_some(), Asked::NotAsked);
+        if let (Decision::Ask, Some((route, price))) = (decision, &asking) {
+            let object = row.provider_object.as_deref().unwrap_or_default();
+            let asked = self.ask(route, object, live.catalog.upstream_timeout).await;
+            decision = decide(p.since, now, s, true, asked);
+            if let Decision::Settle(mut u) = decision {
+                u.cost = Some(price.cost(&u));
+                decision = Decision::Settle(u);
+            }
+        }
+        let (how, usage, evidence) = match decision {
+            Decision::Wait | Decision::Ask => return,
+            Decision::Hold => {
+                if self.held.insert(row.attempt.clone()) {
+                    tracing::warn!(
+                        attempt_id = %row.attempt,
+                        tenant = row.tenant.as_deref().unwrap_or(""),
+                        amount = row.amount,
+                        provider_object = row.provider_object.as_deref().unwrap_or(""),
+                        "a pending attempt's outcome is still unknown after [billing] \
+                         unknown_grace + unknown_give_up: held for an operator \
+                         (POST /admin/pending/settle or /write-off) (B7)"
+                    );
+                }
+                return;
+            }
+            Decision::Settle(u) => (
+                Reconcile::Settle(u.cost.unwrap_or(0)),
+                Some(u),
+                Evidence::Provider,
+            ),
+            Decision::UpperBound => (
+                Reconcile::Settle(row.amount),
+                Some(usage_of(row, row.amount)),
+                Evidence::UpperBound,
+            ),
+        };
+        let Some(rec) = live.store.reconciler() else {
+            return;
+        };
+        let attempt = attempt_of(row);
+        let stamp = portcullis::core::SystemClock::new().now();
+        match portcullis::billing::resolve(
+            &*rec,
+            &*live.sink,
+            &attempt,
+            how,
+            usage,
+            stamp,
+            evidence,
+        )
+        .await
+        {
+            Ok(Reconciled::Settled { .. } | Reconciled::WrittenOff { .. }) => {}
+            Ok(Reconciled::NotPending) => {
+                tracing::debug!(attempt_id = %row.attempt, "pending attempt already closed (by an operator or another instance)");
+                self.closed.insert(row.attempt.clone());
+            }
+            Ok(Reconciled::InFlight) => {}
+            Err(e) => {
+                tracing::debug!(attempt_id = %row.attempt, error = %e, "resolving a pending attempt: the store failed; tried again at the next look");
+            }
+        }
+    }
+
+    /// Asks the channel's provider for `object`.
+    async fn ask(&self, route: &Route, object: &str, timeout: Duration) -> Asked {
+        let Ok(uri) = format!("{}{object}", route.base_url).parse::<http::Uri>() else {
+            return Asked::Nothing;
+        };
+        let mut req = http::Request::get(uri);
+        if let (Some(cred), Some(h)) = (route.credential.clone(), req.headers_mut()) {
+            portcullis_dialects::providers::inject_credential(route.dialect, cred, h);
+        }
+        let Ok(req) = req.body(Full::new(Bytes::new())) else {
+            return Asked::Nothing;
+        };
+        let asked = async {
+            let res = self.client.request(req).await.ok()?;
+            let status = res.status().as_u16();
+            let body = Limited::new(res.into_body(), MOST_ANSWER)
+                .collect()
+                .await
+                .ok()?
+                .to_bytes();
+            Some(answer_of(status, &body))
+        };
+        match tokio::time::timeout(timeout, asked).await {
+            Ok(Some(a)) => {
+                tracing::debug!(channel = %route.name, object, answer = ?a, "asked the provider for a pending attempt's object");
+                a
+            }
+            _ => Asked::Nothing,
+        }
+    }
+}
+
+/// The channel to ask for `row`'s object and the price to settle at, if it can be
+/// asked: an OpenAI channel still configured for the row's model, which has a price.
+fn asking(
+    catalog: &crate::catalog::Catalog,
+    row: &LedgerRow,
+) -> Option<(Arc<Route>, portcullis::core::Price)> {
+    row.provider_object.as_ref()?;
+    let model = row.model.as_deref()?;
+    let route = catalog.route(model, row.channel.as_deref()?)?;
+    if route.dialect != portcullis_core::Dialect::OpenAi {
+        return None;
+    }
+    let served = route.upstream_model(model).map(|m| m.to_string());
+    let priced = served
+        .as_deref()
+        .and_then(|m| catalog.model(m))
+        .or_else(|| catalog.model(model))
+        .is_some();
+    priced.then(|| {
+        let price = catalog.served_price(model, &route);
+        (route, price)
+    })
+}
+
+/// The attempt and its books, as the store knows them.
+fn attempt_of(row: &LedgerRow) -> AttemptRef {
+    AttemptRef {
+        attempt: row.attempt.as_str().into(),
+        books: match &row.tenant {
+            Some(t) => Books::Tenant(t.as_str().into()),
+            None => Books::Key(row.key.as_str().into()),
+        },
+    }
+}
+
+/// The row's figures (what was seen before the outcome became unknown) at `cost`.
+fn usage_of(row: &LedgerRow, cost: i64) -> Usage {
+    let u = row.usage.unwrap_or_default();
+    Usage {
+        input_tokens: u.input_tokens,
+        cached_input_tokens: u.cached_input_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        output_tokens: u.output_tokens,
+        images: u.images,
+        videos: u.videos,
+        cost: Some(cost),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Settings = Settings {
+        grace: 120_000,
+        give_up: 3_600_000,
+        end: UnknownOutcomeConfig::Hold,
+    };
+
+    fn used(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn b7_before_the_grace_nothing_is_asked_or_settled() {
+        let since = 1_000_000;
+        for object in [true, false] {
+            for asked in [Asked::NotAsked, Asked::Nothing, Asked::Final(used(1, 1))] {
+                assert_eq!(
+                    decide(since, since + S.grace - 1, &S, object, asked),
+                    Decision::Wait
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn b7_after_the_grace_the_provider_is_asked_and_its_final_usage_settles() {
+        let since = 1_000_000;
+        let now = since + S.grace;
+        assert_eq!(decide(since, now, &S, true, Asked::NotAsked), Decision::Ask);
+        let u = used(12, 9);
+        assert_eq!(
+            decide(since, now, &S, true, Asked::Final(u)),
+            Decision::Settle(u)
+        );
+        // Still in progress or not found: asked again at the next look.
+        assert_eq!(decide(since, now, &S, true, Asked::Nothing), Decision::Wait);
+        // Nothing to ask with: waits for the end of the give-up period.
+        assert_eq!(
+            decide(since, now, &S, false, Asked::NotAsked),
+            Decision::Wait
+        );
+    }
+
+    #[test]
+    fn b7_nothing_answered_past_give_up_is_held_or_settled_at_the_upper_bound() {
+        let since = 1_000_000;
+        let end = since + S.grace + S.give_up;
+        let upper = Settings {
+            end: UnknownOutcomeConfig::UpperBound,
+            ..S
+        };
+        for object in [true, false] {
+            assert_eq!(
+                decide(since, end - 1, &S, object, Asked::Nothing),
+                Decision::Wait
+            );
+            for asked in [Asked::NotAsked, Asked::Nothing] {
+                assert_eq!(decide(since, end, &S, object, asked), Decision::Hold);
+                assert_eq!(
+                    decide(since, end + 5, &upper, object, asked),
+                    Decision::UpperBound
+                );
+            }
+        }
+        // A final answer still wins at the end.
+        let u = used(1, 2);
+        assert_eq!(
+            decide(since, end, &upper, true, Asked::Final(u)),
+            Decision::Settle(u)
+        );
+    }
+
+    #[test]
+    fn b7_only_a_final_answer_with_usage_is_evidence() {
+        let done = br#"{"id":"resp_1","object":"response","status":"completed","usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":2},"output_tokens":9,"total_tokens":21}}"#;
+        let Asked::Final(u) = answer_of(200, done) else {
+            panic!("final");
+        };
+        assert_eq!(
+            (u.input_tokens, u.cached_input_tokens, u.output_tokens),
+            (10, 2, 9)
+        );
+        let chat = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":16,"total_tokens":26}}"#;
+        assert!(matches!(answer_of(200, chat), Asked::Final(u) if u.output_tokens == 16));
+        let running = br#"{"id":"resp_1","object":"response","status":"in_progress","usage":null}"#;
+        assert_eq!(answer_of(200, running), Asked::Nothing);
+        let no_usage = br#"{"id":"resp_1","object":"response","status":"failed","usage":null}"#;
+        assert_eq!(answer_of(200, no_usage), Asked::Nothing);
+        assert_eq!(answer_of(404, chat), Asked::Nothing);
+        assert_eq!(answer_of(200, b"not json"), Asked::Nothing);
+    }
+}
