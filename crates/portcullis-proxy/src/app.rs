@@ -126,8 +126,8 @@ where
     }
 
     /// Seeds tenant balances (a tenant that already has a balance keeps it) — from the
-    /// books with a records database (B6), else from the configuration — then builds the
-    /// router.
+    /// books with a records database (B6), else from the configuration — and, with the
+    /// books, every key's spend the store has no record of; then builds the router.
     pub async fn build(self) -> Result<Router, String> {
         for (name, balance) in self.opening_balances().await {
             let seeded = self
@@ -136,6 +136,21 @@ where
                 .await
                 .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
             log_seed(&name, balance, seeded);
+        }
+        let mut keys = 0;
+        for (books, key, spent) in self.opening_spends().await {
+            keys += usize::from(
+                self.store
+                    .seed_key_spend(&books, &key, spent)
+                    .await
+                    .map_err(|e| format!("seeding the spend of key {key}: {e}"))?,
+            );
+        }
+        if keys > 0 {
+            tracing::info!(
+                keys,
+                "key spends the store had no record of seeded from the books"
+            );
         }
         // Seeded above: one line per tenant, not a second "kept" for each.
         self.serve_router()
@@ -170,6 +185,30 @@ where
                 filed()
             }
         }
+    }
+
+    /// Every key's spend as the books tell it, with a records database keeping the
+    /// ledger (B6); none without one, or when it does not answer (logged).
+    async fn opening_spends(
+        &self,
+    ) -> Vec<(
+        portcullis_core::Books,
+        portcullis_core::SubjectKey,
+        portcullis_core::Money,
+    )> {
+        let Some(d) = self
+            .directory
+            .as_ref()
+            .filter(|_| self.config.database().ledger)
+        else {
+            return Vec::new();
+        };
+        crate::books::key_spends(d.records())
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the records database did not answer the books: key spends the store has no record of start from zero");
+                Vec::new()
+            })
     }
 
     /// The router. Balances are seeded here when the store answers at once (the

@@ -119,13 +119,80 @@ impl TenantBooks {
     }
 }
 
-/// The books check: every tenant's, and whether all are exact.
+/// One key's spend as the ledger tells it, held against its store (B6): what the
+/// balance paid for its attempts — settled and pending — is what the store counts in
+/// the key's spend and pending money (its spend cap's figures).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KeyBooks {
+    /// The key (its id).
+    pub key: String,
+    /// Its tenant, `None` for a key with books of its own.
+    pub tenant: Option<String>,
+    /// What the ledger says was charged: settled and reconciled.
+    pub settled: i64,
+    /// What the ledger says is pending.
+    pub pending: i64,
+    /// The store's spend of the key.
+    pub spent: i64,
+    /// The store's pending money of the key.
+    pub store_pending: i64,
+    /// settled + pending − (spent + store_pending).
+    pub difference: i64,
+    /// `difference` is 0 and the ledger's pending is the store's.
+    pub exact: bool,
+}
+
+impl KeyBooks {
+    /// The ledger's `settled` and `pending` of `key` held against the store's `spent`
+    /// and `store_pending`.
+    pub fn of(
+        tenant: Option<String>,
+        key: String,
+        (settled, pending): (i64, i64),
+        (spent, store_pending): (i64, i64),
+    ) -> Self {
+        let difference = settled + pending - (spent + store_pending);
+        Self {
+            exact: difference == 0 && pending == store_pending,
+            difference,
+            key,
+            tenant,
+            settled,
+            pending,
+            spent,
+            store_pending,
+        }
+    }
+}
+
+/// The spend every key starts with where its store has none: what the ledger says its
+/// balance paid, settled and pending (B6), by its books. The pending attempts a store
+/// lost are not in it any more; their holds stay charged, as in the tenants' balances
+/// ([`Ledgered::balance`]).
+pub async fn key_spends(
+    records: &Records,
+) -> Result<Vec<(portcullis::core::Books, portcullis::core::SubjectKey, i64)>, RecordsError> {
+    Ok(records
+        .key_money()
+        .await?
+        .into_iter()
+        .map(|((tenant, key), m)| {
+            let key = portcullis::core::SubjectKey::new(key.as_str());
+            let books = portcullis::core::Books::of(tenant.as_deref(), &key);
+            (books, key, m.settled + m.pending)
+        })
+        .collect())
+}
+
+/// The books check: every tenant's and every key's, and whether all are exact.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct BooksReport {
-    /// Every tenant's books are exact.
+    /// Every tenant's and every key's books are exact.
     pub exact: bool,
     /// Each tenant's.
     pub tenants: Vec<TenantBooks>,
+    /// Each key's spend (every key the ledger has charged).
+    pub keys: Vec<KeyBooks>,
 }
 
 /// Why the books could not be checked.
@@ -158,6 +225,7 @@ pub async fn check<St: BillingStore>(
     let mut report = BooksReport {
         exact: true,
         tenants: Vec::new(),
+        keys: Vec::new(),
     };
     for l in ledgered(records, config)
         .await
@@ -192,6 +260,26 @@ pub async fn check<St: BillingStore>(
         }
         report.tenants.push(b);
     }
+    for ((tenant, key), m) in records.key_money().await.map_err(CheckError::Records)? {
+        let account = store
+            .account(
+                tenant.as_deref(),
+                &portcullis::core::SubjectKey::new(key.as_str()),
+                &[],
+            )
+            .await
+            .map_err(|e| {
+                CheckError::Store(format!("the store did not answer key {key:?}'s spend: {e}"))
+            })?;
+        let k = KeyBooks::of(
+            tenant,
+            key,
+            (m.settled, m.pending),
+            (account.key_spent, account.key_pending),
+        );
+        report.exact &= k.exact;
+        report.keys.push(k);
+    }
     Ok(report)
 }
 
@@ -209,6 +297,19 @@ mod tests {
             pending: 155,
         };
         assert_eq!(b.balance(), 795);
+    }
+
+    #[test]
+    fn b6_a_keys_books_are_exact_only_when_its_spend_and_pending_are_the_ledgers() {
+        let k = |store| KeyBooks::of(None, "k".into(), (300, 155), store);
+        let b = k((300, 155));
+        assert_eq!((b.difference, b.exact), (0, true));
+        // One unit spent that the ledger does not explain.
+        let b = k((301, 155));
+        assert_eq!((b.difference, b.exact), (-1, false));
+        // The same total, but pending money the store counts as spent.
+        let b = k((455, 0));
+        assert_eq!((b.difference, b.exact), (0, false));
     }
 
     #[test]

@@ -1339,8 +1339,9 @@ async fn b6_a_spool_left_by_a_crash_is_replayed_once_at_start() {
 
 /// B6: a restart forgets nothing — a gateway whose in-memory store starts empty seeds
 /// every tenant (of the file and of the database) from its books: opening balance and
-/// top-ups less what the ledger says was charged, so the books are exact after the
-/// restart and the balances are what they were.
+/// top-ups less what the ledger says was charged, and every key's spend, so the books
+/// are exact after the restart — per tenant and per key — and the balances and spends
+/// are what they were.
 #[tokio::test]
 async fn b6_a_restart_of_the_memory_store_forgets_nothing() {
     let dir = temp_dir();
@@ -1387,8 +1388,27 @@ async fn b6_a_restart_of_the_memory_store_forgets_nothing() {
             })
             .collect()
     };
+    let spends = |books: &Value| -> Vec<(String, i64)> {
+        books["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| {
+                assert_eq!(k["exact"], true, "{k}");
+                (
+                    k["key"].as_str().unwrap().to_owned(),
+                    k["spent"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
     let (_, before) = admin(gw.addr, TOKEN, "GET", "/admin/books", None).await;
     assert_eq!(before["exact"], true, "{before}");
+    assert_eq!(spends(&before).len(), 2, "both keys' books: {before}");
+    assert!(
+        spends(&before).iter().all(|(_, s)| *s > 0),
+        "the keys spent: {before}"
+    );
     assert!(
         balances(&before).iter().all(|(_, b)| *b < 1_005_000),
         "money was spent: {before}"
@@ -1401,6 +1421,11 @@ async fn b6_a_restart_of_the_memory_store_forgets_nothing() {
         balances(&after),
         balances(&before),
         "the balances after the restart"
+    );
+    assert_eq!(
+        spends(&after),
+        spends(&before),
+        "the keys' spends (their spend caps' figures) after the restart"
     );
     assert_eq!(
         generate(gw.addr, &acme).await,

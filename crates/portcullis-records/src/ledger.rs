@@ -641,6 +641,41 @@ impl Records {
             .map_err(db_err)
     }
 
+    /// The ledger's money per key, counting what the balance pays: `(tenant, key id)`
+    /// (the tenant `None` for a key with no tenant), in that order. What a key's spend in
+    /// the store is held against, and seeded from at start (B6).
+    pub async fn key_money(
+        &self,
+    ) -> Result<Vec<((Option<String>, String), LedgerMoney)>, RecordsError> {
+        self.count();
+        let sql = format!(
+            "SELECT tenant, key_id, {} AS settled, {} AS pending \
+             FROM pcx_ledger WHERE billed_to_balance = 1 GROUP BY tenant, key_id",
+            sum_of(SETTLED),
+            sum_of(PENDING)
+        );
+        let rows = sqlx::query(&sql)
+            .fetch_all(self.pool())
+            .await
+            .map_err(db_err)?;
+        let mut keys = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    (r.try_get("tenant")?, r.try_get("key_id")?),
+                    LedgerMoney {
+                        settled: r.try_get("settled")?,
+                        pending: r.try_get("pending")?,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(db_err)?;
+        // Sorted here: the databases order NULLs differently.
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(keys)
+    }
+
     /// The ledger's money per book, counting what the balance pays: `(tenant, key)` with
     /// `key` set only for the books of a key with no tenant; tenant-less keys first, then
     /// tenants, each in name order.

@@ -708,6 +708,22 @@ async fn usage_queries_filter_page_and_sum(db: Db) {
             ),
         ]
     );
+    // Per key, each with its tenant (B6: a key's spend is held against these).
+    let per_key = r.key_money().await.unwrap();
+    assert_eq!(
+        per_key,
+        vec![
+            ((None, k.id.clone()), expect(&|r| r.key == k.id)),
+            (
+                (Some("acme".into()), "file-key".into()),
+                expect(&|r| r.key == "file-key")
+            ),
+            (
+                (Some("other".into()), "file-key-2".into()),
+                expect(&|r| r.key == "file-key-2")
+            ),
+        ]
+    );
 }
 both!(
     b6_usage_queries_filter_page_and_sum,

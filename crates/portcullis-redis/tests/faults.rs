@@ -207,7 +207,10 @@ async fn t5_redis_restart_fails_fast_then_resumes_within_1s() {
         async move { s.acquire(&key, 1, 60_000).await }
     })
     .await;
-    assert!(matches!(decision, SlotDecision::Acquired(_)), "{decision:?}");
+    assert!(
+        matches!(decision, SlotDecision::Acquired(_)),
+        "{decision:?}"
+    );
 }
 
 /// D4: a frozen Redis (SIGSTOP: connection open, no answer) never holds a call past its

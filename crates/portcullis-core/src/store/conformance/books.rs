@@ -446,6 +446,60 @@ pub async fn w8_covered_requests_skip_balance_and_spend<H: Harness>(h: &H) -> Ca
     s
 }
 
+/// Seeding a key's spend from the books (a start after the store lost it) writes it only
+/// where the store has no record of the key's spend: a running spend is never reset, and
+/// the spend cap counts the seeded spend (B6).
+pub async fn seed_key_spend_writes_only_a_missing_record<H: Harness>(h: &H) -> Case<H::Store> {
+    let s = case(h).await;
+    let t = tenant("keyseed");
+    let (fresh, running, own) = (
+        key("keyseed:fresh"),
+        key("keyseed:running"),
+        key("keyseed:own"),
+    );
+    seed(&s, &t, 1_000).await;
+    let tb = Books::of(Some(&t), &fresh);
+    let spent = |k: &SubjectKey| {
+        let (s, t, k) = (s.store().clone(), t.clone(), k.clone());
+        async move {
+            let v = BillingStore::account(&s, Some(&t), &k, &[]).await;
+            v.expect("account: store error").key_spent
+        }
+    };
+    // A key the store knows nothing of takes the seed; seeding again changes nothing.
+    assert!(
+        seed_key(&s, &tb, &fresh, 40).await,
+        "a missing record is written"
+    );
+    assert_eq!(spent(&fresh).await, 40);
+    assert!(
+        !seed_key(&s, &tb, &fresh, 90).await,
+        "a seed never resets a spend"
+    );
+    assert_eq!(spent(&fresh).await, 40);
+    // A key with a running spend keeps it.
+    bill_ok(&s, &bill("keyseed:a1", Some(&t), &running, 50)).await;
+    settle_attempt(&s, &t, "keyseed:a1", BillingOutcome::Settled(30)).await;
+    assert!(!seed_key(&s, &Books::of(Some(&t), &running), &running, 7).await);
+    assert_eq!(spent(&running).await, 30);
+    // A key with no tenant keeps its spend in books of its own; its cap counts the seed.
+    let kb = Books::of(None, &own);
+    assert!(seed_key(&s, &kb, &own, 100).await);
+    let capped = |id: &str, cap| BillingRequest {
+        spend_cap: Some(cap),
+        ..bill(id, None, &own, 5)
+    };
+    bill_refused(&s, &capped("keyseed:a2", 100), Refusal::SpendCap).await;
+    bill_ok(&s, &capped("keyseed:a3", 101)).await;
+    let a3 = AttemptRef {
+        attempt: attempt("keyseed:a3"),
+        books: kb,
+    };
+    settle_ref(&s, &a3, BillingOutcome::Settled(5)).await;
+    assert_eq!(s.account(None, &own, &[]).await.unwrap().key_spent, 105);
+    s
+}
+
 /// Seeding a balance from configuration sets it only for a tenant with no books: a
 /// running balance is never reset. Credits add (or, negative, debit) and return the new
 /// balance; a tenant first credited keeps that balance when seeded later.

@@ -348,6 +348,21 @@ pub(super) async fn seed<S: Store>(s: &Case<S>, tenant: &str, amount: Money) -> 
     written
 }
 
+/// Seeds `key`'s spend in `books`; true if it was written, false if the key kept its
+/// record.
+pub(super) async fn seed_key<S: Store>(
+    s: &Case<S>,
+    books: &Books,
+    key: &SubjectKey,
+    spent: Money,
+) -> bool {
+    let written = BillingStore::seed_key_spend(s.store(), books, key, spent)
+        .await
+        .expect("seed_key_spend: store error");
+    s.touch(|f| f.ledger_mut().key_spend_seeded(books, key, spent, written));
+    written
+}
+
 /// Sets `tenant`'s balance explicitly.
 pub(super) async fn set_balance<S: Store>(s: &Case<S>, tenant: &str, amount: Money) {
     BillingStore::set_balance(s.store(), tenant, amount)

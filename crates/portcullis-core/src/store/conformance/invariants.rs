@@ -228,6 +228,19 @@ impl Ledger {
         }
     }
 
+    /// A seed of `key`'s spend in `books` and whether the store wrote it.
+    pub fn key_spend_seeded(
+        &mut self,
+        books: &Books,
+        key: &SubjectKey,
+        spent: Money,
+        written: bool,
+    ) {
+        if written {
+            self.spend.insert((books.clone(), key.clone()), spent);
+        }
+    }
+
     /// An explicit balance (an operator's).
     pub fn balance_set(&mut self, tenant: &str, amount: Money) {
         self.balances.insert(tenant.to_owned(), amount);

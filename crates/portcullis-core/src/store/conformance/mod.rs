@@ -126,6 +126,7 @@ macro_rules! conformance_cases {
             d3_books_are_kept_per_tenant,
             w8_covered_requests_skip_balance_and_spend,
             seed_balance_keeps_running_balance,
+            seed_key_spend_writes_only_a_missing_record,
         }
     };
     (@run_all ; $($case:ident),* $(,)?) => {
