@@ -38,6 +38,7 @@ fn row(run: u128, i: usize) -> LedgerRow {
         amount: 330,
         outcome: Outcome::Settled,
         resolved_by: None,
+        provider_object: None,
         billed_to_balance: true,
     }
 }
