@@ -173,11 +173,7 @@ pub(crate) fn answer(
             seconds = js(seconds),
             size = js(size),
         ),
-        (Route::VideoRetrieve, call) => format!(
-            r#"{{"id":{id},"object":"video","created_at":{created},"completed_at":{created},"expires_at":{expires},"status":"completed","model":{model},"progress":100,"seconds":"4","size":"720x1280","quality":"standard","error":null}}"#,
-            id = id_of(call),
-            expires = created + 86_400,
-        ),
+        // A known job's content (the server answers the others: a 404).
         (Route::VideoContent, _) => return ("video/mp4", Bytes::from_static(TINY_MP4)),
         (Route::VideoDelete, call) => format!(
             r#"{{"id":{},"object":"video","deleted":true}}"#,
@@ -226,6 +222,43 @@ pub(crate) fn stored_response(
         false,
     );
     (id, done, pending)
+}
+
+/// A video job created by call `seq` as a retrieval answers it, stored at creation: its
+/// id, the job at its end (`completed`, or `failed` when `fails`) and while it runs
+/// (`in_progress`).
+pub(crate) fn stored_video(
+    ctx: &Ctx<'_>,
+    seq: u64,
+    p: &Parsed,
+    fails: bool,
+) -> (String, String, String) {
+    let id = minted_id("video", ctx.instance, seq);
+    let (created, model) = (unix_secs(ctx.now), js(ctx.model));
+    let (seconds, size) = match &p.call {
+        Call::Video { seconds, size } => (js(seconds), js(size)),
+        _ => (js("4"), js("720x1280")),
+    };
+    let job = |status: &str, progress: u32, end: &str| {
+        format!(
+            r#"{{"id":"{id}","object":"video","created_at":{created},{end}"status":"{status}","model":{model},"progress":{progress},"seconds":{seconds},"size":{size},"quality":"standard""#
+        )
+    };
+    let done = if fails {
+        job("failed", 0, "")
+            + r#","error":{"code":"video_generation_failed","message":"The video could not be generated."}}"#
+    } else {
+        job(
+            "completed",
+            100,
+            &format!(
+                r#""completed_at":{created},"expires_at":{},"#,
+                created + 86_400
+            ),
+        ) + r#","error":null}"#
+    };
+    let running = job("in_progress", 50, "") + r#","error":null}"#;
+    (id, done, running)
 }
 
 /// `completed`, or `incomplete` when the output was cut by `max_output_tokens`.

@@ -72,6 +72,12 @@ pub const H_TOOL_NAME: &str = "x-fake-tool-name";
 /// tokens. The value is taken as sent (visible ASCII, trimmed). See
 /// [the crate docs](crate#tool-calls-and-thinking).
 pub const H_THINKING: &str = "x-fake-thinking";
+/// Control header (`POST /v1/videos`): the job's run time (milliseconds, default 0):
+/// `GET /v1/videos/{id}` answers it `in_progress` until then, then its end.
+pub const H_JOB_MS: &str = "x-fake-job-ms";
+/// Control header (`true`/`false`, `POST /v1/videos`): the job ends `failed` (no
+/// content) instead of `completed`.
+pub const H_JOB_FAILS: &str = "x-fake-job-fails";
 /// Control header: request limit reported in rate-limit headers.
 pub const H_RL_LIMIT_REQUESTS: &str = "x-fake-ratelimit-limit-requests";
 /// Control header: remaining requests reported in rate-limit headers.
@@ -378,6 +384,10 @@ pub struct Behavior {
     /// Anthropic and Gemini: a thinking block (a thought part) with this text opens the
     /// answer (see [`H_THINKING`]).
     pub thinking: Option<String>,
+    /// A video job's run time before its end (default zero; see [`H_JOB_MS`]).
+    pub job_time: Option<Duration>,
+    /// A video job ends `failed` instead of `completed` (see [`H_JOB_FAILS`]).
+    pub job_fails: Option<bool>,
     /// Rate-limit header numbers.
     pub rate_limit: RateLimitInfo,
 }
@@ -451,6 +461,10 @@ impl Behavior {
         with_cached_tokens => cached_tokens: u64,
         /// Sets [`Behavior::cache_creation_tokens`].
         with_cache_creation_tokens => cache_creation_tokens: u64,
+        /// Sets [`Behavior::job_time`].
+        with_job_time => job_time: Duration,
+        /// Sets [`Behavior::job_fails`].
+        with_job_fails => job_fails: bool,
     }
 
     /// Sets [`Behavior::tool_calls`] (at most [`MAX_TOOL_CALLS`]; more are clamped).
@@ -513,6 +527,8 @@ impl Behavior {
             tool_calls: top.tool_calls.or(self.tool_calls),
             tool_name: top.tool_name.clone().or_else(|| self.tool_name.clone()),
             thinking: top.thinking.clone().or_else(|| self.thinking.clone()),
+            job_time: top.job_time.or(self.job_time),
+            job_fails: top.job_fails.or(self.job_fails),
             rate_limit: self.rate_limit.overlay(&top.rate_limit),
         }
     }
@@ -579,6 +595,8 @@ impl Behavior {
                     b.tool_name = Some(text.to_owned())
                 }
                 "thinking" => b.thinking = Some(text.to_owned()),
+                "job-ms" => b.job_time = Some(ms()?),
+                "job-fails" => b.job_fails = Some(flag()?),
                 "ratelimit-limit-requests" => b.rate_limit.limit_requests = Some(num()?),
                 "ratelimit-remaining-requests" => b.rate_limit.remaining_requests = Some(num()?),
                 "ratelimit-limit-tokens" => b.rate_limit.limit_tokens = Some(num()?),
@@ -656,6 +674,12 @@ impl Behavior {
         }
         if let Some(v) = &self.thinking {
             push(H_THINKING, v.clone());
+        }
+        if let Some(v) = self.job_time {
+            push(H_JOB_MS, ms(v));
+        }
+        if let Some(v) = self.job_fails {
+            push(H_JOB_FAILS, v.to_string());
         }
         let rl = &self.rate_limit;
         if let Some(v) = rl.limit_requests {

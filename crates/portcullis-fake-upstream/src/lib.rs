@@ -19,7 +19,7 @@
 //! | `POST /v1/messages/count_tokens` → `{"input_tokens":P}` | Anthropic |
 //! | `POST /v1beta/models/{model}:countTokens` → `{"totalTokens":P,…}` | Gemini |
 //! | `POST /v1/images/generations`, `POST /v1/images/edits` (multipart) → `n` tiny PNGs | OpenAI |
-//! | `POST /v1/videos`, `GET /v1/videos/{id}`, `GET /v1/videos/{id}/content`, `DELETE /v1/videos/{id}` | OpenAI |
+//! | `POST /v1/videos` (a [stored](#stored-objects) job: `x-fake-job-ms`, `x-fake-job-fails`), `GET /v1/videos/{id}` (the job's status), `GET /v1/videos/{id}/content` (once completed), `DELETE /v1/videos/{id}` | OpenAI |
 //!
 //! Every Gemini method is also served under `/v1/models/…`.
 //!
@@ -113,8 +113,7 @@
 //! `msg_fake_i{n}_{seq:08}` and `video_fake_i{n}_{seq:08}`, where `n` is the fake's
 //! [`FakeControl::instance_id`] and `seq` its call counter, so a test can tell which
 //! fake made an id ([`FakeControl::made_id`]). Chat completion ids are
-//! `chatcmpl-fake{seq:08}`. Cancelling a response and polling, downloading or deleting a
-//! video answer for any id (nothing about them is stored).
+//! `chatcmpl-fake{seq:08}`. Cancelling a response answers for any id.
 //!
 //! # Stored objects
 //!
@@ -130,6 +129,15 @@
 //! OpenAI's shape (`invalid_request_error`, `… with id '{id}' not found.`). Answers that
 //! failed (`x-fake-error`, `x-fake-fail-after-chunks`) are not kept. The `x-fake-*`
 //! failure controls still apply to a retrieval; its usage controls do not.
+//!
+//! A video job (`POST /v1/videos`, answered `queued`) is kept from its creation with a
+//! lifecycle: `GET /v1/videos/{id}` answers it `in_progress` (`progress: 50`) for its
+//! run time — `x-fake-job-ms` on the creation (default 0: done at once) — then
+//! `completed` (`progress: 100`, `completed_at`, `expires_at`), or, with
+//! `x-fake-job-fails: true`, `failed` with an `error` object
+//! (`video_generation_failed`). `GET /v1/videos/{id}/content` answers the MP4 once the
+//! job completed, else 404; `DELETE /v1/videos/{id}` forgets it (`deleted: true`). An
+//! id not kept is a 404 in OpenAI's shape (`Video with id '{id}' not found.`).
 //!
 //! # Headers
 //!

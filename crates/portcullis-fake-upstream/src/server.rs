@@ -413,10 +413,21 @@ async fn handle(
     }
     if let Some(kind) = stored_kind(route) {
         let id = param.as_deref().unwrap_or_default();
-        let Some(body) = shared.stored.get(kind, id, Instant::now()) else {
+        let found = shared.stored.get(kind, id, Instant::now());
+        // A job's content is there once the job completed.
+        let found = match route {
+            Route::VideoContent => found.filter(|j| j.contains(r#""status":"completed""#)),
+            Route::VideoDelete => shared.stored.remove(kind, id).then(String::new),
+            _ => found,
+        };
+        let Some(body) = found else {
             let body = crate::stored::not_found(kind, id);
             return Ok(full(guard, 404, "application/json", h, body));
         };
+        if matches!(route, Route::VideoContent | Route::VideoDelete) {
+            let (content_type, body) = apis::answer(route, &ctx, seq, &usage, &parsed);
+            return Ok(buffered(&shared, content_type, body, h, cut, guard));
+        }
         return Ok(buffered(
             &shared,
             "application/json",
@@ -466,6 +477,9 @@ fn stored_kind(route: Route) -> Option<crate::stored::Kind> {
     match route {
         Route::ResponseRetrieve => Some(crate::stored::Kind::Response),
         Route::ChatCompletionRetrieve => Some(crate::stored::Kind::ChatCompletion),
+        Route::VideoRetrieve | Route::VideoContent | Route::VideoDelete => {
+            Some(crate::stored::Kind::Video)
+        }
         _ => None,
     }
 }
@@ -473,7 +487,8 @@ fn stored_kind(route: Route) -> Option<crate::stored::Kind> {
 /// Keeps a response or chat completion the fake is about to answer, whole, as the
 /// provider stores it: answered by id once its stream would have ended (time to first
 /// byte + the chunk interval for each chunk and the end), whatever becomes of the
-/// stream.
+/// stream; and a video job at its creation, answered `in_progress` for its run time
+/// (`x-fake-job-ms`), then at its end.
 fn store(
     shared: &Shared,
     route: Route,
@@ -483,6 +498,14 @@ fn store(
     parsed: &request::Parsed,
     b: &Behavior,
 ) {
+    if route == Route::VideoCreate {
+        let (id, done, running) = apis::stored_video(ctx, seq, parsed, b.job_fails == Some(true));
+        let ready = Instant::now() + b.job_time.unwrap_or_default();
+        shared
+            .stored
+            .put(crate::stored::Kind::Video, id, done, Some(running), ready);
+        return;
+    }
     let ready = Instant::now()
         + if parsed.stream {
             b.ttfb.unwrap_or_default() + b.chunk_interval.unwrap_or_default() * usage.chunks.max(1)

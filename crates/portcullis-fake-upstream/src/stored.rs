@@ -1,11 +1,13 @@
-//! The responses and chat completions the fake generated, kept as a provider keeps them
-//! (the last [`STORED_MAX`]) and answered by id: `GET /v1/responses/{id}`,
-//! `GET /v1/chat/completions/{id}`.
+//! The responses, chat completions and video jobs the fake made, kept as a provider
+//! keeps them (the last [`STORED_MAX`]) and answered by id: `GET /v1/responses/{id}`,
+//! `GET /v1/chat/completions/{id}`, `GET /v1/videos/{id}`.
 //!
 //! An answer is stored when it is planned, whole, whatever becomes of its stream — a
 //! client (or a gateway) that goes away mid-stream does not stop a provider from
 //! finishing and storing it. Until the time its stream would have ended, a response is
-//! `in_progress` (no usage) and a chat completion is not found yet.
+//! `in_progress` (no usage) and a chat completion is not found yet. A video job is
+//! `in_progress` until its run time (`x-fake-job-ms`) has passed, then `completed` (or
+//! `failed`, `x-fake-job-fails`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -19,6 +21,7 @@ pub const STORED_MAX: usize = 10_000;
 pub(crate) enum Kind {
     Response,
     ChatCompletion,
+    Video,
 }
 
 struct Entry {
@@ -111,6 +114,7 @@ pub(crate) fn not_found(kind: Kind, id: &str) -> String {
     let what = match kind {
         Kind::Response => "Response",
         Kind::ChatCompletion => "Chat completion",
+        Kind::Video => "Video",
     };
     format!(
         r#"{{"error":{{"message":{},"type":"invalid_request_error","param":null,"code":null}}}}"#,

@@ -1058,13 +1058,13 @@ async fn resource_routes_use_defaults_but_not_scripts() {
     let fake = FakeUpstream::start().await;
     fake.push_script(Behavior::error(ErrorKind::RateLimit));
     // Polling a video or reading a response leaves the script for the next model call.
+    // (An id the fake never made is not found.)
     assert_eq!(
         send(&fake, Method::GET, "/v1/videos/video_x", &[], "")
             .await
             .status,
-        200
+        404
     );
-    // (An id the fake never made is not found.)
     assert_eq!(
         send(&fake, Method::GET, "/v1/responses/resp_x", &[], "")
             .await
@@ -1323,4 +1323,107 @@ async fn b7_responses_and_chat_completions_are_stored_and_retrieved_by_id() {
     assert_eq!(r.status, 404);
     let s = fake.stats();
     assert!(s.calls(Route::ChatCompletionRetrieve) >= 2);
+}
+
+/// A video job is kept from its creation: in progress for its run time
+/// (`x-fake-job-ms`), then completed (its content then downloadable) or, with
+/// `x-fake-job-fails`, failed; deleted, or never made, it is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_video_jobs_run_then_complete_or_fail_and_unknown_ids_are_not_found() {
+    let fake = FakeUpstream::start().await;
+    let create = |headers: &'static [(&'static str, &'static str)]| {
+        let fake = &fake;
+        async move {
+            let r = post(
+                fake,
+                VIDEOS,
+                headers,
+                r#"{"model":"sora-2","prompt":"a cat"}"#,
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            let v = r.json();
+            assert_eq!(v["status"], "queued");
+            texts(&v, "/id")
+        }
+    };
+    let poll = |id: String| {
+        let fake = &fake;
+        async move {
+            let r = send(fake, Method::GET, &format!("{VIDEOS}/{id}"), &[], "").await;
+            (r.status, r.json())
+        }
+    };
+    let content = |id: String| {
+        let fake = &fake;
+        async move {
+            send(
+                fake,
+                Method::GET,
+                &format!("{VIDEOS}/{id}/content"),
+                &[],
+                "",
+            )
+            .await
+            .status
+        }
+    };
+
+    // Runs for 300 ms, then completes.
+    let started = Instant::now();
+    let id = create(&[("x-fake-job-ms", "300")]).await;
+    let (status, v) = poll(id.clone()).await;
+    if started.elapsed() < Duration::from_millis(300) {
+        assert_eq!(
+            (status, v["status"].as_str()),
+            (200, Some("in_progress")),
+            "{v}"
+        );
+        assert_eq!(v["id"], id.as_str());
+        assert_eq!(content(id.clone()).await, 404, "no content before the end");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let done = loop {
+        let (status, v) = poll(id.clone()).await;
+        assert_eq!(status, 200, "{v}");
+        if v["status"] != "in_progress" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the job never ended: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["progress"], 100);
+    assert!(done["error"].is_null());
+    assert_eq!(content(id.clone()).await, 200);
+
+    // Fails at once.
+    let failed = create(&[("x-fake-job-fails", "true")]).await;
+    let (status, v) = poll(failed.clone()).await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("failed")), "{v}");
+    assert_eq!(v["error"]["code"], "video_generation_failed");
+    assert_eq!(
+        content(failed.clone()).await,
+        404,
+        "a failed job has no content"
+    );
+
+    // Deleted, it is gone; an id never made is not found.
+    let r = send(&fake, Method::DELETE, &format!("{VIDEOS}/{id}"), &[], "").await;
+    assert_eq!(
+        r.json(),
+        json!({"id": id, "object": "video", "deleted": true})
+    );
+    for gone in [id.clone(), "video_never".to_owned()] {
+        let (status, v) = poll(gone.clone()).await;
+        assert_eq!(status, 404, "{v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(
+            v["error"]["message"],
+            format!("Video with id '{gone}' not found.")
+        );
+        let r = send(&fake, Method::DELETE, &format!("{VIDEOS}/{gone}"), &[], "").await;
+        assert_eq!(r.status, 404);
+    }
 }

@@ -45,6 +45,8 @@ pub struct Gateway<St> {
     rejections: crate::pages::RejectionLog,
     /// Where provider-side objects live (kept across reloads, P6).
     homes: Arc<crate::homes::Homes>,
+    /// The job statuses clients' polls saw, for the resolver (kept across reloads, B7).
+    polls: Arc<crate::resolve_pending::Polls>,
     /// The records database's keys, tenants and tokens (kept across reloads).
     directory: Option<Arc<crate::keys::Directory>>,
     /// The ledger's writer (with a records database and `[database] ledger`), started
@@ -76,6 +78,7 @@ where
             on_scrape: None,
             rejections: crate::pages::RejectionLog::default(),
             homes: Arc::default(),
+            polls: Arc::default(),
             directory: None,
             ledger: None,
         }
@@ -228,12 +231,13 @@ where
         let directory = self.directory.clone();
         let accept_traceparent = self.config.telemetry().accept_traceparent;
         let resolver = self.resolver();
+        let polls = self.polls.clone();
         let stack = Arc::new(Stack::new(
             running,
             Box::new(move |config| self.reassemble(config)),
         ));
         if let Some((records, client)) = resolver {
-            crate::resolve_pending::start(Arc::downgrade(&stack), records, client);
+            crate::resolve_pending::start(Arc::downgrade(&stack), records, client, polls);
         }
         // Admin and page routes, then everything else on the running (reloadable) stack.
         let mut app = crate::routes::admin::routes(token.clone(), stack.clone());
@@ -487,6 +491,7 @@ where
             catalog.clone(),
             allow.clone(),
             self.homes.clone(),
+            self.polls.clone(),
         );
         let response_headers = crate::forward::ResponseHeadersLayer::new(allow);
         let live_catalog = catalog.clone();

@@ -12,6 +12,15 @@
 //!   price and closes the attempt through [`portcullis::billing::resolve`], its record
 //!   naming its evidence (`provider`). Still in progress, not found, or no answer: asked
 //!   again at the next look;
+//! - a row naming a job (a video's `/v1/videos/{id}`, left pending at its `per_video`
+//!   hold when the job was created) is asked for at every look from the first, without
+//!   the grace: a job's end is a status the provider reports, not a guess about a lost
+//!   answer, so asking early can only find it still running. `completed` settles it at
+//!   its one video at the model's price; `failed` or `cancelled` writes it off (nothing
+//!   was made: the client is refunded), evidence `provider` both; still `queued` or
+//!   `in_progress`, asked again. A client's own `GET /v1/videos/{id}` through the
+//!   gateway that answers a final status resolves the job's attempt at once
+//!   ([`Polls`]), through the same idempotent close;
 //! - a row still pending `unknown_give_up` after its grace goes to the end policy,
 //!   `[billing] unknown_outcome`: `hold` (the default) leaves it for an operator and
 //!   says so once in the log; `upper_bound` settles it at its upper bound (evidence
@@ -33,8 +42,10 @@ use portcullis::billing::Evidence;
 use portcullis::core::{AttemptRef, BillingStore, Books, Clock, Reconcile, Reconciled, Usage};
 use portcullis_records::{LedgerRow, PendingQuery, PendingRow, Records};
 use std::collections::HashSet;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Most pending rows read at once.
 const PAGE: u32 = 200;
@@ -67,6 +78,28 @@ impl Settings {
     }
 }
 
+/// What a pending row names to ask the provider about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// Nothing that can be asked for (no object, or no channel or price to ask with).
+    Absent,
+    /// A stored answer (a response, a chat completion): asked after the grace.
+    Stored,
+    /// A job the provider runs (a video): asked at every look, from the first.
+    Job,
+}
+
+impl Object {
+    /// What the object at `path` is (`/v1/videos/{id}` is a job).
+    pub fn of(path: &str) -> Self {
+        if path.starts_with("/v1/videos/") {
+            Object::Job
+        } else {
+            Object::Stored
+        }
+    }
+}
+
 /// What the provider said when asked for the object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Asked {
@@ -76,6 +109,8 @@ pub enum Asked {
     Nothing,
     /// The object is final, with this usage (not yet priced).
     Final(Usage),
+    /// The job ended without a result: failed or cancelled. Nothing to charge.
+    Failed,
 }
 
 /// What to do with a pending attempt now.
@@ -87,25 +122,30 @@ pub enum Decision {
     Ask,
     /// Settle at the provider's usage (evidence `provider`).
     Settle(Usage),
+    /// Write it off: the provider says the job made nothing (evidence `provider`).
+    WriteOff,
     /// Settle at the upper bound (evidence `upper_bound`).
     UpperBound,
     /// Leave it for an operator.
     Hold,
 }
 
-/// The decision for an attempt pending since `since` (ms) that names a provider object
-/// (`object`), at `now`, after asking as `asked` says (B7): nothing before the grace;
-/// the provider's final usage settles it; with an object and within the give-up period,
-/// ask; after the give-up period, the end policy; else wait.
-pub fn decide(since: u64, now: u64, s: &Settings, object: bool, asked: Asked) -> Decision {
+/// The decision for an attempt pending since `since` (ms) that names `object`, at
+/// `now`, after asking as `asked` says (B7): nothing before the grace, except for a job
+/// (its end is a status the provider reports, not a guess: asked from the first look);
+/// the provider's final usage settles it, a failed or cancelled job is written off;
+/// with an object and within the give-up period, ask; after the give-up period, the end
+/// policy; else wait.
+pub fn decide(since: u64, now: u64, s: &Settings, object: Object, asked: Asked) -> Decision {
     let grace_ends = since.saturating_add(s.grace);
-    if now < grace_ends {
+    if now < grace_ends && object != Object::Job {
         return Decision::Wait;
     }
     let ended = now >= grace_ends.saturating_add(s.give_up);
     match asked {
         Asked::Final(u) => Decision::Settle(u),
-        Asked::NotAsked if object && !ended => Decision::Ask,
+        Asked::Failed => Decision::WriteOff,
+        Asked::NotAsked if object != Object::Absent && !ended => Decision::Ask,
         _ if ended => match s.end {
             UnknownOutcomeConfig::Hold => Decision::Hold,
             UnknownOutcomeConfig::UpperBound => Decision::UpperBound,
@@ -116,7 +156,9 @@ pub fn decide(since: u64, now: u64, s: &Settings, object: bool, asked: Asked) ->
 
 /// What a provider's answer to `GET {object}` says: a response that is `completed`,
 /// `incomplete`, `failed` or `cancelled` with usage, or a chat completion with usage, is
-/// final; anything else (in progress, not found, an error, no usage) is nothing yet.
+/// final; a video job `completed` is final at its one video, `failed` or `cancelled`
+/// made nothing; anything else (in progress, queued, not found, an error, no usage) is
+/// nothing yet.
 pub fn answer_of(status: u16, body: &[u8]) -> Asked {
     if status != 200 {
         return Asked::Nothing;
@@ -124,6 +166,16 @@ pub fn answer_of(status: u16, body: &[u8]) -> Asked {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Asked::Nothing;
     };
+    if v.get("object").and_then(|o| o.as_str()) == Some("video") {
+        return match v.get("status").and_then(|s| s.as_str()) {
+            Some("completed") => Asked::Final(Usage {
+                videos: 1,
+                ..Usage::default()
+            }),
+            Some("failed" | "cancelled") => Asked::Failed,
+            _ => Asked::Nothing,
+        };
+    }
     let final_ = match v.get("object").and_then(|o| o.as_str()) {
         Some("response") => matches!(
             v.get("status").and_then(|s| s.as_str()),
@@ -142,13 +194,79 @@ pub fn answer_of(status: u16, body: &[u8]) -> Asked {
     }
 }
 
+/// Most final job statuses seen in clients' polls waiting for the resolver; more are
+/// left to its next look.
+const MOST_POLLS: usize = 10_000;
+
+/// The final statuses of jobs that clients' own polls through the gateway saw
+/// (`GET /v1/videos/{id}` answered `completed`, `failed` or `cancelled`), handed to the
+/// resolver to close each job's pending attempt at once (B7). Kept across reloads;
+/// nothing is kept while no resolver runs.
+#[derive(Default)]
+pub struct Polls {
+    on: AtomicBool,
+    seen: Mutex<Vec<Polled>>,
+    wake: Notify,
+}
+
+/// One final status a client's poll saw.
+#[derive(Debug)]
+pub(crate) struct Polled {
+    /// The job's object path, `/v1/videos/{id}`.
+    pub(crate) object: String,
+    /// The channel that answered.
+    pub(crate) channel: Arc<str>,
+    /// What it answered.
+    pub(crate) asked: Asked,
+}
+
+impl Polls {
+    /// Whether a resolver takes what polls see.
+    pub(crate) fn wanted(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// A client's poll of `object` on `channel` answered `asked`: a final status wakes
+    /// the resolver.
+    pub(crate) fn saw(&self, object: String, channel: Arc<str>, asked: Asked) {
+        if !self.wanted() || !matches!(asked, Asked::Final(_) | Asked::Failed) {
+            return;
+        }
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.len() >= MOST_POLLS {
+                return;
+            }
+            seen.push(Polled {
+                object,
+                channel,
+                asked,
+            });
+        }
+        self.wake.notify_one();
+    }
+
+    /// As if a resolver ran (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn start_for_tests(&self) {
+        self.on.store(true, Ordering::Relaxed);
+    }
+
+    fn take(&self) -> Vec<Polled> {
+        std::mem::take(&mut *self.seen.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Starts the resolver of `stack`'s pending attempts on the ledger in `records`, asking
-/// providers through `client`. It ends when the stack is gone (the gateway dropped).
+/// providers through `client` and taking the job statuses clients' polls saw from
+/// `polls`. It ends when the stack is gone (the gateway dropped).
 pub(crate) fn start<St: BillingStore>(
     stack: Weak<Stack<St>>,
     records: Arc<Records>,
     client: HttpClient,
+    polls: Arc<Polls>,
 ) {
+    polls.on.store(true, Ordering::Relaxed);
     tokio::spawn(async move {
         let mut r = Resolver {
             records,
@@ -157,16 +275,27 @@ pub(crate) fn start<St: BillingStore>(
             held: HashSet::new(),
             held_up_to: None,
         };
+        let mut next_look = tokio::time::Instant::now();
         loop {
-            let interval = match stack.upgrade() {
-                Some(s) => {
-                    let interval = s.load().config.billing().resolve_interval;
-                    r.look(&s).await;
-                    interval
+            {
+                let Some(s) = stack.upgrade() else {
+                    polls.on.store(false, Ordering::Relaxed);
+                    return;
+                };
+                let polled = polls.take();
+                if !polled.is_empty() {
+                    r.polled(&s, polled).await;
                 }
-                None => return,
-            };
-            tokio::time::sleep(interval).await;
+                if tokio::time::Instant::now() >= next_look {
+                    r.look(&s).await;
+                    next_look =
+                        tokio::time::Instant::now() + s.load().config.billing().resolve_interval;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(next_look) => {}
+                _ = polls.wake.notified() => {}
+            }
         }
     });
 }
@@ -191,12 +320,13 @@ impl Resolver {
         let now = crate::keys::now_ms();
         let grace_ends = now.saturating_sub(s.grace);
         let ended = grace_ends.saturating_sub(s.give_up);
-        // Rows that can still be asked for: with an object, in the give-up period.
+        // Rows that can still be asked for: with an object, in the give-up period (a
+        // job's from the first look: `decide` leaves the others to their grace).
         let ask = PendingQuery {
             from: Some(ended),
-            before: grace_ends,
+            before: now.saturating_add(1),
             with_object: Some(true),
-            after: None,
+            ..PendingQuery::default()
         };
         // Rows past the give-up period: all of them to settle at their upper bound; to
         // hold, only those that crossed since the last look (each said once).
@@ -206,8 +336,7 @@ impl Resolver {
                 UnknownOutcomeConfig::UpperBound => None,
             },
             before: ended,
-            with_object: None,
-            after: None,
+            ..PendingQuery::default()
         };
         for q in [ask, end] {
             if !self.pages(&running, &s, q, now).await {
@@ -268,16 +397,68 @@ impl Resolver {
         // Only an object of a channel (still) configured, of a model with a price, can be
         // asked for and priced.
         let asking = asking(&live.catalog, row);
-        let mut decision = decide(p.since, now, s, asking.is_some(), Asked::NotAsked);
+        let object = match (&asking, row.provider_object.as_deref()) {
+            (Some(_), Some(path)) => Object::of(path),
+            _ => Object::Absent,
+        };
+        let mut decision = decide(p.since, now, s, object, Asked::NotAsked);
         if let (Decision::Ask, Some((route, price))) = (decision, &asking) {
-            let object = row.provider_object.as_deref().unwrap_or_default();
-            let asked = self.ask(route, object, live.catalog.upstream_timeout).await;
-            decision = decide(p.since, now, s, true, asked);
-            if let Decision::Settle(mut u) = decision {
-                u.cost = Some(price.cost(&u));
-                decision = Decision::Settle(u);
+            let path = row.provider_object.as_deref().unwrap_or_default();
+            let asked = self.ask(route, path, live.catalog.upstream_timeout).await;
+            decision = priced(decide(p.since, now, s, object, asked), price);
+        }
+        self.act(running, row, decision).await;
+    }
+
+    /// Closes the pending attempts of the jobs clients' polls saw end, at once: the
+    /// rows naming each job's object, of the channel that answered (B7).
+    async fn polled<St: BillingStore>(&mut self, stack: &Stack<St>, polled: Vec<Polled>) {
+        let running = stack.load_full();
+        let before = crate::keys::now_ms().saturating_add(1);
+        for seen in polled {
+            let q = PendingQuery {
+                before,
+                object: Some(seen.object.clone()),
+                ..PendingQuery::default()
+            };
+            let rows = match self.records.pending_ledger(&q, PAGE).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    // The resolver's next look asks the provider itself.
+                    tracing::debug!(error = %e, "resolving a polled job: the ledger did not answer");
+                    continue;
+                }
+            };
+            for p in &rows {
+                let row = &p.row;
+                if row.channel.as_deref() != Some(&*seen.channel)
+                    || self.closed.contains(&row.attempt)
+                {
+                    continue;
+                }
+                let Some((_, price)) = asking(&running.live.catalog, row) else {
+                    continue;
+                };
+                let decision = match seen.asked {
+                    Asked::Final(u) => Decision::Settle(u),
+                    Asked::Failed => Decision::WriteOff,
+                    Asked::NotAsked | Asked::Nothing => continue,
+                };
+                tracing::debug!(attempt_id = %row.attempt, object = %seen.object, "a client's poll saw the job end");
+                self.act(&running, row, priced(decision, &price)).await;
             }
         }
+    }
+
+    /// Acts on the decision for one pending row: closes it through the store's
+    /// idempotent reconciliation, holds it (said once), or leaves it.
+    async fn act<St: BillingStore>(
+        &mut self,
+        running: &crate::running::Running<St>,
+        row: &LedgerRow,
+        decision: Decision,
+    ) {
+        let live = &running.live;
         let (how, usage, evidence) = match decision {
             Decision::Wait | Decision::Ask => return,
             Decision::Hold => {
@@ -299,6 +480,8 @@ impl Resolver {
                 Some(u),
                 Evidence::Provider,
             ),
+            // The job made nothing: refunded.
+            Decision::WriteOff => (Reconcile::WriteOff, None, Evidence::Provider),
             Decision::UpperBound => (
                 Reconcile::Settle(row.amount),
                 Some(usage_of(row, row.amount)),
@@ -362,6 +545,17 @@ impl Resolver {
             }
             _ => Asked::Nothing,
         }
+    }
+}
+
+/// A settlement at the provider's usage, priced at `price`; any other decision as it is.
+fn priced(decision: Decision, price: &portcullis::core::Price) -> Decision {
+    match decision {
+        Decision::Settle(mut u) => {
+            u.cost = Some(price.cost(&u));
+            Decision::Settle(u)
+        }
+        d => d,
     }
 }
 
@@ -435,7 +629,7 @@ mod tests {
     #[test]
     fn b7_before_the_grace_nothing_is_asked_or_settled() {
         let since = 1_000_000;
-        for object in [true, false] {
+        for object in [Object::Stored, Object::Absent] {
             for asked in [Asked::NotAsked, Asked::Nothing, Asked::Final(used(1, 1))] {
                 assert_eq!(
                     decide(since, since + S.grace - 1, &S, object, asked),
@@ -449,17 +643,23 @@ mod tests {
     fn b7_after_the_grace_the_provider_is_asked_and_its_final_usage_settles() {
         let since = 1_000_000;
         let now = since + S.grace;
-        assert_eq!(decide(since, now, &S, true, Asked::NotAsked), Decision::Ask);
+        assert_eq!(
+            decide(since, now, &S, Object::Stored, Asked::NotAsked),
+            Decision::Ask
+        );
         let u = used(12, 9);
         assert_eq!(
-            decide(since, now, &S, true, Asked::Final(u)),
+            decide(since, now, &S, Object::Stored, Asked::Final(u)),
             Decision::Settle(u)
         );
         // Still in progress or not found: asked again at the next look.
-        assert_eq!(decide(since, now, &S, true, Asked::Nothing), Decision::Wait);
+        assert_eq!(
+            decide(since, now, &S, Object::Stored, Asked::Nothing),
+            Decision::Wait
+        );
         // Nothing to ask with: waits for the end of the give-up period.
         assert_eq!(
-            decide(since, now, &S, false, Asked::NotAsked),
+            decide(since, now, &S, Object::Absent, Asked::NotAsked),
             Decision::Wait
         );
     }
@@ -472,7 +672,7 @@ mod tests {
             end: UnknownOutcomeConfig::UpperBound,
             ..S
         };
-        for object in [true, false] {
+        for object in [Object::Stored, Object::Absent] {
             assert_eq!(
                 decide(since, end - 1, &S, object, Asked::Nothing),
                 Decision::Wait
@@ -488,7 +688,7 @@ mod tests {
         // A final answer still wins at the end.
         let u = used(1, 2);
         assert_eq!(
-            decide(since, end, &upper, true, Asked::Final(u)),
+            decide(since, end, &upper, Object::Stored, Asked::Final(u)),
             Decision::Settle(u)
         );
     }
@@ -511,5 +711,109 @@ mod tests {
         assert_eq!(answer_of(200, no_usage), Asked::Nothing);
         assert_eq!(answer_of(404, chat), Asked::Nothing);
         assert_eq!(answer_of(200, b"not json"), Asked::Nothing);
+    }
+
+    #[test]
+    fn b7_a_job_is_asked_from_the_first_look_and_settled_or_refunded_by_its_status() {
+        let since = 1_000_000;
+        let video = Usage {
+            videos: 1,
+            ..Usage::default()
+        };
+        // No grace for a job: its end is a status, asking early only finds it running.
+        for now in [since, since + 1, since + S.grace - 1, since + S.grace] {
+            assert_eq!(
+                decide(since, now, &S, Object::Job, Asked::NotAsked),
+                Decision::Ask
+            );
+            assert_eq!(
+                decide(since, now, &S, Object::Job, Asked::Nothing),
+                Decision::Wait
+            );
+            assert_eq!(
+                decide(since, now, &S, Object::Job, Asked::Final(video)),
+                Decision::Settle(video)
+            );
+            assert_eq!(
+                decide(since, now, &S, Object::Job, Asked::Failed),
+                Decision::WriteOff
+            );
+        }
+        // A stored answer keeps its grace.
+        assert_eq!(
+            decide(since, since + 1, &S, Object::Stored, Asked::NotAsked),
+            Decision::Wait
+        );
+        // No end seen by the end of the give-up period: the same end policy.
+        let end = since + S.grace + S.give_up;
+        let upper = Settings {
+            end: UnknownOutcomeConfig::UpperBound,
+            ..S
+        };
+        assert_eq!(
+            decide(since, end - 1, &S, Object::Job, Asked::NotAsked),
+            Decision::Ask
+        );
+        assert_eq!(
+            decide(since, end, &S, Object::Job, Asked::NotAsked),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(since, end, &S, Object::Job, Asked::Nothing),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(since, end, &upper, Object::Job, Asked::Nothing),
+            Decision::UpperBound
+        );
+        // An end seen at the last moment still wins.
+        assert_eq!(
+            decide(since, end, &upper, Object::Job, Asked::Failed),
+            Decision::WriteOff
+        );
+        assert_eq!(Object::of("/v1/videos/video_1"), Object::Job);
+        assert_eq!(Object::of("/v1/responses/resp_1"), Object::Stored);
+    }
+
+    #[test]
+    fn b7_a_jobs_final_status_is_its_evidence() {
+        let job = |status: &str| {
+            format!(
+                r#"{{"id":"video_1","object":"video","status":"{status}","progress":0,"error":null}}"#
+            )
+        };
+        assert_eq!(
+            answer_of(200, job("completed").as_bytes()),
+            Asked::Final(Usage {
+                videos: 1,
+                ..Usage::default()
+            })
+        );
+        for ended in ["failed", "cancelled"] {
+            assert_eq!(answer_of(200, job(ended).as_bytes()), Asked::Failed);
+        }
+        for running in ["queued", "in_progress", "something_new"] {
+            assert_eq!(answer_of(200, job(running).as_bytes()), Asked::Nothing);
+        }
+        // Not found (deleted, or another provider's), or an error: nothing yet.
+        assert_eq!(answer_of(404, job("completed").as_bytes()), Asked::Nothing);
+        assert_eq!(answer_of(500, job("failed").as_bytes()), Asked::Nothing);
+        // Priced at the model's `per_video`.
+        let price = portcullis::core::Price {
+            per_video: 500_000,
+            ..portcullis::core::Price::default()
+        };
+        let Asked::Final(u) = answer_of(200, job("completed").as_bytes()) else {
+            panic!("final");
+        };
+        assert_eq!(
+            priced(Decision::Settle(u), &price),
+            Decision::Settle(Usage {
+                videos: 1,
+                cost: Some(500_000),
+                ..Usage::default()
+            })
+        );
+        assert_eq!(priced(Decision::WriteOff, &price), Decision::WriteOff);
     }
 }

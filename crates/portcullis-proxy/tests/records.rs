@@ -1507,7 +1507,7 @@ async fn load_request(addr: SocketAddr, secret: &str, i: u64) -> Sent {
         Dialect::OpenAi
     };
     let kind = h % 100;
-    if kind < 40 || kind >= 98 {
+    if !(40..98).contains(&kind) {
         let mut req = ask(dialect, secret, false);
         if kind >= 98 {
             req = req.header("x-fake-hang", "true");
@@ -1956,4 +1956,332 @@ async fn b7_with_upper_bound_a_pending_attempt_nothing_answers_for_is_settled_at
     assert_eq!(books["exact"], true, "{books}");
     let acme = books_of(&books, "acme");
     assert_eq!(acme["pending"].as_i64(), Some(0), "{acme}");
+}
+
+// ------------------------------------------------------------------ jobs billed by their result (B7)
+
+/// A video model on an OpenAI channel of its own, beside [`CHANNELS`].
+const JOBS: &str = r#"
+[channels.openai-video]
+vendor = "openai"
+base_url = "fake://"
+credential = "sk-upstream-openai-video"
+models = ["sora-2"]
+
+[models.sora-2]
+price = { per_video = 500_000 }
+"#;
+
+/// The `per_video` price of `sora-2` in [`JOBS`].
+const PER_VIDEO: i64 = 500_000;
+
+/// A gateway on a fresh SQLite records database with a video model and `[billing]`
+/// settings of the test's own.
+async fn jobs_gateway(billing: &str) -> (Gw, std::path::PathBuf) {
+    sqlite_gateway_with("", &format!("{billing}\n{JOBS}")).await
+}
+
+/// Creates a video job through the gateway with the fake's job controls `headers`;
+/// returns its id.
+async fn create_job(addr: SocketAddr, secret: &str, headers: &[(&str, &str)]) -> String {
+    let mut req = Req::post(
+        "/v1/videos",
+        json!({"model": "sora-2", "prompt": "waves at dusk", "seconds": "4"}).to_string(),
+    )
+    .key(KeyAt::Bearer, secret);
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let r = send(addr, &req).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["status"], "queued", "{v}");
+    v["id"].as_str().expect("the job's id").to_owned()
+}
+
+/// The ledger row of the job `id` among `rows`.
+fn job_row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+    let object = format!("/v1/videos/{id}");
+    rows.iter()
+        .find(|r| r["provider_object"] == object.as_str())
+        .unwrap_or_else(|| panic!("no row of {object}: {rows:?}"))
+}
+
+/// The tenant's books, checked exact.
+async fn exact_books(addr: SocketAddr, tenant: &str) -> Value {
+    let (status, books) = admin(addr, TOKEN, "GET", "/admin/books", None).await;
+    assert_eq!(status, 200, "{books}");
+    assert_eq!(books["exact"], true, "{books}");
+    books_of(&books, tenant).clone()
+}
+
+/// The amount of the key's first check (a chat completion) among `rows`.
+fn check_amount(rows: &[Value]) -> i64 {
+    rows.iter()
+        .find(|r| r["model"] == "gpt-4o-mini")
+        .and_then(|r| r["amount"].as_i64())
+        .expect("the key's check")
+}
+
+/// B7: a video job is not settled at its creation: it stays pending at its `per_video`
+/// hold with its object `/v1/videos/{id}` in the ledger; the resolver asks the provider
+/// for it from its first look (long before the grace, which is for lost answers, not
+/// for jobs), and once the job is `completed` settles it at `per_video`, once —
+/// `reconciled` by `provider` — with the books exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_video_job_that_completes_is_charged_per_video_once_from_its_status() {
+    let (gw, _dir) = jobs_gateway(JOB_LOOKS).await;
+    a_job_that_completes_is_charged_per_video_once(&gw).await;
+}
+
+/// B7: [`b7_a_video_job_that_completes_is_charged_per_video_once_from_its_status`] on
+/// a PostgreSQL records database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_video_job_that_completes_is_charged_per_video_once_on_postgres() {
+    let pg = PostgresServer::start();
+    let var = "PCX_TEST_HASH_SECRET_B7_JOBS";
+    // SAFETY: set before any gateway reads it, with a name no other test uses.
+    unsafe { std::env::set_var(var, "b7-jobs-hash-secret-0123456789") };
+    let gw = gateway_with(&pg.url(), var, &format!("\n[billing]\n{JOB_LOOKS}\n{JOBS}")).await;
+    a_job_that_completes_is_charged_per_video_once(&gw).await;
+}
+
+/// A grace and give-up of an hour, a look every 100 ms: only a job is asked for.
+const JOB_LOOKS: &str =
+    "unknown_grace = \"1h\"\nunknown_give_up = \"1h\"\nresolve_interval = \"100ms\"";
+
+async fn a_job_that_completes_is_charged_per_video_once(gw: &Gw) {
+    let (secret, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+    let id = create_job(gw.addr, &secret, &[("x-fake-job-ms", "1000")]).await;
+    // Pending at its hold while the job runs.
+    let rows = rows_when(gw.addr, "acme", 2, |r| {
+        r["model"] != "sora-2" || r["provider_object"].is_string()
+    })
+    .await;
+    let row = job_row(&rows, &id);
+    if row["outcome"] == "pending" {
+        assert_eq!(row["amount"].as_i64(), Some(PER_VIDEO), "{row}");
+    }
+    // Settled from the job's status, well within the hour's grace.
+    let rows = rows_when(gw.addr, "acme", 2, |r| r["outcome"] != "pending").await;
+    let row = job_row(&rows, &id);
+    assert_eq!(
+        (row["outcome"].as_str(), row["resolved_by"].as_str()),
+        (Some("reconciled"), Some("provider")),
+        "{row}"
+    );
+    assert_eq!(row["amount"].as_i64(), Some(PER_VIDEO), "{row}");
+    assert_eq!(row["usage"]["videos"], 1, "{row}");
+    let s = gw._fake.stats();
+    assert!(s.calls(portcullis_fake_upstream::Route::VideoRetrieve) >= 1);
+    assert!(
+        !s.saw_anywhere(&secret),
+        "asked with the channel's credential"
+    );
+    let acme = exact_books(gw.addr, "acme").await;
+    assert_eq!(acme["pending"].as_i64(), Some(0), "{acme}");
+    assert_eq!(
+        acme["settled"].as_i64(),
+        Some(check_amount(&rows) + PER_VIDEO),
+        "{acme}"
+    );
+    assert_eq!(
+        acme["balance"].as_i64(),
+        Some(1_000_000 - check_amount(&rows) - PER_VIDEO),
+        "{acme}"
+    );
+    // Charged once: the attempt's usage query still sums one video.
+    let (_, v) = admin(
+        gw.addr,
+        TOKEN,
+        "GET",
+        "/admin/usage?tenant=acme&model=sora-2",
+        None,
+    )
+    .await;
+    assert_eq!(v["totals"]["attempts"], 1, "{v}");
+}
+
+/// B7: a video job the provider fails is refunded: the resolver reads `failed` and
+/// writes its pending attempt off — `written_off` by `provider` in the ledger, amount
+/// 0 — and the tenant's balance is back where it was before the job, the books exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_video_job_the_provider_fails_is_refunded() {
+    let (gw, _dir) = jobs_gateway(
+        "unknown_grace = \"1h\"\nunknown_give_up = \"1h\"\nresolve_interval = \"100ms\"",
+    )
+    .await;
+    let (secret, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+    let id = create_job(
+        gw.addr,
+        &secret,
+        &[("x-fake-job-ms", "300"), ("x-fake-job-fails", "true")],
+    )
+    .await;
+    let rows = rows_when(gw.addr, "acme", 2, |r| r["outcome"] != "pending").await;
+    let row = job_row(&rows, &id);
+    assert_eq!(
+        (row["outcome"].as_str(), row["resolved_by"].as_str()),
+        (Some("written_off"), Some("provider")),
+        "{row}"
+    );
+    assert_eq!(row["amount"].as_i64(), Some(0), "{row}");
+    let acme = exact_books(gw.addr, "acme").await;
+    assert_eq!(acme["pending"].as_i64(), Some(0), "{acme}");
+    assert_eq!(acme["store_pending"].as_i64(), Some(0), "{acme}");
+    assert_eq!(
+        acme["balance"].as_i64(),
+        Some(1_000_000 - check_amount(&rows)),
+        "the job's hold is back: {acme}"
+    );
+}
+
+/// B7: a client that polls its job through the gateway (`GET /v1/videos/{id}`) and is
+/// answered its end resolves the job's pending attempt then: the resolver looks only
+/// once an hour here, and never asks the provider itself, yet a completed job is
+/// settled at `per_video` and a failed one written off as soon as the client saw it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_video_job_polled_by_the_client_to_its_end_is_resolved_at_once() {
+    let (gw, _dir) =
+        jobs_gateway("unknown_grace = \"1h\"\nunknown_give_up = \"1h\"\nresolve_interval = \"1h\"")
+            .await;
+    let (secret, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+    let done = create_job(gw.addr, &secret, &[("x-fake-job-ms", "300")]).await;
+    let failed = create_job(
+        gw.addr,
+        &secret,
+        &[("x-fake-job-ms", "300"), ("x-fake-job-fails", "true")],
+    )
+    .await;
+    // Both pending in the ledger (a poll that comes before its attempt reaches the
+    // ledger is left to the resolver's next look).
+    rows_when(gw.addr, "acme", 3, |r| {
+        r["model"] != "sora-2" || (r["outcome"] == "pending" && r["provider_object"].is_string())
+    })
+    .await;
+    let mut polls = 0;
+    for (id, end) in [(&done, "completed"), (&failed, "failed")] {
+        let start = Instant::now();
+        loop {
+            let r = send(
+                gw.addr,
+                &Req::get(format!("/v1/videos/{id}")).key(KeyAt::Bearer, &secret),
+            )
+            .await;
+            polls += 1;
+            assert_eq!(r.status, 200, "{}", r.text());
+            if r.json()["status"] == end {
+                break;
+            }
+            assert!(
+                start.elapsed() < WAIT * 4,
+                "the job never ended: {}",
+                r.text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let rows = rows_when(gw.addr, "acme", 3, |r| r["outcome"] != "pending").await;
+    let row = job_row(&rows, &done);
+    assert_eq!(
+        (
+            row["outcome"].as_str(),
+            row["resolved_by"].as_str(),
+            row["amount"].as_i64()
+        ),
+        (Some("reconciled"), Some("provider"), Some(PER_VIDEO)),
+        "{row}"
+    );
+    let row = job_row(&rows, &failed);
+    assert_eq!(
+        (
+            row["outcome"].as_str(),
+            row["resolved_by"].as_str(),
+            row["amount"].as_i64()
+        ),
+        (Some("written_off"), Some("provider"), Some(0)),
+        "{row}"
+    );
+    // Only the client's polls reached the provider: the resolver never asked.
+    assert_eq!(
+        gw._fake
+            .stats()
+            .calls(portcullis_fake_upstream::Route::VideoRetrieve),
+        polls
+    );
+    let acme = exact_books(gw.addr, "acme").await;
+    assert_eq!(acme["pending"].as_i64(), Some(0), "{acme}");
+    assert_eq!(
+        acme["balance"].as_i64(),
+        Some(1_000_000 - check_amount(&rows) - PER_VIDEO),
+        "{acme}"
+    );
+    // Polled again: still one close, nothing changes.
+    let r = send(
+        gw.addr,
+        &Req::get(format!("/v1/videos/{done}")).key(KeyAt::Bearer, &secret),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let again = exact_books(gw.addr, "acme").await;
+    assert_eq!(again["settled"], acme["settled"], "{again}");
+}
+
+/// B7: a video job whose end is never seen (it runs past the give-up period) goes to
+/// the same end policy as any unknown outcome: held pending at its `per_video` by
+/// default (the books exact, the hold counted), settled at its upper bound — its
+/// `per_video` — with `unknown_outcome = "upper_bound"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_video_job_whose_end_is_never_seen_is_held_or_settled_at_its_upper_bound() {
+    for policy in ["hold", "upper_bound"] {
+        let (gw, _dir) = jobs_gateway(&format!(
+            "unknown_grace = \"200ms\"\nunknown_give_up = \"300ms\"\nunknown_outcome = \"{policy}\"\nresolve_interval = \"100ms\""
+        ))
+        .await;
+        let (secret, _) = tenant_and_key(gw.addr, "acme", 1_000_000).await;
+        let id = create_job(gw.addr, &secret, &[("x-fake-job-ms", "3600000")]).await;
+        let started = Instant::now();
+        // Asked while it runs.
+        assert!(
+            eventually(WAIT * 4, || async {
+                gw._fake
+                    .stats()
+                    .calls(portcullis_fake_upstream::Route::VideoRetrieve)
+                    >= 2
+            })
+            .await,
+            "the resolver never asked for the job"
+        );
+        if policy == "upper_bound" {
+            let rows = rows_when(gw.addr, "acme", 2, |r| r["outcome"] != "pending").await;
+            let row = job_row(&rows, &id);
+            assert_eq!(
+                (
+                    row["outcome"].as_str(),
+                    row["resolved_by"].as_str(),
+                    row["amount"].as_i64()
+                ),
+                (Some("reconciled"), Some("upper_bound"), Some(PER_VIDEO)),
+                "{row}"
+            );
+            let acme = exact_books(gw.addr, "acme").await;
+            assert_eq!(acme["pending"].as_i64(), Some(0), "{acme}");
+            continue;
+        }
+        // Held: still pending well past the grace and give-up (and many looks).
+        let past = Duration::from_millis(200 + 300 + 1_000);
+        if let Some(left) = past.checked_sub(started.elapsed()) {
+            tokio::time::sleep(left).await;
+        }
+        let rows = rows_when(gw.addr, "acme", 2, |_| true).await;
+        let row = job_row(&rows, &id);
+        assert_eq!(
+            (row["outcome"].as_str(), row["amount"].as_i64()),
+            (Some("pending"), Some(PER_VIDEO)),
+            "{row}"
+        );
+        let acme = exact_books(gw.addr, "acme").await;
+        assert_eq!(acme["pending"].as_i64(), Some(PER_VIDEO), "{acme}");
+        assert_eq!(acme["store_pending"].as_i64(), Some(PER_VIDEO), "{acme}");
+    }
 }

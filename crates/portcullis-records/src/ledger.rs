@@ -141,6 +141,8 @@ pub struct PendingQuery {
     pub with_object: Option<bool>,
     /// After this row (its `since` and attempt), in the order read.
     pub after: Option<(Millis, String)>,
+    /// Only the rows naming this provider object (a video job's `/v1/videos/{id}`).
+    pub object: Option<String>,
 }
 
 /// What a usage query selects; every filter given must hold.
@@ -617,6 +619,11 @@ impl Records {
                 " AND (recorded_at > ${a} OR (recorded_at = ${a} AND attempt > ${b}))"
             ));
             ints.push(sql_ms(*since));
+            n += 2;
+        }
+        // Bound last, after the cursor's attempt.
+        if q.object.is_some() {
+            clause.push_str(&format!(" AND provider_object = ${}", n + 1));
         }
         let sql = format!(
             "SELECT {COLUMNS}, recorded_at FROM pcx_ledger{clause} \
@@ -628,6 +635,9 @@ impl Records {
         }
         if let Some((_, attempt)) = &q.after {
             query = query.bind(attempt.as_str());
+        }
+        if let Some(object) = &q.object {
+            query = query.bind(object.as_str());
         }
         let rows = query.fetch_all(self.pool()).await.map_err(db_err)?;
         rows.iter()

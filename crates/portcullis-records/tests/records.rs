@@ -904,6 +904,22 @@ async fn pending_rows_by_age_and_provider_object(db: Db) {
     .await;
     assert_eq!(next.len(), 2, "{next:?}");
     assert_eq!(next[0].0, "att-2");
+    // By the object it names (a polled job's), with the cursor too.
+    let named = read(PendingQuery {
+        before: 5_000,
+        object: Some("/v1/responses/resp_att-3".to_owned()),
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(named, vec![("att-3".to_owned(), 2_000, true)]);
+    let named_after = read(PendingQuery {
+        before: 5_000,
+        after: Some((1_000, "att-1".to_owned())),
+        object: Some("/v1/responses/resp_att-3".to_owned()),
+        ..PendingQuery::default()
+    })
+    .await;
+    assert_eq!(named_after, named);
     // Resolved by the provider's answer: the object stays, the row is read no more.
     let resolved = LedgerRow {
         amount: 42,

@@ -526,7 +526,7 @@ mod tests {
      {
         use crate::config::UnknownOutcomeConfig;
         use std::time::Duration;
-        let b = Config::parse(GOOD).unwrap().billing().clone();
+        let b = *Config::parse(GOOD).unwrap().billing();
         assert_eq!(
             (
                 b.unknown_grace,

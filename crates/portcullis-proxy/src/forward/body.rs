@@ -2,7 +2,7 @@
 //! usage (`usage.rs`), and cut when the provider goes silent for too long.
 
 use super::translate::Answer;
-use super::usage::Watch;
+use super::usage::{JobPoll, Watch};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
@@ -34,6 +34,8 @@ pin_project! {
         // Boxed: the usage watcher is most of a kilobyte, and every layer above moves
         // the response (and this body in it) at least once.
         watch: Option<Box<Watch>>,
+        // A client's poll of a video job, read for its final status (B7).
+        poll: Option<Box<JobPoll>>,
         idle: Duration,
         #[pin]
         silence: tokio::time::Sleep,
@@ -56,6 +58,7 @@ impl ForwardBody {
             idle,
             silence: tokio::time::sleep(idle),
             watch,
+            poll: None,
         };
         // An empty answer is over before anyone polls it, and the layers outside
         // release at once: record now.
@@ -65,6 +68,15 @@ impl ForwardBody {
             }
         }
         body
+    }
+
+    /// Reads the answer as a client's poll of a video job (B7).
+    pub(super) fn polled(mut self, poll: Option<Box<JobPoll>>) -> Self {
+        match poll {
+            Some(mut p) if self.inner.is_end_stream() => p.finish(),
+            p => self.poll = p,
+        }
+        self
     }
 }
 
@@ -106,6 +118,20 @@ impl Body for ForwardBody {
                     Box::new(UpstreamError::new(UpstreamFailure::Cut)) as BoxError
                 })
             });
+            if let Some(p) = this.poll.as_mut() {
+                match &res {
+                    Some(Ok(frame)) => {
+                        if let Some(d) = frame.data_ref() {
+                            p.push(d);
+                        }
+                        if inner.is_end_stream() {
+                            p.finish();
+                        }
+                    }
+                    None => p.finish(),
+                    Some(Err(_)) => {}
+                }
+            }
             if let Some(w) = this.watch.as_mut() {
                 match &res {
                     Some(Ok(frame)) => {

@@ -10,10 +10,11 @@ use super::request::{
     creates_object, gemini_method_served, rename_model, unserved_gemini_method, upstream_request,
 };
 use super::translate::Translation;
-use super::usage::{Sent, Unreported, Watch};
+use super::usage::{JobPoll, Sent, Unreported, Watch};
 use crate::catalog::{Catalog, Reach, Route};
 use crate::homes::Homes;
 use crate::prepare::Facts;
+use crate::resolve_pending::Polls;
 use crate::telemetry::AttemptTrace;
 use bytes::Bytes;
 use http::{Request, Response};
@@ -42,23 +43,27 @@ struct Shared {
     catalog: Arc<Catalog>,
     allow: Arc<AllowLists>,
     homes: Arc<Homes>,
+    polls: Arc<Polls>,
 }
 
 impl Forward {
     /// A forwarder on `client` and `catalog`, sending on the request headers `allow`
     /// lets through and remembering in `homes` the channel of every provider-side
-    /// object an answer creates (P6).
+    /// object an answer creates (P6), and handing to `polls` the final status of a video
+    /// job a client polls (B7).
     pub fn new(
         client: HttpClient,
         catalog: Arc<Catalog>,
         allow: Arc<AllowLists>,
         homes: Arc<Homes>,
+        polls: Arc<Polls>,
     ) -> Self {
         Self(Arc::new(Shared {
             client,
             catalog,
             allow,
             homes,
+            polls,
         }))
     }
 }
@@ -149,11 +154,15 @@ impl Shared {
             (None, Some(id)) => rename_model(route.dialect, &mut parts, body, model, id).await?,
             (None, None) => body,
         };
-        // B7: an OpenAI channel can be asked later for the object its answer names.
+        // B7: an OpenAI channel can be asked later for the object its answer names (a
+        // generation's, a video job's).
         let retrieval = (route.dialect == Dialect::OpenAi
-            && facts.0.operation == portcullis_dialects::Operation::Generate)
-            .then(|| super::usage::retrieval_of(parts.uri.path()))
-            .flatten();
+            && matches!(
+                facts.0.operation,
+                portcullis_dialects::Operation::Generate | portcullis_dialects::Operation::Video
+            ))
+        .then(|| super::usage::retrieval_of(parts.uri.path()))
+        .flatten();
         let mut up = upstream_request(&self.allow, &route, &mut parts, body)?;
         if let Some(t) = &trace {
             let uri = up.uri().clone();
@@ -205,6 +214,19 @@ impl Shared {
                 retrieval,
             })
         });
+        // B7: a client's poll of a video job on an OpenAI channel, read for its end.
+        let poll = (route.dialect == Dialect::OpenAi
+            && facts.0.operation == portcullis_dialects::Operation::Object)
+            .then(|| {
+                JobPoll::of(
+                    &self.polls,
+                    &parts.method,
+                    parts.uri.path(),
+                    rparts.status,
+                    &route.name,
+                )
+            })
+            .flatten();
         let idle = self.catalog.upstream_idle_timeout;
         let body = match &translation {
             None => ForwardBody::new(Either::Left(incoming), idle, watch, None),
@@ -217,7 +239,7 @@ impl Shared {
                 ForwardBody::new(Either::Right(translated), idle, watch, None)
             }
         };
-        Ok(Response::from_parts(rparts, body))
+        Ok(Response::from_parts(rparts, body.polled(poll)))
     }
 
     /// The channel of the attempt: the one the capacity queue chose (Q2).

@@ -3,6 +3,7 @@
 //! successful answer created (P6).
 
 use crate::homes::Homes;
+use crate::resolve_pending::{Polls, answer_of};
 use crate::telemetry::AttemptTrace;
 use portcullis::core::homes::Home;
 use portcullis_core::{Price, Usage, UsageRecorder};
@@ -19,6 +20,10 @@ pub(super) enum Unreported {
     /// The gateway's own estimate at the end of a successful answer: embeddings, whose
     /// only tokens are the input (Gemini's embeddings report no usage).
     Estimate(Usage),
+    /// A job the provider runs after answering (a video): its result, not its creation,
+    /// decides its cost, so the answer leaves it pending at its hold with the job's
+    /// object to ask about (B7).
+    Job,
 }
 
 impl Unreported {
@@ -27,11 +32,9 @@ impl Unreported {
             // A request about an object is free, whatever usage its answer shows (a
             // retrieved response repeats the usage it was billed for).
             Operation::CountTokens | Operation::Object => Unreported::Free,
-            // A video job is billed its one video at creation (`per_video`).
-            Operation::Video => Unreported::Estimate(Usage {
-                videos: 1,
-                ..Usage::default()
-            }),
+            // A video job is billed by its result (B7): created, it holds its price
+            // pending until its end is known.
+            Operation::Video => Unreported::Job,
             Operation::Embed => Unreported::Estimate(Usage {
                 input_tokens: facts.input_tokens,
                 ..Usage::default()
@@ -80,11 +83,11 @@ pub(super) struct Watch {
     pub(super) retrieval: Option<&'static str>,
 }
 
-/// Where an OpenAI channel keeps the object a generation request sent to `path`
-/// creates, and can be asked for it (B7): `/v1/responses/{id}`,
-/// `/v1/chat/completions/{id}`.
+/// Where an OpenAI channel keeps the object a generation request or a video job sent to
+/// `path` creates, and can be asked for it (B7): `/v1/responses/{id}`,
+/// `/v1/chat/completions/{id}`, `/v1/videos/{id}`.
 pub(super) fn retrieval_of(path: &str) -> Option<&'static str> {
-    ["/v1/responses", "/v1/chat/completions"]
+    ["/v1/responses", "/v1/chat/completions", "/v1/videos"]
         .into_iter()
         .find(|p| path == *p)
 }
@@ -159,7 +162,7 @@ impl Watch {
                 Some(u)
             }
             // Ended, but the provider reported no usage: the gateway's estimate where
-            // the operation has one, else the cost is unknown.
+            // the operation has one, else the cost is unknown (a job's until its end).
             (true, None) => match self.unreported {
                 Unreported::Estimate(u) => {
                     self.recorder.record(priced(u));
@@ -187,6 +190,76 @@ impl Watch {
     }
 }
 
+/// Most bytes of a job poll's answer read for its status: a job object is small; a
+/// larger answer is passed on unread.
+const MOST_POLL_BYTES: usize = 64 << 10;
+
+/// A client's poll of a video job through the gateway (`GET /v1/videos/{id}`),
+/// answered by the job's channel: its answer is read at its end, and a final status
+/// (`completed`, `failed`, `cancelled`) goes to the resolver, which closes the job's
+/// pending attempt at once (B7).
+pub(super) struct JobPoll {
+    object: String,
+    channel: Arc<str>,
+    polls: Arc<Polls>,
+    read: Vec<u8>,
+    done: bool,
+}
+
+impl JobPoll {
+    /// The poll of a request `method path` answered `status` by `channel`, if it is a
+    /// job's and a resolver takes what polls see.
+    pub(super) fn of(
+        polls: &Arc<Polls>,
+        method: &http::Method,
+        path: &str,
+        status: http::StatusCode,
+        channel: &Arc<str>,
+    ) -> Option<Box<Self>> {
+        let id = portcullis_dialects::request::object_path(path)?;
+        let object = format!("/v1/videos/{id}");
+        (polls.wanted()
+            && method == http::Method::GET
+            && status == http::StatusCode::OK
+            && path == object)
+            .then(|| {
+                Box::new(JobPoll {
+                    object,
+                    channel: channel.clone(),
+                    polls: polls.clone(),
+                    read: Vec::new(),
+                    done: false,
+                })
+            })
+    }
+
+    /// A piece of the answer.
+    pub(super) fn push(&mut self, d: &[u8]) {
+        if self.done {
+            return;
+        }
+        if self.read.len() + d.len() > MOST_POLL_BYTES {
+            self.done = true;
+            self.read = Vec::new();
+            return;
+        }
+        self.read.extend_from_slice(d);
+    }
+
+    /// The answer's end: what it says goes to the resolver.
+    pub(super) fn finish(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let asked = answer_of(200, &self.read);
+        self.polls.saw(
+            std::mem::take(&mut self.object),
+            self.channel.clone(),
+            asked,
+        );
+    }
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         // A body dropped before its end (client gone, stream cut): what was seen.
@@ -205,6 +278,7 @@ mod tests {
             retrieval_of("/v1/chat/completions"),
             Some("/v1/chat/completions")
         );
+        assert_eq!(retrieval_of("/v1/videos"), Some("/v1/videos"));
         assert_eq!(retrieval_of("/v1/embeddings"), None);
         assert_eq!(retrieval_of("/v1/responses/resp_1/cancel"), None);
         assert_eq!(
@@ -212,6 +286,39 @@ mod tests {
             Some("/v1/responses/resp_1-a.b")
         );
         assert_eq!(object_path("/v1/responses", "../admin"), None);
+        assert_eq!(
+            object_path("/v1/videos", "video_1").as_deref(),
+            Some("/v1/videos/video_1")
+        );
         assert_eq!(object_path("/v1/responses", "a?b"), None);
+    }
+
+    #[test]
+    fn b7_only_a_jobs_own_get_answered_200_is_read_as_a_poll() {
+        let polls = Arc::new(Polls::default());
+        let ch: Arc<str> = Arc::from("one");
+        let ok = http::StatusCode::OK;
+        let get = http::Method::GET;
+        // No resolver: nothing is read.
+        assert!(JobPoll::of(&polls, &get, "/v1/videos/video_1", ok, &ch).is_none());
+        polls.start_for_tests();
+        let p = JobPoll::of(&polls, &get, "/v1/videos/video_1", ok, &ch).expect("a poll");
+        assert_eq!(p.object, "/v1/videos/video_1");
+        for (method, path, status) in [
+            (http::Method::DELETE, "/v1/videos/video_1", ok),
+            (get.clone(), "/v1/videos/video_1/content", ok),
+            (
+                get.clone(),
+                "/v1/videos/video_1",
+                http::StatusCode::NOT_FOUND,
+            ),
+            (get.clone(), "/v1/responses/resp_1", ok),
+            (get.clone(), "/v1/videos", ok),
+        ] {
+            assert!(
+                JobPoll::of(&polls, &method, path, status, &ch).is_none(),
+                "{method} {path} {status}"
+            );
+        }
     }
 }

@@ -19,8 +19,8 @@ use std::sync::Arc;
 /// | `POST /v1/responses` | generation (OpenAI Responses API; usage from `response.completed`) |
 /// | `GET`, `DELETE /v1/responses/{id}`, `POST …/cancel`, `GET …/input_items` | a stored response: sent to the channel that created it, counted as a request, not billed |
 /// | `POST /v1/images/generations`, `/v1/images/edits` (multipart) | image generation: `n` images against the image tiers and `per_image` price |
-/// | `POST /v1/videos` | a video job: one video against the video tiers and `per_video` price |
-/// | `GET`, `DELETE /v1/videos/{id}`, `GET …/content` | a video job: sent to the channel that created it, counted as a request, not billed |
+/// | `POST /v1/videos` | a video job: one video against the video tiers; its `per_video` price held until its end is known, then settled or refunded (B7) |
+/// | `GET`, `DELETE /v1/videos/{id}`, `GET …/content` | a video job: sent to the channel that created it, counted as a request, not billed; a poll answered the job's end resolves its held price (B7) |
 /// | `POST /v1/messages` | generation (Anthropic) |
 /// | `POST /v1/embeddings` | embeddings (OpenAI) |
 /// | `POST /v1/messages/count_tokens` | token counting (Anthropic), free |
