@@ -117,9 +117,10 @@
 //!
 //! # Stored objects
 //!
-//! Every successful response (`POST /v1/responses`) and chat completion
-//! (`POST /v1/chat/completions`) is kept whole, the last [`STORED_MAX`], as a provider
-//! stores them — streamed or not, and whatever became of the stream: a client (or a
+//! Every successful response (`POST /v1/responses`, unless its request says
+//! `"store": false`) and chat completion (`POST /v1/chat/completions` whose request says
+//! `"store": true`, as OpenAI keeps them) is kept whole, the last [`STORED_MAX`], as a
+//! provider stores them — streamed or not, and whatever became of the stream: a client (or a
 //! gateway) that went away mid-stream does not keep the provider from finishing it.
 //! `GET /v1/responses/{id}` answers the response as created, with its usage; until the
 //! time its stream would have ended (time to first byte + the chunk interval for each

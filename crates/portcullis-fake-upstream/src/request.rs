@@ -82,6 +82,10 @@ pub(crate) struct Parsed {
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
     pub(crate) max_tokens: Option<u64>,
+    /// Whether the provider keeps the answer for retrieval, as OpenAI does: a chat
+    /// completion only with `"store": true`, a Responses API response unless
+    /// `"store": false`.
+    pub(crate) store: bool,
     /// Prompt text bytes (estimated at 4 bytes a token).
     pub(crate) text_bytes: u64,
     /// Prompt tokens known exactly (token-id arrays of embedding inputs).
@@ -241,6 +245,7 @@ pub(crate) fn parse(
         stream: false,
         include_usage: true,
         max_tokens: None,
+        store: false,
         text_bytes: 0,
         exact_tokens: 0,
         call: Call::Generate,
@@ -276,6 +281,7 @@ pub(crate) fn parse(
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             p.max_tokens = num(v.get("max_completion_tokens")).or(num(v.get("max_tokens")));
+            p.store = v.get("store").and_then(Value::as_bool).unwrap_or(false);
         }
         Route::Messages => {
             p.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -288,6 +294,7 @@ pub(crate) fn parse(
         Route::Responses => {
             p.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
             p.max_tokens = num(v.get("max_output_tokens"));
+            p.store = v.get("store").and_then(Value::as_bool).unwrap_or(true);
         }
         Route::MessagesCountTokens | Route::CountTokens => p.call = Call::CountTokens,
         Route::Embeddings => embeddings(&v, &mut p)?,
@@ -555,6 +562,7 @@ mod tests {
             stream: false,
             include_usage: false,
             max_tokens: Some(10),
+            store: false,
             text_bytes: 40,
             exact_tokens: 0,
             call: Call::Generate,

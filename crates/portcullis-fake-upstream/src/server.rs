@@ -506,6 +506,9 @@ fn store(
             .put(crate::stored::Kind::Video, id, done, Some(running), ready);
         return;
     }
+    if !parsed.store {
+        return;
+    }
     let ready = Instant::now()
         + if parsed.stream {
             b.ttfb.unwrap_or_default() + b.chunk_interval.unwrap_or_default() * usage.chunks.max(1)

@@ -1,6 +1,8 @@
 //! The responses, chat completions and video jobs the fake made, kept as a provider
 //! keeps them (the last [`STORED_MAX`]) and answered by id: `GET /v1/responses/{id}`,
-//! `GET /v1/chat/completions/{id}`, `GET /v1/videos/{id}`.
+//! `GET /v1/chat/completions/{id}`, `GET /v1/videos/{id}`. As OpenAI does, a chat
+//! completion is kept only when its request said `"store": true`, a response unless it
+//! said `"store": false`; every video job is kept.
 //!
 //! An answer is stored when it is planned, whole, whatever becomes of its stream — a
 //! client (or a gateway) that goes away mid-stream does not stop a provider from

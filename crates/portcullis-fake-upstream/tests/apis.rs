@@ -1201,13 +1201,34 @@ async fn in_flight_is_exact_across_new_routes() {
 /// deleted response is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b7_responses_and_chat_completions_are_stored_and_retrieved_by_id() {
+    /// `body` with `"store": true`.
+    fn stored(body: &str) -> String {
+        let mut v: Value = serde_json::from_str(body).unwrap();
+        v["store"] = true.into();
+        v.to_string()
+    }
     let fake = FakeUpstream::start().await;
-    // A chat completion, whole.
+    // A chat completion is kept only when its request asks for it, as OpenAI does.
+    let unkept = post(&fake, OPENAI, &[], &openai_body(false, false))
+        .await
+        .json();
+    let r = send(
+        &fake,
+        Method::GET,
+        &format!("{OPENAI}/{}", texts(&unkept, "/id")),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(
+        r.status, 404,
+        "a chat completion without store: true is not kept"
+    );
     let chat = post(
         &fake,
         OPENAI,
         &[("x-fake-output-tokens", "7")],
-        &openai_body(false, false),
+        &stored(&openai_body(false, false)),
     )
     .await
     .json();
@@ -1275,7 +1296,7 @@ async fn b7_responses_and_chat_completions_are_stored_and_retrieved_by_id() {
         Method::POST,
         OPENAI,
         &[("x-fake-ttfb-ms", "300"), ("x-fake-chunks", "1")],
-        &openai_body(true, true),
+        &stored(&openai_body(true, true)),
     )
     .await;
     let mut body = res.into_body();

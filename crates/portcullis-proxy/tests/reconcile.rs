@@ -44,6 +44,11 @@ admin_token = "{TOKEN}"
 metrics_token = "{METRICS_TOKEN}"
 usage_log = "{}"
 
+# The attempts these tests leave pending are streams their clients leave after the first
+# chunk: held for an operator, not charged what was streamed (B7).
+[billing]
+cut_streams = "hold"
+
 [policies.open]
 
 [tenants.acme]
@@ -129,8 +134,9 @@ async fn money(addr: SocketAddr, key: &str) -> (i64, i64) {
     (balance, pending)
 }
 
-/// One attempt left pending: a stream the client leaves after its first chunk (the
-/// provider may have produced, and billed, more: B4). Returns once the gateway counts it.
+/// One attempt left pending: a stream the client leaves after its first chunk, held by
+/// `cut_streams = "hold"` (the provider may have produced, and billed, more: B4).
+/// Returns once the gateway counts it.
 async fn leave_pending(addr: SocketAddr, key: &str) {
     let (_, before) = money(addr, key).await;
     let req = ask(Dialect::OpenAi, key, true).header("x-fake-chunk-interval-ms", 200);

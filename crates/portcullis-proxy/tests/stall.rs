@@ -2,7 +2,8 @@
 //! sockets, a client that reads the head and the first chunk of a long stream and
 //! then reads nothing (socket open, small receive buffer, the gateway's send buffer
 //! small too) has its concurrency slot back within `stall_timeout`; the partial
-//! attempt is pending reconciliation (not charged zero, not lost) and the connection
+//! attempt is charged what the gateway saw streamed (B7: not zero, not lost, not held)
+//! and the connection
 //! is closed without the rest of the answer. A response read steadily is cut at
 //! `max_response_lifetime` the same way. Over HTTP/2 the stalled stream releases
 //! the same, and its connection is then closed by the idle timeout.
@@ -125,8 +126,29 @@ fn metric(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
+/// A stream cut after its content went out (here: cut by the gateway, its client
+/// stopped reading) is charged at once what the gateway saw streamed (B7): something,
+/// and nothing left pending.
+fn assert_charged_what_streamed(v: &serde_json::Value) {
+    assert!(
+        money(v)["key_spent"].as_i64().is_some_and(|m| m > 0),
+        "charged: {v}"
+    );
+    assert_eq!(
+        money(v)["key_pending_reconciliation"],
+        0,
+        "nothing held: {v}"
+    );
+    assert_eq!(
+        money(v)["tenant_pending_reconciliation"],
+        0,
+        "nothing held: {v}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn l3_a_client_that_stops_reading_gets_its_slot_back_and_the_attempt_stays_pending() {
+async fn l3_a_client_that_stops_reading_gets_its_slot_back_and_the_attempt_is_charged_what_streamed()
+ {
     let s = start("stall_timeout = \"500ms\"").await;
     let mut conn = small_client(s.addr).await;
     conn.write_all(&long_stream_request(s.addr, 0))
@@ -158,20 +180,9 @@ async fn l3_a_client_that_stops_reading_gets_its_slot_back_and_the_attempt_stays
     // A second request that needs the slot is served.
     let r = send(s.addr, &ask(Dialect::OpenAi, "sk-a", false)).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    // The cut attempt is pending reconciliation: not charged zero, not lost.
+    // The cut attempt is charged what was streamed (B7): not zero, not lost, not held.
     let v = usage(s.addr, "sk-a").await;
-    assert!(
-        money(&v)["key_pending_reconciliation"]
-            .as_i64()
-            .is_some_and(|m| m > 0),
-        "{v}"
-    );
-    assert!(
-        money(&v)["tenant_pending_reconciliation"]
-            .as_i64()
-            .is_some_and(|m| m > 0),
-        "{v}"
-    );
+    assert_charged_what_streamed(&v);
     // The upstream call was dropped with it.
     assert!(
         eventually(WAIT, || async { s.fake.in_flight() == 0 }).await,
@@ -236,12 +247,7 @@ async fn l3_a_response_past_max_response_lifetime_is_cut_and_releases() {
     );
     let (back, view) = usage_until(s.addr, "sk-a", WAIT, |v| in_flight(v) == 0).await;
     assert!(back, "{view}");
-    assert!(
-        money(&view)["key_pending_reconciliation"]
-            .as_i64()
-            .is_some_and(|m| m > 0),
-        "{view}"
-    );
+    assert_charged_what_streamed(&view);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,12 +294,7 @@ async fn l3_an_http2_stream_left_unread_releases_and_its_connection_closes() {
         "slot still held after {:?}: {view}",
         stopped.elapsed()
     );
-    assert!(
-        money(&view)["key_pending_reconciliation"]
-            .as_i64()
-            .is_some_and(|m| m > 0),
-        "{view}"
-    );
+    assert_charged_what_streamed(&view);
     // The stream no longer counts as open: the idle timeout closes the connection.
     let _ = bounded(WAIT, "the gateway to close the HTTP/2 connection", conn)
         .await
