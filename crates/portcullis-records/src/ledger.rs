@@ -657,33 +657,7 @@ impl Records {
     pub async fn key_money(
         &self,
     ) -> Result<Vec<((Option<String>, String), LedgerMoney)>, RecordsError> {
-        self.count();
-        let sql = format!(
-            "SELECT tenant, key_id, {} AS settled, {} AS pending \
-             FROM pcx_ledger WHERE billed_to_balance = 1 GROUP BY tenant, key_id",
-            sum_of(SETTLED),
-            sum_of(PENDING)
-        );
-        let rows = sqlx::query(&sql)
-            .fetch_all(self.pool())
-            .await
-            .map_err(db_err)?;
-        let mut keys = rows
-            .iter()
-            .map(|r| {
-                Ok((
-                    (r.try_get("tenant")?, r.try_get("key_id")?),
-                    LedgerMoney {
-                        settled: r.try_get("settled")?,
-                        pending: r.try_get("pending")?,
-                    },
-                ))
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()
-            .map_err(db_err)?;
-        // Sorted here: the databases order NULLs differently.
-        keys.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(keys)
+        self.money_by("key_id").await
     }
 
     /// The ledger's money per book, counting what the balance pays: `(tenant, key)` with
@@ -692,12 +666,23 @@ impl Records {
     pub async fn ledger_money(
         &self,
     ) -> Result<Vec<((Option<String>, Option<String>), LedgerMoney)>, RecordsError> {
+        self.money_by("CASE WHEN tenant IS NULL THEN key_id ELSE NULL END")
+            .await
+    }
+
+    /// Settled and pending money the balance pays, grouped by tenant and `key` (an
+    /// expression of the row), sorted by both.
+    async fn money_by<K>(
+        &self,
+        key: &str,
+    ) -> Result<Vec<((Option<String>, K), LedgerMoney)>, RecordsError>
+    where
+        K: Ord + for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+    {
         self.count();
         let sql = format!(
-            "SELECT tenant, CASE WHEN tenant IS NULL THEN key_id ELSE NULL END AS book_key, \
-             {} AS settled, {} AS pending \
-             FROM pcx_ledger WHERE billed_to_balance = 1 \
-             GROUP BY tenant, CASE WHEN tenant IS NULL THEN key_id ELSE NULL END",
+            "SELECT tenant, {key} AS book_key, {} AS settled, {} AS pending \
+             FROM pcx_ledger WHERE billed_to_balance = 1 GROUP BY tenant, {key}",
             sum_of(SETTLED),
             sum_of(PENDING)
         );
@@ -705,7 +690,6 @@ impl Records {
             .fetch_all(self.pool())
             .await
             .map_err(db_err)?;
-        // Sorted here: the databases order NULLs differently.
         let mut books = rows
             .iter()
             .map(|r| {
@@ -719,6 +703,7 @@ impl Records {
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(db_err)?;
+        // Sorted here: the databases order NULLs differently.
         books.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(books)
     }
