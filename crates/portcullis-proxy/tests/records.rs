@@ -1740,10 +1740,17 @@ async fn b7_ten_thousand_requests_over_two_instances_on_postgres_leave_exact_boo
 async fn sqlite_gateway_with(server: &str, billing: &str) -> (Gw, std::path::PathBuf) {
     let dir = temp_dir();
     let url = format!("sqlite://{}", dir.join("records.db").display());
+    let gw = gateway_on_with(&url, "PCX_TEST_UNSET_HASH_SECRET", server, billing).await;
+    (gw, dir)
+}
+
+/// A gateway on the records database at `url` with `[billing]` and `[server]` settings
+/// of the test's own.
+async fn gateway_on_with(url: &str, hash_env: &str, server: &str, billing: &str) -> Gw {
     let text = format!(
-        "[server]\nadmin_token = \"{TOKEN}\"\n{server}\n\n[database]\nurl = \"{url}\"\nhash_secret_env = \"PCX_TEST_UNSET_HASH_SECRET\"\n\n[billing]\n{billing}\n{CHANNELS}"
+        "[server]\nadmin_token = \"{TOKEN}\"\n{server}\n\n[database]\nurl = \"{url}\"\nhash_secret_env = \"{hash_env}\"\n\n[billing]\n{billing}\n{CHANNELS}"
     );
-    (serve(&text).await, dir)
+    serve(&text).await
 }
 
 /// The tenant's ledger rows once there are `n` and `done` holds for every one (polled,
@@ -1800,9 +1807,28 @@ fn gpt_4o_mini_cost(usage: &Value) -> i64 {
 /// and in the JSON-lines log — with the books exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b7_a_pending_unknown_outcome_is_settled_from_the_providers_stored_response() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    settled_from_the_providers_stored_response(&url, "PCX_TEST_UNSET_HASH_SECRET").await;
+}
+
+/// [`b7_a_pending_unknown_outcome_is_settled_from_the_providers_stored_response`] with
+/// the ledger on a PostgreSQL server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_pending_unknown_outcome_is_settled_from_the_providers_stored_response_on_postgres() {
+    let pg = PostgresServer::start();
+    let var = "PCX_TEST_HASH_SECRET_B7_STORED";
+    // SAFETY: set before any gateway reads it, with a name no other test uses.
+    unsafe { std::env::set_var(var, "b7-stored-shared-hash-secret-0123456789") };
+    settled_from_the_providers_stored_response(&pg.url(), var).await;
+}
+
+async fn settled_from_the_providers_stored_response(url: &str, hash_env: &str) {
     let log_dir = temp_dir();
     let log = log_dir.join("usage.jsonl");
-    let (gw, _dir) = sqlite_gateway_with(
+    let gw = gateway_on_with(
+        url,
+        hash_env,
         &format!(
             "upstream_idle_timeout = \"300ms\"\nusage_log = \"{}\"",
             log.display()
