@@ -1522,12 +1522,13 @@ async fn load_request(addr: SocketAddr, secret: &str, i: u64) -> Sent {
         return Sent::Whole;
     }
     // The client's own request id, which the ledger keeps (the gateway's ids of two
-    // instances in one test process may meet). Chunks 15 ms apart: the gateway sees the
-    // client leave before the stream's end.
+    // instances in one test process may meet). Chunks 40 ms apart: the gateway sees the
+    // client leave before the stream's end, with a margin of at least three intervals
+    // on a loaded host.
     let request_id = format!("load-{i}");
     let req = ask(dialect, secret, true)
         .header("x-fake-chunks", 6)
-        .header("x-fake-chunk-interval-ms", 15)
+        .header("x-fake-chunk-interval-ms", 40)
         .header("x-request-id", &request_id);
     let watched = match dialect {
         Dialect::Anthropic => portcullis_dialects::Dialect::Anthropic,
