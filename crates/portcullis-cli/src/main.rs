@@ -148,7 +148,7 @@ fn main() -> ExitCode {
             use tracing_subscriber::util::SubscriberInitExt;
             let filter = || {
                 tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "info,tower_http=warn".into())
+                    .unwrap_or_else(|_| "info,tower_http=warn,redis=error".into())
             };
             // The file is read under a logger of its own (its warnings are logged):
             // its `[telemetry]` table decides the process's subscriber.

@@ -13,6 +13,7 @@
 //!   every guard (B4, L5).
 //! - [`upstream`]: provider limits per credential, model and vendor, cooldowns (U*).
 //! - [`store`]: the store traits and the in-memory store (L4).
+//! - [`outage`]: what the log tells of an outage, with counts, never a line per failure.
 //! - [`id`]: the one generator of unique ids (attempts, requests, instances, leases).
 //!
 //! # What is public, and why
@@ -47,6 +48,7 @@ pub mod failover;
 pub mod homes;
 pub mod id;
 pub mod money;
+pub mod outage;
 pub mod policy;
 pub mod price;
 pub mod rejection;

@@ -133,12 +133,25 @@ fn check(config: &StoreSettings) -> Result<Kind, OpenError> {
     if url == "memory" {
         // Checked on the store's effective URL, so that `--store redis://…` (which
         // overrides `[store] url`) can serve a file that asks for acknowledgements.
-        if config.replica_acks > 0 {
-            return Err(OpenError(
-                "store.replica_acks needs a Redis store: set store.url (or --store) to a \
-                 redis:// URL"
-                    .into(),
-            ));
+        let defaults = StoreSettings::default();
+        let needs_redis = [
+            (
+                "store.replica_acks",
+                config.replica_acks != defaults.replica_acks,
+            ),
+            (
+                "store.replica_ack_wait",
+                config.replica_ack_wait != defaults.replica_ack_wait,
+            ),
+            (
+                "store.unacknowledged",
+                config.unacknowledged != defaults.unacknowledged,
+            ),
+        ];
+        if let Some((setting, _)) = needs_redis.iter().find(|(_, set)| *set) {
+            return Err(OpenError(format!(
+                "{setting} needs a Redis store: set store.url (or --store) to a redis:// URL"
+            )));
         }
         return Ok(Kind::Memory);
     }
@@ -163,7 +176,8 @@ fn check(config: &StoreSettings) -> Result<Kind, OpenError> {
 }
 
 /// The Redis store's options a `[store]` section sets: key prefix, deadline, quota
-/// blocks (and billing blocks), replica acknowledgements.
+/// blocks (and billing blocks), replica acknowledgements (how many, how long they are
+/// waited for, what a write without them does).
 #[cfg(feature = "redis")]
 pub fn redis_options(sc: &StoreSettings) -> portcullis_redis::RedisStoreOptions {
     let blocks = sc
@@ -174,6 +188,11 @@ pub fn redis_options(sc: &StoreSettings) -> portcullis_redis::RedisStoreOptions 
         .deadline(sc.deadline)
         .blocks(blocks)
         .replica_acks(sc.replica_acks)
+        .replica_ack_wait(sc.replica_ack_wait)
+        .unacknowledged(match sc.unacknowledged {
+            crate::config::UnacknowledgedConfig::Refuse => portcullis_redis::Unacknowledged::Refuse,
+            crate::config::UnacknowledgedConfig::Accept => portcullis_redis::Unacknowledged::Accept,
+        })
 }
 
 #[cfg(feature = "redis")]

@@ -8,30 +8,6 @@ mod redis_server;
 
 use common::*;
 use portcullis_proxy::Config;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use tracing_subscriber::fmt::MakeWriter;
-
-/// Every log line written, for the test to count.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Lines {
-    type Writer = Lines;
-    fn make_writer(&'a self) -> Lines {
-        self.clone()
-    }
-}
 
 const REQUESTS: usize = 200;
 
@@ -40,13 +16,7 @@ const REQUESTS: usize = 200;
 /// beginning per layer — not hundreds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d11_a_store_outage_logs_its_state_changes_not_a_line_per_request() {
-    let lines = Lines::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(lines.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    let lines = portcullis_test_support::logs::capture();
 
     let mut redis = redis_server::RedisServer::start();
     let toml = format!(
@@ -58,14 +28,14 @@ async fn d11_a_store_outage_logs_its_state_changes_not_a_line_per_request() {
     let (addr, server) = serve_opened(config, fake.base_url()).await;
     // Redis goes away under the running gateway.
     redis.kill();
-    let before = warn_or_error(&lines);
+    let before = warn_or_error(lines);
     for _ in 0..REQUESTS {
         let r = send(addr, &ask(Dialect::OpenAi, "sk-outage", false)).await;
         assert_eq!(r.status, 503, "{}", r.text());
     }
     server.abort();
-    let logged = warn_or_error(&lines) - before;
-    let text = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+    let logged = warn_or_error(lines) - before;
+    let text = lines.text();
     eprintln!("{logged} WARN/ERROR lines for {REQUESTS} requests through an outage");
     assert!(
         logged <= 12,
@@ -77,8 +47,9 @@ async fn d11_a_store_outage_logs_its_state_changes_not_a_line_per_request() {
     );
 }
 
-fn warn_or_error(lines: &Lines) -> usize {
-    String::from_utf8_lossy(&lines.0.lock().unwrap())
+fn warn_or_error(lines: &portcullis_test_support::logs::Lines) -> usize {
+    lines
+        .text()
         .lines()
         .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
         .count()

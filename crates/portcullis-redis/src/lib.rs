@@ -76,10 +76,12 @@ mod options;
 mod scripts;
 mod store;
 
+pub use conn::{SHORTFALL_RECHECK, Unacked};
 pub use cooldowns::CooldownSync;
 pub use options::{
     DEFAULT_AMOUNT_TTL, DEFAULT_BILLING_TAG, DEFAULT_BUSY_LIMIT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_DEADLINE, DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, RedisStoreOptions,
+    DEFAULT_DEADLINE, DEFAULT_PREFIX, DEFAULT_RECONNECT_MAX_DELAY, DEFAULT_REPLICA_ACK_WAIT,
+    RedisStoreOptions, Unacknowledged,
 };
 pub use redis;
 pub use store::MAX_EXACT_MONEY;

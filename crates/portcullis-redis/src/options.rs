@@ -22,6 +22,26 @@ pub const DEFAULT_BUSY_LIMIT: Duration = Duration::from_millis(500);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Default longest pause between two reconnection attempts.
 pub const DEFAULT_RECONNECT_MAX_DELAY: Duration = Duration::from_millis(100);
+/// Default longest wait for the replicas' acknowledgement of a write (D10), on top of
+/// the deadline: a replica on a loaded host is scheduled late by a few to a few tens
+/// of ms, and is not a failure for that.
+pub const DEFAULT_REPLICA_ACK_WAIT: Duration = Duration::from_millis(100);
+
+/// What a write that fewer replicas than [`replica_acks`](RedisStoreOptions::replica_acks)
+/// acknowledged in time does (D10). The write is on the master either way; what
+/// differs is whether the gateway relies on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unacknowledged {
+    /// Admissions (a decision, a reservation, a top-up, a registration) fail as
+    /// [`Unacknowledged`](portcullis_core::StoreErrorKind::Unacknowledged) — the layers
+    /// treat them as a store failure — until the replicas acknowledge again (default:
+    /// a failover would lose them). Give-backs (settlements, releases, refunds) are
+    /// taken: refusing what is already on the master makes nothing more durable.
+    #[default]
+    Refuse,
+    /// Every write is taken, and counted as not acknowledged.
+    Accept,
+}
 
 /// How a [`RedisStore`](crate::RedisStore) names its keys, bounds its calls and
 /// reconnects.
@@ -49,6 +69,8 @@ pub struct RedisStoreOptions {
     pub(crate) pipeline_buffer: usize,
     pub(crate) blocks: Option<BlockSizing>,
     pub(crate) replica_acks: u32,
+    pub(crate) replica_ack_wait: Duration,
+    pub(crate) unacknowledged: Unacknowledged,
 }
 
 /// Where the scripts take the time of a decision from.
@@ -103,6 +125,8 @@ impl Default for RedisStoreOptions {
             pipeline_buffer: 1024,
             blocks: Some(BlockSizing::default()),
             replica_acks: 0,
+            replica_ack_wait: DEFAULT_REPLICA_ACK_WAIT,
+            unacknowledged: Unacknowledged::Refuse,
         }
     }
 }
@@ -224,16 +248,35 @@ impl RedisStoreOptions {
     }
 
     /// Replicas that must acknowledge every write before the store answers it (D10;
-    /// default 0): each script call is followed, in the same pipeline on the same
-    /// connection, by `WAIT n <deadline / 2>`, so a decision, reservation, settlement or
-    /// release is answered only once `n` replicas hold it — a forced failover or a
-    /// killed master then loses none of them. Fewer acknowledgements fail the call
-    /// (`Unavailable`, or `Timeout` when Redis' cron tick answers the `WAIT` after the
-    /// deadline): the layers treat it as a store failure,
-    /// and whatever it counted is given back by key. With quota blocks the wait is paid
-    /// per block, not per request.
+    /// default 0): each write is followed, in the same pipeline on the same
+    /// connection, by `WAIT n <replica_ack_wait>`, so a decision, reservation, settlement
+    /// or release is answered only once `n` replicas hold it — a forced failover or a
+    /// killed master then loses none of them. Such a call's silence is judged after
+    /// the deadline plus that wait. Fewer acknowledgements are a durability shortfall
+    /// ([`Unacknowledged`](portcullis_core::StoreErrorKind::Unacknowledged)), not an
+    /// outage; what the store then does is [`unacknowledged`](Self::unacknowledged).
+    /// With quota blocks the wait is paid per block, not per request.
     pub fn replica_acks(mut self, n: u32) -> Self {
         self.replica_acks = n;
+        self
+    }
+
+    /// Longest wait for the replicas' acknowledgement of a write, on top of the
+    /// deadline (default [`DEFAULT_REPLICA_ACK_WAIT`]; at least 1 ms). It bounds what a
+    /// billed decision costs when a shard has lost its replicas; a healthy replica
+    /// acknowledges in well under a millisecond on an idle host.
+    pub fn replica_ack_wait(mut self, wait: Duration) -> Self {
+        self.replica_ack_wait = wait.max(Duration::from_millis(1));
+        self
+    }
+
+    /// What a write fewer replicas acknowledged does (default
+    /// [`Unacknowledged::Refuse`]). After a shortfall on a node, its next writes for
+    /// [`SHORTFALL_RECHECK`](crate::SHORTFALL_RECHECK) do not wait for the replicas
+    /// again (refused at once, or taken unacknowledged); the first write after it asks
+    /// again.
+    pub fn unacknowledged(mut self, what: Unacknowledged) -> Self {
+        self.unacknowledged = what;
         self
     }
 
@@ -251,5 +294,17 @@ impl RedisStoreOptions {
     /// [`replica_acks`](Self::replica_acks)).
     pub fn get_replica_acks(&self) -> u32 {
         self.replica_acks
+    }
+
+    /// The longest wait for the replicas (see
+    /// [`replica_ack_wait`](Self::replica_ack_wait)).
+    pub fn get_replica_ack_wait(&self) -> Duration {
+        self.replica_ack_wait
+    }
+
+    /// What a write the replicas did not acknowledge does (see
+    /// [`unacknowledged`](Self::unacknowledged)).
+    pub fn get_unacknowledged(&self) -> Unacknowledged {
+        self.unacknowledged
     }
 }

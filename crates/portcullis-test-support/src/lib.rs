@@ -20,6 +20,7 @@
 
 #[path = "../../../tests/support/cluster.rs"]
 pub mod cluster;
+pub mod logs;
 pub mod postgres;
 pub mod redis;
 

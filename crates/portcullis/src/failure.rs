@@ -22,75 +22,21 @@ pub struct FailureCounters {
     outage: Outage,
 }
 
-/// How often an outage that goes on is reported again.
-pub const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(30);
+pub use portcullis_core::outage::OUTAGE_REPORT_EVERY;
+use portcullis_core::outage::{Outage as Counts, OutageReport, mono_ms};
 
-/// One layer's store outage as the log tells it (D11): a line when the failures begin,
-/// one every [`OUTAGE_REPORT_EVERY`] while they go on, one when an answer ends them —
-/// with counts — never a line per request (the per-request facts are the
-/// `portcullis_store_failures_total` counter's). Plain atomics and a caller's clock, so
-/// a decision costs one relaxed load when the store is healthy.
+/// One layer's store outage as the log tells it (D11; the counts are
+/// [`portcullis_core::outage`]'s): never a line per request (the per-request facts are
+/// the `portcullis_store_failures_total` counter's).
 #[derive(Debug, Default)]
-pub(crate) struct Outage {
-    /// Failures in the outage under way; 0 = none.
-    failures: AtomicU64,
-    /// When it began, in ms of the caller's clock.
-    began_ms: AtomicU64,
-    /// When it was last reported.
-    reported_ms: AtomicU64,
-}
-
-/// What the log says of an outage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OutageReport {
-    /// The first failure after answers.
-    Began,
-    /// Still failing: failures so far, over how long.
-    Continues { failures: u64, for_ms: u64 },
-    /// An answer after failures: how many, over how long.
-    Ended { failures: u64, for_ms: u64 },
-}
+pub(crate) struct Outage(Counts);
 
 impl Outage {
-    /// A failure at `now_ms`: what to report, if anything.
-    pub(crate) fn failed(&self, now_ms: u64) -> Option<OutageReport> {
-        let before = self.failures.fetch_add(1, Ordering::AcqRel);
-        if before == 0 {
-            self.began_ms.store(now_ms, Ordering::Relaxed);
-            self.reported_ms.store(now_ms, Ordering::Relaxed);
-            return Some(OutageReport::Began);
-        }
-        let last = self.reported_ms.load(Ordering::Relaxed);
-        let due = now_ms.saturating_sub(last) >= OUTAGE_REPORT_EVERY.as_millis() as u64;
-        // One reporter per period: the one whose exchange succeeds.
-        (due && self
-            .reported_ms
-            .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok())
-        .then(|| OutageReport::Continues {
-            failures: before + 1,
-            for_ms: now_ms.saturating_sub(self.began_ms.load(Ordering::Relaxed)),
-        })
-    }
-
-    /// An answer at `now()`: the end of the outage under way, if there is one. The
-    /// clock is read only then: with no outage an answer costs one relaxed load.
-    pub(crate) fn answered(&self, now: impl FnOnce() -> u64) -> Option<OutageReport> {
-        if self.failures.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let failures = self.failures.swap(0, Ordering::AcqRel);
-        (failures > 0).then(|| OutageReport::Ended {
-            failures,
-            for_ms: now().saturating_sub(self.began_ms.load(Ordering::Relaxed)),
-        })
-    }
-
     /// Logs a failure of `subject`, which goes on `doing` meanwhile: a WARN when the
     /// failures begin and every [`OUTAGE_REPORT_EVERY`], else at debug. `op` names
     /// what failed (a layer, a release).
     pub(crate) fn log_failure(&self, subject: &str, doing: &str, op: &str, err: &StoreError) {
-        match self.failed(mono_ms()) {
+        match self.0.failed(mono_ms()) {
             Some(OutageReport::Began) => tracing::warn!(
                 op,
                 error = %err,
@@ -109,7 +55,7 @@ impl Outage {
 
     /// Logs, once, that `subject` answers again after an outage.
     pub(crate) fn log_answer(&self, subject: &str, op: &str) {
-        if let Some(OutageReport::Ended { failures, for_ms }) = self.answered(mono_ms) {
+        if let Some(OutageReport::Ended { failures, for_ms }) = self.0.answered(mono_ms) {
             tracing::info!(
                 op,
                 failures,
@@ -118,15 +64,6 @@ impl Outage {
             );
         }
     }
-}
-
-/// Milliseconds on a process-wide monotonic clock (for outage reports only).
-fn mono_ms() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
 }
 
 /// A snapshot of [`FailureCounters`].
@@ -197,43 +134,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn d11_an_outage_is_reported_when_it_begins_every_period_and_when_it_ends() {
-        let o = Outage::default();
-        assert_eq!(o.answered(|| 0), None, "no outage, nothing to say");
-        assert_eq!(o.failed(1_000), Some(OutageReport::Began));
-        let period = OUTAGE_REPORT_EVERY.as_millis() as u64;
-        // A thousand failures within the period: silent.
-        for i in 0..1_000 {
-            assert_eq!(o.failed(1_000 + i % period), None, "failure {i}");
-        }
-        assert_eq!(
-            o.failed(1_000 + period),
-            Some(OutageReport::Continues {
-                failures: 1_002,
-                for_ms: period
-            })
-        );
-        assert_eq!(
-            o.failed(1_000 + period + 1),
-            None,
-            "reported once per period"
-        );
-        assert_eq!(
-            o.answered(|| 5_000 + period),
-            Some(OutageReport::Ended {
-                failures: 1_003,
-                for_ms: 4_000 + period
-            })
-        );
-        assert_eq!(o.answered(|| 6_000 + period), None, "ended once");
-        assert_eq!(
-            o.failed(7_000 + period),
-            Some(OutageReport::Began),
-            "a new outage"
-        );
-    }
-
-    #[test]
     fn d11_counters_count_every_failure_whatever_is_logged() {
         let c = FailureCounters::default();
         let e = StoreError::new(portcullis_core::store::StoreErrorKind::Timeout, "slow");
@@ -254,11 +154,6 @@ mod tests {
                 failed_closed: 1
             }
         );
-        c.answered(LayerKind::AnchoredWindow, &Ok(()));
-        assert_eq!(
-            c.outage.failures.load(Ordering::Relaxed),
-            0,
-            "the outage ended"
-        );
+        assert!(c.outage.0.is_on(), "an outage under way");
     }
 }

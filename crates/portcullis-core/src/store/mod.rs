@@ -52,6 +52,10 @@ pub enum StoreErrorKind {
     Unavailable,
     /// The store answered something unusable.
     Protocol,
+    /// The write was made, but fewer replicas than the store requires acknowledged it
+    /// in time (D10): a durability shortfall, not an outage — the store answers, and a
+    /// failover before the replicas catch up could lose the write.
+    Unacknowledged,
 }
 
 impl StoreError {

@@ -618,6 +618,52 @@ mod tests {
     }
 
     #[test]
+    fn d10_the_replicas_wait_and_the_shortfall_policy_are_settings_of_a_redis_store() {
+        let c = Config::parse(GOOD).unwrap();
+        let o = crate::store::redis_options(c.store());
+        assert_eq!(
+            o.get_replica_ack_wait(),
+            std::time::Duration::from_millis(100)
+        );
+        assert_eq!(
+            o.get_unacknowledged(),
+            portcullis_redis::Unacknowledged::Refuse,
+            "refuse by default"
+        );
+        let c = Config::parse(&format!(
+            "[store]\nurl = \"redis://127.0.0.1:6379\"\nreplica_acks = 1\n\
+             replica_ack_wait = \"250ms\"\nunacknowledged = \"accept\"\n{GOOD}"
+        ))
+        .unwrap();
+        let o = crate::store::redis_options(c.store());
+        assert_eq!(
+            o.get_replica_ack_wait(),
+            std::time::Duration::from_millis(250)
+        );
+        assert_eq!(
+            o.get_unacknowledged(),
+            portcullis_redis::Unacknowledged::Accept
+        );
+        let e = Config::parse(&format!("[store]\nunacknowledged = \"maybe\"\n{GOOD}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected `refuse` or `accept`"), "{e}");
+        // Each needs a Redis store, as the store the gateway opens (an overriding
+        // `--store` is checked the same way).
+        for setting in ["replica_ack_wait = \"1s\"", "unacknowledged = \"accept\""] {
+            let mut c = Config::parse(&format!("[store]\n{setting}\n{GOOD}")).unwrap();
+            let e = crate::store::check_url(c.store()).unwrap_err().to_string();
+            let name = setting.split(' ').next().unwrap();
+            assert!(
+                e.contains(&format!("store.{name} needs a Redis store")),
+                "{e}"
+            );
+            c.set_store_url("redis://127.0.0.1:6379");
+            crate::store::check_url(c.store()).expect("a Redis store");
+        }
+    }
+
+    #[test]
     fn d11_capacity_failure_is_open_or_closed_never_local() {
         let c = Config::parse(&format!("[store]\ncapacity_failure = \"closed\"\n{GOOD}")).unwrap();
         assert_eq!(c.store().capacity_failure, super::FailureModeConfig::Closed);

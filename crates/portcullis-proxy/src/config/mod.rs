@@ -27,7 +27,7 @@ pub use settings::{
     DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP, DEFAULT_UNKNOWN_GRACE, DatabaseSettings,
     FailureModeConfig, ForwardedHeader, ForwardingSettings, LimitSettings, ModelSettings,
     NEVER_FORWARDED, QueueSettings, ServerSettings, StoreSettings, TaskEntry, TelemetrySettings,
-    UnknownOutcomeConfig, UpstreamLimits, Vendor,
+    UnacknowledgedConfig, UnknownOutcomeConfig, UpstreamLimits, Vendor,
 };
 
 use portcullis_core::Money;

@@ -372,6 +372,28 @@ pub struct StoreSettings {
     /// Redis: replicas that must acknowledge every write (`WAIT`) before the gateway
     /// relies on it (D10; default 0).
     pub replica_acks: u32,
+    /// Redis: the longest wait for those acknowledgements, on top of `deadline`
+    /// (default 100 ms; D10).
+    #[serde(deserialize_with = "duration")]
+    pub replica_ack_wait: Duration,
+    /// Redis: what a write the replicas did not acknowledge does: `refuse` (default:
+    /// admissions fail as a store failure, follow-ups are taken) or `accept` (taken,
+    /// and counted).
+    pub unacknowledged: UnacknowledgedConfig,
+}
+
+/// `[store] unacknowledged`: what a write fewer replicas than `replica_acks`
+/// acknowledged does (D10).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UnacknowledgedConfig {
+    /// Admissions are refused (a store failure: billing refuses the request with 503),
+    /// settlements and releases taken.
+    #[default]
+    Refuse,
+    /// Every write is taken and counted
+    /// (`portcullis_store_unacknowledged_writes_total`).
+    Accept,
 }
 
 impl StoreSettings {
@@ -396,6 +418,8 @@ impl Default for StoreSettings {
             blocks: true,
             money_blocks: None,
             replica_acks: 0,
+            replica_ack_wait: Duration::from_millis(100),
+            unacknowledged: UnacknowledgedConfig::Refuse,
         }
     }
 }

@@ -5,8 +5,8 @@ use super::{Client, protocol};
 use crate::batch::{self, Code, Op};
 use crate::codec::Doubles;
 use crate::future::RedisStoreFuture;
-use crate::scripts::Script;
 use crate::scripts::args::{BatchArgs, BatchCallArgs, QueuedOp, ScriptArgs, WindowSettleArgs};
+use crate::scripts::{Effect, Script};
 use portcullis_core::{StoreError, StoreErrorKind, StoreResult};
 use redis::FromRedisValue;
 use std::future::Future;
@@ -140,7 +140,14 @@ impl Client {
                 })
                 .collect(),
         };
-        let call = self.run_script(Script::Batch, keys, args.argv(), guarded);
+        // A batch with a reservation admits: short of the replicas' acknowledgement it
+        // fails whole under `Refuse`, and its give-backs are sent again alone (D10).
+        let effect = if ops.iter().any(|o| o.code.sent_at_once()) {
+            Effect::Admits
+        } else {
+            Script::Batch.effect()
+        };
+        let call = self.run_script(Script::Batch, effect, keys, args.argv(), guarded);
         async move {
             match call.await {
                 Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {

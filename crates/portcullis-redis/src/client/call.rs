@@ -3,14 +3,22 @@
 //! acknowledgements of a write (D10). Every store call goes through here.
 
 use super::{Client, Inner, map_err, protocol, timeout};
-use crate::conn::{Breaker, Conn, GaveUp, Liveness};
+use crate::conn::{Breaker, Conn, GaveUp, Health, Liveness};
 use crate::future::RedisStoreFuture;
-use crate::scripts::Script;
+use crate::options::Unacknowledged;
 use crate::scripts::args::ScriptCall;
+use crate::scripts::{Effect, Script};
+use portcullis_core::outage::mono_ms;
 use portcullis_core::{StoreError, StoreErrorKind, StoreResult};
 use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use std::future::Future;
+use std::time::Duration;
 use tokio::time::Instant;
+
+/// How late Redis may answer a `WAIT` past its timeout: it checks those timeouts on
+/// its cron tick, every 100 ms at the default `hz 10` (an idle server sleeps until
+/// then), so `WAIT 1 100` without a replica answers after 100–200 ms.
+const WAIT_TICK: Duration = Duration::from_millis(100);
 
 impl Inner {
     /// The breaker of the node `key` lives on (the one node's, off a Cluster).
@@ -20,41 +28,94 @@ impl Inner {
             .map_or(&self.breaker, |n| n.breaker_of(key))
     }
 
+    /// The index of the node `key` lives on (0 off a Cluster, and for an unknown owner).
+    fn node(&self, key: &[u8]) -> usize {
+        self.nodes.as_ref().map_or(0, |n| n.node_of(key))
+    }
+
+    /// The log and shortfall state of node `node`.
+    fn health(&self, node: usize) -> &Health {
+        &self.health[node.min(self.health.len() - 1)]
+    }
+
+    /// The name (`host:port`) of node `node`, for the log.
+    fn node_name(&self, node: usize) -> String {
+        match &self.nodes {
+            None => self.node_label.clone(),
+            Some(n) => n
+                .name(node)
+                .unwrap_or_else(|| "(slot owner unknown)".to_owned()),
+        }
+    }
+
     /// [`bounded`](Self::bounded), behind the breaker of `key`'s node: fails at once
-    /// while it is open, and tells it how the call went.
+    /// while it is open, and tells it how the call went. The node's log (D11) hears of
+    /// it: down when a call fails fast or trips the breaker, up at its next answer.
     async fn guarded<T>(
         &self,
         start: Instant,
         key: &[u8],
-        fut: impl Future<Output = redis::RedisResult<T>>,
+        limit: Duration,
+        fut: impl Future<Output = redis::RedisResult<StoreResult<T>>>,
     ) -> StoreResult<T> {
         let breaker = self.breaker(key);
-        let pass = breaker.check()?;
-        let r = self.bounded(start, key, fut).await;
+        let node = self.node(key);
+        let health = self.health(node);
+        let pass = match breaker.check() {
+            Ok(p) => p,
+            Err(e) => {
+                health.down(&self.node_name(node), &e);
+                return Err(e);
+            }
+        };
+        let r = self.bounded(start, key, limit, fut).await;
         breaker.record(&r, self.live(key).silent_for(start));
         drop(pass);
+        match &r {
+            Err(e) if e.kind() == StoreErrorKind::Unavailable || breaker.is_open() => {
+                health.down(&self.node_name(node), e)
+            }
+            Err(e) if e.kind() != StoreErrorKind::Unacknowledged => {}
+            _ => health.up(|| self.node_name(node)),
+        }
         r
+    }
+
+    /// How long a call may go unanswered before Redis counts as silent: the deadline,
+    /// plus the replicas' wait and Redis' `WAIT` tick for a write that waits for them.
+    fn limit(&self, acked: bool) -> Duration {
+        if acked {
+            self.deadline + self.replica_ack_wait + WAIT_TICK
+        } else {
+            self.deadline
+        }
+    }
+
+    /// Whether a write of `effect` waits for the replicas' acknowledgement.
+    fn acked(&self, effect: Effect) -> bool {
+        self.replica_acks > 0 && effect != Effect::Read
     }
 
     /// Runs `cmd`, an `EVALSHA` of `script` on `key`, under the store's deadline —
     /// behind the breaker when `guarded` (a retried give-back goes around it). On
     /// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node that never saw it) it
-    /// loads the script and runs it again, within the same deadline. With replica acks
-    /// (D10) `WAIT <replica_acks> <deadline / 2>` follows in one pipeline on the same
-    /// connection (`key`'s master): the reply counts only once that many replicas hold
-    /// its writes, else the call fails as `Unavailable`.
+    /// loads the script and runs it again, within the same deadline. A write of
+    /// `effect` waits for the replicas' acknowledgement ([`send_acked`](Self::send_acked)).
+    #[allow(clippy::too_many_arguments)]
     async fn script_call(
         &self,
         start: Instant,
         key: &[u8],
         script: Script,
+        effect: Effect,
         cmd: redis::Cmd,
         conn: &mut Conn,
         guarded: bool,
     ) -> StoreResult<redis::Value> {
+        let acked = self.acked(effect);
         let call = async {
             for loaded in [false, true] {
-                let reply = match self.send_acked(conn, &cmd).await {
+                let reply = match self.send_acked(conn, &cmd, key, effect).await {
                     Err(e) if !loaded && e.kind() == NO_SCRIPT => {
                         load(conn, script).await?;
                         continue;
@@ -74,38 +135,51 @@ impl Inner {
             }
             Ok(Err(protocol("NOSCRIPT after SCRIPT LOAD")))
         };
-        let r = if guarded {
-            self.guarded(start, key, call).await
+        let limit = self.limit(acked);
+        if guarded {
+            self.guarded(start, key, limit, call).await
         } else {
-            self.bounded(start, key, call).await
-        };
-        r?
+            self.bounded(start, key, limit, call).await
+        }
     }
 
-    /// Sends `cmd` on `conn` and, with replica acks (D10), `WAIT <replica_acks>
-    /// <deadline / 2>` behind it in the same pipeline: the reply counts only once that
-    /// many replicas hold its writes (else `Unavailable`). A server error reply comes
-    /// back as an error (`Err`, or `Ok(Ok(ServerError))` from the pipeline).
+    /// Sends `cmd` on `conn` and, for a write with replica acks (D10), `WAIT
+    /// <replica_acks> <replica_ack_wait>` behind it in the same pipeline (so on `key`'s
+    /// master): the reply counts only once that many replicas hold its writes. Fewer is
+    /// a durability shortfall, told apart from an outage (its own error kind, counter
+    /// and log line): an admission fails as `Unacknowledged` under
+    /// [`Unacknowledged::Refuse`], anything else is taken and counted. After a shortfall
+    /// the node's writes skip the wait for [`SHORTFALL_RECHECK`](crate::SHORTFALL_RECHECK)
+    /// — an admission refused unsent, the rest sent without the `WAIT`. A server error
+    /// reply comes back as an error (`Err`, or `Ok(Ok(ServerError))` from the pipeline).
     async fn send_acked(
         &self,
         conn: &mut Conn,
         cmd: &redis::Cmd,
+        key: &[u8],
+        effect: Effect,
     ) -> redis::RedisResult<StoreResult<redis::Value>> {
         let n = self.replica_acks;
         #[cfg(test)]
         if self.sent_twice.load(std::sync::atomic::Ordering::Relaxed) {
             let _: redis::RedisResult<redis::Value> = cmd.query_async(conn).await;
         }
-        if n == 0 {
+        if !self.acked(effect) {
             return cmd.query_async::<redis::Value>(conn).await.map(Ok);
         }
-        // Half the deadline: WAIT answers (with the count it got) before the call
-        // would be given up as silent — where Redis checks it in time: it checks WAIT
-        // timeouts on its cron tick (every 100 ms at the default `hz 10`), so without
-        // the replicas the call often fails at its deadline instead (`Timeout`).
-        let wait_ms = u64::try_from((self.deadline / 2).as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
+        let node = self.node(key);
+        let health = self.health(node);
+        let wait_ms = u64::try_from(self.replica_ack_wait.as_millis()).unwrap_or(u64::MAX);
+        let refuse = effect == Effect::Admits && self.unacknowledged == Unacknowledged::Refuse;
+        let now = mono_ms();
+        if health.known_short(now) {
+            let name = self.node_name(node);
+            health.fell_short(now, &name, None, n, wait_ms, !refuse);
+            if refuse {
+                return Ok(Err(unacknowledged(&name, None, n, wait_ms)));
+            }
+            return cmd.query_async::<redis::Value>(conn).await.map(Ok);
+        }
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone())
             .cmd("WAIT")
@@ -121,11 +195,14 @@ impl Inner {
         if matches!(reply, redis::Value::ServerError(_)) {
             return Ok(Ok(reply));
         }
-        if acks < i64::from(n) {
-            return Ok(Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!("{acks} of {n} replicas acknowledged the write within {wait_ms} ms"),
-            )));
+        if acks >= i64::from(n) {
+            health.acknowledged(|| self.node_name(node));
+            return Ok(Ok(reply));
+        }
+        let name = self.node_name(node);
+        health.fell_short(mono_ms(), &name, Some(acks), n, wait_ms, !refuse);
+        if refuse {
+            return Ok(Err(unacknowledged(&name, Some(acks), n, wait_ms)));
         }
         Ok(Ok(reply))
     }
@@ -135,19 +212,18 @@ impl Inner {
         self.nodes.as_ref().map_or(&self.liveness, |n| n.of(key))
     }
 
-    /// Awaits one Redis call on `key` made at `start` under the store's deadline (see
-    /// [`Liveness::bounded`]; on a Cluster, the liveness of the node owning `key`) and
-    /// classifies its failure.
+    /// Awaits one Redis call on `key` made at `start`, given up once Redis has been
+    /// silent for `limit` (see [`Liveness::bounded`]; on a Cluster, the liveness of the
+    /// node owning `key`), and classifies its failure.
     async fn bounded<T>(
         &self,
         start: Instant,
         key: &[u8],
-        fut: impl Future<Output = redis::RedisResult<T>>,
+        limit: Duration,
+        fut: impl Future<Output = redis::RedisResult<StoreResult<T>>>,
     ) -> StoreResult<T> {
         let live = self.live(key);
-        let r = live
-            .bounded(start, self.deadline, self.busy_limit, fut)
-            .await;
+        let r = live.bounded(start, limit, self.busy_limit, fut).await;
         // Redis answers again after a silence: the give-backs kept for it go now, not
         // at the end of a gap that grew while it was silent (up to 2 s of leases and
         // quota held by nobody).
@@ -155,13 +231,13 @@ impl Inner {
             self.retries.wake();
         }
         match r {
-            Ok(r) => r.map_err(map_err),
-            Err(GaveUp::Silent) => Err(timeout(self.deadline)),
+            Ok(r) => r.map_err(map_err)?,
+            Err(GaveUp::Silent) => Err(timeout(limit)),
             Err(GaveUp::Busy) => Err(StoreError::new(
                 StoreErrorKind::Timeout,
                 format!(
                     "redis answered other calls but not this one within {} ms",
-                    self.busy_limit.as_millis()
+                    self.busy_limit.max(limit).as_millis()
                 ),
             )),
         }
@@ -179,33 +255,35 @@ impl Client {
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        self.plain(cmd, false, decode)
+        self.plain(cmd, Effect::Read, decode)
     }
 
     /// Runs a write that holds money or state other calls rely on (a balance set, a
     /// pending registration, an object's home) and answers once it landed: with
-    /// replica acks, only once that many replicas hold it (D10).
-    pub(crate) fn write_command(&self, cmd: redis::Cmd) -> RedisStoreFuture<()> {
-        self.write_command_with(cmd, |_: redis::Value| Ok(()))
+    /// replica acks, only once that many replicas hold it (D10) — or, short of them,
+    /// as `effect` says.
+    pub(crate) fn write_command(&self, cmd: redis::Cmd, effect: Effect) -> RedisStoreFuture<()> {
+        self.write_command_with(cmd, effect, |_: redis::Value| Ok(()))
     }
 
     /// [`write_command`](Self::write_command), its reply decoded.
     pub(crate) fn write_command_with<R, T>(
         &self,
         cmd: redis::Cmd,
+        effect: Effect,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
     ) -> RedisStoreFuture<T>
     where
         R: FromRedisValue + Send + 'static,
         T: Send + 'static,
     {
-        self.plain(cmd, true, decode)
+        self.plain(cmd, effect, decode)
     }
 
     fn plain<R, T>(
         &self,
         cmd: redis::Cmd,
-        write: bool,
+        effect: Effect,
         decode: impl FnOnce(R) -> StoreResult<T> + Send + 'static,
     ) -> RedisStoreFuture<T>
     where
@@ -218,14 +296,9 @@ impl Client {
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
             let key = first_key(&cmd);
-            let sent = async {
-                if write {
-                    inner.send_acked(&mut conn, &cmd).await
-                } else {
-                    cmd.query_async::<redis::Value>(&mut conn).await.map(Ok)
-                }
-            };
-            let v = inner.guarded(start, &key, sent).await??;
+            let sent = inner.send_acked(&mut conn, &cmd, &key, effect);
+            let limit = inner.limit(inner.acked(effect));
+            let v = inner.guarded(start, &key, limit, sent).await?;
             if let redis::Value::ServerError(e) = &v {
                 return Err(map_err(RedisError::from(e.clone())));
             }
@@ -246,16 +319,17 @@ impl Client {
         T: Send + 'static,
     {
         self.flush_batch();
-        let call = self.run_script(A::SCRIPT, keys, args.argv(), true);
+        let call = self.run_script(A::SCRIPT, A::SCRIPT.effect(), keys, args.argv(), true);
         RedisStoreFuture::new(async move { read_reply(call.await?, decode) })
     }
 
-    /// One call of `script` on `keys` with `argv`, its deadline running from now (see
-    /// [`Inner::script_call`]), routed by the first key; `guarded`: behind the breaker
-    /// of that key's node.
+    /// One call of `script` (doing `effect`) on `keys` with `argv`, its deadline running
+    /// from now (see [`Inner::script_call`]), routed by the first key; `guarded`: behind
+    /// the breaker of that key's node.
     pub(super) fn run_script(
         &self,
         script: Script,
+        effect: Effect,
         keys: Vec<String>,
         argv: Vec<Vec<u8>>,
         guarded: bool,
@@ -267,7 +341,7 @@ impl Client {
             let key = keys.first().map_or(&[][..], |k| k.as_bytes());
             let cmd = evalsha(script, conn.is_cluster(), &keys, &argv);
             inner
-                .script_call(start, key, script, cmd, &mut conn, guarded)
+                .script_call(start, key, script, effect, cmd, &mut conn, guarded)
                 .await
         }
     }
@@ -284,6 +358,22 @@ fn evalsha(script: Script, cluster: bool, keys: &[String], argv: &[Vec<u8>]) -> 
         cmd.arg(&a[..]);
     }
     cmd
+}
+
+/// The error of an admission refused for want of the replicas' acknowledgement: `acks`
+/// of `wanted` within `wait_ms`, or (`None`) not asked again, the shortfall being known.
+fn unacknowledged(node: &str, acks: Option<i64>, wanted: u32, wait_ms: u64) -> StoreError {
+    let seen = match acks {
+        Some(a) => format!("{a} of {wanted} replicas acknowledged the write within {wait_ms} ms"),
+        None => format!("fewer than {wanted} replicas acknowledge writes"),
+    };
+    StoreError::new(
+        StoreErrorKind::Unacknowledged,
+        format!(
+            "redis node {node}: {seen} (store.replica_acks = {wanted}; admissions are \
+             refused until they acknowledge again: store.unacknowledged = \"refuse\")"
+        ),
+    )
 }
 
 /// `NOSCRIPT`: the script is not in the server's cache.

@@ -87,7 +87,11 @@ impl Client {
         let config =
             redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
         let conn = client.get_pending_async_connection_with_config(config);
-        Ok(Self::new(Conn::Cluster(conn), options))
+        Ok(Self::new(
+            Conn::Cluster(conn),
+            options,
+            "cluster".to_owned(),
+        ))
     }
 
     /// [`connect_lazy`](Self::connect_lazy) with a single-node client configured by the
@@ -97,6 +101,7 @@ impl Client {
         options: RedisStoreOptions,
     ) -> StoreResult<Self> {
         in_runtime()?;
+        let label = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
             .set_min_delay(Duration::from_millis(10))
             .set_exponent_base(2.0)
@@ -105,6 +110,6 @@ impl Client {
             .set_connection_timeout(Some(options.connect_timeout))
             .set_pipeline_buffer_size(options.pipeline_buffer);
         let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
-        Ok(Self::new(Conn::Node(conn), options))
+        Ok(Self::new(Conn::Node(conn), options, label))
     }
 }

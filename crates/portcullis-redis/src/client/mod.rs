@@ -12,9 +12,12 @@ pub(crate) use batching::Undo;
 pub use retry::GiveBacks;
 
 use crate::batch::Batcher;
-use crate::conn::{Breaker, Conn, Liveness, Nodes, hash_slot, watch_topology};
+use crate::conn::{
+    Breaker, Conn, Health, Liveness, NODE_ENTRIES, Nodes, Unacked, hash_slot, unacked_total,
+    watch_topology,
+};
 use crate::keys::Keys;
-use crate::options::{RedisStoreOptions, TimeSource};
+use crate::options::{RedisStoreOptions, TimeSource, Unacknowledged};
 use crate::scripts::Script;
 use portcullis_core::id;
 use portcullis_core::{LeaseId, Millis, StoreError, StoreErrorKind, StoreResult};
@@ -39,8 +42,16 @@ struct Inner {
     busy_limit: Duration,
     connect_timeout: Duration,
     amount_ttl_ms: Millis,
-    /// Replicas that acknowledge every script's writes (`WAIT`) before it is answered.
+    /// Replicas that acknowledge every write (`WAIT`) before it is answered (D10), how
+    /// long they are waited for, and what a write they did not acknowledge does.
     replica_acks: u32,
+    replica_ack_wait: Duration,
+    unacknowledged: Unacknowledged,
+    /// Per node (entry 0 off a Cluster): what the log tells of it, and its replicas'
+    /// shortfall.
+    health: Box<[Health]>,
+    /// The single node's address, for the log.
+    node_label: String,
     time: TimeSource,
     breaker: Breaker,
     /// When a single node last answered.
@@ -58,7 +69,9 @@ struct Inner {
 }
 
 impl Client {
-    fn new(conn: Conn, options: RedisStoreOptions) -> Self {
+    /// A client on `conn`; `label`: the single node's address, for the log.
+    fn new(conn: Conn, options: RedisStoreOptions, label: String) -> Self {
+        let entries = if conn.is_cluster() { NODE_ENTRIES } else { 1 };
         let nodes = match &conn {
             Conn::Node(_) => None,
             Conn::Cluster(c) => {
@@ -89,6 +102,10 @@ impl Client {
                 connect_timeout: options.connect_timeout,
                 amount_ttl_ms: portcullis_core::clock::millis(options.amount_ttl),
                 replica_acks: options.replica_acks,
+                replica_ack_wait: options.replica_ack_wait,
+                unacknowledged: options.unacknowledged,
+                health: (0..entries).map(|_| Health::default()).collect(),
+                node_label: label,
                 time: options.time,
                 breaker: Breaker::new(options.deadline),
                 liveness: Liveness::new(),
@@ -99,6 +116,11 @@ impl Client {
                 sent_twice: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Writes the replicas did not acknowledge, over every node (D10).
+    pub(crate) fn unacknowledged(&self) -> Unacked {
+        unacked_total(self.inner.health.iter())
     }
 
     /// True when the client talks to a Redis Cluster.

@@ -83,6 +83,11 @@ impl Breaker {
             "redis is down (failing fast until a probe is answered)",
         ))
     }
+    /// True while it fails calls fast.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed)
+    }
+
     /// Tells it how a call ended; `silent`: how long the node had answered nobody
     /// when it did.
     pub(crate) fn record<T>(&self, r: &StoreResult<T>, silent: Duration) {
@@ -90,7 +95,9 @@ impl Breaker {
             // An answer, or a reply of a live server (a script error): Redis is there.
             Ok(_) => false,
             Err(e) => match e.kind() {
-                StoreErrorKind::Protocol => false,
+                // A reply of a live server: a script error, or replicas short of the
+                // acknowledgements a write wanted (D10: not an outage).
+                StoreErrorKind::Protocol | StoreErrorKind::Unacknowledged => false,
                 StoreErrorKind::Unavailable => true,
                 StoreErrorKind::Timeout if silent >= self.trip_silence => true,
                 // A gap, or a busy Redis past the busy limit: this call failed, the

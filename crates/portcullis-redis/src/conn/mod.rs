@@ -107,12 +107,15 @@ pub(crate) fn says_cluster(info: &str) -> bool {
 }
 
 mod breaker;
+mod health;
 mod liveness;
 mod nodes;
 
 pub(crate) use breaker::Breaker;
+pub(crate) use health::{Health, unacked_total};
+pub use health::{SHORTFALL_RECHECK, Unacked};
 pub(crate) use liveness::{GaveUp, Liveness};
-pub(crate) use nodes::{Nodes, hash_slot, watch_topology};
+pub(crate) use nodes::{NODE_ENTRIES, Nodes, hash_slot, watch_topology};
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,8 @@ pub(crate) const SLOTS: usize = 16_384;
 
 /// Most Cluster nodes whose liveness is told apart; nodes beyond share one entry.
 const MAX_NODES: usize = 255;
+/// Entries of per-node state: one per node, and entry 0 for "owner unknown".
+pub(crate) const NODE_ENTRIES: usize = MAX_NODES + 1;
 
 /// The hash slot of `key`, as Redis Cluster computes it: CRC16/XMODEM of the key, or of
 /// its hash tag (the text between the first `{` and the next `}`, when not empty).
@@ -60,6 +62,17 @@ impl Nodes {
     pub(crate) fn of(&self, key: &[u8]) -> &Liveness {
         let node = self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed);
         &self.live[usize::from(node)]
+    }
+
+    /// The index (entry) of the node that owns `key`'s slot.
+    pub(crate) fn node_of(&self, key: &[u8]) -> usize {
+        usize::from(self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed))
+    }
+
+    /// The name (`host:port`) of node entry `node`; `None` for "owner unknown".
+    pub(crate) fn name(&self, node: usize) -> Option<String> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        node.checked_sub(1).and_then(|i| names.get(i).cloned())
     }
 
     /// The breaker of the node that owns `key`'s slot: one node down fails its own

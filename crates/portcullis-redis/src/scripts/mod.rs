@@ -81,7 +81,41 @@ static TABLE: LazyLock<[Entry; Script::ALL.len()]> = LazyLock::new(|| {
     })
 });
 
+/// What a script does to the state others rely on, for the replicas' acknowledgement
+/// of its writes (D10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Reads only: nothing to acknowledge.
+    Read,
+    /// Admits something new (a decision, a reservation, a top-up): under
+    /// [`Unacknowledged::Refuse`](crate::Unacknowledged::Refuse) it is not relied on
+    /// without the acknowledgement.
+    Admits,
+    /// Follows up on an admission (a settlement, a release, a renewal): taken with or
+    /// without the acknowledgement — it is on the master either way, and refusing it
+    /// would only leave held what it gives back.
+    FollowsUp,
+}
+
 impl Script {
+    /// What the script does (see [`Effect`]); the batch script's depends on its ops.
+    pub(crate) fn effect(self) -> Effect {
+        match self {
+            Script::SlotInFlight | Script::WindowView | Script::BillingAccount => Effect::Read,
+            Script::SlotAcquire
+            | Script::WindowAdmit
+            | Script::BillingReserve
+            | Script::BillingSeed
+            | Script::BillingCredit
+            | Script::WindowAdmitAll
+            | Script::JointAdmit
+            | Script::ChannelAdmit => Effect::Admits,
+            Script::SlotRenew | Script::BillingSettle | Script::SlotRenewBlock | Script::Batch => {
+                Effect::FollowsUp
+            }
+        }
+    }
+
     /// Every script, in load order (the table's order).
     pub(crate) const ALL: [Script; 15] = [
         Script::SlotAcquire,

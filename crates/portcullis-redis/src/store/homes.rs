@@ -4,6 +4,7 @@
 //! created it. One key per object, on its own Cluster slot; each call is one command.
 
 use crate::client::Client;
+use crate::scripts::Effect;
 use portcullis_core::Millis;
 use portcullis_core::homes::{Home, HomeFuture};
 use portcullis_core::store::{StoreError, StoreErrorKind};
@@ -31,7 +32,7 @@ impl HomeOps {
             .arg(format!("{}\n{}", home.channel, home.model))
             .arg("PX")
             .arg(ttl_ms.max(1));
-        Box::pin(self.client.write_command(cmd))
+        Box::pin(self.client.write_command(cmd, Effect::FollowsUp))
     }
 
     /// [`HomeBook::find`](portcullis_core::homes::HomeBook::find).

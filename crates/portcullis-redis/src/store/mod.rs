@@ -292,6 +292,13 @@ impl RedisStore {
         self.client().give_backs()
     }
 
+    /// Writes the replicas did not acknowledge (D10, with
+    /// [`replica_acks`](crate::RedisStoreOptions::replica_acks)): taken anyway, and
+    /// admissions refused for the lack of it, since the store started.
+    pub fn unacknowledged(&self) -> crate::Unacked {
+        self.client().unacknowledged()
+    }
+
     /// The key of `key`'s slot leases: `<prefix>:{<subject>}:slots`.
     pub fn slots_key(&self, key: &SubjectKey) -> String {
         self.client().keys().slots(key)

@@ -6,7 +6,7 @@
 
 #[allow(unused_imports)] // not every test file parses `INFO commandstats`
 pub use portcullis_test_support::redis::{RedisServer, command_calls};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Store options for a test that is not about a silent Redis: its calls wait for Redis
 /// up to 2 s instead of the default 20 ms, so a host whose two cores are busy with
@@ -59,5 +59,106 @@ pub async fn until_ok<T, E: std::fmt::Display, F: std::future::Future<Output = R
             ),
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A master and its replica, replication up.
+pub fn replicated() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    // Sync at once, not after the default 5 s of diskless-sync delay; the replica
+    // loads the sync in memory and writes no dump file into the test's directory.
+    master.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+    replica.cli(&["CONFIG", "SET", "repl-diskless-load", "on-empty-db"]);
+    replica.cli(&["REPLICAOF", "127.0.0.1", &master.port().to_string()]);
+    let start = Instant::now();
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the replica did not sync"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The replica's link is up some 0.3–0.5 s before it acknowledges writes: until then
+    // a write's `WAIT 1` answers 0.
+    let mut con = portcullis_redis::redis::Client::open(master.url())
+        .and_then(|c| c.get_connection())
+        .expect("a connection to the master");
+    loop {
+        let (_, acks): ((), i64) = portcullis_redis::redis::pipe()
+            .cmd("SET")
+            .arg("replicated-probe")
+            .arg(1)
+            .cmd("WAIT")
+            .arg(1)
+            .arg(100)
+            .query(&mut con)
+            .expect("SET + WAIT");
+        if acks == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the replica never acknowledged a write"
+        );
+    }
+    portcullis_redis::redis::cmd("DEL")
+        .arg("replicated-probe")
+        .exec(&mut con)
+        .expect("DEL");
+    (master, replica)
+}
+
+/// Busy loops beside the test (`sh -c 'while :; do :; done'`), one per `n`: the loaded
+/// host a test must hold on. Killed when dropped.
+pub struct CpuHogs(Vec<std::process::Child>);
+
+impl CpuHogs {
+    pub fn start(n: usize) -> Self {
+        Self(
+            (0..n)
+                .map(|_| {
+                    std::process::Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("sh, for a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A billed request of tenant `acme`, key `k`, for `money`, as `attempt`.
+pub fn request(attempt: &str, money: i64) -> portcullis_core::BillingRequest {
+    portcullis_core::BillingRequest {
+        attempt: attempt.into(),
+        tenant: Some("acme".into()),
+        key: portcullis_core::SubjectKey::from("k"),
+        spend_cap: None,
+        budgets: Vec::new().into(),
+        money,
+        bill_balance: true,
+        lifetime_ms: portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS,
+        tenant_expected: false,
+    }
+}
+
+/// The attempt `a` of tenant `acme`.
+pub fn attempt(a: &str) -> portcullis_core::AttemptRef {
+    portcullis_core::AttemptRef {
+        attempt: a.into(),
+        books: portcullis_core::Books::Tenant("acme".into()),
     }
 }

@@ -18,6 +18,7 @@ use super::book::BlockBook;
 use super::shared::{SharedBilling, exact, failed, period, reply_err};
 use crate::client::Client;
 use crate::future::RedisStoreFuture;
+use crate::scripts::Effect;
 use crate::scripts::args::{AccountArgs, CreditArgs, SeedArgs};
 use portcullis_core::billing::BudgetView;
 use portcullis_core::{
@@ -158,7 +159,8 @@ impl BillingOps {
         cmd.arg(self.client.keys().spend(books, key))
             .arg("spent")
             .arg(spent);
-        self.client.write_command_with(cmd, |r: i64| Ok(r == 1))
+        self.client
+            .write_command_with(cmd, Effect::Admits, |r: i64| Ok(r == 1))
     }
 
     pub(crate) fn set_balance(&self, tenant: &str, amount: Money) -> RedisStoreFuture<()> {
@@ -171,7 +173,7 @@ impl BillingOps {
         cmd.arg(self.client.keys().tenant(tenant))
             .arg("bal")
             .arg(amount);
-        self.client.write_command(cmd)
+        self.client.write_command(cmd, Effect::Admits)
     }
 
     pub(crate) fn credit(&self, tenant: &str, amount: Money) -> RedisStoreFuture<Money> {

@@ -7,6 +7,7 @@
 use super::failed::FailedSettles;
 use crate::client::Client;
 use crate::future::RedisStoreFuture;
+use crate::scripts::Effect;
 use crate::scripts::args::{BudgetArg, ReserveArgs, ReserveMode, SettleArgs, SettleOutcome};
 use portcullis_core::{
     AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Books,
@@ -82,7 +83,7 @@ impl SharedBilling {
         let mut cmd = redis::cmd("SADD");
         cmd.arg(self.client.keys().pending_registry())
             .arg(registry_member(books));
-        self.client.write_command(cmd)
+        self.client.write_command(cmd, Effect::FollowsUp)
     }
 
     /// The keys of the settle script for `attempt`: its record, its books' pending list

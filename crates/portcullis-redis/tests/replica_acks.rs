@@ -1,0 +1,189 @@
+//! D10: the replicas' acknowledgement of a write. A shard whose replicas do not
+//! acknowledge is a durability shortfall, told apart from an outage: its own error
+//! kind, counter and log line, a setting for what the store then does — and a host that
+//! is merely busy is neither.
+
+mod common;
+
+use common::{CpuHogs, EVENTUALLY, attempt, replicated, request, until_ok};
+use portcullis_core::{
+    AttemptState, BillingDecision, BillingOutcome, BillingStore, SlotDecision, SlotStore,
+    StoreErrorKind, SubjectKey,
+};
+use portcullis_redis::{RedisStore, RedisStoreOptions, Unacked, Unacknowledged};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A store on `url` that waits for one replica (50 ms), every decision a call.
+async fn acked(url: &str, what: Unacknowledged) -> RedisStore {
+    let options = RedisStoreOptions::default()
+        .replica_acks(1)
+        .replica_ack_wait(Duration::from_millis(50))
+        .unacknowledged(what)
+        .blocks(None);
+    RedisStore::connect(url, options).await.expect("connect")
+}
+
+#[tokio::test]
+async fn d10_a_replica_shortfall_refuses_admissions_as_unacknowledged_not_as_an_outage() {
+    let (master, replica) = replicated();
+    let store = acked(&master.url(), Unacknowledged::Refuse).await;
+    store.set_balance("acme", 1_000).await.unwrap();
+    assert_eq!(
+        store.check_and_reserve(&request("r1", 100)).await.unwrap(),
+        BillingDecision::Admitted
+    );
+    assert_eq!(store.unacknowledged(), Unacked::default());
+    replica.stop();
+    // An admission: refused, as a shortfall naming the node — not "redis is down".
+    for a in ["r2", "r3"] {
+        let e = store
+            .check_and_reserve(&request(a, 100))
+            .await
+            .expect_err("no replica acknowledged");
+        assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
+        assert!(e.to_string().contains(&master.port().to_string()), "{e}");
+        assert!(!e.to_string().contains("down"), "{e}");
+    }
+    let e = store
+        .acquire(&SubjectKey::from("s"), 5, 30_000)
+        .await
+        .expect_err("a slot is an admission too");
+    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
+    // A follow-up is taken: the settlement is on the master either way.
+    assert_eq!(
+        store
+            .settle_attempt(&attempt("r1"), BillingOutcome::Settled(40))
+            .await
+            .unwrap(),
+        Some(AttemptState::Settled(40))
+    );
+    // Reads wait for no replica, and the node is not taken for down: it answers.
+    let account = store
+        .account(Some("acme"), &SubjectKey::from("k"), &[])
+        .await
+        .expect("a read on a shard short of its replicas");
+    assert_eq!(
+        account.balance,
+        Some(1_000 - 40),
+        "r1 settled; r2 and r3 refused before the gateway relied on them (the layer \
+         refunds what the master holds of them)"
+    );
+    let counted = store.unacknowledged();
+    assert_eq!(counted.refused, 3, "{counted:?}");
+    assert!(counted.taken >= 1, "{counted:?}");
+    // The replica back: admissions are taken again, without an operator.
+    replica.cont();
+    let back = Instant::now();
+    let r = until_ok("an admission once the replica is back", || {
+        store.check_and_reserve(&request("r4", 100))
+    })
+    .await;
+    assert_eq!(r, BillingDecision::Admitted);
+    eprintln!(
+        "admissions taken again {:?} after the replica resumed",
+        back.elapsed()
+    );
+    let s = store
+        .acquire(&SubjectKey::from("s"), 5, 30_000)
+        .await
+        .unwrap();
+    assert!(matches!(s, SlotDecision::Acquired(_)), "{s:?}");
+}
+
+#[tokio::test]
+async fn d10_with_unacknowledged_accept_a_shortfall_takes_every_write_and_counts_it() {
+    let (master, replica) = replicated();
+    let store = acked(&master.url(), Unacknowledged::Accept).await;
+    store.set_balance("acme", 1_000).await.unwrap();
+    replica.stop();
+    for a in ["r1", "r2"] {
+        assert_eq!(
+            store.check_and_reserve(&request(a, 100)).await.unwrap(),
+            BillingDecision::Admitted
+        );
+    }
+    store
+        .settle_attempt(&attempt("r1"), BillingOutcome::Settled(40))
+        .await
+        .unwrap();
+    let counted = store.unacknowledged();
+    assert_eq!(counted.refused, 0, "{counted:?}");
+    assert_eq!(
+        counted.taken, 3,
+        "two reservations and a settlement: {counted:?}"
+    );
+    replica.cont();
+}
+
+/// A host busy with two CPU hogs beside the test, its Redis master and the replica:
+/// with `replica_acks = 1` and the default deadline, 8 callers make billed decisions
+/// (a reservation, then its settlement) — none is refused. The replica acknowledges
+/// late on such a host, by a few to a few tens of ms: that is what the replicas' wait
+/// (100 ms by default, on top of the deadline) is for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d10_a_busy_host_with_replica_acks_refuses_no_billed_decision() {
+    const CALLERS: u64 = 8;
+    const PER_CALLER: u64 = 250;
+    let (master, _replica) = replicated();
+    let store = RedisStore::connect(
+        &master.url(),
+        RedisStoreOptions::default().replica_acks(1).blocks(None),
+    )
+    .await
+    .expect("connect");
+    store.set_balance("acme", 1_000_000_000).await.unwrap();
+    let _hogs = CpuHogs::start(2);
+    let refused = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|c| {
+            let (store, refused, done) = (store.clone(), refused.clone(), done.clone());
+            tokio::spawn(async move {
+                // Bounded in count and in time.
+                for i in 0..PER_CALLER {
+                    if t0.elapsed() > EVENTUALLY * 3 {
+                        break;
+                    }
+                    let a = format!("c{c}-{i}");
+                    match store.check_and_reserve(&request(&a, 10)).await {
+                        Ok(BillingDecision::Admitted) => {}
+                        other => {
+                            eprintln!("{a}: {other:?}");
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
+                    if let Err(e) = store
+                        .settle_attempt(&attempt(&a), BillingOutcome::Settled(7))
+                        .await
+                    {
+                        eprintln!("{a} settle: {e}");
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.await.unwrap();
+    }
+    let (done, refused) = (
+        done.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "busy host: {done} billed decisions in {:?}, {refused} refused, unacknowledged {:?}",
+        t0.elapsed(),
+        store.unacknowledged()
+    );
+    assert_eq!(refused, 0, "a busy host is not an outage");
+    assert!(
+        done >= CALLERS * PER_CALLER / 2,
+        "the load ran ({done} decisions)"
+    );
+    assert_eq!(store.unacknowledged(), Unacked::default());
+}
