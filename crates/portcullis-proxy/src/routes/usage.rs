@@ -102,13 +102,15 @@ fn shown(r: &LedgerRow) -> Value {
 
 const CSV_HEADER: &str = "at,attempt,request_id,key,tenant,model,upstream_model,channel,\
      input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,images,videos,amount,\
-     outcome,resolved_by,billed_to_balance\n";
+     outcome,resolved_by,billed_to_balance,correction,corrected_by,corrected_at\n";
 
 /// A field as CSV writes it: quoted when it holds a comma, a quote or a line break, and
 /// never read as a formula by a spreadsheet (a leading `=`, `+`, `-` or `@` is quoted
 /// behind an apostrophe).
 fn csv_field(out: &mut String, v: &str) {
     let v = match v.chars().next() {
+        // A negative number (a correction) is a number, not a formula.
+        Some('-') if v.parse::<i64>().is_ok() => v.to_owned(),
         Some('=' | '+' | '-' | '@') => format!("'{v}"),
         _ => v.to_owned(),
     };
@@ -123,6 +125,7 @@ fn csv_field(out: &mut String, v: &str) {
 
 fn csv_row(out: &mut String, r: &LedgerRow) {
     let u = r.usage.unwrap_or_default();
+    let c = r.correction.as_ref();
     let n = |v: u64| {
         if r.usage.is_some() {
             v.to_string()
@@ -149,6 +152,9 @@ fn csv_row(out: &mut String, r: &LedgerRow) {
         r.outcome.as_str().to_owned(),
         r.resolved_by.clone().unwrap_or_default(),
         r.billed_to_balance.to_string(),
+        c.map(|c| c.amount.to_string()).unwrap_or_default(),
+        c.map(|c| c.by.clone()).unwrap_or_default(),
+        c.map(|c| rfc3339(c.at)).unwrap_or_default(),
     ];
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
