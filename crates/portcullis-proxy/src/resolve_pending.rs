@@ -32,7 +32,8 @@
 //!   names a provider object is asked for too, from its grace on (a job's from the first
 //!   look) until `[billing] correct_within` after its charge: a final answer with usage
 //!   corrects the charge once by the difference of its price ([`recheck`]), the store
-//!   first ([`ReconcileStore::correct`], exactly once per attempt across instances), the
+//!   first ([`ReconcileStore::correct`](portcullis::core::ReconcileStore::correct), exactly
+//!   once per attempt across instances), the
 //!   ledger second (written once, evidence `provider`); a crash between the two is
 //!   repaired by the next look (the store answers "already corrected", the ledger is
 //!   written). Rows corrected already, or settled or written off by an operator, are not
