@@ -109,8 +109,6 @@ const CSV_HEADER: &str = "at,attempt,request_id,key,tenant,model,upstream_model,
 /// behind an apostrophe).
 fn csv_field(out: &mut String, v: &str) {
     let v = match v.chars().next() {
-        // A negative number (a correction) is a number, not a formula.
-        Some('-') if v.parse::<i64>().is_ok() => v.to_owned(),
         Some('=' | '+' | '-' | '@') => format!("'{v}"),
         _ => v.to_owned(),
     };
@@ -152,9 +150,6 @@ fn csv_row(out: &mut String, r: &LedgerRow) {
         r.outcome.as_str().to_owned(),
         r.resolved_by.clone().unwrap_or_default(),
         r.billed_to_balance.to_string(),
-        c.map(|c| c.amount.to_string()).unwrap_or_default(),
-        c.map(|c| c.by.clone()).unwrap_or_default(),
-        c.map(|c| rfc3339(c.at)).unwrap_or_default(),
     ];
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
@@ -162,6 +157,15 @@ fn csv_row(out: &mut String, r: &LedgerRow) {
         }
         csv_field(out, f);
     }
+    // The correction (B7): a signed number, written as one (never read as a formula).
+    out.push(',');
+    if let Some(c) = c {
+        out.push_str(&c.amount.to_string());
+    }
+    out.push(',');
+    csv_field(out, c.map_or("", |c| c.by.as_str()));
+    out.push(',');
+    csv_field(out, &c.map(|c| rfc3339(c.at)).unwrap_or_default());
     out.push('\n');
 }
 
@@ -252,6 +256,43 @@ pub(super) async fn books<St: BillingStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn b7_a_csv_row_shows_its_correction_as_a_signed_number() {
+        let mut row = LedgerRow {
+            attempt: "att-1".into(),
+            at: 0,
+            request_id: None,
+            client_request_id: None,
+            key: "k".into(),
+            tenant: None,
+            model: None,
+            upstream_model: None,
+            channel: None,
+            usage: None,
+            amount: 40,
+            outcome: portcullis_records::Outcome::Settled,
+            resolved_by: Some("streamed".into()),
+            billed_to_balance: true,
+            provider_object: None,
+            correction: None,
+        };
+        let mut out = String::new();
+        csv_row(&mut out, &row);
+        assert!(out.ends_with(",40,settled,streamed,true,,,\n"), "{out}");
+        assert_eq!(out.matches(',').count(), CSV_HEADER.matches(',').count());
+        row.correction = Some(portcullis_records::LedgerCorrection {
+            amount: -15,
+            by: "provider".into(),
+            at: 1_000,
+        });
+        let mut out = String::new();
+        csv_row(&mut out, &row);
+        assert!(
+            out.ends_with(",40,settled,streamed,true,-15,provider,1970-01-01T00:00:01Z\n"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn b6_csv_fields_are_quoted_and_never_formulas() {
