@@ -38,7 +38,8 @@
 //!   repaired by the next look (the store answers "already corrected", the ledger is
 //!   written). Rows corrected already, or settled or written off by an operator, are not
 //!   asked; an object that answers nothing yet is asked again later, less and less often
-//!   (from the resolve interval, doubling up to an hour).
+//!   (from the resolve interval, doubling up to an hour). A look rechecks at most
+//!   1,000 such rows; the next look goes on from there.
 //!
 //! Closing is the store's idempotent reconciliation: of several instances resolving the
 //! same attempt (or an operator who came first) exactly one closes it and leaves a usage
@@ -65,6 +66,8 @@ use tokio::sync::Notify;
 
 /// Most pending rows read at once.
 const PAGE: u32 = 200;
+/// Most pages of automatic charges one look rechecks (B7); the next look goes on.
+const RECHECK_PAGES: usize = 5;
 /// Largest answer read from the provider.
 const MOST_ANSWER: usize = 4 << 20;
 /// Most attempts remembered as closed elsewhere or held (then forgotten and looked at
@@ -352,6 +355,7 @@ pub(crate) fn start<St: BillingStore>(
             held: HashSet::new(),
             held_up_to: None,
             asked_again: HashMap::new(),
+            recheck_after: None,
         };
         let mut next_look = tokio::time::Instant::now();
         loop {
@@ -391,6 +395,8 @@ struct Resolver {
     /// Automatic charges whose object answered nothing final: when to ask again, and the
     /// wait that led there (B7).
     asked_again: HashMap<String, (u64, u64)>,
+    /// Where the next look's rechecks go on (the last row's charge time and attempt).
+    recheck_after: Option<(u64, String)>,
 }
 
 impl Resolver {
@@ -442,8 +448,10 @@ impl Resolver {
         }
     }
 
-    /// Every automatic charge within `correct_within`, page by page, each rechecked
-    /// (B7).
+    /// The automatic charges within `correct_within`, page by page from where the last
+    /// look stopped, each rechecked (B7): at most [`RECHECK_PAGES`] pages a look, so a
+    /// look's work stays bounded however many charges the window holds; the next look
+    /// goes on from there, and starts over once the end is reached.
     async fn rechecks<St: BillingStore>(
         &mut self,
         running: &crate::running::Running<St>,
@@ -451,16 +459,18 @@ impl Resolver {
         now: u64,
         interval: u64,
     ) {
+        let from = now.saturating_sub(s.correct_within);
         let mut q = CorrectableQuery {
-            from: now.saturating_sub(s.correct_within),
+            from,
             before: now.saturating_add(1),
-            after: None,
+            after: self.recheck_after.take().filter(|(at, _)| *at >= from),
         };
-        loop {
+        for _ in 0..RECHECK_PAGES {
             let rows = match self.records.correctable_ledger(&q, PAGE).await {
                 Ok(rows) => rows,
                 Err(e) => {
                     tracing::debug!(error = %e, "correcting automatic charges: the ledger did not answer");
+                    self.recheck_after = q.after;
                     return;
                 }
             };
@@ -474,6 +484,7 @@ impl Resolver {
                 _ => return,
             }
         }
+        self.recheck_after = q.after;
     }
 
     /// Rechecks one automatic charge: asks its provider when [`recheck`] says so, and
