@@ -39,6 +39,7 @@ fn row(run: u128, i: usize) -> LedgerRow {
         outcome: Outcome::Settled,
         resolved_by: None,
         provider_object: None,
+        correction: None,
         billed_to_balance: true,
     }
 }

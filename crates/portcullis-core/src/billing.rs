@@ -244,6 +244,56 @@ pub enum Reconciled {
     NotPending,
 }
 
+/// Longest a correction's marker is kept by default (B7): a day, the default
+/// `[billing] correct_within` of the proxy. A caller that may correct later passes a
+/// longer [`Correction::keep_ms`].
+pub const DEFAULT_CORRECTION_KEEP_MS: Millis = 24 * 3_600_000;
+
+/// Most expired correction markers one call sweeps (bounded work inside a decision).
+pub const CORRECTION_SWEEP_BATCH: usize = 64;
+
+/// A correction of a closed attempt's charge by a later, better report (B7): the
+/// attempt was charged automatically (what a cut stream streamed, or its upper bound)
+/// and its provider later reported its usage, whose price differs. The store knows
+/// nothing of a closed attempt (final ones are forgotten), so the correction names what
+/// the charge moved: the key, whether the balance paid, the budgets it drew on and when
+/// it was charged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Correction {
+    /// The attempt and its books.
+    pub attempt: AttemptRef,
+    /// The key whose spend it was charged to.
+    pub key: SubjectKey,
+    /// Whether the balance and the key's spend paid it (false: a subscription covered
+    /// it, W8; only budgets move).
+    pub bill_balance: bool,
+    /// The budgets it was charged to: each moves only while the period it was charged in
+    /// is still the current one (a budget whose period has rolled since keeps its new
+    /// period's spend).
+    pub budgets: Arc<[Budget]>,
+    /// When it was charged, on the store's clock (ms).
+    pub charged_at: Millis,
+    /// New cost − what was charged (minor units; negative gives money back).
+    pub difference: Money,
+    /// How long the store remembers that the attempt was corrected (ms, > 0): at least
+    /// as long as anyone may try to correct it again.
+    pub keep_ms: Millis,
+}
+
+/// The answer to a [`Correction`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corrected {
+    /// The difference moved the balance, the key's spend and the budgets; the attempt
+    /// is marked corrected.
+    Applied,
+    /// The attempt was corrected already (by another instance, or a try whose answer
+    /// was lost): nothing changed.
+    AlreadyCorrected,
+    /// The store still holds the attempt open or pending: not a closed charge to
+    /// correct (a pending one is settled, not corrected). Nothing changed.
+    NotClosed,
+}
+
 /// Why billing refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -388,6 +438,10 @@ struct Book {
     open: BTreeSet<(Millis, AttemptId)>,
     /// Attempts pending reconciliation and their money.
     pending_total: PendingTotal,
+    /// Attempts corrected (B7), until when the marker is kept.
+    corrected: HashMap<AttemptId, Millis>,
+    /// The same markers by expiry, then id: the sweep's work list.
+    corrected_until: BTreeSet<(Millis, AttemptId)>,
 }
 
 impl Book {
@@ -395,14 +449,31 @@ impl Book {
         self.tenant.is_none()
             && self.keys.is_empty()
             && self.attempts.is_empty()
+            && self.corrected.is_empty()
             // A budget holds spend or reservations only once its period has started
             // (both start it), so an unstarted budget is an empty one.
             && self.budgets.values().all(|b| b.start.is_none())
     }
 
+    /// Forgets up to [`CORRECTION_SWEEP_BATCH`] correction markers kept past their
+    /// time.
+    fn sweep_corrections(&mut self, now: Millis) {
+        for _ in 0..CORRECTION_SWEEP_BATCH {
+            match self.corrected_until.first() {
+                Some((until, _)) if *until <= now => {}
+                _ => break,
+            }
+            let (until, id) = self.corrected_until.pop_first().expect("first exists");
+            if self.corrected.get(&id) == Some(&until) {
+                self.corrected.remove(&id);
+            }
+        }
+    }
+
     /// Sweeps up to [`SWEEP_BATCH`] open attempts whose deadline has passed into
     /// pending reconciliation, releasing their budget reservations (B7).
     fn sweep(&mut self, now: Millis) {
+        self.sweep_corrections(now);
         for _ in 0..SWEEP_BATCH {
             match self.open.first() {
                 Some((deadline, _)) if *deadline <= now => {}
@@ -766,6 +837,54 @@ impl Ledger {
             Some(AttemptState::Refunded) => Reconciled::WrittenOff { attempt: was },
             _ => Reconciled::NotPending,
         }
+    }
+
+    /// Corrects a closed attempt's charge by [`Correction::difference`], exactly once
+    /// (B7): the tenant's balance (when the balance paid) goes down by it, the key's
+    /// spend up by it, and each budget's spend up by it (never below zero) while the
+    /// period the charge fell in is still current; the attempt is marked corrected for
+    /// [`Correction::keep_ms`]. A second correction of the same attempt within that time
+    /// changes nothing ([`Corrected::AlreadyCorrected`]); an attempt the store still
+    /// holds open or pending is not corrected ([`Corrected::NotClosed`]). Expired
+    /// markers are swept, a bounded number per call.
+    pub fn correct(&mut self, c: &Correction, now: Millis) -> Corrected {
+        let book = self.books.entry(c.attempt.books.clone()).or_default();
+        book.sweep_corrections(now);
+        if book.corrected.contains_key(&c.attempt.attempt) {
+            return Corrected::AlreadyCorrected;
+        }
+        if book.attempts.contains_key(&c.attempt.attempt) {
+            return Corrected::NotClosed;
+        }
+        let d = c.difference;
+        if c.bill_balance {
+            if matches!(c.attempt.books, Books::Tenant(_)) {
+                let t = book.tenant.get_or_insert_default();
+                t.money = t.money.saturating_sub(d);
+            }
+            let k = book.keys.entry(c.key.clone()).or_default();
+            k.money = k.money.saturating_add(d);
+        }
+        for b in c.budgets.iter() {
+            let Some(s) = book.budgets.get_mut(&b.id) else {
+                continue;
+            };
+            s.roll(b.period_ms, now);
+            if s.start.is_some_and(|start| start <= c.charged_at) {
+                s.spent = s.spent.saturating_add(d).max(0);
+            }
+        }
+        let until = now.saturating_add(c.keep_ms.max(1));
+        book.corrected.insert(c.attempt.attempt.clone(), until);
+        book.corrected_until
+            .insert((until, c.attempt.attempt.clone()));
+        Corrected::Applied
+    }
+
+    /// Correction markers held now, over all books.
+    #[cfg(test)]
+    pub(crate) fn corrections_held(&self) -> usize {
+        self.books.values().map(|b| b.corrected.len()).sum()
     }
 
     /// The pending counter of every books that has attempts pending (B7), in books
@@ -1311,6 +1430,35 @@ mod tests {
             (Some(930), 0, 70, 0)
         );
         assert_eq!((v.budgets[0].spent, v.budgets[0].reserved), (70, 10));
+    }
+
+    #[test]
+    fn b7_correction_markers_are_swept_after_their_keep() {
+        let mut l = Ledger::default();
+        l.seed_balance("acme", 1_000);
+        let c = |a: &str| Correction {
+            attempt: r(a),
+            key: "k".into(),
+            bill_balance: true,
+            budgets: Arc::from(Vec::new()),
+            charged_at: 0,
+            difference: 1,
+            keep_ms: 10,
+        };
+        for i in 0..100 {
+            assert_eq!(l.correct(&c(&format!("c{i}")), 0), Corrected::Applied);
+        }
+        assert_eq!(l.corrections_held(), 100);
+        assert_eq!(l.correct(&c("c0"), 9), Corrected::AlreadyCorrected);
+        // Past their keep: each call forgets a bounded batch, a reservation too.
+        assert_eq!(l.correct(&c("new"), 10), Corrected::Applied);
+        assert_eq!(l.corrections_held(), 101 - CORRECTION_SWEEP_BATCH);
+        assert_eq!(l.admit(&req("a1", 1), 20), BillingDecision::Admitted);
+        assert_eq!(l.corrections_held(), 0);
+        assert_eq!(
+            l.account(Some("acme"), &"k".into(), &[], 20).balance,
+            Some(1_000 - 101)
+        );
     }
 
     #[test]

@@ -66,8 +66,8 @@ mod window_tests;
 pub use attempt::{CallEnd, Settle, UpstreamError, UpstreamFailure};
 pub use billing::{
     AccountView, AttemptId, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, Books, Budget, Ledger, PendingAttempt, PendingTotal, Reconcile, Reconciled,
-    Refusal,
+    BillingRequest, Books, Budget, Corrected, Correction, Ledger, PendingAttempt, PendingTotal,
+    Reconcile, Reconciled, Refusal,
 };
 pub use capacity::{
     Candidates, CapacityStore, ChannelRef, Chosen, FairQueue, QueueFull, QueueLimits, TenantWeight,

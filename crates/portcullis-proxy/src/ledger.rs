@@ -136,6 +136,7 @@ pub fn row_of(r: &UsageRecord) -> LedgerRow {
         resolved_by: resolved_by.map(str::to_owned),
         billed_to_balance: r.billed_to_balance,
         provider_object: text(&r.provider_object),
+        correction: None,
     }
 }
 

@@ -27,6 +27,20 @@
 //!   `upper_bound`). Rows of Anthropic or Gemini channels (no retrieval) and rows without
 //!   an object wait for the same end: an operator has the same time to act on every one.
 //!
+//! - an attempt the gateway charged on its own evidence — what a stream cut by the client
+//!   or the upstream had streamed (`streamed`), or its upper bound (`upper_bound`) — that
+//!   names a provider object is asked for too, from its grace on (a job's from the first
+//!   look) until `[billing] correct_within` after its charge: a final answer with usage
+//!   corrects the charge once by the difference of its price ([`recheck`]), the store
+//!   first ([`ReconcileStore::correct`](portcullis::core::ReconcileStore::correct), exactly
+//!   once per attempt across instances), the
+//!   ledger second (written once, evidence `provider`); a crash between the two is
+//!   repaired by the next look (the store answers "already corrected", the ledger is
+//!   written). Rows corrected already, or settled or written off by an operator, are not
+//!   asked; an object that answers nothing yet is asked again later, less and less often
+//!   (from the resolve interval, doubling up to an hour). A look rechecks at most
+//!   1,000 such rows; the next look goes on from there.
+//!
 //! Closing is the store's idempotent reconciliation: of several instances resolving the
 //! same attempt (or an operator who came first) exactly one closes it and leaves a usage
 //! record; the others change and record nothing. The decision itself is [`decide`], a
@@ -39,9 +53,12 @@ use crate::running::Stack;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use portcullis::billing::Evidence;
-use portcullis::core::{AttemptRef, BillingStore, Books, Clock, Reconcile, Reconciled, Usage};
-use portcullis_records::{LedgerRow, PendingQuery, PendingRow, Records};
-use std::collections::HashSet;
+use portcullis::core::{
+    AttemptRef, BillingStore, Books, Clock, Corrected, Correction, Money, Reconcile, Reconciled,
+    Usage,
+};
+use portcullis_records::{CorrectableQuery, LedgerRow, PendingQuery, PendingRow, Records};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -49,6 +66,8 @@ use tokio::sync::Notify;
 
 /// Most pending rows read at once.
 const PAGE: u32 = 200;
+/// Most pages of automatic charges one look rechecks (B7); the next look goes on.
+const RECHECK_PAGES: usize = 5;
 /// Largest answer read from the provider.
 const MOST_ANSWER: usize = 4 << 20;
 /// Most attempts remembered as closed elsewhere or held (then forgotten and looked at
@@ -64,6 +83,8 @@ pub struct Settings {
     pub give_up: u64,
     /// `[billing] unknown_outcome`.
     pub end: UnknownOutcomeConfig,
+    /// `[billing] correct_within` (0: no corrections).
+    pub correct_within: u64,
 }
 
 impl Settings {
@@ -74,6 +95,7 @@ impl Settings {
             grace: ms(b.unknown_grace),
             give_up: ms(b.unknown_give_up),
             end: b.unknown_outcome,
+            correct_within: ms(b.correct_within),
         }
     }
 }
@@ -151,6 +173,64 @@ pub fn decide(since: u64, now: u64, s: &Settings, object: Object, asked: Asked) 
             UnknownOutcomeConfig::UpperBound => Decision::UpperBound,
         },
         _ => Decision::Wait,
+    }
+}
+
+/// What to do with an automatic charge (B7): an attempt charged on the gateway's own
+/// evidence (`streamed`, `upper_bound`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recheck {
+    /// Nothing to do now: corrections off, past `correct_within`, nothing to ask with,
+    /// a stored answer within its grace, or the provider had nothing final yet.
+    Leave,
+    /// Ask the provider for the object, then decide again with its answer.
+    Ask,
+    /// Correct the charge to this cost (the difference may be 0: the provider agrees,
+    /// and the attempt is not asked again).
+    Correct(Money),
+}
+
+/// The decision for an automatic charge of `charged` made at `at` (ms) that names
+/// `object`, at `now`, after asking as `asked` says (B7). Only within
+/// `correct_within` of the charge (0: never); a stored answer after its grace (the
+/// provider may still be finishing what the cut stream began), a job from the first
+/// look. A final answer corrects it to its priced usage (`asked`'s usage carries its
+/// cost, see [`priced_answer`]); a failed or cancelled job to nothing; no answer yet
+/// leaves it for a later look.
+pub fn recheck(at: u64, now: u64, s: &Settings, object: Object, asked: Asked) -> Recheck {
+    if s.correct_within == 0 || now >= at.saturating_add(s.correct_within) {
+        return Recheck::Leave;
+    }
+    if object == Object::Absent || (object == Object::Stored && now < at.saturating_add(s.grace)) {
+        return Recheck::Leave;
+    }
+    match asked {
+        Asked::NotAsked => Recheck::Ask,
+        Asked::Nothing => Recheck::Leave,
+        Asked::Final(u) => Recheck::Correct(u.cost.unwrap_or(0).max(0)),
+        Asked::Failed => Recheck::Correct(0),
+    }
+}
+
+/// The wait before asking again an object that answered nothing final, after `last`
+/// (0: the first time): from `interval`, doubling, at most an hour.
+pub fn ask_again_after(last: u64, interval: u64) -> u64 {
+    const MOST: u64 = 3_600_000;
+    if last == 0 {
+        interval.clamp(1, MOST)
+    } else {
+        last.saturating_mul(2).min(MOST)
+    }
+}
+
+/// `asked` with a final usage priced at `price`.
+fn priced_answer(asked: Asked, price: &portcullis::core::Price) -> Asked {
+    match asked {
+        Asked::Final(mut u) => {
+            u.cost = Some(price.cost(&u));
+            Asked::Final(u)
+        }
+        a => a,
     }
 }
 
@@ -274,6 +354,8 @@ pub(crate) fn start<St: BillingStore>(
             closed: HashSet::new(),
             held: HashSet::new(),
             held_up_to: None,
+            asked_again: HashMap::new(),
+            recheck_after: None,
         };
         let mut next_look = tokio::time::Instant::now();
         loop {
@@ -310,6 +392,11 @@ struct Resolver {
     held: HashSet<String>,
     /// Held rows are read up to here already (the end of the last look's end window).
     held_up_to: Option<u64>,
+    /// Automatic charges whose object answered nothing final: when to ask again, and the
+    /// wait that led there (B7).
+    asked_again: HashMap<String, (u64, u64)>,
+    /// Where the next look's rechecks go on (the last row's charge time and attempt).
+    recheck_after: Option<(u64, String)>,
 }
 
 impl Resolver {
@@ -346,9 +433,156 @@ impl Resolver {
         if s.end == UnknownOutcomeConfig::Hold {
             self.held_up_to = Some(ended);
         }
+        if s.correct_within > 0 {
+            let interval = u64::try_from(running.config.billing().resolve_interval.as_millis())
+                .unwrap_or(u64::MAX);
+            self.rechecks(&running, &s, now, interval).await;
+        }
         for set in [&mut self.closed, &mut self.held] {
             if set.len() > MOST_REMEMBERED {
                 set.clear();
+            }
+        }
+        if self.asked_again.len() > MOST_REMEMBERED {
+            self.asked_again.clear();
+        }
+    }
+
+    /// The automatic charges within `correct_within`, page by page from where the last
+    /// look stopped, each rechecked (B7): at most [`RECHECK_PAGES`] pages a look, so a
+    /// look's work stays bounded however many charges the window holds; the next look
+    /// goes on from there, and starts over once the end is reached.
+    async fn rechecks<St: BillingStore>(
+        &mut self,
+        running: &crate::running::Running<St>,
+        s: &Settings,
+        now: u64,
+        interval: u64,
+    ) {
+        let from = now.saturating_sub(s.correct_within);
+        let mut q = CorrectableQuery {
+            from,
+            before: now.saturating_add(1),
+            after: self.recheck_after.take().filter(|(at, _)| *at >= from),
+        };
+        for _ in 0..RECHECK_PAGES {
+            let rows = match self.records.correctable_ledger(&q, PAGE).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::debug!(error = %e, "correcting automatic charges: the ledger did not answer");
+                    self.recheck_after = q.after;
+                    return;
+                }
+            };
+            for row in &rows {
+                self.recheck_one(running, s, row, now, interval).await;
+            }
+            match rows.last() {
+                Some(last) if rows.len() == PAGE as usize => {
+                    q.after = Some((last.at, last.attempt.clone()));
+                }
+                _ => return,
+            }
+        }
+        self.recheck_after = q.after;
+    }
+
+    /// Rechecks one automatic charge: asks its provider when [`recheck`] says so, and
+    /// corrects it by what the answer prices it at.
+    async fn recheck_one<St: BillingStore>(
+        &mut self,
+        running: &crate::running::Running<St>,
+        s: &Settings,
+        row: &LedgerRow,
+        now: u64,
+        interval: u64,
+    ) {
+        let last = match self.asked_again.get(&row.attempt) {
+            Some(&(next, _)) if next > now => return,
+            Some(&(_, last)) => last,
+            None => 0,
+        };
+        let live = &running.live;
+        let asking = asking(&live.catalog, row);
+        let object = match (&asking, row.provider_object.as_deref()) {
+            (Some(_), Some(path)) => Object::of(path),
+            _ => Object::Absent,
+        };
+        let mut decision = recheck(row.at, now, s, object, Asked::NotAsked);
+        if let (Recheck::Ask, Some((route, price))) = (decision, &asking) {
+            let path = row.provider_object.as_deref().unwrap_or_default();
+            let asked = self.ask(route, path, live.catalog.upstream_timeout).await;
+            decision = recheck(row.at, now, s, object, priced_answer(asked, price));
+            if decision == Recheck::Leave {
+                let wait = ask_again_after(last, interval);
+                self.asked_again
+                    .insert(row.attempt.clone(), (now.saturating_add(wait), wait));
+            }
+        }
+        if let Recheck::Correct(cost) = decision {
+            self.asked_again.remove(&row.attempt);
+            self.correct(running, s, row, cost).await;
+        }
+    }
+
+    /// Corrects `row`'s charge to `cost`: the store first (exactly once per attempt),
+    /// then the ledger (written once). Either failing leaves the row to the next look.
+    async fn correct<St: BillingStore>(
+        &mut self,
+        running: &crate::running::Running<St>,
+        s: &Settings,
+        row: &LedgerRow,
+        cost: Money,
+    ) {
+        let Some(rec) = running.live.store.reconciler() else {
+            return;
+        };
+        let difference = cost.saturating_sub(row.amount);
+        let budgets = row
+            .tenant
+            .as_deref()
+            .and_then(|t| running.config.tenant_profiles().get(t))
+            .map(|t| t.budgets.clone())
+            .unwrap_or_default();
+        let c = Correction {
+            attempt: attempt_of(row),
+            key: row.key.as_str().into(),
+            bill_balance: row.billed_to_balance,
+            budgets: budgets.into(),
+            charged_at: row.at,
+            difference,
+            // Past any look at the row (its window runs from its charge), with room for
+            // the clocks of instances and store to differ.
+            keep_ms: s.correct_within.saturating_add(3_600_000),
+        };
+        match rec.correct(&c).await {
+            Ok(Corrected::Applied | Corrected::AlreadyCorrected) => {}
+            Ok(Corrected::NotClosed) => {
+                tracing::debug!(attempt_id = %row.attempt, "an automatic charge the store still holds open or pending: not corrected");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(attempt_id = %row.attempt, error = %e, "correcting an automatic charge: the store failed; tried again at the next look");
+                return;
+            }
+        }
+        let at = crate::keys::now_ms();
+        match self
+            .records
+            .correct_ledger(&row.attempt, difference, Evidence::Provider.as_str(), at)
+            .await
+        {
+            Ok(true) => tracing::info!(
+                attempt_id = %row.attempt,
+                charged = row.amount,
+                cost,
+                difference,
+                evidence = row.resolved_by.as_deref().unwrap_or(""),
+                "an automatic charge corrected by the provider's report (B7)"
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::debug!(attempt_id = %row.attempt, error = %e, "recording a correction: the ledger failed; written at the next look");
             }
         }
     }
@@ -616,6 +850,7 @@ mod tests {
         grace: 120_000,
         give_up: 3_600_000,
         end: UnknownOutcomeConfig::Hold,
+        correct_within: 86_400_000,
     };
 
     fn used(input: u64, output: u64) -> Usage {
@@ -815,5 +1050,100 @@ mod tests {
             })
         );
         assert_eq!(priced(Decision::WriteOff, &price), Decision::WriteOff);
+    }
+
+    #[test]
+    fn b7_an_automatic_charge_is_asked_for_within_its_window_and_corrected_by_a_final_answer() {
+        let at = 1_000_000;
+        let priced = |cost| {
+            Asked::Final(Usage {
+                cost: Some(cost),
+                ..used(12, 30)
+            })
+        };
+        // A stored answer waits out its grace: the provider may still be finishing it.
+        for asked in [Asked::NotAsked, priced(55)] {
+            assert_eq!(
+                recheck(at, at + S.grace - 1, &S, Object::Stored, asked),
+                Recheck::Leave
+            );
+        }
+        let now = at + S.grace;
+        assert_eq!(
+            recheck(at, now, &S, Object::Stored, Asked::NotAsked),
+            Recheck::Ask
+        );
+        assert_eq!(
+            recheck(at, now, &S, Object::Stored, priced(55)),
+            Recheck::Correct(55)
+        );
+        // The provider agrees: corrected by nothing, not asked again.
+        assert_eq!(
+            recheck(at, now, &S, Object::Stored, priced(40)),
+            Recheck::Correct(40)
+        );
+        // Nothing final yet: left for a later look.
+        assert_eq!(
+            recheck(at, now, &S, Object::Stored, Asked::Nothing),
+            Recheck::Leave
+        );
+        // Nothing to ask with.
+        assert_eq!(
+            recheck(at, now, &S, Object::Absent, Asked::NotAsked),
+            Recheck::Leave
+        );
+        // A job from the first look; a failed one made nothing.
+        assert_eq!(
+            recheck(at, at, &S, Object::Job, Asked::NotAsked),
+            Recheck::Ask
+        );
+        assert_eq!(
+            recheck(at, at, &S, Object::Job, Asked::Failed),
+            Recheck::Correct(0)
+        );
+        // The window ends `correct_within` after the charge, whatever the answer.
+        let end = at + S.correct_within;
+        assert_eq!(
+            recheck(at, end - 1, &S, Object::Stored, Asked::NotAsked),
+            Recheck::Ask
+        );
+        for asked in [Asked::NotAsked, priced(55), Asked::Failed] {
+            assert_eq!(recheck(at, end, &S, Object::Stored, asked), Recheck::Leave);
+        }
+        // 0 turns corrections off.
+        let off = Settings {
+            correct_within: 0,
+            ..S
+        };
+        for asked in [Asked::NotAsked, priced(55)] {
+            assert_eq!(
+                recheck(at, now, &off, Object::Stored, asked),
+                Recheck::Leave
+            );
+        }
+        // A final answer is priced at the model's price.
+        let price = portcullis::core::Price {
+            output_per_mtok: 1_000_000,
+            ..portcullis::core::Price::default()
+        };
+        let Asked::Final(u) = priced_answer(Asked::Final(used(0, 30)), &price) else {
+            panic!("final");
+        };
+        assert_eq!(u.cost, Some(price.cost(&used(0, 30))));
+        assert_eq!(priced_answer(Asked::Nothing, &price), Asked::Nothing);
+    }
+
+    #[test]
+    fn b7_an_object_that_answers_nothing_is_asked_less_and_less_often() {
+        let mut waits = Vec::new();
+        let mut last = 0;
+        for _ in 0..12 {
+            last = ask_again_after(last, 15_000);
+            waits.push(last);
+        }
+        assert_eq!(&waits[..4], &[15_000, 30_000, 60_000, 120_000]);
+        assert_eq!(*waits.last().unwrap(), 3_600_000);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(ask_again_after(0, 0), 1);
     }
 }

@@ -508,6 +508,12 @@ impl<L: Clone + Send + Sync + 'static, B: portcullis::core::ReconcileStore>
     ) -> Self::Future<Vec<(portcullis::core::Books, portcullis::core::PendingTotal)>> {
         self.billing.pending_totals()
     }
+    fn correct(
+        &self,
+        correction: &portcullis::core::Correction,
+    ) -> Self::Future<portcullis::core::Corrected> {
+        self.billing.correct(correction)
+    }
 }
 
 impl<L: CapacityStore, B: Clone + Send + Sync + 'static> CapacityStore for Split<L, B> {

@@ -61,14 +61,20 @@ async fn gateway_with(url: &str, hash_env: &str, database: &str) -> Gw {
 /// opened from `[store]`, the records database followed, balances seeded from the
 /// books), in front of a fake upstream of its own.
 async fn serve(text: &str) -> Gw {
+    serve_to(text, None).await
+}
+
+/// [`serve`], its channels in front of the upstream at `upstream` when given (another
+/// gateway's fake: two instances of one provider).
+async fn serve_to(text: &str, upstream: Option<String>) -> Gw {
     let config = Config::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let directory = Directory::open(&config)
         .await
         .expect("the records database")
         .expect("configured");
     let fake = portcullis_fake_upstream::FakeUpstream::start().await;
-    let (addr, server) =
-        serve_with_directory(config, fake.base_url(), Some(directory.clone())).await;
+    let base = upstream.unwrap_or_else(|| fake.base_url());
+    let (addr, server) = serve_with_directory(config, base, Some(directory.clone())).await;
     Gw {
         addr,
         _fake: fake,
@@ -2318,4 +2324,177 @@ async fn b7_a_video_job_whose_end_is_never_seen_is_held_or_settled_at_its_upper_
         assert_eq!(acme["pending"].as_i64(), Some(PER_VIDEO), "{acme}");
         assert_eq!(acme["store_pending"].as_i64(), Some(PER_VIDEO), "{acme}");
     }
+}
+
+/// B7: a stream the client stops after its first content is charged at once what the
+/// gateway saw streamed (`streamed`); the provider finishes and stores the response, and
+/// its full usage corrects that charge exactly once — by the difference of its price, the
+/// first charge kept beside it (`correction`, by `provider`) — although two instances
+/// sharing the ledger and the store both resolve it; the books are exact before and
+/// after, and stay so over later looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_later_provider_report_corrects_a_cut_streams_charge_exactly_once() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    corrected_once_by_two_instances(&url, "PCX_TEST_UNSET_HASH_SECRET").await;
+}
+
+/// [`b7_a_later_provider_report_corrects_a_cut_streams_charge_exactly_once`] with the
+/// ledger on a PostgreSQL server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_later_provider_report_corrects_a_cut_streams_charge_exactly_once_on_postgres() {
+    let pg = PostgresServer::start();
+    let var = "PCX_TEST_HASH_SECRET_B7_CORRECT";
+    // SAFETY: set before any gateway reads it, with a name no other test uses.
+    unsafe { std::env::set_var(var, "b7-correct-shared-hash-secret-0123456789") };
+    corrected_once_by_two_instances(&pg.url(), var).await;
+}
+
+/// Cut streams of [`corrected_once_by_two_instances`]: each a chance for the two
+/// resolvers to meet on one attempt.
+const CUT_STREAMS: usize = 4;
+
+async fn corrected_once_by_two_instances(url: &str, hash_env: &str) {
+    let redis = portcullis_test_support::redis::RedisServer::start();
+    let dir = temp_dir();
+    let instance = |name: &str| {
+        format!(
+            "[server]\nadmin_token = \"{TOKEN}\"\n\n\
+             [store]\nurl = \"{}\"\ndeadline = \"2s\"\n\n\
+             [database]\nurl = \"{url}\"\nhash_secret_env = \"{hash_env}\"\nspool = {:?}\n\n\
+             [billing]\nunknown_grace = \"200ms\"\nresolve_interval = \"100ms\"\n\n\
+             [failover]\nmax_attempts = 1\n{CHANNELS}",
+            redis.url(),
+            dir.join(format!("{name}.spool")).display().to_string(),
+        )
+    };
+    let a = serve(&instance("a")).await;
+    // The same provider behind both: either may ask it for the stored response.
+    let b = serve_to(&instance("b"), Some(a._fake.base_url())).await;
+    let (secret, _) = tenant_and_key(a.addr, "acme", 1_000_000).await;
+    until_status(b.addr, &secret, 200).await;
+    // 60 output tokens over 6 chunks 400 ms apart: the client stops after the first
+    // content, long before the provider ends (and stores) the response.
+    let req = Req::post(
+        "/v1/responses",
+        json!({"model": "gpt-4o-mini", "input": "Tell me a story.", "stream": true}).to_string(),
+    )
+    .key(KeyAt::Bearer, &secret)
+    .header("x-fake-chunks", 6)
+    .header("x-fake-chunk-interval-ms", 400)
+    .header("x-fake-output-tokens", 60);
+    let mut streamed = Vec::new();
+    for i in 0..CUT_STREAMS {
+        let mut seen =
+            portcullis_dialects::UsageWatcher::new(portcullis_dialects::Dialect::OpenAi, true);
+        let mut o = open(if i % 2 == 0 { a.addr } else { b.addr }, &req).await;
+        assert_eq!(o.status, 200);
+        while !seen.saw_content() {
+            let data = o.next_data().await.expect("the stream's first content");
+            seen.observe(&data);
+        }
+        o.disconnect();
+        streamed.push(seen.streamed_output_tokens());
+    }
+    let cut_rows = |rows: Vec<Value>| -> Vec<Value> {
+        rows.into_iter()
+            .filter(|r| r["resolved_by"] == "streamed")
+            .collect()
+    };
+    let start = Instant::now();
+    let cut = loop {
+        let cut = cut_rows(all_rows(a.addr, "acme").await);
+        if cut.len() == CUT_STREAMS {
+            break cut;
+        }
+        assert!(start.elapsed() < WAIT * 2, "streamed charges: {cut:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut charged = std::collections::BTreeMap::new();
+    for row in &cut {
+        let object = row["provider_object"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a cut stream names its response: {row}"));
+        assert!(object.starts_with("/v1/responses/resp_fake"), "{row}");
+        let amount = row["amount"].as_i64().unwrap();
+        assert!(amount > 0, "{row}");
+        assert!(
+            streamed.contains(&row["usage"]["output_tokens"].as_u64().unwrap()),
+            "charged what was streamed: {row} {streamed:?}"
+        );
+        charged.insert(object.to_owned(), amount);
+    }
+    // Before the provider's report: exact (the responses are still in progress at the
+    // provider, nothing corrected yet).
+    let before = exact_books(a.addr, "acme").await;
+    exact_books(b.addr, "acme").await;
+    // The provider's report: each stored response, with its whole usage.
+    let start = Instant::now();
+    let corrected = loop {
+        let cut = cut_rows(all_rows(a.addr, "acme").await);
+        if cut.iter().all(|r| r["correction"].is_object()) {
+            break cut;
+        }
+        assert!(
+            start.elapsed() < WAIT * 4,
+            "never corrected: {cut:?} {before}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut difference = 0;
+    for row in &corrected {
+        let object = row["provider_object"].as_str().unwrap();
+        let stored = send(a._fake.addr(), &Req::get(object.to_owned())).await;
+        assert_eq!(stored.status, 200, "{}", stored.text());
+        let stored: Value = serde_json::from_slice(&stored.body).unwrap();
+        assert_eq!(stored["status"], "completed", "{stored}");
+        let cost = gpt_4o_mini_cost(&stored["usage"]);
+        let first = charged[object];
+        assert!(
+            cost > first,
+            "60 output tokens cost more than the streamed part"
+        );
+        assert_eq!(row["amount"].as_i64(), Some(first), "the first charge kept");
+        assert_eq!(
+            row["correction"]["amount"].as_i64(),
+            Some(cost - first),
+            "{row} {stored}"
+        );
+        assert_eq!(row["correction"]["by"], "provider", "{row}");
+        difference += cost - first;
+    }
+    // Both instances resolve; the store and the ledger took each correction once: the
+    // books exact after, and over more looks of both resolvers.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for gw in [&a, &b] {
+            let after = exact_books(gw.addr, "acme").await;
+            assert_eq!(
+                after["settled"].as_i64().unwrap() - before["settled"].as_i64().unwrap(),
+                difference,
+                "{before} {after}"
+            );
+        }
+        let cut = cut_rows(all_rows(a.addr, "acme").await);
+        for row in &cut {
+            let first = corrected
+                .iter()
+                .find(|r| r["attempt"] == row["attempt"])
+                .unwrap();
+            assert_eq!(row["correction"], first["correction"], "written once");
+        }
+    }
+    // The balance moved by each difference once: what it started with, less every cost.
+    let rows = all_rows(a.addr, "acme").await;
+    let spent: i64 = rows
+        .iter()
+        .map(|r| r["amount"].as_i64().unwrap() + r["correction"]["amount"].as_i64().unwrap_or(0))
+        .sum();
+    let (status, v) = admin(a.addr, TOKEN, "GET", "/admin/books", None).await;
+    assert_eq!(status, 200);
+    let acme = books_of(&v, "acme");
+    assert_eq!(acme["balance"].as_i64(), Some(1_000_000 - spent), "{acme}");
+    let s = a._fake.stats();
+    assert!(s.calls(portcullis_fake_upstream::Route::ResponseRetrieve) >= CUT_STREAMS as u64);
+    assert!(!s.saw_anywhere(&secret));
 }

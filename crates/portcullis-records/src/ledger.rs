@@ -116,6 +116,42 @@ pub struct LedgerRow {
     /// attempt can be resolved from. Written with the attempt's first row and kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_object: Option<String>,
+    /// A later report's correction of an automatic charge (B7), kept beside the first
+    /// charge: the attempt cost `amount + correction.amount`. Written once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<LedgerCorrection>,
+}
+
+/// The correction of an automatic charge by a later report (B7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerCorrection {
+    /// New cost − the first charge (minor units; negative gives money back).
+    pub amount: i64,
+    /// Its evidence (`provider`: the provider's own report of the attempt's usage).
+    pub by: String,
+    /// When it was corrected (ms).
+    pub at: Millis,
+}
+
+impl LedgerRow {
+    /// What the attempt cost: its amount, corrected.
+    pub fn cost(&self) -> i64 {
+        self.amount
+            .saturating_add(self.correction.as_ref().map_or(0, |c| c.amount))
+    }
+}
+
+/// Which automatic charges [`Records::correctable_ledger`] reads (B7): rows settled on
+/// the gateway's own evidence (`streamed`, `upper_bound`) that name a provider object
+/// and are not corrected yet, charged in `[from, before)`, after a cursor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CorrectableQuery {
+    /// Charged at or after (ms).
+    pub from: Millis,
+    /// Charged before (ms).
+    pub before: Millis,
+    /// After this row (its `at` and attempt), in the order read.
+    pub after: Option<(Millis, String)>,
 }
 
 /// A pending row as the resolver reads it (B7): the row, and when it reached the
@@ -221,7 +257,7 @@ pub const USAGE_PAGE_MAX: u32 = 1000;
 const COLUMNS: &str = "attempt, at, request_id, client_request_id, key_id, tenant, model, \
      upstream_model, channel, input_tokens, cached_input_tokens, cache_write_tokens, \
      output_tokens, images, videos, amount, outcome, resolved_by, billed_to_balance, \
-     provider_object";
+     provider_object, correction, corrected_by, corrected_at";
 
 /// The upsert: a new attempt is inserted; an existing one changes only from pending to
 /// a final outcome (a resolution), so a replay is a no-op.
@@ -288,8 +324,10 @@ fn statements(rows: &[LedgerRow], most: usize) -> Vec<&[LedgerRow]> {
     out
 }
 
-/// The money of settled and reconciled rows, and of pending ones.
-const SETTLED: &str = "CASE WHEN outcome IN ('settled', 'reconciled') THEN amount ELSE 0 END";
+/// The money of settled and reconciled rows (their corrections counted, B7), and of
+/// pending ones.
+const SETTLED: &str = "CASE WHEN outcome IN ('settled', 'reconciled') \
+     THEN amount + COALESCE(correction, 0) ELSE 0 END";
 const PENDING: &str = "CASE WHEN outcome = 'pending' THEN amount ELSE 0 END";
 
 /// `SUM(expr)` as a BIGINT on both databases (PostgreSQL sums BIGINTs as NUMERIC, which
@@ -335,6 +373,19 @@ fn row(r: &AnyRow) -> Result<LedgerRow, sqlx::Error> {
         resolved_by: r.try_get("resolved_by")?,
         billed_to_balance: r.try_get::<i32, _>("billed_to_balance")? != 0,
         provider_object: r.try_get("provider_object")?,
+        correction: match r.try_get::<Option<i64>, _>("correction")? {
+            None => None,
+            Some(amount) => Some(LedgerCorrection {
+                amount,
+                by: r
+                    .try_get::<Option<String>, _>("corrected_by")?
+                    .unwrap_or_default(),
+                at: r
+                    .try_get::<Option<i64>, _>("corrected_at")?
+                    .map(ms)
+                    .unwrap_or(0),
+            }),
+        },
     })
 }
 
@@ -651,6 +702,67 @@ impl Records {
             .map_err(db_err)
     }
 
+    /// Records the correction of an automatic charge (B7) on `attempt`'s row: `amount`
+    /// (new cost − its first charge) by `by` at `at`. Written once: true if it was
+    /// written, false if the row was corrected already, is not a final charge, or is
+    /// missing. The store's correction comes first; this records it, and writing it
+    /// again changes nothing.
+    pub async fn correct_ledger(
+        &self,
+        attempt: &str,
+        amount: i64,
+        by: &str,
+        at: Millis,
+    ) -> Result<bool, RecordsError> {
+        self.count();
+        let done = sqlx::query(
+            "UPDATE pcx_ledger SET correction = $1, corrected_by = $2, corrected_at = $3 \
+             WHERE attempt = $4 AND correction IS NULL \
+             AND outcome IN ('settled', 'reconciled')",
+        )
+        .bind(amount)
+        .bind(by)
+        .bind(sql_ms(at))
+        .bind(attempt)
+        .execute(self.pool())
+        .await
+        .map_err(db_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// At most `limit` automatic charges `q` selects (B7), by when they were charged
+    /// (then by attempt): what the resolver asks providers about to correct. Continue
+    /// after the last with [`CorrectableQuery::after`].
+    pub async fn correctable_ledger(
+        &self,
+        q: &CorrectableQuery,
+        limit: u32,
+    ) -> Result<Vec<LedgerRow>, RecordsError> {
+        self.count();
+        let limit = limit.clamp(1, USAGE_PAGE_MAX);
+        let mut clause = String::from(
+            " WHERE correction IS NULL AND provider_object IS NOT NULL \
+             AND resolved_by IN ('streamed', 'upper_bound') \
+             AND outcome IN ('settled', 'reconciled') AND at >= $1 AND at < $2",
+        );
+        if q.after.is_some() {
+            clause.push_str(" AND (at > $3 OR (at = $3 AND attempt > $4))");
+        }
+        let sql =
+            format!("SELECT {COLUMNS} FROM pcx_ledger{clause} ORDER BY at, attempt LIMIT {limit}");
+        let mut query = sqlx::query(&sql)
+            .bind(sql_ms(q.from))
+            .bind(sql_ms(q.before));
+        if let Some((at, attempt)) = &q.after {
+            query = query.bind(sql_ms(*at)).bind(attempt.as_str());
+        }
+        let rows = query.fetch_all(self.pool()).await.map_err(db_err)?;
+        rows.iter()
+            .map(row)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db_err)
+    }
+
     /// The ledger's money per key, counting what the balance pays: `(tenant, key id)`
     /// (the tenant `None` for a key with no tenant), in that order. What a key's spend in
     /// the store is held against, and seeded from at start (B6).
@@ -731,6 +843,7 @@ mod tests {
             resolved_by: None,
             billed_to_balance: true,
             provider_object: None,
+            correction: None,
         };
         let names = |rows: &[LedgerRow]| -> Vec<Vec<String>> {
             statements(rows, ROWS_PER_STATEMENT)
@@ -785,6 +898,7 @@ mod tests {
             resolved_by: None,
             billed_to_balance: true,
             provider_object: None,
+            correction: None,
         };
         assert_eq!(
             parse_cursor(&cursor_of(&r)).unwrap(),

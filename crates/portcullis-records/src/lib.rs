@@ -27,8 +27,8 @@ mod spec;
 pub use db::{AuditRow, Backend, CHANNEL, NewKey, PAGE_MAX, Records, RecordsError, redact_url};
 pub use follow::{Follower, FollowerStatus};
 pub use ledger::{
-    LedgerMoney, LedgerRow, LedgerUsage, Outcome, PendingQuery, PendingRow, USAGE_PAGE_MAX,
-    UsagePage, UsageQuery, UsageTotals,
+    CorrectableQuery, LedgerCorrection, LedgerMoney, LedgerRow, LedgerUsage, Outcome, PendingQuery,
+    PendingRow, USAGE_PAGE_MAX, UsagePage, UsageQuery, UsageTotals,
 };
 pub use replica::{Changes, Replica};
 pub use secret::{Digest, Hasher, Secret, new_id, random};

@@ -2,8 +2,9 @@
 //! server of the test's own (started on a free port as an unprivileged user).
 
 use portcullis_records::{
-    Backend, Follower, Hasher, KeySpec, KeyState, LedgerMoney, LedgerRow, LedgerUsage, NewKey,
-    Outcome, PendingQuery, Records, RecordsError, Replica, TenantSpec, UsageQuery,
+    Backend, CorrectableQuery, Follower, Hasher, KeySpec, KeyState, LedgerCorrection, LedgerMoney,
+    LedgerRow, LedgerUsage, NewKey, Outcome, PendingQuery, Records, RecordsError, Replica,
+    TenantSpec, UsageQuery,
 };
 use portcullis_test_support::postgres::PostgresServer;
 use std::sync::{Arc, Mutex};
@@ -517,6 +518,7 @@ fn ledger_row(
         resolved_by: None,
         billed_to_balance: true,
         provider_object: None,
+        correction: None,
     }
 }
 
@@ -926,6 +928,7 @@ async fn pending_rows_by_age_and_provider_object(db: Db) {
         outcome: Outcome::Reconciled,
         resolved_by: Some("provider".into()),
         provider_object: None,
+        correction: None,
         ..with("att-1")
     };
     r.append_ledger(&[resolved], 3_000).await.unwrap();
@@ -949,4 +952,137 @@ async fn pending_rows_by_age_and_provider_object(db: Db) {
 both!(
     b7_pending_rows_by_age_and_provider_object,
     pending_rows_by_age_and_provider_object
+);
+
+/// B7: an automatic charge (`streamed`, `upper_bound`) naming a provider object is read
+/// by the resolver until it is corrected; the correction is written once beside the
+/// first charge (a second write, or one on a row that is not a final charge, changes
+/// nothing) and counted in every money sum: the usage totals, the books' and the keys'.
+async fn a_correction_is_recorded_once_and_counted_in_every_sum(db: Db) {
+    let r = open(&db).await;
+    let object = |a: &str| Some(format!("/v1/responses/resp_{a}"));
+    let automatic = |a: &str, at, amount, outcome, by: &str| LedgerRow {
+        resolved_by: Some(by.into()),
+        provider_object: object(a),
+        ..ledger_row(a, at, "k1", Some("acme"), amount, outcome)
+    };
+    r.append_ledger(
+        &[
+            automatic("att-s", 10, 40, Outcome::Settled, "streamed"),
+            automatic("att-u", 11, 100, Outcome::Reconciled, "upper_bound"),
+            automatic("att-o", 12, 30, Outcome::Reconciled, "operator"),
+            automatic("att-v", 13, 30, Outcome::Reconciled, "provider"),
+            LedgerRow {
+                provider_object: object("att-p"),
+                ..ledger_row("att-p", 14, "k1", Some("acme"), 50, Outcome::Pending)
+            },
+            LedgerRow {
+                resolved_by: Some("streamed".into()),
+                ..ledger_row("att-n", 15, "k1", Some("acme"), 5, Outcome::Settled)
+            },
+        ],
+        1_000,
+    )
+    .await
+    .unwrap();
+    let read = |q: CorrectableQuery| {
+        let r = &r;
+        async move {
+            r.correctable_ledger(&q, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|row| row.attempt)
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = CorrectableQuery {
+        from: 0,
+        before: 1_000,
+        after: None,
+    };
+    assert_eq!(read(all.clone()).await, vec!["att-s", "att-u"]);
+    assert_eq!(
+        read(CorrectableQuery {
+            from: 11,
+            ..all.clone()
+        })
+        .await,
+        vec!["att-u"]
+    );
+    assert_eq!(
+        read(CorrectableQuery {
+            after: Some((10, "att-s".into())),
+            ..all.clone()
+        })
+        .await,
+        vec!["att-u"]
+    );
+    // The provider reported 55 for the cut stream.
+    assert!(
+        r.correct_ledger("att-s", 15, "provider", 2_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !r.correct_ledger("att-s", -30, "provider", 2_001)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !r.correct_ledger("att-p", 5, "provider", 2_001)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !r.correct_ledger("att-z", 5, "provider", 2_001)
+            .await
+            .unwrap()
+    );
+    let row = r.ledger_row("att-s").await.unwrap();
+    assert_eq!(
+        row.correction,
+        Some(LedgerCorrection {
+            amount: 15,
+            by: "provider".into(),
+            at: 2_000
+        })
+    );
+    assert_eq!((row.amount, row.cost()), (40, 55));
+    assert_eq!(r.ledger_row("att-p").await.unwrap().correction, None);
+    assert_eq!(read(all.clone()).await, vec!["att-u"]);
+    // The upper bound was too high: 100 → 70.
+    assert!(
+        r.correct_ledger("att-u", -30, "provider", 2_002)
+            .await
+            .unwrap()
+    );
+    assert!(read(all).await.is_empty());
+    // 40 + 15 + 100 − 30 + 30 + 30 + 5 settled, 50 pending.
+    let page = r.usage(&UsageQuery::default(), None, 100).await.unwrap();
+    assert_eq!((page.totals.settled, page.totals.pending), (190, 50));
+    let money = LedgerMoney {
+        settled: 190,
+        pending: 50,
+    };
+    assert_eq!(
+        r.ledger_money().await.unwrap(),
+        vec![((Some("acme".to_owned()), None), money)]
+    );
+    assert_eq!(
+        r.key_money().await.unwrap(),
+        vec![((Some("acme".to_owned()), "k1".to_owned()), money)]
+    );
+    // A replayed first charge leaves the correction as it is.
+    r.append_ledger(
+        &[automatic("att-s", 10, 40, Outcome::Settled, "streamed")],
+        3_000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.ledger_row("att-s").await.unwrap().cost(), 55);
+}
+both!(
+    b7_a_correction_is_recorded_once_and_counted_in_every_sum,
+    a_correction_is_recorded_once_and_counted_in_every_sum
 );

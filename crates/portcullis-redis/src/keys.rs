@@ -168,6 +168,26 @@ impl Keys {
         keys
     }
 
+    /// The keys the correction script takes for `attempt` of `subject` (B7): its
+    /// marker, its record, the tenant's balance (the key's spend again when no tenant
+    /// pays), the key's spend, then the budgets.
+    pub(crate) fn correct<'a>(
+        &self,
+        attempt: &AttemptRef,
+        subject: &SubjectKey,
+        has_tenant: bool,
+        budgets: impl ExactSizeIterator<Item = &'a str>,
+    ) -> Vec<String> {
+        let base = self.books(&attempt.books);
+        let mut keys = Vec::with_capacity(4 + budgets.len());
+        keys.push(format!("{base}corrected:{}", attempt.attempt));
+        keys.push(format!("{base}attempt:{}", attempt.attempt));
+        let spend = format!("{base}key:{}", subject.as_str());
+        keys.extend(Self::payers(&base, subject, has_tenant, spend));
+        keys.extend(budgets.map(|id| format!("{base}budget:{id}")));
+        keys
+    }
+
     /// The tenant's balance (`instead` with no tenant: a key the script never reads
     /// as a balance) and the key's spend, under the books' `base`.
     fn payers(base: &str, subject: &SubjectKey, has_tenant: bool, instead: String) -> [String; 2] {

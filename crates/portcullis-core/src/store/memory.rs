@@ -538,6 +538,9 @@ impl<C: Clock> ReconcileStore for MemoryStore<C> {
     fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>> {
         ready(Ok(self.with_ledger(|l, _| l.pending_totals())))
     }
+    fn correct(&self, correction: &crate::Correction) -> Self::Future<crate::Corrected> {
+        ready(Ok(self.with_ledger(|l, now| l.correct(correction, now))))
+    }
 }
 
 /// Channel leases share the store's lease map (and lease ids, clock and bounds) with

@@ -22,7 +22,7 @@ mod memory_bounds_tests;
 
 use crate::billing::{
     AccountView, AttemptRef, AttemptState, BillingDecision, BillingOutcome, BillingRequest, Books,
-    Budget, PendingAttempt, PendingTotal, Reconcile, Reconciled,
+    Budget, Corrected, Correction, PendingAttempt, PendingTotal, Reconcile, Reconciled,
 };
 use crate::demand::Demand;
 use crate::money::Money;
@@ -389,6 +389,11 @@ pub trait ReconcileStore: BillingStore {
     /// The pending counter of every books with attempts pending, in books order: one
     /// read per books, never a scan of the attempts.
     fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>>;
+    /// Corrects a closed attempt's charge by a signed difference, exactly once per
+    /// attempt (B7; see [`Ledger::correct`](crate::Ledger::correct)): a second call —
+    /// another instance's, a retry after a lost reply, one after a restart within the
+    /// marker's time — answers [`Corrected::AlreadyCorrected`] and changes nothing.
+    fn correct(&self, correction: &Correction) -> Self::Future<Corrected>;
 }
 
 /// A boxed future of [`DynReconcile`].
@@ -407,6 +412,8 @@ pub trait DynReconcile: Send + Sync {
     fn reconcile(&self, attempt: &AttemptRef, how: Reconcile) -> BoxStoreFuture<Reconciled>;
     /// [`ReconcileStore::pending_totals`].
     fn pending_totals(&self) -> BoxStoreFuture<Vec<(Books, PendingTotal)>>;
+    /// [`ReconcileStore::correct`].
+    fn correct(&self, correction: &Correction) -> BoxStoreFuture<Corrected>;
 }
 
 impl<S: ReconcileStore> DynReconcile for S {
@@ -422,5 +429,8 @@ impl<S: ReconcileStore> DynReconcile for S {
     }
     fn pending_totals(&self) -> BoxStoreFuture<Vec<(Books, PendingTotal)>> {
         Box::pin(ReconcileStore::pending_totals(self))
+    }
+    fn correct(&self, correction: &Correction) -> BoxStoreFuture<Corrected> {
+        Box::pin(ReconcileStore::correct(self, correction))
     }
 }

@@ -50,7 +50,7 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
     let too_long = DAY;
     let f = &raw.failover;
     let b = &raw.billing;
-    let checks: [(&str, bool, &str); 16] = [
+    let checks: [(&str, bool, &str); 17] = [
         (
             "billing.unknown_grace",
             b.unknown_grace.is_zero() || b.unknown_grace > too_long,
@@ -60,6 +60,11 @@ pub(super) fn settings(raw: &RawConfig) -> Result<(), Bad> {
             "billing.unknown_give_up",
             b.unknown_give_up > 30 * too_long,
             "billing.unknown_give_up must be at most 30 days",
+        ),
+        (
+            "billing.correct_within",
+            b.correct_within > 30 * too_long,
+            "billing.correct_within must be at most 30 days",
         ),
         (
             "billing.resolve_interval",

@@ -23,11 +23,12 @@ mod span;
 
 pub use check::check_endpoint;
 pub use settings::{
-    BillingSettings, CutStreamsConfig, DEFAULT_DATABASE, DEFAULT_EXPORT_TIMEOUT,
-    DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP, DEFAULT_UNKNOWN_GRACE, DatabaseSettings,
-    FailureModeConfig, ForwardedHeader, ForwardingSettings, LimitSettings, ModelSettings,
-    NEVER_FORWARDED, QueueSettings, ServerSettings, StoreSettings, TaskEntry, TelemetrySettings,
-    UnacknowledgedConfig, UnknownOutcomeConfig, UpstreamLimits, Vendor,
+    BillingSettings, CutStreamsConfig, DEFAULT_CORRECT_WITHIN, DEFAULT_DATABASE,
+    DEFAULT_EXPORT_TIMEOUT, DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP,
+    DEFAULT_UNKNOWN_GRACE, DatabaseSettings, FailureModeConfig, ForwardedHeader,
+    ForwardingSettings, LimitSettings, ModelSettings, NEVER_FORWARDED, QueueSettings,
+    ServerSettings, StoreSettings, TaskEntry, TelemetrySettings, UnacknowledgedConfig,
+    UnknownOutcomeConfig, UpstreamLimits, Vendor,
 };
 
 use portcullis_core::Money;

@@ -155,12 +155,17 @@ pub(super) struct BillingConfig {
     /// How often the ledger's pending attempts are looked at.
     #[serde(deserialize_with = "super::span::duration")]
     pub(super) resolve_interval: std::time::Duration,
+    /// How long after an automatic charge its provider is still asked to correct it
+    /// (0 = never).
+    #[serde(deserialize_with = "super::span::duration")]
+    pub(super) correct_within: std::time::Duration,
 }
 
 impl Default for BillingConfig {
     fn default() -> Self {
         use super::settings::{
-            DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP, DEFAULT_UNKNOWN_GRACE,
+            DEFAULT_CORRECT_WITHIN, DEFAULT_RESOLVE_INTERVAL, DEFAULT_UNKNOWN_GIVE_UP,
+            DEFAULT_UNKNOWN_GRACE,
         };
         Self {
             reserve: ReserveConfig::default(),
@@ -172,6 +177,7 @@ impl Default for BillingConfig {
             unknown_give_up: DEFAULT_UNKNOWN_GIVE_UP,
             unknown_outcome: Default::default(),
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            correct_within: DEFAULT_CORRECT_WITHIN,
         }
     }
 }
@@ -568,6 +574,22 @@ mod tests {
         let e =
             Config::parse(&format!("[billing]\nresolve_interval = \"0s\"\n{GOOD}")).unwrap_err();
         assert!(e.reason.contains("billing.resolve_interval"), "{e}");
+    }
+
+    #[test]
+    fn b7_corrections_are_asked_for_a_day_by_default_and_zero_turns_them_off() {
+        use std::time::Duration;
+        let b = *Config::parse(GOOD).unwrap().billing();
+        assert_eq!(b.correct_within, Duration::from_secs(24 * 3600));
+        let c = Config::parse(&format!("[billing]\ncorrect_within = \"0s\"\n{GOOD}")).unwrap();
+        assert_eq!(c.billing().correct_within, Duration::ZERO);
+        let c = Config::parse(&format!("[billing]\ncorrect_within = \"2h\"\n{GOOD}")).unwrap();
+        assert_eq!(c.billing().correct_within, Duration::from_secs(7200));
+        let e = Config::parse(&format!("[billing]\ncorrect_within = \"31d\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("billing.correct_within"), "{e}");
+        let e =
+            Config::parse(&format!("[billing]\ncorrect_within = \"later\"\n{GOOD}")).unwrap_err();
+        assert!(e.reason.contains("invalid duration"), "{e}");
     }
 }
 

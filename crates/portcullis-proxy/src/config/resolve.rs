@@ -209,6 +209,7 @@ pub(super) fn billing(b: &BillingConfig) -> BillingSettings {
         unknown_give_up: b.unknown_give_up,
         unknown_outcome: b.unknown_outcome,
         resolve_interval: b.resolve_interval,
+        correct_within: b.correct_within,
     }
 }
 

@@ -202,6 +202,11 @@ pub struct BillingSettings {
     pub unknown_outcome: UnknownOutcomeConfig,
     /// How often the ledger's pending attempts are looked at. Default 15 seconds.
     pub resolve_interval: Duration,
+    /// How long after an automatic charge — what a cut stream streamed, or an upper
+    /// bound — its provider is still asked for the attempt's object, to correct the
+    /// charge once by its reported usage (B7). Default 24 hours; `0s` turns corrections
+    /// off.
+    pub correct_within: Duration,
 }
 
 /// `[billing] unknown_grace` unless the file says otherwise.
@@ -210,6 +215,8 @@ pub const DEFAULT_UNKNOWN_GRACE: Duration = Duration::from_secs(120);
 pub const DEFAULT_UNKNOWN_GIVE_UP: Duration = Duration::from_secs(3600);
 /// `[billing] resolve_interval` unless the file says otherwise.
 pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(15);
+/// `[billing] correct_within` unless the file says otherwise.
+pub const DEFAULT_CORRECT_WITHIN: Duration = Duration::from_secs(24 * 3600);
 
 impl Default for BillingSettings {
     fn default() -> Self {
@@ -220,6 +227,7 @@ impl Default for BillingSettings {
             unknown_give_up: DEFAULT_UNKNOWN_GIVE_UP,
             unknown_outcome: UnknownOutcomeConfig::default(),
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            correct_within: DEFAULT_CORRECT_WITHIN,
         }
     }
 }

@@ -102,7 +102,7 @@ fn shown(r: &LedgerRow) -> Value {
 
 const CSV_HEADER: &str = "at,attempt,request_id,key,tenant,model,upstream_model,channel,\
      input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,images,videos,amount,\
-     outcome,resolved_by,billed_to_balance\n";
+     outcome,resolved_by,billed_to_balance,correction,corrected_by,corrected_at\n";
 
 /// A field as CSV writes it: quoted when it holds a comma, a quote or a line break, and
 /// never read as a formula by a spreadsheet (a leading `=`, `+`, `-` or `@` is quoted
@@ -123,6 +123,7 @@ fn csv_field(out: &mut String, v: &str) {
 
 fn csv_row(out: &mut String, r: &LedgerRow) {
     let u = r.usage.unwrap_or_default();
+    let c = r.correction.as_ref();
     let n = |v: u64| {
         if r.usage.is_some() {
             v.to_string()
@@ -156,6 +157,15 @@ fn csv_row(out: &mut String, r: &LedgerRow) {
         }
         csv_field(out, f);
     }
+    // The correction (B7): a signed number, written as one (never read as a formula).
+    out.push(',');
+    if let Some(c) = c {
+        out.push_str(&c.amount.to_string());
+    }
+    out.push(',');
+    csv_field(out, c.map_or("", |c| c.by.as_str()));
+    out.push(',');
+    csv_field(out, &c.map(|c| rfc3339(c.at)).unwrap_or_default());
     out.push('\n');
 }
 
@@ -246,6 +256,43 @@ pub(super) async fn books<St: BillingStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn b7_a_csv_row_shows_its_correction_as_a_signed_number() {
+        let mut row = LedgerRow {
+            attempt: "att-1".into(),
+            at: 0,
+            request_id: None,
+            client_request_id: None,
+            key: "k".into(),
+            tenant: None,
+            model: None,
+            upstream_model: None,
+            channel: None,
+            usage: None,
+            amount: 40,
+            outcome: portcullis_records::Outcome::Settled,
+            resolved_by: Some("streamed".into()),
+            billed_to_balance: true,
+            provider_object: None,
+            correction: None,
+        };
+        let mut out = String::new();
+        csv_row(&mut out, &row);
+        assert!(out.ends_with(",40,settled,streamed,true,,,\n"), "{out}");
+        assert_eq!(out.matches(',').count(), CSV_HEADER.matches(',').count());
+        row.correction = Some(portcullis_records::LedgerCorrection {
+            amount: -15,
+            by: "provider".into(),
+            at: 1_000,
+        });
+        let mut out = String::new();
+        csv_row(&mut out, &row);
+        assert!(
+            out.ends_with(",40,settled,streamed,true,-15,provider,1970-01-01T00:00:01Z\n"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn b6_csv_fields_are_quoted_and_never_formulas() {

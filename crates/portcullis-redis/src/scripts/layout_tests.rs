@@ -335,6 +335,23 @@ fn billing_scripts_read_what_their_arguments_write() {
     );
     script(&SeedArgs { amount: 1 }, 0, 0);
     script(&CreditArgs { amount: -1 }, 0, 0);
+    let c = script(
+        &CorrectArgs {
+            time: "T".into(),
+            difference: -7,
+            bill_balance: true,
+            has_tenant: false,
+            charged_at: 42,
+            keep: 86_400_000,
+            budget_ttl: 9,
+            periods: vec![None, Some(5)],
+        },
+        2,
+        0,
+    );
+    assert_eq!(at(&CorrectArgs::LAYOUT, &c, "difference"), "-7");
+    assert_eq!(at(&CorrectArgs::LAYOUT, &c, "has tenant"), "0");
+    assert_eq!(c[7..], [b"-1".to_vec(), b"5".to_vec()]);
 }
 
 #[test]

@@ -39,6 +39,8 @@ const BILLING_SETTLE: &str = include_str!("../lua/billing_settle.lua");
 const BILLING_ACCOUNT: &str = include_str!("../lua/billing_account.lua");
 const BILLING_SEED: &str = include_str!("../lua/billing_seed.lua");
 const BILLING_CREDIT: &str = include_str!("../lua/billing_credit.lua");
+/// A closed attempt's charge corrected once (B7).
+const BILLING_CORRECT: &str = include_str!("../lua/billing_correct.lua");
 
 /// Every script of the store, in the order they are loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub(crate) enum Script {
     ChannelAdmit,
     /// A quota block's leases renewed together.
     SlotRenewBlock,
+    /// A closed attempt's charge corrected once.
+    BillingCorrect,
 }
 
 /// One script: its source and the script as each kind of connection runs it.
@@ -91,7 +95,8 @@ pub(crate) enum Effect {
     /// [`Unacknowledged::Refuse`](crate::Unacknowledged::Refuse) it is not relied on
     /// without the acknowledgement.
     Admits,
-    /// Follows up on an admission (a settlement, a release, a renewal): taken with or
+    /// Follows up on an admission (a settlement, a correction of one, a release, a
+    /// renewal): taken with or
     /// without the acknowledgement — it is on the master either way, and refusing it
     /// would only leave held what it gives back.
     FollowsUp,
@@ -110,14 +115,16 @@ impl Script {
             | Script::WindowAdmitAll
             | Script::JointAdmit
             | Script::ChannelAdmit => Effect::Admits,
-            Script::SlotRenew | Script::BillingSettle | Script::SlotRenewBlock | Script::Batch => {
-                Effect::FollowsUp
-            }
+            Script::SlotRenew
+            | Script::BillingSettle
+            | Script::BillingCorrect
+            | Script::SlotRenewBlock
+            | Script::Batch => Effect::FollowsUp,
         }
     }
 
     /// Every script, in load order (the table's order).
-    pub(crate) const ALL: [Script; 15] = [
+    pub(crate) const ALL: [Script; 16] = [
         Script::SlotAcquire,
         Script::SlotRenew,
         Script::SlotInFlight,
@@ -133,6 +140,7 @@ impl Script {
         Script::JointAdmit,
         Script::ChannelAdmit,
         Script::SlotRenewBlock,
+        Script::BillingCorrect,
     ];
 
     fn entry(self) -> &'static Entry {
@@ -179,6 +187,7 @@ impl Script {
             Script::JointAdmit => with_admit(true, JOINT_ADMIT),
             Script::ChannelAdmit => admit_all_acquire(),
             Script::SlotRenewBlock => slot(SLOT_RENEW_BLOCK),
+            Script::BillingCorrect => billing(BILLING_CORRECT),
         }
     }
 
@@ -201,6 +210,7 @@ impl Script {
             Script::JointAdmit => JOINT_ADMIT,
             Script::ChannelAdmit => ADMIT_ALL_ACQUIRE,
             Script::SlotRenewBlock => SLOT_RENEW_BLOCK,
+            Script::BillingCorrect => BILLING_CORRECT,
         }
     }
 }

@@ -115,6 +115,7 @@ struct Inner {
 /// | `<books>done` | ZSET | attempt id → when it was settled or refunded: tombstones that let a retried settlement tell "already final" from "lost" (D10) | two minutes after the newest; older members are dropped as new ones come |
 /// | `<books>pending` | HASH | attempt id → amount pending reconciliation; two reserved fields `"\0n"` / `"\0m"` hold the books' pending counter (attempts, amount), which `/metrics` reads instead of the list | never (gone with the last pending attempt) |
 /// | `<prefix>:{billing}:pending-books` | SET | books that have had pending attempts | never (one member per books) |
+/// | `<books>corrected:<id>` | STRING | until when a closed attempt's charge counts as corrected (B7, `billing_correct.lua`): a second correction changes nothing | the correction's keep (the proxy: `[billing] correct_within` + 1 h) |
 ///
 /// `<books>` is `<prefix>:{tenant:<t>}:billing:` for a tenant and
 /// `<prefix>:{<subject>}:keybilling:` for a key with no tenant.

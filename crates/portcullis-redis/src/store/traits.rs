@@ -6,10 +6,11 @@ use crate::future::RedisStoreFuture;
 use portcullis_core::homes::{Home, HomeBook, HomeFuture};
 use portcullis_core::{
     AccountView, Admission, AttemptRef, AttemptState, BillingDecision, BillingOutcome,
-    BillingRequest, BillingStore, Books, Budget, CapacityStore, CapacityTake, ChannelStore, Demand,
-    JointAdmission, JointDecision, JointItem, JointSettle, JointStore, LeaseId, LimitView, Millis,
-    Money, Outcome, PendingAttempt, PendingTotal, Policy, Reconcile, ReconcileStore, Reconciled,
-    Scope, SlotAsk, SlotDecision, SlotStore, SubjectKey, WindowAsk, WindowStore, WindowTicket,
+    BillingRequest, BillingStore, Books, Budget, CapacityStore, CapacityTake, ChannelStore,
+    Corrected, Correction, Demand, JointAdmission, JointDecision, JointItem, JointSettle,
+    JointStore, LeaseId, LimitView, Millis, Money, Outcome, PendingAttempt, PendingTotal, Policy,
+    Reconcile, ReconcileStore, Reconciled, Scope, SlotAsk, SlotDecision, SlotStore, SubjectKey,
+    WindowAsk, WindowStore, WindowTicket,
 };
 use std::sync::Arc;
 
@@ -170,6 +171,9 @@ impl ReconcileStore for RedisStore {
     }
     fn pending_totals(&self) -> Self::Future<Vec<(Books, PendingTotal)>> {
         self.inner.billing.pending_totals()
+    }
+    fn correct(&self, correction: &Correction) -> Self::Future<Corrected> {
+        self.inner.billing.correct(correction)
     }
 }
 

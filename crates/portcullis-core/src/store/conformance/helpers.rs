@@ -465,3 +465,12 @@ pub(super) async fn all_pages<S: Store>(s: &Case<S>, limit: usize) -> Vec<Vec<Pe
 pub(super) fn total(attempts: u64, amount: Money) -> PendingTotal {
     PendingTotal { attempts, amount }
 }
+
+/// Corrects a closed attempt's charge (B7) and records the answer.
+pub(super) async fn correct<S: Store>(s: &Case<S>, c: &crate::Correction) -> crate::Corrected {
+    let answer = ReconcileStore::correct(s.store(), c)
+        .await
+        .expect("correct: store error");
+    s.touch(|f| f.ledger_mut().corrected(c, answer));
+    answer
+}

@@ -221,6 +221,14 @@ impl Ledger {
         }
     }
 
+    /// A correction of a closed attempt's charge and the store's answer (B7): applied,
+    /// its difference is charged like a cost; otherwise nothing moved.
+    pub fn corrected(&mut self, c: &crate::Correction, answer: crate::Corrected) {
+        if answer == crate::Corrected::Applied && c.bill_balance {
+            self.charge(&c.attempt.books, &c.key, c.difference);
+        }
+    }
+
     /// A seed of `tenant`'s balance and whether the store wrote it.
     pub fn seeded(&mut self, tenant: &str, amount: Money, written: bool) {
         if written {

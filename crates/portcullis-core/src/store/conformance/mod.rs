@@ -27,6 +27,7 @@
 
 mod billing;
 mod books;
+mod corrections;
 mod helpers;
 pub mod invariants;
 mod joint;
@@ -37,6 +38,7 @@ mod windows;
 
 pub use billing::*;
 pub use books::*;
+pub use corrections::*;
 pub use invariants::{
     Case, Footprint, Ledger, Store, assert_books_exact, assert_case_invariants, assert_nothing_held,
 };
@@ -123,6 +125,7 @@ macro_rules! conformance_cases {
             b7_missing_tenant_record_is_its_own_refusal,
             b7_pending_listed_in_pages_and_reconciled_once,
             b7_pending_counter_follows_attempts,
+            b7_a_correction_applies_once_and_moves_balance_spend_and_budgets,
             d3_books_are_kept_per_tenant,
             w8_covered_requests_skip_balance_and_spend,
             seed_balance_keeps_running_balance,

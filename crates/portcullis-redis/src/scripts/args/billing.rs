@@ -219,3 +219,49 @@ impl ScriptArgs for CreditArgs {
         a.num(self.amount);
     }
 }
+
+/// `billing_correct.lua`: a closed attempt's charge corrected once (B7).
+pub(crate) struct CorrectArgs {
+    pub(crate) time: String,
+    /// New cost − charged; checked exact by the caller.
+    pub(crate) difference: Money,
+    pub(crate) bill_balance: bool,
+    pub(crate) has_tenant: bool,
+    pub(crate) charged_at: Millis,
+    /// How long the marker is kept (ms, > 0).
+    pub(crate) keep: Millis,
+    pub(crate) budget_ttl: Millis,
+    /// Each budget's period (ms; `None`: none).
+    pub(crate) periods: Vec<Option<Millis>>,
+}
+
+impl ScriptArgs for CorrectArgs {
+    const LAYOUT: Layout = Layout {
+        head: &[
+            "time",
+            "difference",
+            "bill balance",
+            "has tenant",
+            "charged at",
+            "keep",
+            "budget ttl",
+        ],
+        each: &["budget period"],
+        tail: &[],
+    };
+    fn write(&self, a: &mut Argv) {
+        a.text(&*self.time)
+            .num(self.difference)
+            .flag(self.bill_balance)
+            .flag(self.has_tenant)
+            .num(self.charged_at)
+            .num(self.keep)
+            .num(self.budget_ttl);
+        for p in &self.periods {
+            match p {
+                Some(p) => a.num(p),
+                None => a.text("-1"),
+            };
+        }
+    }
+}

@@ -155,6 +155,7 @@ script_calls! {
     AccountArgs => BillingAccount,
     SeedArgs => BillingSeed,
     CreditArgs => BillingCredit,
+    CorrectArgs => BillingCorrect,
     BatchCallArgs<'_> => Batch,
 }
 

@@ -4,11 +4,11 @@
 use super::{BillingOps, PENDING_COUNT_FIELD, PENDING_MONEY_FIELD, is_attempt_field};
 use crate::client::protocol;
 use crate::future::RedisStoreFuture;
-use crate::scripts::args::{SettleArgs, SettleOutcome};
-use crate::store::shared::{SettleReply, exact, failed, registry_books, reply_err};
+use crate::scripts::args::{CorrectArgs, SettleArgs, SettleOutcome};
+use crate::store::shared::{SettleReply, exact, failed, period, registry_books, reply_err};
 use portcullis_core::{
-    AttemptId, AttemptRef, Books, MAX_PENDING_PAGE, Money, PendingAttempt, PendingTotal, Reconcile,
-    Reconciled, SubjectKey,
+    AttemptId, AttemptRef, Books, Corrected, Correction, MAX_PENDING_PAGE, Money, PendingAttempt,
+    PendingTotal, Reconcile, Reconciled, StoreResult, SubjectKey,
 };
 
 impl BillingOps {
@@ -171,6 +171,44 @@ impl BillingOps {
                     }
                 })
                 .await
+        })
+    }
+
+    /// A closed attempt's charge corrected once (B7): `billing_correct.lua`, one script
+    /// on the books' slot; the marker it leaves expires with the correction's keep.
+    pub(crate) fn correct(&self, c: &Correction) -> RedisStoreFuture<Corrected> {
+        let difference = match exact(c.difference, "correction") {
+            Ok(d) => d,
+            Err(e) => return failed(e),
+        };
+        let periods = match c.budgets.iter().map(period).collect::<StoreResult<_>>() {
+            Ok(p) => p,
+            Err(e) => return failed(e),
+        };
+        let has_tenant = matches!(c.attempt.books, Books::Tenant(_));
+        let keys = self.client.keys().correct(
+            &c.attempt,
+            &c.key,
+            has_tenant && c.bill_balance,
+            c.budgets.iter().map(|b| &*b.id),
+        );
+        let args = CorrectArgs {
+            time: self.client.time(),
+            difference,
+            bill_balance: c.bill_balance,
+            has_tenant,
+            charged_at: c.charged_at,
+            keep: c
+                .keep_ms
+                .clamp(1, portcullis_core::MAX_STORABLE_MONEY.unsigned_abs()),
+            budget_ttl: self.shared.budget_ttl(),
+            periods,
+        };
+        self.client.eval(keys, args, |r: Vec<i64>| match r[..] {
+            [1] => Ok(Corrected::Applied),
+            [0] => Ok(Corrected::AlreadyCorrected),
+            [2] => Ok(Corrected::NotClosed),
+            _ => Err(reply_err("correct", &r)),
         })
     }
 
