@@ -1,7 +1,8 @@
 //! Connecting: one node, a Cluster, or one node asked whether it belongs to one (D6).
 
 use super::{Client, in_runtime, map_err, protocol, timeout};
-use crate::conn::{Conn, Endpoint, says_cluster};
+use crate::conn::{Cluster, Conn, Endpoint, Nodes, says_cluster};
+use std::sync::Arc;
 use crate::options::RedisStoreOptions;
 use portcullis_core::StoreResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -75,6 +76,7 @@ impl Client {
     /// called inside a Tokio runtime.
     pub(crate) fn cluster_lazy(nodes: &[String], options: RedisStoreOptions) -> StoreResult<Self> {
         in_runtime()?;
+        let nodes_urls = nodes;
         let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
             .connection_timeout(options.connect_timeout)
             // Our own deadline bounds each call; the client's retries follow redirections
@@ -86,7 +88,10 @@ impl Client {
             .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
         let config =
             redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
-        let conn = client.get_pending_async_connection_with_config(config);
+        let fallback = client.get_pending_async_connection_with_config(config);
+        let nodes = Arc::new(Nodes::new(options.deadline));
+        let conn = Cluster::new(fallback, nodes_urls, nodes, options.connect_timeout)
+            .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
         Ok(Self::new(Conn::Cluster(conn), options))
     }
 
