@@ -108,7 +108,11 @@ impl Tally {
             error: e.to_string(),
         };
         if std::env::var_os("PORTCULLIS_DEBUG").is_some() {
-            eprintln!("{:>6} ms group {group} {what}: {}", f.at.as_millis(), f.error);
+            eprintln!(
+                "{:>6} ms group {group} {what}: {}",
+                f.at.as_millis(),
+                f.error
+            );
         }
         self.failures
             .lock()
@@ -145,8 +149,7 @@ async fn settle_until_landed(
     loop {
         match s.settle_attempt(attempt, outcome).await {
             Ok(state) => {
-                run.tally
-                    .record(|f| f.ledger_mut().settled(attempt, state));
+                run.tally.record(|f| f.ledger_mut().settled(attempt, state));
                 return state;
             }
             Err(e) => {
@@ -163,7 +166,14 @@ async fn settle_until_landed(
 
 /// One client: billed requests on `key` and the group's tenant until the run stops
 /// (bounded: 30 s or 100k requests at most).
-async fn client(s: RedisStore, name: String, group: usize, on: Group, key: SubjectKey, run: Arc<Run>) {
+async fn client(
+    s: RedisStore,
+    name: String,
+    group: usize,
+    on: Group,
+    key: SubjectKey,
+    run: Arc<Run>,
+) {
     let (p, d) = (policy(), Demand::tokens(TOKENS));
     let mut n = 0u64;
     while !run.stop.load(Ordering::Relaxed)
@@ -237,8 +247,7 @@ async fn client(s: RedisStore, name: String, group: usize, on: Group, key: Subje
             ..Usage::default()
         };
         give_back(Outcome::Completed(Some(usage)));
-        *run
-            .tally
+        *run.tally
             .completed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -274,7 +283,9 @@ async fn ask(port: u16, args: &[&str]) -> Option<String> {
         }
         cmd.query_async::<String>(&mut c).await.ok()
     };
-    tokio::time::timeout(Duration::from_secs(1), ask).await.ok()?
+    tokio::time::timeout(Duration::from_secs(1), ask)
+        .await
+        .ok()?
 }
 
 /// Waits until the Cluster is ok again after a fault on the shard of the slot
@@ -441,9 +452,11 @@ async fn recovers(fault: Fault, replicas: usize) {
     let loaded = Instant::now();
     loop {
         let done = run.tally.completed.lock().unwrap().clone();
-        let each = groups
-            .iter()
-            .all(|g| g.subjects.iter().all(|k| done.get(k).copied().unwrap_or(0) >= 20));
+        let each = groups.iter().all(|g| {
+            g.subjects
+                .iter()
+                .all(|k| done.get(k).copied().unwrap_or(0) >= 20)
+        });
         if each {
             break;
         }
@@ -495,7 +508,11 @@ async fn recovers(fault: Fault, replicas: usize) {
     let failures = run.tally.failures();
     let healthy: Vec<&Failure> = failures.iter().filter(|f| f.group != 0).collect();
     let faulted_shard: Vec<&Failure> = failures.iter().filter(|f| f.group == 0).collect();
-    let late: Vec<&Failure> = faulted_shard.iter().copied().filter(|f| f.at > resume).collect();
+    let late: Vec<&Failure> = faulted_shard
+        .iter()
+        .copied()
+        .filter(|f| f.at > resume)
+        .collect();
     let last = faulted_shard.iter().map(|f| f.at).max();
     eprintln!(
         "{fault:?}: fault at {fault_at:?}, done at {faulted:?} (master {victim} -> {new_master}), \
@@ -515,7 +532,15 @@ async fn recovers(fault: Fault, replicas: usize) {
     let show = |fs: &[&Failure]| {
         fs.iter()
             .take(10)
-            .map(|f| format!("{} ms {} {}: {}", f.at.as_millis(), f.group, f.what, f.error))
+            .map(|f| {
+                format!(
+                    "{} ms {} {}: {}",
+                    f.at.as_millis(),
+                    f.group,
+                    f.what,
+                    f.error
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n  ")
     };
@@ -587,7 +612,10 @@ async fn recovers(fault: Fault, replicas: usize) {
         );
         assert_eq!(view.budgets[0].reserved, 0, "group {gi}: budget reserved");
     }
-    assert!(observer.pending().await.unwrap().is_empty(), "nothing pending");
+    assert!(
+        observer.pending().await.unwrap().is_empty(),
+        "nothing pending"
+    );
 }
 
 /// T5, D9, D10: `CLUSTER FAILOVER FORCE` of a master under billed load (3 masters × 1

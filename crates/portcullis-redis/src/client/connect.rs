@@ -2,10 +2,10 @@
 
 use super::{Client, in_runtime, map_err, protocol, timeout};
 use crate::conn::{Cluster, Conn, Endpoint, Nodes, says_cluster};
-use std::sync::Arc;
 use crate::options::RedisStoreOptions;
 use portcullis_core::StoreResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl Client {

@@ -94,9 +94,10 @@ impl Cluster {
             .iter()
             .filter_map(|u| u.as_str().into_connection_info().ok())
             .filter_map(|i| match i.addr() {
-                ConnectionAddr::Tcp(h, p) | ConnectionAddr::TcpTls { host: h, port: p, .. } => {
-                    Some(format!("{h}:{p}"))
-                }
+                ConnectionAddr::Tcp(h, p)
+                | ConnectionAddr::TcpTls {
+                    host: h, port: p, ..
+                } => Some(format!("{h}:{p}")),
                 _ => None,
             })
             .collect();
@@ -300,7 +301,10 @@ impl Links {
                 }
             })
         });
-        futures_util::future::select_ok(reads).await.ok().map(|(v, _)| v)
+        futures_util::future::select_ok(reads)
+            .await
+            .ok()
+            .map(|(v, _)| v)
     }
 
     /// Waits until the slot owners should be read again: `every` passed, or a call saw
@@ -343,9 +347,7 @@ fn is_broken(e: &RedisError) -> bool {
 
 fn is_script_load(cmd: &Cmd) -> bool {
     let mut args = cmd.args_iter();
-    let word = |a: Option<redis::Arg<&[u8]>>, w: &str| {
-        matches!(a, Some(redis::Arg::Simple(b)) if b.eq_ignore_ascii_case(w.as_bytes()))
-    };
+    let word = |a: Option<redis::Arg<&[u8]>>, w: &str| matches!(a, Some(redis::Arg::Simple(b)) if b.eq_ignore_ascii_case(w.as_bytes()));
     word(args.next(), "SCRIPT") && word(args.next(), "LOAD")
 }
 
@@ -368,9 +370,7 @@ fn key_of(cmd: &Cmd) -> Option<&[u8]> {
         }
         b"SCRIPT" | b"CLUSTER" | b"INFO" | b"PING" | b"WAIT" | b"WAITAOF" | b"FUNCTION"
         | b"CONFIG" | b"KEYS" | b"SCAN" | b"FLUSHALL" | b"FLUSHDB" | b"DBSIZE" | b"TIME"
-        | b"ECHO" | b"ROLE" | b"READONLY" | b"READWRITE" | b"ASKING" | b"MULTI" | b"EXEC" => {
-            None
-        }
+        | b"ECHO" | b"ROLE" | b"READONLY" | b"READWRITE" | b"ASKING" | b"MULTI" | b"EXEC" => None,
         _ => args.get(1).copied(),
     }
 }
