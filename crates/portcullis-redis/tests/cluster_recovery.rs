@@ -13,6 +13,15 @@
 //!
 //! "The Cluster is ok again" ([`ok_again`]): every live node says `cluster_state:ok`
 //! and the faulted shard's master reports its replicas `online` in `INFO replication`.
+//! Every Cluster here runs with `cluster-require-full-coverage no`, as the operations
+//! guide says (D11): with `yes`, every node answers `CLUSTERDOWN` for every key while
+//! a dead master is flagged FAIL and not yet replaced, whatever the client does.
+//!
+//! The load runs catch a client that holds every node's calls while it rereads the
+//! topology only when such a hold outlasts the deadline (they did, in about half the
+//! kill and stall runs, with redis-rs' Cluster client alone);
+//! [`t5_a_slot_moved_while_a_master_is_stalled_fails_no_call_on_the_healthy_masters`]
+//! shows that hold every time.
 
 mod common;
 
@@ -693,7 +702,11 @@ async fn t5_a_slot_moved_while_a_master_is_stalled_fails_no_call_on_the_healthy_
             .unwrap()
     };
     let moved = on(from, &[]);
-    let keys = [on(from, &[moved.clone()]), on(to, &[]), moved.clone()];
+    let keys = [
+        on(from, std::slice::from_ref(&moved)),
+        on(to, &[]),
+        moved.clone(),
+    ];
     let asleep = on(stalled, &[]);
     // Warm-up, not the subject: every master has answered this store once.
     for k in keys.iter().chain([&asleep]) {

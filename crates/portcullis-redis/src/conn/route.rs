@@ -275,12 +275,14 @@ impl Links {
         Ok(self.template.clone().set_addr(addr))
     }
 
-    /// Reads `CLUSTER SLOTS` from every master known (the seeds before any is), at
-    /// once, within `limit`; the first answer, if any.
+    /// Reads `CLUSTER SLOTS` from every master known and every seed, at once, within
+    /// `limit`; the first answer, if any.
     pub(crate) async fn read_slots(&self, limit: Duration) -> Option<Value> {
         let mut ask = self.nodes.masters();
-        if ask.is_empty() {
-            ask.clone_from(&self.seeds);
+        for s in &self.seeds {
+            if !ask.contains(s) {
+                ask.push(s.clone());
+            }
         }
         let reads = ask.into_iter().map(|addr| {
             Box::pin(async move {
