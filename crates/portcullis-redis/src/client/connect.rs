@@ -1,10 +1,11 @@
 //! Connecting: one node, a Cluster, or one node asked whether it belongs to one (D6).
 
 use super::{Client, in_runtime, map_err, protocol, timeout};
-use crate::conn::{Conn, Endpoint, says_cluster};
+use crate::conn::{Cluster, Conn, Endpoint, Nodes, says_cluster};
 use crate::options::RedisStoreOptions;
 use portcullis_core::StoreResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl Client {
@@ -69,12 +70,14 @@ impl Client {
     }
 
     /// A store on the Redis Cluster that `nodes` belong to (any reachable one is enough
-    /// to find the rest), connecting in the background; no I/O here. `MOVED` / `ASK`
-    /// redirections and topology changes (a failover, a resharded slot) are followed by
-    /// the client; a call in flight during one fails at its deadline at worst. Must be
-    /// called inside a Tokio runtime.
+    /// to find the rest), connecting in the background; no I/O here. Each call goes to
+    /// its slot's master on that node's own connection ([`Cluster`]); `MOVED` / `ASK`
+    /// redirections and topology changes (a failover, a resharded slot) are followed; a
+    /// call in flight during one fails at its deadline at worst, and only calls on the
+    /// slots that changed. Must be called inside a Tokio runtime.
     pub(crate) fn cluster_lazy(nodes: &[String], options: RedisStoreOptions) -> StoreResult<Self> {
         in_runtime()?;
+        let seeds = nodes;
         let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
             .connection_timeout(options.connect_timeout)
             // Our own deadline bounds each call; the client's retries follow redirections
@@ -84,9 +87,17 @@ impl Client {
             .max_retry_wait(options.reconnect_max_delay.as_millis().max(2) as u64)
             .build()
             .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
-        let config =
-            redis::cluster::ClusterConfig::new().set_connection_timeout(options.connect_timeout);
-        let conn = client.get_pending_async_connection_with_config(config);
+        // redis-rs' client carries only what has no single slot and `ASK` redirections
+        // (see `Cluster`). While it refreshes its slot map it holds all it carries, and
+        // the refresh checks every node: a response timeout keeps a stalled node from
+        // holding it for the whole stall (without one it waits until the node answers).
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(options.connect_timeout)
+            .set_response_timeout(options.connect_timeout.max(options.busy_limit));
+        let fallback = client.get_pending_async_connection_with_config(config);
+        let nodes = Arc::new(Nodes::new(options.deadline));
+        let conn = Cluster::new(fallback, seeds, nodes, options.connect_timeout)
+            .map_err(|e| protocol(format!("redis cluster urls: {e}")))?;
         Ok(Self::new(
             Conn::Cluster(conn),
             options,

@@ -75,14 +75,12 @@ impl Client {
         let nodes = match &conn {
             Conn::Node(_) => None,
             Conn::Cluster(c) => {
-                let nodes = Arc::new(Nodes::new(options.deadline));
                 watch_topology(
-                    c.clone(),
-                    Arc::downgrade(&nodes),
+                    Arc::downgrade(c.links()),
                     TOPOLOGY_EVERY,
                     options.connect_timeout,
                 );
-                Some(nodes)
+                Some(c.nodes().clone())
             }
         };
         let instance = options

@@ -3,8 +3,8 @@
 //!
 //! - [`Conn`]: a single node through redis-rs' [`ConnectionManager`] (one multiplexed
 //!   connection, reconnected in the background) or a Cluster through redis-rs'
-//!   [`ClusterConnection`], which follows `MOVED` / `ASK` and refreshes its slot map
-//!   on topology changes. Both route every script call by its first key; the store
+//!   [`Cluster`]: each call on its slot's master over that node's own connection,
+//!   following `MOVED` (and, through redis-rs' `ClusterConnection`, `ASK`). Both route every script call by its first key; the store
 //!   keeps every script's keys on one hash slot (D3).
 //! - [`Endpoint`]: what a store URL names — one node, a list of Cluster nodes, or one
 //!   node to ask whether it belongs to a Cluster.
@@ -15,7 +15,6 @@
 //!   answers nobody, and every call waiting on it fails at its deadline.
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// One node or a Cluster; cheap to clone (both are handles to a shared driver task).
@@ -23,8 +22,8 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 pub(crate) enum Conn {
     /// A single Redis node.
     Node(ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster, each call on its slot's master ([`Cluster`]).
+    Cluster(Cluster),
 }
 
 impl Conn {
@@ -110,12 +109,14 @@ mod breaker;
 mod health;
 mod liveness;
 mod nodes;
+mod route;
 
 pub(crate) use breaker::Breaker;
 pub(crate) use health::{Health, unacked_total};
 pub use health::{SHORTFALL_RECHECK, Unacked};
 pub(crate) use liveness::{GaveUp, Liveness};
 pub(crate) use nodes::{NODE_ENTRIES, Nodes, hash_slot, watch_topology};
+pub(crate) use route::Cluster;
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,8 @@
 //! A Cluster's slot owners and the liveness and breaker of each node (D6, T5).
 
+use super::route::Links;
 use super::{Breaker, Liveness};
 use redis::Value;
-use redis::cluster_async::ClusterConnection;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::time::Duration;
@@ -107,6 +107,42 @@ impl Nodes {
         names.len() as u16
     }
 
+    /// The `host:port` of the node that owns `slot`, if known.
+    pub(crate) fn owner_addr(&self, slot: u16) -> Option<String> {
+        let node = self.owner[usize::from(slot) % SLOTS].load(Ordering::Relaxed);
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(usize::from(node).checked_sub(1)?).cloned()
+    }
+
+    /// A `MOVED` named `name` (`host:port`) the owner of `slot`.
+    pub(crate) fn set_owner(&self, slot: u16, name: &str) {
+        let node = self.index(name);
+        self.take(usize::from(slot) % SLOTS, node, self.now_ms().max(1));
+    }
+
+    /// Every node that owns a slot now (`host:port`).
+    pub(crate) fn masters(&self) -> Vec<String> {
+        let mut seen = [false; MAX_NODES + 1];
+        for o in self.owner.iter() {
+            seen[usize::from(o.load(Ordering::Relaxed))] = true;
+        }
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| seen[i + 1])
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    /// `slot` is owned by `node` from now on (`now` ms since `origin`).
+    fn take(&self, slot: usize, node: u16, now: u64) {
+        let was = self.owner[slot].swap(node, Ordering::Relaxed);
+        if was != 0 && was != node {
+            self.moved[slot].store(now, Ordering::Relaxed);
+        }
+    }
+
     /// Takes the slot owners from a `CLUSTER SLOTS` reply; returns how many ranges it
     /// read.
     pub(crate) fn update(&self, reply: &Value) -> usize {
@@ -133,10 +169,7 @@ impl Nodes {
             let last = SLOTS as i64 - 1;
             let now = self.now_ms().max(1);
             for slot in (*start).clamp(0, last)..=(*end).clamp(0, last) {
-                let was = self.owner[slot as usize].swap(node, Ordering::Relaxed);
-                if was != 0 && was != node {
-                    self.moved[slot as usize].store(now, Ordering::Relaxed);
-                }
+                self.take(slot as usize, node, now);
             }
             read += 1;
         }
@@ -144,28 +177,29 @@ impl Nodes {
     }
 }
 
-/// Keeps `nodes` up to date with the Cluster's slot owners: reads `CLUSTER SLOTS` now
-/// and every `every` until the store is dropped (the task holds a weak reference only).
-pub(crate) fn watch_topology(
-    conn: ClusterConnection,
-    nodes: std::sync::Weak<Nodes>,
-    every: Duration,
-    limit: Duration,
-) {
+/// Keeps the Cluster's slot owners up to date: reads `CLUSTER SLOTS` now, then every
+/// `every` — and at once when a call sees a `MOVED` or a node's connection break, [`MIN_GAP`]
+/// after the last read at the soonest — until the store is dropped (the task holds a
+/// weak reference only). Each read asks every known master at once and takes the first
+/// answer within `limit`: a stalled or dead node delays no read.
+pub(crate) fn watch_topology(links: std::sync::Weak<Links>, every: Duration, limit: Duration) {
     tokio::spawn(async move {
-        let mut conn = conn;
-        while nodes.strong_count() > 0 {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SLOTS");
-            let read = cmd.query_async::<Value>(&mut conn);
-            if let Ok(Ok(reply)) = tokio::time::timeout(limit, read).await {
-                let Some(n) = nodes.upgrade() else { return };
-                n.update(&reply);
+        loop {
+            let Some(l) = links.upgrade() else { return };
+            if let Some(reply) = l.read_slots(limit).await {
+                l.nodes().update(&reply);
             }
-            tokio::time::sleep(every).await;
+            drop(l);
+            tokio::time::sleep(MIN_GAP).await;
+            let Some(l) = links.upgrade() else { return };
+            // Holds a strong reference while it waits: at most `every`.
+            l.until_reread(every).await;
         }
     });
 }
+
+/// The shortest gap between two reads of the slot owners.
+const MIN_GAP: Duration = Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests {
