@@ -1,5 +1,7 @@
 //! D11: the log tells per Redis node when it went down and when it came back, with
-//! counts — one line each, whatever the number of calls.
+//! counts — one line each, whatever the number of calls, and only for the node that
+//! failed: on a Cluster, the calls answered by healthy masters between a dead master's
+//! failures neither end its outage nor start one of their own.
 
 mod common;
 
@@ -7,6 +9,7 @@ use common::{EVENTUALLY, RedisServer};
 use portcullis_core::outage::OUTAGE_QUIET;
 use portcullis_core::{SlotStore, SubjectKey};
 use portcullis_redis::{RedisStore, RedisStoreOptions};
+use portcullis_test_support::cluster::{self, RedisCluster};
 use portcullis_test_support::logs::capture;
 use std::time::{Duration, Instant};
 
@@ -81,4 +84,64 @@ async fn d11_a_frozen_node_is_logged_once_down_and_once_back_with_its_failures()
         counted <= failed && counted + 3 >= failed,
         "the failed calls are counted: {counted} logged, {failed} seen"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d11_on_a_cluster_only_the_dead_master_is_logged_down_while_the_others_answer() {
+    capture();
+    let mut c = RedisCluster::start(3, 0);
+    for m in c.master_ports() {
+        c.cli(m, &["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    // Not a test of the deadline: a generous one, so a loaded host's scheduling gaps do
+    // not pass for a healthy master's silence (D8).
+    let options = RedisStoreOptions::default()
+        .blocks(None)
+        .deadline(Duration::from_millis(200));
+    let store = RedisStore::connect(&c.comma_urls(), options)
+        .await
+        .expect("connect");
+    let ports = c.master_ports();
+    let on = |port: u16| {
+        (0..)
+            .map(|i| SubjectKey::from(format!("s-{i}")))
+            .find(|k| c.master_of_slot(cluster::key_slot(store.slots_key(k).as_bytes())) == port)
+            .unwrap()
+    };
+    let (dead_key, healthy_key) = (on(ports[1]), on(ports[0]));
+    // The store's first read of the slot owners, and a connection to each master.
+    for k in [&dead_key, &healthy_key] {
+        common::until_ok(&format!("warm-up on {k:?}"), || store.in_flight(k)).await;
+    }
+    let dead = format!("127.0.0.1:{}", ports[1]);
+    c.kill(ports[1]);
+    // Calls on the dead master and on a healthy one, interleaved, for 2 s.
+    let (mut healthy_ok, mut dead_failed) = (0u32, 0u32);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        if store.acquire(&healthy_key, 1_000, 30_000).await.is_ok() {
+            healthy_ok += 1;
+        }
+        if store.in_flight(&dead_key).await.is_err() {
+            dead_failed += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(healthy_ok > 50, "a healthy master answers ({healthy_ok})");
+    assert!(dead_failed > 50, "the dead master fails ({dead_failed})");
+    let logged = of_node(&dead);
+    assert_eq!(
+        logged.len(),
+        1,
+        "one line for the dead master, however its failures and the others' answers \
+         interleave:\n{logged:#?}"
+    );
+    assert!(logged[0].contains("down"), "{logged:#?}");
+    for healthy in [ports[0], ports[2]] {
+        let logged = of_node(&format!("127.0.0.1:{healthy}"));
+        assert!(
+            logged.is_empty(),
+            "a healthy master is not logged: {logged:#?}"
+        );
+    }
 }
