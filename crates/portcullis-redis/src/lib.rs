@@ -18,8 +18,9 @@
 //!   joint decisions (a subject's slot with its windows, a channel's provider windows
 //!   with a capacity lease). Settlements and releases of requests that end together go
 //!   out as one batch script (one per Cluster slot). A `NOSCRIPT` after a restart,
-//!   `SCRIPT FLUSH` or a failover is answered by loading the script and calling it
-//!   again, within the same deadline.
+//!   `SCRIPT FLUSH` or a failover is answered by sending the call again as `EVAL` with
+//!   the script's text (on the node that lacked it, which caches it), within the same
+//!   deadline.
 //! - **Server time**: the scripts read `TIME`, so instances never disagree about
 //!   windows, lease expiry or budget periods.
 //! - **Bounded calls, busy is not dead** (D4, D8): a call fails with a

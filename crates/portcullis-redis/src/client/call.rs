@@ -98,8 +98,12 @@ impl Inner {
 
     /// Runs `cmd`, an `EVALSHA` of `script` on `key`, under the store's deadline —
     /// behind the breaker when `guarded` (a retried give-back goes around it). On
-    /// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node that never saw it) it
-    /// loads the script and runs it again, within the same deadline. A write of
+    /// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a replica whose cache never
+    /// had it: Redis 7 does not replicate `SCRIPT LOAD`) it sends the call again as
+    /// `EVAL` with the whole source, within the same deadline: routed by its key like
+    /// the `EVALSHA`, it runs on the very node that lacked the script and leaves it in
+    /// that node's cache — a `SCRIPT LOAD` would go wherever this store believes the
+    /// masters are, which just after a failover may not be that node. A write of
     /// `effect` waits for the replicas' acknowledgement ([`send_acked`](Self::send_acked)).
     #[allow(clippy::too_many_arguments)]
     async fn script_call(
@@ -114,16 +118,17 @@ impl Inner {
     ) -> StoreResult<redis::Value> {
         let acked = self.acked(effect);
         let call = async {
-            for loaded in [false, true] {
+            let mut cmd = cmd;
+            for sent_whole in [false, true] {
                 let reply = match self.send_acked(conn, &cmd, key, effect).await {
-                    Err(e) if !loaded && e.kind() == NO_SCRIPT => {
-                        load(conn, script).await?;
+                    Err(e) if !sent_whole && e.kind() == NO_SCRIPT => {
+                        cmd = as_eval(&cmd, script, conn.is_cluster());
                         continue;
                     }
                     Ok(Ok(redis::Value::ServerError(e)))
-                        if !loaded && e.kind() == Some(ServerErrorKind::NoScript) =>
+                        if !sent_whole && e.kind() == Some(ServerErrorKind::NoScript) =>
                     {
-                        load(conn, script).await?;
+                        cmd = as_eval(&cmd, script, conn.is_cluster());
                         continue;
                     }
                     other => other?,
@@ -133,7 +138,7 @@ impl Inner {
                 }
                 return Ok(reply);
             }
-            Ok(Err(protocol("NOSCRIPT after SCRIPT LOAD")))
+            Ok(Err(protocol("NOSCRIPT in answer to EVAL")))
         };
         let limit = self.limit(acked);
         if guarded {
@@ -379,16 +384,17 @@ fn unacknowledged(node: &str, acks: Option<i64>, wanted: u32, wait_ms: u64) -> S
 /// `NOSCRIPT`: the script is not in the server's cache.
 const NO_SCRIPT: ErrorKind = ErrorKind::Server(ServerErrorKind::NoScript);
 
-/// Loads `script` into the cache of the node `conn` reaches (`SCRIPT LOAD`; on a
-/// Cluster, every master).
-async fn load(conn: &mut Conn, script: Script) -> redis::RedisResult<()> {
-    let source = script.load_source(conn.is_cluster());
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(source)
-        .query_async(conn)
-        .await?;
-    Ok(())
+/// `cmd`, an `EVALSHA` of `script`, as `EVAL` of its whole source (as a Cluster runs
+/// it, on one) with the same keys and arguments.
+fn as_eval(cmd: &redis::Cmd, script: Script, cluster: bool) -> redis::Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(script.load_source(cluster));
+    for a in cmd.args_iter().skip(2) {
+        if let redis::Arg::Simple(b) = a {
+            eval.arg(b);
+        }
+    }
+    eval
 }
 
 /// A reply read as `R`, then decoded: the one way every call's answer is read.

@@ -271,8 +271,8 @@ impl RedisStore {
 
     /// Loads every script into the server's script cache (`SCRIPT LOAD`; on a Cluster,
     /// on every master), bounded by the connect timeout. [`connect`](Self::connect)
-    /// does it; calls also reload a missing script by themselves (after a restart,
-    /// `SCRIPT FLUSH` or a failover to a replica that never saw it).
+    /// does it; a call that finds its script missing (after a restart, `SCRIPT FLUSH`
+    /// or a failover to a replica that never saw it) sends its text with it once.
     pub async fn load_scripts(&self) -> StoreResult<()> {
         self.client().load_scripts().await
     }
