@@ -59,8 +59,16 @@ pub fn spool_path(config: &Config, url: &str) -> PathBuf {
         return dir.unwrap_or_default().join(p);
     }
     match (url.strip_prefix("sqlite://"), dir) {
-        (Some(path), _) if !path.starts_with(':') => {
-            PathBuf::from(format!("{}.spool", path.split('?').next().unwrap_or(path)))
+        // Beside the database, which a relative path puts beside the configuration
+        // file (as it is opened): never in the process's current directory, where
+        // gateways of other files would find — and replay — each other's spools.
+        (Some(path), dir) if !path.starts_with(':') => {
+            let path = path.split('?').next().unwrap_or(path);
+            let db = match dir {
+                Some(dir) if !path.starts_with('/') => dir.join(path),
+                _ => PathBuf::from(path),
+            };
+            PathBuf::from(format!("{}.spool", db.display()))
         }
         (_, Some(dir)) => dir.join("portcullis-ledger.spool"),
         (_, None) => {
@@ -345,6 +353,17 @@ mod tests {
         assert_eq!(
             spool_path(&filed, pg),
             PathBuf::from("/etc/pcx/portcullis-ledger.spool")
+        );
+        // A relative database is beside the file, and so is its spool — not in the
+        // current directory, where two gateways of two files would share one.
+        assert_eq!(
+            spool_path(&filed, "sqlite://records.db"),
+            PathBuf::from("/etc/pcx/records.db.spool")
+        );
+        let other = config("", Some("/srv/other/gw.toml"));
+        assert_ne!(
+            spool_path(&other, "sqlite://records.db"),
+            spool_path(&filed, "sqlite://records.db")
         );
         // Text on PostgreSQL: a spool of its own per gateway, never the current directory.
         let text = config("", None);
