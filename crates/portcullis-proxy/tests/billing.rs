@@ -253,6 +253,9 @@ async fn b7_with_cut_streams_hold_a_stopped_stream_stays_pending_reconciliation(
     assert!(money(&v)["tenant_pending_reconciliation"].as_i64().unwrap() > 0);
     // The monthly budget keeps the reservation until reconciled.
     assert!(money(&v)["budgets"][0]["reserved"].as_i64().unwrap() > 0);
+    // The record is written off the request path: waited for, not assumed.
+    let logged = eventually(WAIT, || async { !log_lines(&log).is_empty() }).await;
+    assert!(logged, "the cut attempt's usage record");
     let r = &log_lines(&log)[0];
     assert_eq!(r["outcome"], "pending_reconciliation", "{r}");
     assert_eq!(r["evidence"], serde_json::Value::Null, "{r}");
