@@ -32,7 +32,7 @@ pub const DEFAULT_REPLICA_ACK_WAIT: Duration = Duration::from_millis(100);
 /// differs is whether the gateway relies on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Unacknowledged {
-    /// Admissions (a decision, a reservation, a top-up, a registration) fail as
+    /// Admissions (a decision, a reservation, a top-up, a balance set) fail as
     /// [`Unacknowledged`](portcullis_core::StoreErrorKind::Unacknowledged) — the layers
     /// treat them as a store failure — until the replicas acknowledge again (default:
     /// a failover would lose them). Give-backs (settlements, releases, refunds) are
