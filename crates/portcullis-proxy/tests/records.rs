@@ -778,8 +778,13 @@ async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
         )
     };
 
-    // Created on A, answered on B.
+    // Created on A: answered on A as soon as the 201 is; on B within the bound.
     let (secret, id) = create(a.addr, "loaded").await;
+    assert_eq!(
+        generate(a.addr, &secret).await,
+        200,
+        "A refused the key it had just answered 201 for"
+    );
     let took = until_status(b.addr, &secret, 200).await;
     assert!(took < bound, "created on A, answered on B after {took:?}");
 
@@ -795,6 +800,11 @@ async fn k8_two_instances_sharing_postgres_and_redis_under_load() {
     )
     .0;
     assert_eq!(status, 200);
+    assert_eq!(
+        generate(a.addr, &secret).await,
+        401,
+        "A admitted the key it had just answered its revocation for"
+    );
     for addr in both {
         let on = until_status(addr, &secret, 401).await;
         assert!(

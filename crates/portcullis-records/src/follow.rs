@@ -6,6 +6,8 @@
 //! stamped above the revision it holds, applies them and hands the result to `publish`.
 //! The poll is the safety net for a notification lost (a listener reconnecting, SQLite,
 //! which has none): a change reaches every instance within one poll interval at worst.
+//! The instance that made a change waits for it ([`Follower::sync`]): a read begun after
+//! the change was written, so that its answer to the change is given once it serves it.
 //!
 //! While the database does not answer, the replica keeps serving what it last read —
 //! for as long as the outage lasts: nothing can change in the database meanwhile, since
@@ -16,7 +18,7 @@ use crate::db::{Backend, CHANNEL, Records};
 use crate::replica::Replica;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 /// Where a follower stands.
@@ -35,7 +37,30 @@ pub struct FollowerStatus {
 pub struct Follower {
     wake: Arc<Notify>,
     status: Arc<Mutex<FollowerStatus>>,
+    reads: Reads,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// The follower's reads, numbered in the order they begin: the number of the last one
+/// begun, and (watched) the number of the last one finished, read or failed.
+#[derive(Clone)]
+struct Reads {
+    begun: Arc<std::sync::atomic::AtomicU64>,
+    finished: watch::Sender<u64>,
+}
+
+impl Reads {
+    fn new() -> Self {
+        Self {
+            begun: Arc::default(),
+            finished: watch::Sender::new(0),
+        }
+    }
+
+    /// Numbers a read about to begin.
+    fn begin(&self) -> u64 {
+        self.begun.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+    }
 }
 
 impl Drop for Follower {
@@ -69,12 +94,13 @@ impl Follower {
             connected: true,
             failures: 0,
         }));
+        let reads = Reads::new();
         let mut tasks = vec![tokio::spawn(follow(
             records.clone(),
             replica,
             poll,
             wake.clone(),
-            status.clone(),
+            (status.clone(), reads.clone()),
             publish,
         ))];
         if records.backend() == Backend::Postgres {
@@ -83,6 +109,7 @@ impl Follower {
         Ok(Self {
             wake,
             status,
+            reads,
             tasks,
         })
     }
@@ -90,6 +117,21 @@ impl Follower {
     /// A change was made in this process: read it now.
     pub fn changed(&self) {
         self.wake.notify_one();
+    }
+
+    /// A change was made in this process: read it now, and wait (up to `within`) until
+    /// a read begun after this call has finished — so the replica holds the change, or
+    /// the database could not be read. True when such a read finished in time; false
+    /// when `within` passed first (the change still arrives, as every change does, by
+    /// the next read).
+    pub async fn sync(&self, within: Duration) -> bool {
+        let mut finished = self.reads.finished.subscribe();
+        // A read numbered above `now` begins after the change was written.
+        let now = self.reads.begun.load(std::sync::atomic::Ordering::SeqCst);
+        self.wake.notify_one();
+        tokio::time::timeout(within, finished.wait_for(|&n| n > now))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Where it stands.
@@ -106,7 +148,7 @@ async fn follow(
     mut replica: Replica,
     poll: Duration,
     wake: Arc<Notify>,
-    status: Arc<Mutex<FollowerStatus>>,
+    (status, reads): (Arc<Mutex<FollowerStatus>>, Reads),
     publish: impl Fn(&Replica) + Send + Sync + 'static,
 ) {
     loop {
@@ -114,6 +156,7 @@ async fn follow(
             () = wake.notified() => {}
             () = tokio::time::sleep(poll) => {}
         }
+        let this = reads.begin();
         let read = records.changes_since(replica.revision()).await;
         let mut s = status
             .lock()
@@ -152,6 +195,8 @@ async fn follow(
                 s.failures += 1;
             }
         }
+        drop(s);
+        reads.finished.send_replace(this);
     }
 }
 

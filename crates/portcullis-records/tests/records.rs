@@ -435,6 +435,31 @@ async fn k4_sqlite_changes_arrive_by_poll_and_by_changed() {
     assert!(fb.status().connected);
 }
 
+/// K8: the instance that made a change serves it once `sync` returns — a key it
+/// created opens, a key it revoked no longer does — with no poll or notification to
+/// bring it (its poll is an hour; SQLite has no notifications). Twice, so the second
+/// `sync` waits for a read begun after its own change, not for one already done.
+#[tokio::test(flavor = "current_thread")]
+async fn k8_the_instance_that_made_a_change_serves_it_when_sync_returns() {
+    let db = sqlite();
+    let r = Arc::new(open(&db).await);
+    let (f, seen) = follower(r.clone(), Duration::from_secs(3600)).await;
+    let (k, secret) = r.create_key("admin", key("a", None), 1).await.unwrap();
+    let digest = hasher().digest(secret.expose());
+    assert!(seen.lock().unwrap().open(&digest, 2).is_none());
+    assert!(f.sync(GENEROUS).await, "no read within {GENEROUS:?}");
+    assert!(
+        seen.lock().unwrap().open(&digest, 2).is_some(),
+        "sync returned before the new key was served"
+    );
+    r.revoke_key("admin", &k.id, None, 3).await.unwrap();
+    assert!(f.sync(GENEROUS).await, "no read within {GENEROUS:?}");
+    assert!(
+        seen.lock().unwrap().open(&digest, 4).is_none(),
+        "sync returned before the revocation was served"
+    );
+}
+
 /// K7: the database killed: changes answer "unavailable" (never hang), the replica keeps
 /// serving the keys it had, and after a restart changes work again and the follower
 /// catches up; nothing written before is lost.

@@ -32,6 +32,10 @@ struct Opens {
     expires_at: Option<Millis>,
 }
 
+/// How long a change's answer waits for this instance to serve it: above the records
+/// pool's 2 s acquire timeout, so a read of a database gone away fails first.
+const SYNC_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// What requests look keys up in.
 #[derive(Debug, Default)]
 pub struct View {
@@ -134,9 +138,17 @@ impl Directory {
             .store(Arc::new(resolve_view(&s.replica, &s.config)));
     }
 
-    /// A change was written by this instance: follow it now.
-    pub fn changed(&self) {
-        self.follower.changed();
+    /// A change was written by this instance: follow it now, and return once this
+    /// instance serves it (K8: its answer to the change comes after that), or once the
+    /// read failed or [`SYNC_WITHIN`] passed — the change then arrives with a later read.
+    pub async fn changed(&self) {
+        if !self.follower.sync(SYNC_WITHIN).await {
+            tracing::warn!(
+                database = %self.records.url(),
+                "a key change was written but this instance had not read it back within \
+                 {SYNC_WITHIN:?}; it serves it from its next read"
+            );
+        }
     }
 
     /// Whether the last read of the database succeeded, and the revision served.

@@ -177,7 +177,7 @@ async fn create_key<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Reque
             .await
         {
             Ok((k, secret)) => {
-                s.directory.changed();
+                s.directory.changed().await;
                 tracing::info!(key = %k.id, tenant = ?k.tenant, actor = %caller.actor, "key created");
                 let mut v = shown(&k);
                 // The secret, this once: it is not stored and never shown again.
@@ -302,7 +302,7 @@ async fn patch_key<St: BillingStore>(
         .await;
     Ok(match result {
         Ok(k) => {
-            s.directory.changed();
+            s.directory.changed().await;
             answer(StatusCode::OK, shown(&k))
         }
         Err(e) => records_error(e),
@@ -335,7 +335,7 @@ async fn rotate_key<St>(
             .await
         {
             Ok(secret) => {
-                s.directory.changed();
+                s.directory.changed().await;
                 answer(
                     StatusCode::OK,
                     json!({"id": id, "key": secret.expose(), "old_key_valid_for_seconds": r.grace_seconds}),
@@ -360,7 +360,7 @@ async fn revoke_key<St>(
             .await
         {
             Ok(k) => {
-                s.directory.changed();
+                s.directory.changed().await;
                 tracing::info!(key = %k.id, actor = %caller.actor, "key revoked");
                 answer(StatusCode::OK, shown(&k))
             }
@@ -408,7 +408,7 @@ async fn create_tenant<St: BillingStore>(State(s): State<Arc<Keys<St>>>, req: Re
         .create_tenant(&caller.actor, &b.name, spec, now_ms())
         .await
         .map_err(records_error)?;
-    s.directory.changed();
+    s.directory.changed().await;
     let store = s.stack.load().live.store.clone();
     let balance = b.balance.unwrap_or(0);
     // The opening balance, where the books start (B6): an audit row of its own.
@@ -496,7 +496,7 @@ async fn patch_tenant<St>(
         .await;
     Ok(match result {
         Ok(t) => {
-            s.directory.changed();
+            s.directory.changed().await;
             answer(StatusCode::OK, serde_json::to_value(&t).unwrap_or_default())
         }
         Err(e) => records_error(e),
@@ -581,7 +581,7 @@ async fn create_token<St>(
             .await
         {
             Ok((id, secret)) => {
-                s.directory.changed();
+                s.directory.changed().await;
                 answer(
                     StatusCode::CREATED,
                     json!({"id": id, "tenant": name, "token": secret.expose()}),
