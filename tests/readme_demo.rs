@@ -12,9 +12,9 @@
 //! - The README starts the gateway with `cargo run -p portcullis-examples --example
 //!   proxy`. Inside `cargo test` another cargo would wait on the build-directory lock,
 //!   so the test runs the binary that command builds, `target/<profile>/examples/proxy`
-//!   (`cargo test --workspace` builds it before running tests); if it is missing or
-//!   older than the sources it first runs `cargo build -p portcullis-examples --example
-//!   proxy`.
+//!   (`cargo test --workspace` and `cargo nextest run --workspace` build it before
+//!   running tests); if it is missing or older than the sources it first runs
+//!   `cargo build -p portcullis-examples --example proxy`.
 //! - The README's command listens on the default `127.0.0.1:8080`; the test passes
 //!   `--listen 127.0.0.1:<free port>` (a flag of the example) so it never collides
 //!   with a gateway already running there, and points the curl lines at that port

@@ -64,8 +64,9 @@ pub fn newest_source() -> SystemTime {
 }
 
 /// `target/<profile>/examples/proxy`, next to this test's own `target/<profile>/deps/`.
-/// `cargo test --workspace` builds it before running the tests; when it is missing or
-/// older than the sources (this test run alone), the README's build runs first:
+/// `cargo test --workspace` (and `cargo nextest run --workspace`) builds it before the
+/// tests; when it is missing or older than the sources (this test run alone), the
+/// README's build runs first:
 /// `cargo build -p portcullis-examples --example proxy`, same target directory and
 /// profile, bounded to 10 minutes. (Cargo does not hold the build lock while tests
 /// run, so this does not wait on the outer `cargo test`.)

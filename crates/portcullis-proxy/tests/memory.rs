@@ -169,7 +169,9 @@ async fn start(store_url: &str) -> (SocketAddr, FakeUpstream, tokio::task::JoinH
     (addr, fake, server)
 }
 
-/// The tests of this file one at a time: [`LIVE`] counts the whole process.
+/// The tests of this file one at a time: [`LIVE`] counts the whole process. (Under
+/// `cargo nextest` each test is a process of its own, and the `load` group of
+/// `.config/nextest.toml` keeps it from running beside another load run.)
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the warm-up, then `at_rest` once the process is at rest, then the measured

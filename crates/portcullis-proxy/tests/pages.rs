@@ -30,7 +30,8 @@ const TOKEN: &str = "admin-token-0123456789";
 const BROWSER_START: Duration = Duration::from_secs(60);
 
 /// One browser at a time in this binary: two chromiums on a 2-core host slow each other
-/// past the bounds.
+/// past the bounds. (Under `cargo nextest`, where each test is its own process, the
+/// `browser` group of `.config/nextest.toml` does the same.)
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ------------------------------------------------------------------ the browser
