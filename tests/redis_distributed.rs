@@ -16,6 +16,8 @@
 //! | [`c4_stream_longer_than_the_ttl_keeps_its_slot`] | a stream of 3 × TTL keeps its slot on another instance's view, thanks to renewal |
 //! | [`d2_instances_with_disagreeing_clocks_make_the_same_decisions`] | instances whose clocks disagree by a day make the same window and slot decisions |
 //! | [`t5_slot_acquires_that_time_out_leave_no_phantom_leases`] (ignored) | reproduces a bug: acquires that time out but still run in Redis leave leases nobody releases |
+//! | [`t5_a_forced_failover_through_three_gateways_refuses_only_its_shard_and_resumes_within_a_second`] and the killed and stalled master's | three gateways on a 3-master Cluster with every layer, quota blocks and `replica_acks = 1`: a master's fault refuses nothing on the other masters and nothing on its own from 1 s after the Cluster is ok again; nothing held after, no window unit counted for nothing |
+//! | [`d9_a_stalled_master_through_three_gateways_leaves_no_window_unit_counted_for_nothing`] (ignored) | reproduces an open D9 gap: a stalled master's shard keeps 1–3 request units |
 //!
 //! The tests run one at a time ([`serial`]): they measure time on a 2-core box and
 //! must not load it for each other. (Other processes on a shared machine still can:
@@ -42,6 +44,7 @@ use portcullis_fake_upstream::FakeUpstream;
 use portcullis_proxy::store::Split;
 use portcullis_proxy::{Config, Gateway};
 use portcullis_redis::{RedisStore, RedisStoreOptions};
+use portcullis_tests::cluster::MasterFault;
 use portcullis_tests::example::proxy_example_binary;
 use portcullis_tests::redis::{RedisServer, free_port};
 use portcullis_tests::{Keys, bounded, echo, fetch, request};
@@ -2625,4 +2628,468 @@ fn t3_quota_blocks_decide_hot_keys_in_a_fraction_of_a_call_per_request() {
         assert_eq!(money["budgets"][0]["spent"].as_i64(), Some(spent), "{v}");
         assert_eq!(money["budgets"][0]["reserved"].as_i64(), Some(0), "{v}");
     });
+}
+
+// ------------------------------------------------------------------ T5 on a Cluster
+
+/// Gateways of the Cluster fault runs, keys on each master, client tasks per key.
+const CF_GATEWAYS: usize = 3;
+const CF_KEYS_PER_MASTER: usize = 2;
+const CF_CLIENTS_PER_KEY: usize = 2;
+/// What the fake takes for each request of the Cluster fault runs.
+const CF_LATENCY_MS: u64 = 5;
+
+/// The 3 s stall of the Cluster runs: three node timeouts, so the Cluster fails the
+/// master over.
+const CF_STALL: MasterFault = MasterFault::Stall(Duration::from_secs(3));
+
+/// Names whose every Redis key hashes to one master: key `i` (of group
+/// `i / CF_KEYS_PER_MASTER`, one group per master) is configured under `labels[i]`
+/// (its limits' subject) and served by channel `channels[i]` (its capacity leases);
+/// group `g`'s keys belong to tenant `tenants[g]` (its books).
+struct Placed {
+    masters: Vec<u16>,
+    labels: Vec<String>,
+    channels: Vec<String>,
+    tenants: Vec<String>,
+}
+
+impl Placed {
+    /// Finds the names by trying candidates until each hashes to its group's master.
+    fn find(observer: &RedisStore, nodes: &[portcullis_tests::cluster::NodeInfo]) -> Self {
+        let owner = |key: &str| {
+            let slot = portcullis_tests::cluster::key_slot(key.as_bytes());
+            nodes
+                .iter()
+                .find(|n| n.role == portcullis_tests::cluster::Role::Master && n.owns(slot))
+                .map(|n| n.port)
+                .expect("every slot has a master")
+        };
+        let masters: Vec<u16> = nodes
+            .iter()
+            .filter(|n| n.role == portcullis_tests::cluster::Role::Master)
+            .map(|n| n.port)
+            .collect();
+        let on = |m: u16, stem: String, key: &dyn Fn(&str) -> String| {
+            (0..10_000)
+                .map(|n| format!("{stem}{n}"))
+                .find(|name| owner(&key(name)) == m)
+                .expect("a name on every master")
+        };
+        let slots = |name: &str| observer.slots_key(&SubjectKey::from(name));
+        // A channel's capacity leases live under a subject of its own (the Redis
+        // store's key schema, `keys.rs`).
+        let capacity =
+            |name: &str| observer.slots_key(&SubjectKey::from(format!("\0capacity\0{name}")));
+        let tenant = |name: &str| observer.tenant_key(name);
+        let (mut labels, mut channels, mut tenants) = (Vec::new(), Vec::new(), Vec::new());
+        for (g, &m) in masters.iter().enumerate() {
+            tenants.push(on(m, format!("t{g}x"), &tenant));
+            for j in 0..CF_KEYS_PER_MASTER {
+                labels.push(on(m, format!("k{g}-{j}x"), &slots));
+                channels.push(on(m, format!("ch{g}-{j}x"), &capacity));
+            }
+        }
+        Self {
+            masters,
+            labels,
+            channels,
+            tenants,
+        }
+    }
+
+    fn keys(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The configuration: every key with a policy far from its limits (1 h tiers, so
+    /// that the window counts stay comparable with the provider's calls to the end), its
+    /// own model and channel (`capacity = 16`), its group's tenant with a balance that
+    /// never runs out — every request is billed in Redis.
+    fn config(&self, head: &str) -> String {
+        let mut t = format!(
+            "{head}\n[server]\nupstream_timeout = \"30s\"\n\n[policies.cf]\nconcurrency = 1000\n\
+             requests = [{{ window = \"3600s\", limit = 10000000 }}]\n\
+             tokens = [{{ window = \"3600s\", limit = 10000000000 }}]\n"
+        );
+        for tenant in &self.tenants {
+            t.push_str(&format!(
+                "\n[tenants.{tenant}]\nbalance = 1_000_000_000_000_000\n"
+            ));
+        }
+        for i in 0..self.keys() {
+            t.push_str(&format!(
+                "\n[keys.{}]\nkey = \"{}\"\ntenant = \"{}\"\npolicy = \"cf\"\nmodels = [\"{}\"]\n\n\
+                 [channels.{}]\nvendor = \"openai\"\nbase_url = \"fake://\"\ncredential = \"{}\"\n\
+                 models = [\"{}\"]\ncapacity = 16\n\n\
+                 [models.{}]\nprice = {{ input_per_mtok = 1, output_per_mtok = 1 }}\nmax_output_tokens = 16\n",
+                self.labels[i],
+                secret(i),
+                self.tenants[i / CF_KEYS_PER_MASTER],
+                model(i),
+                self.channels[i],
+                credential(i),
+                model(i),
+                model(i),
+            ));
+        }
+        t
+    }
+
+    /// The group whose names appear in the hash tag of `key`, if any.
+    fn group_of(&self, key: &str) -> Option<usize> {
+        let tag = key.split_once('{')?.1.split_once('}')?.0;
+        let by_key = |i: usize| i / CF_KEYS_PER_MASTER;
+        (0..self.keys())
+            .find(|&i| tag == self.labels[i] || tag.ends_with(&format!("\0{}", self.channels[i])))
+            .map(by_key)
+            .or_else(|| {
+                self.tenants
+                    .iter()
+                    .position(|t| tag == format!("tenant:{t}"))
+            })
+    }
+}
+
+/// The `used` of key `i`'s 1 h request tier, as instance `addr` reports it.
+async fn requests_used(client: &HttpClient, addr: SocketAddr, i: usize) -> u64 {
+    let v = usage(client, addr, i).await;
+    v["policies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["limits"].as_array().into_iter().flatten())
+        .find(|l| l["dimension"] == "requests" && l["window_secs"] == 3600)
+        .and_then(|l| l["used"].as_u64())
+        .unwrap_or_else(|| panic!("no 1 h request tier in /usage of key {i}: {v}"))
+}
+
+/// T5, D9, D11 through the gateway: three gateway instances on a 3-master Redis
+/// Cluster (`cluster-require-full-coverage no`, as the operations guide says), every
+/// layer on with quota and billing blocks (the defaults), `replica_acks = 1`, the
+/// default 20 ms deadline; two keys per master, each with its own channel and its
+/// group's tenant, all their Redis keys on that master (checked from the keys Redis
+/// holds at the end); billed requests from two clients per key, alternating the
+/// gateways. `fault` hits group 0's master. Then:
+///
+/// - the keys on the other masters are never refused (nor any request unanswered);
+/// - group 0's requests answer 200 again, and none is refused, from 1 s after the
+///   Cluster is ok again (every node `cluster_state:ok`, the shard's master with its
+///   replicas online);
+/// - nothing is held once the load stops (in-flight 0 on every instance, the fake
+///   idle), and no request-window unit is counted for a request that never reached the
+///   provider: on the healthy masters the 1 h request counts equal the provider's calls
+///   exactly; on the faulted one they are at most that (a window that failed open
+///   while its shard was away admitted without counting) — checked when
+///   `faulted_windows_exact`, else printed (see the stall's tests).
+fn cluster_fault_through_three_gateways(
+    fault: MasterFault,
+    replicas: usize,
+    faulted_windows_exact: bool,
+) {
+    serial(async move {
+        let c = Arc::new(Mutex::new(portcullis_tests::cluster::RedisCluster::start(
+            3, replicas,
+        )));
+        let lock = || c.lock().unwrap_or_else(|p| p.into_inner());
+        let (url, nodes, ports) = {
+            let c = lock();
+            for p in c.ports() {
+                c.cli(p, &["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+            }
+            (c.comma_urls(), c.nodes(), c.ports())
+        };
+        let head = "[store]\nreplica_acks = 1\n";
+        let bare = Config::parse(head).expect("the store section");
+        let observer = RedisStore::connect(
+            &url,
+            portcullis_proxy::store::redis_options(bare.store()).deadline(Duration::from_secs(2)),
+        )
+        .await
+        .expect("observer");
+        let placed = Placed::find(&observer, &nodes);
+        let probe_slot = portcullis_tests::cluster::key_slot(
+            observer
+                .slots_key(&SubjectKey::from(placed.labels[0].as_str()))
+                .as_bytes(),
+        );
+        // Every shard ok before the load: a replica still in its first sync
+        // acknowledges nothing, and that is not the run.
+        for g in 0..placed.masters.len() {
+            let label = placed.labels[g * CF_KEYS_PER_MASTER].as_str();
+            let slot = portcullis_tests::cluster::key_slot(
+                observer.slots_key(&SubjectKey::from(label)).as_bytes(),
+            );
+            let ports = ports.clone();
+            tokio::task::spawn_blocking(move || {
+                portcullis_tests::cluster::ok_again(&ports, slot, Duration::from_secs(15))
+            })
+            .await
+            .expect("every shard ok before the load");
+        }
+
+        let fake = FakeUpstream::builder()
+            .recent_capacity(0)
+            .start()
+            .await
+            .expect("fake upstream");
+        let text = placed.config(head);
+        let mut instances = Vec::new();
+        for n in 0..CF_GATEWAYS {
+            instances.push(instance(&text, &url, &format!("gw-{n}"), &fake).await);
+        }
+        let addrs: Vec<SocketAddr> = instances.iter().map(|i| i.addr).collect();
+        let client = http_client();
+        let wall = Wall::new();
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let served: Arc<Vec<AtomicU64>> =
+            Arc::new((0..placed.keys()).map(|_| AtomicU64::new(0)).collect());
+        let mut tasks = Vec::new();
+        for i in 0..placed.keys() {
+            for t in 0..CF_CLIENTS_PER_KEY {
+                let (client, stop, errors, served, addrs) = (
+                    client.clone(),
+                    stop.clone(),
+                    errors.clone(),
+                    served.clone(),
+                    addrs.clone(),
+                );
+                tasks.push(tokio::spawn(async move {
+                    let begun = Instant::now();
+                    let mut recs = Vec::new();
+                    // Bounded: the test stops it within seconds; the count and the
+                    // minute are backstops.
+                    for n in 0..200_000usize {
+                        if stop.load(Ordering::Relaxed) || begun.elapsed() > Duration::from_secs(60)
+                        {
+                            break;
+                        }
+                        let inst = (n + t) % CF_GATEWAYS;
+                        let shape = Shape::plain(CF_LATENCY_MS);
+                        let r = call(&client, addrs[inst], inst, i, shape, wall, &errors).await;
+                        if r.status == 200 {
+                            served[i].fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            // A client refused comes back a little later.
+                            sleep(Duration::from_millis(5)).await;
+                        }
+                        recs.push(r);
+                    }
+                    recs
+                }));
+            }
+        }
+        // Load on every master until each key was served 20 times.
+        let loaded = Instant::now();
+        while served.iter().any(|s| s.load(Ordering::Relaxed) < 20) {
+            assert!(
+                loaded.elapsed() < Duration::from_secs(20),
+                "the load did not start: {:?} {:?}",
+                served,
+                errors.lock().unwrap()
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+        let victim = placed.masters[0];
+        let fault_at = wall.us(Instant::now());
+        let live: Vec<u16> = {
+            let c = c.clone();
+            tokio::task::spawn_blocking(move || {
+                c.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .fault(victim, fault)
+            })
+            .await
+            .expect("the fault")
+        };
+        let new_master = tokio::task::spawn_blocking(move || {
+            portcullis_tests::cluster::ok_again(&live, probe_slot, Duration::from_secs(20))
+        })
+        .await
+        .expect("the Cluster ok again");
+        let ok_at = wall.us(Instant::now());
+        let resume = ok_at + RESUME_BOUND.as_micros() as u64;
+        sleep(Duration::from_secs(2)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut recs = Vec::new();
+        for t in tasks {
+            recs.extend(bounded(STEP * 2, "a load client", t).await.expect("client"));
+        }
+
+        let group = |r: &Rec| r.key / CF_KEYS_PER_MASTER;
+        let ms = |us: u64| (us as f64 - fault_at as f64) / 1000.0;
+        let refused = |g0: bool| -> Vec<(f64, usize, u16, u32)> {
+            recs.iter()
+                .filter(|r| r.status != 200 && (group(r) == 0) == g0)
+                .map(|r| (ms(r.sent), r.key, r.status, r.code))
+                .collect()
+        };
+        let (healthy, shard) = (refused(false), refused(true));
+        let late: Vec<_> = recs
+            .iter()
+            .filter(|r| group(r) == 0 && r.status != 200 && r.sent > resume)
+            .map(|r| (ms(r.sent), r.key, r.status, r.code))
+            .collect();
+        let after_resume = recs
+            .iter()
+            .filter(|r| group(r) == 0 && r.status == 200 && r.sent > resume)
+            .count();
+        eprintln!(
+            "{fault:?}: {} requests; master {victim} -> {new_master}; Cluster ok {:.0} ms \
+             after the fault; faulted shard: {} refused (last sent at {:?} ms), {after_resume} \
+             served after ok + 1 s; healthy shards: {} refused; load {}",
+            recs.len(),
+            ms(ok_at),
+            shard.len(),
+            shard.last().map(|s| s.0),
+            healthy.len(),
+            load_average(),
+        );
+        assert!(
+            healthy.is_empty(),
+            "{fault:?}: requests on healthy masters refused (ms after the fault, key, \
+             status, code): {healthy:?} {:?}",
+            errors.lock().unwrap()
+        );
+        assert!(
+            late.is_empty(),
+            "{fault:?}: refused later than 1 s after the Cluster was ok again (at {:.0} ms): \
+             {late:?}",
+            ms(ok_at)
+        );
+        assert!(
+            after_resume > 0,
+            "{fault:?}: group 0 served nothing after it resumed"
+        );
+        assert!(
+            shard.iter().all(|&(_, _, status, _)| status == 503),
+            "{fault:?}: the faulted shard's refusals are 503s: {shard:?}"
+        );
+
+        // Nothing held, and no window unit for a request that never reached the provider.
+        let all: Vec<&Instance> = instances.iter().collect();
+        in_flight_returns_to_zero(&client, &all, placed.keys(), &fake, Duration::from_secs(10))
+            .await;
+        let stats = fake.stats();
+        let start = Instant::now();
+        loop {
+            let mut off = Vec::new();
+            for i in 0..placed.keys() {
+                let calls = stats.calls_for(&credential(i));
+                let used = requests_used(&client, addrs[0], i).await;
+                let healthy = i / CF_KEYS_PER_MASTER != 0;
+                if !healthy && !faulted_windows_exact {
+                    if used > calls && start.elapsed() >= Duration::from_secs(3) {
+                        eprintln!(
+                            "{fault:?}: key {i} on the faulted shard: {used} counted, {calls} \
+                             reached the provider (not checked here)"
+                        );
+                    }
+                    continue;
+                }
+                if used > calls || (healthy && used != calls) {
+                    // The admissions Redis still holds unsettled (D9's records: member
+                    // `<instance>:<call>`, at ms since the fault), for the diagnosis.
+                    let subject = SubjectKey::from(placed.labels[i].as_str());
+                    let adm = format!("{}:adm", observer.window_key(&subject, Scope::Key));
+                    let seed = lock().master_ports()[0];
+                    let records =
+                        lock().cli_cluster(seed, &["ZRANGE", &adm, "0", "-1", "WITHSCORES"]);
+                    let records: Vec<String> = records
+                        .lines()
+                        .collect::<Vec<_>>()
+                        .chunks(2)
+                        .map(|m| match m {
+                            [member, at] => format!(
+                                "{member} at {:.0} ms",
+                                at.parse::<f64>().unwrap_or(0.0) - fault_at as f64 / 1000.0
+                            ),
+                            other => format!("{other:?}"),
+                        })
+                        .collect();
+                    off.push(format!(
+                        "key {i}: {used} counted, {calls} reached the provider; \
+                         records left {records:?}"
+                    ));
+                }
+            }
+            if off.is_empty() {
+                break;
+            }
+            // Blocks are given back within 1 s of their borrowing; a give-back that
+            // failed with its shard is sent again.
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{fault:?}: request windows counted what never reached the provider: {off:?}"
+            );
+            sleep(Duration::from_millis(100)).await;
+        }
+
+        // The premise: every key Redis holds for a group lives on that group's master.
+        let owner_at_start = |slot: u16| {
+            nodes
+                .iter()
+                .find(|n| n.role == portcullis_tests::cluster::Role::Master && n.owns(slot))
+                .map(|n| n.port)
+                .expect("an owner")
+        };
+        let c = lock();
+        let mut misplaced = Vec::new();
+        for p in c.ports().into_iter().filter(|&p| c.pid(p).is_some()) {
+            if !c.cli(p, &["ROLE"]).starts_with("master") {
+                continue;
+            }
+            for key in c.cli(p, &["KEYS", "*"]).lines() {
+                let Some(g) = placed.group_of(key) else {
+                    continue;
+                };
+                let at = owner_at_start(portcullis_tests::cluster::key_slot(key.as_bytes()));
+                if at != placed.masters[g] {
+                    misplaced.push(format!("{key:?} (group {g}) on {at}"));
+                }
+            }
+        }
+        assert!(
+            misplaced.is_empty(),
+            "keys off their group's master: {misplaced:?}"
+        );
+    });
+}
+
+/// [`cluster_fault_through_three_gateways`] with `CLUSTER FAILOVER FORCE` (3 masters × 1
+/// replica).
+#[test]
+fn t5_a_forced_failover_through_three_gateways_refuses_only_its_shard_and_resumes_within_a_second()
+{
+    cluster_fault_through_three_gateways(MasterFault::ForcedFailover, 1, true);
+}
+
+/// [`cluster_fault_through_three_gateways`] with the master killed (3 masters × 2
+/// replicas, so the promoted one still has a replica to acknowledge).
+#[test]
+fn t5_a_killed_master_through_three_gateways_refuses_only_its_shard_and_resumes_within_a_second() {
+    cluster_fault_through_three_gateways(MasterFault::Kill, 2, true);
+}
+
+/// [`cluster_fault_through_three_gateways`] with the master stalled 3 s (3 masters × 1
+/// replica; failed over, it comes back as a replica), the faulted shard's window counts
+/// printed, not checked (see the next test).
+#[test]
+fn t5_a_stalled_master_through_three_gateways_refuses_only_its_shard_and_resumes_within_a_second() {
+    cluster_fault_through_three_gateways(CF_STALL, 1, false);
+}
+
+/// D9, the stall with the faulted shard's window counts checked: it fails — one to
+/// three request units stay counted on the stalled shard's keys for requests that never
+/// reached the provider, in most runs, with no admission record left behind. The
+/// likely path: a quota block retired with requests in flight hands them over to Redis
+/// as requests of their own, and their later settlements (a refund for the ones billing
+/// refused while the shard was away) are corrections *without* a record — never sent
+/// again when they fail, since a correction sent twice would count twice. Keyed
+/// hand-overs are the fix still to make.
+#[test]
+#[ignore = "D9 open: a stalled shard keeps 1-3 request units of handed-over quota blocks"]
+fn d9_a_stalled_master_through_three_gateways_leaves_no_window_unit_counted_for_nothing() {
+    cluster_fault_through_three_gateways(CF_STALL, 1, true);
 }

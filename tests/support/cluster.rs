@@ -668,6 +668,26 @@ impl RedisCluster {
         node.kill();
     }
 
+    /// Applies `fault` to master `port`, blocking until it is done (a stall for its
+    /// whole length); returns the ports of the nodes still running.
+    pub fn fault(&mut self, port: u16, fault: MasterFault) -> Vec<u16> {
+        match fault {
+            MasterFault::ForcedFailover => {
+                self.failover_as(port, Some("FORCE"));
+            }
+            MasterFault::Kill => self.kill(port),
+            MasterFault::Stall(length) => {
+                self.freeze(port);
+                std::thread::sleep(length);
+                self.thaw(port);
+            }
+        }
+        self.ports()
+            .into_iter()
+            .filter(|&p| self.pid(p).is_some())
+            .collect()
+    }
+
     /// Freezes the node on `port` (SIGSTOP): connections stay open, nothing is
     /// answered. A master frozen for longer than about [`NODE_TIMEOUT_MS`] is failed
     /// over by the cluster, and demoted to a replica when thawed.
@@ -1098,6 +1118,77 @@ enum Resp {
     Int(i64),
     Bulk(Option<Vec<u8>>),
     Array(Option<Vec<Resp>>),
+}
+
+/// A fault a test applies to one master ([`RedisCluster::fault`]).
+#[derive(Clone, Copy, Debug)]
+pub enum MasterFault {
+    /// `CLUSTER FAILOVER FORCE` on one of its replicas.
+    ForcedFailover,
+    /// SIGKILL.
+    Kill,
+    /// SIGSTOP for this long, then SIGCONT (past the node timeout, the Cluster fails
+    /// it over and it comes back as a replica).
+    Stall(Duration),
+}
+
+/// Waits until the Cluster is ok again after a fault on the shard of `probe_slot` (T5's
+/// "the Cluster is ok again"): every node in `live` says `cluster_state:ok`, and the
+/// shard's master — the live node that says `role:master` and whose own `CLUSTER NODES`
+/// line owns the slot — reports its replicas, at least one, `online` in `INFO
+/// replication`. Returns that master's port. Polls every 20 ms (each reply within
+/// [`REPLY_WAIT`]), blocking, up to `limit`; panics with the last reason after that.
+pub fn ok_again(live: &[u16], probe_slot: u16, limit: Duration) -> u16 {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        assert!(
+            start.elapsed() < limit,
+            "the Cluster was not ok again within {limit:?}: {last}"
+        );
+        match shard_ok(live, probe_slot) {
+            Ok(master) => return master,
+            Err(why) => last = why,
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One look of [`ok_again`]: the shard's master, or why the Cluster is not ok yet.
+fn shard_ok(live: &[u16], probe_slot: u16) -> Result<u16, String> {
+    for &p in live {
+        let info = text(p, &["CLUSTER", "INFO"]).unwrap_or_default();
+        if !info.contains("cluster_state:ok") {
+            return Err(format!("node {p}: not cluster_state:ok"));
+        }
+    }
+    for &p in live {
+        let repl = text(p, &["INFO", "replication"]).unwrap_or_default();
+        if !repl.contains("role:master") {
+            continue;
+        }
+        let nodes = text(p, &["CLUSTER", "NODES"]).unwrap_or_default();
+        let owns = parse_cluster_nodes(&nodes)
+            .into_iter()
+            .find(|e| e.flags.iter().any(|f| f == "myself"))
+            .is_some_and(|e| {
+                e.slots
+                    .iter()
+                    .any(|&(a, b)| a <= probe_slot && probe_slot <= b)
+            });
+        if !owns {
+            continue;
+        }
+        let replicas: Vec<&str> = repl
+            .lines()
+            .filter(|l| l.starts_with("slave") && l.contains("ip="))
+            .collect();
+        if !replicas.is_empty() && replicas.iter().all(|l| l.contains("state=online")) {
+            return Ok(p);
+        }
+        return Err(format!("master {p}: replicas {replicas:?}"));
+    }
+    Err(format!("no live master owns slot {probe_slot}"))
 }
 
 /// Sends one command on a fresh connection and reads the whole reply, within

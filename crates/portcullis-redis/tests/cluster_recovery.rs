@@ -11,8 +11,9 @@
 //! request's decisions that fail are what the gateway answers 503; they are logged with
 //! their time (`PORTCULLIS_DEBUG=1` prints each as it happens).
 //!
-//! "The Cluster is ok again" ([`ok_again`]): every live node says `cluster_state:ok`
-//! and the faulted shard's master reports its replicas `online` in `INFO replication`.
+//! "The Cluster is ok again" ([`cluster::ok_again`]): every live node says
+//! `cluster_state:ok` and the faulted shard's master reports its replicas `online` in
+//! `INFO replication`.
 //! Every Cluster here runs with `cluster-require-full-coverage no`, as the operations
 //! guide says (D11): with `yes`, every node answers `CLUSTERDOWN` for every key while
 //! a dead master is flagged FAIL and not yet replaced, whatever the client does.
@@ -25,7 +26,7 @@
 
 mod common;
 
-use cluster::RedisCluster;
+use cluster::{MasterFault, RedisCluster};
 use portcullis_core::store::conformance::{Footprint, assert_books_exact, assert_nothing_held};
 use portcullis_core::{
     AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget, Demand,
@@ -277,107 +278,22 @@ fn lock(c: &Shared) -> std::sync::MutexGuard<'_, RedisCluster> {
     c.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One reply of a node, as text, within 500 ms; `None` if it does not answer.
-async fn ask(port: u16, args: &[&str]) -> Option<String> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_millis(500)))
-        .set_response_timeout(Some(Duration::from_millis(500)));
-    let ask = async {
-        let mut c = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .ok()?;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query_async::<String>(&mut c).await.ok()
-    };
-    tokio::time::timeout(Duration::from_secs(1), ask)
-        .await
-        .ok()?
-}
-
-/// Waits until the Cluster is ok again after a fault on the shard of the slot
-/// `probe_slot`: every node in `live` says `cluster_state:ok`, and the shard's master
-/// (whichever node that now is) reports its replicas — at least one — `online` in
-/// `INFO replication`. Returns that master's port. Polls every 20 ms, within `limit`.
+/// [`cluster::ok_again`] (the Cluster ok again after a fault on the shard of
+/// `probe_slot`; its master's port), off the runtime's worker threads.
 async fn ok_again(live: &[u16], probe_slot: u16, limit: Duration) -> u16 {
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        assert!(
-            start.elapsed() < limit,
-            "the Cluster was not ok again within {limit:?}: {last}"
-        );
-        let mut all_ok = true;
-        for &p in live {
-            let info = ask(p, &["CLUSTER", "INFO"]).await.unwrap_or_default();
-            if !info.contains("cluster_state:ok") {
-                all_ok = false;
-                last = format!("node {p}: not cluster_state:ok");
-                break;
-            }
-        }
-        if all_ok {
-            // The shard's master: the live node that says it is a master owning the slot.
-            let mut master = None;
-            for &p in live {
-                let repl = ask(p, &["INFO", "replication"]).await.unwrap_or_default();
-                if !repl.contains("role:master") {
-                    continue;
-                }
-                let nodes = ask(p, &["CLUSTER", "NODES"]).await.unwrap_or_default();
-                let mine = nodes.lines().find(|l| l.contains("myself")).unwrap_or("");
-                if owns(mine, probe_slot) {
-                    master = Some((p, repl));
-                    break;
-                }
-            }
-            match master {
-                Some((p, repl)) => {
-                    let replicas: Vec<&str> = repl
-                        .lines()
-                        .filter(|l| l.starts_with("slave") && l.contains("ip="))
-                        .collect();
-                    if !replicas.is_empty() && replicas.iter().all(|l| l.contains("state=online")) {
-                        return p;
-                    }
-                    last = format!("master {p}: replicas {replicas:?}");
-                }
-                None => last = format!("no live master owns slot {probe_slot}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let live = live.to_vec();
+    tokio::task::spawn_blocking(move || cluster::ok_again(&live, probe_slot, limit))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
-/// True when the `CLUSTER NODES` line `line` lists `slot` among its slot ranges.
-fn owns(line: &str, slot: u16) -> bool {
-    line.split_whitespace().skip(8).any(|r| {
-        let mut it = r.splitn(2, '-');
-        let lo = it.next().and_then(|s| s.parse::<u16>().ok());
-        let hi = it.next().map_or(lo, |s| s.parse::<u16>().ok());
-        matches!((lo, hi), (Some(lo), Some(hi)) if (lo..=hi).contains(&slot))
-    })
-}
-
-/// The fault a run applies to the master of group 0.
-#[derive(Clone, Copy, Debug)]
-enum Fault {
-    /// `CLUSTER FAILOVER FORCE` on its replica.
-    ForcedFailover,
-    /// SIGKILL.
-    Kill,
-    /// SIGSTOP for 3 s (longer than the node timeout: the Cluster fails it over).
-    Stall,
-}
+/// The 3 s stall of these runs: three node timeouts, so the Cluster fails the master over.
+const STALL: MasterFault = MasterFault::Stall(Duration::from_secs(3));
 
 /// Runs the load on a Cluster of 3 masters × `replicas` replicas, applies `fault` to the
 /// master of group 0, waits until the Cluster is ok again, keeps the load up
 /// [`AFTER_OK`] more, and checks T5 (a, b) and D9/D10 (c).
-async fn recovers(fault: Fault, replicas: usize) {
+async fn recovers(fault: MasterFault, replicas: usize) {
     let c: Arc<Shared> = Arc::new(Mutex::new(RedisCluster::start(3, replicas)));
     // As the operations guide says to run a Cluster (D11): with the default `yes`, every
     // node answers CLUSTERDOWN for every key from the moment a dead master is flagged
@@ -506,26 +422,9 @@ async fn recovers(fault: Fault, replicas: usize) {
     let fault_at = run.t0.elapsed();
     let live: Vec<u16> = {
         let c2 = c.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut c = lock(&c2);
-            match fault {
-                Fault::ForcedFailover => {
-                    c.failover_as(victim, Some("FORCE"));
-                }
-                Fault::Kill => c.kill(victim),
-                Fault::Stall => {
-                    c.freeze(victim);
-                    std::thread::sleep(Duration::from_secs(3));
-                    c.thaw(victim);
-                }
-            }
-            c.ports()
-                .into_iter()
-                .filter(|&p| c.pid(p).is_some())
-                .collect()
-        })
-        .await
-        .unwrap()
+        tokio::task::spawn_blocking(move || lock(&c2).fault(victim, fault))
+            .await
+            .unwrap()
     };
     let faulted = run.t0.elapsed();
     let new_master = ok_again(&live, probe_slot, Duration::from_secs(15)).await;
@@ -661,21 +560,21 @@ async fn recovers(fault: Fault, replicas: usize) {
 /// the books are exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t5_forced_failover_under_load_fails_only_its_shard_and_resumes_within_a_second() {
-    recovers(Fault::ForcedFailover, 1).await;
+    recovers(MasterFault::ForcedFailover, 1).await;
 }
 
 /// T5, D9, D10: a master killed under billed load (3 masters × 2 replicas, so the
 /// promoted master still has a replica to acknowledge writes): as for the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t5_killed_master_under_load_fails_only_its_shard_and_resumes_within_a_second() {
-    recovers(Fault::Kill, 2).await;
+    recovers(MasterFault::Kill, 2).await;
 }
 
 /// T5, D9, D10: a master stalled 3 s (SIGSTOP) under billed load — three node timeouts,
 /// so the Cluster fails it over and it comes back as a replica: as for the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t5_stalled_master_under_load_fails_only_its_shard_and_resumes_within_a_second() {
-    recovers(Fault::Stall, 1).await;
+    recovers(STALL, 1).await;
 }
 
 /// T5: a slot moved between two healthy masters while a third is stalled (shorter than

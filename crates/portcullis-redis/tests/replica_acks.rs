@@ -92,6 +92,49 @@ async fn d10_a_replica_shortfall_refuses_admissions_as_unacknowledged_not_as_an_
     assert!(matches!(s, SlotDecision::Acquired(_)), "{s:?}");
 }
 
+/// D9 with D10: a give-back the master takes while its replicas do not acknowledge is
+/// sent again until a send is acknowledged (under `refuse`, the default) — a master
+/// that was stalled past its node timeout takes such writes in the moment before it
+/// learns it was replaced, and loses them with its place. Here: a lease released
+/// while the replica is stopped is released on the master at once, and kept to send
+/// again; once the replica is back, a send is acknowledged and nothing waits.
+#[tokio::test]
+async fn d10_a_give_back_taken_unacknowledged_is_sent_again_until_acknowledged() {
+    let (master, replica) = replicated();
+    let store = acked(&master.url(), Unacknowledged::Refuse).await;
+    let key = SubjectKey::from("s");
+    let SlotDecision::Acquired(lease) = store.acquire(&key, 5, 30_000).await.unwrap() else {
+        panic!("a slot with the replica up");
+    };
+    replica.stop();
+    store.release(&key, lease).await.unwrap();
+    assert_eq!(
+        store.in_flight(&key).await.unwrap(),
+        0,
+        "the master released the lease at once"
+    );
+    let kept = store.give_backs();
+    assert_eq!(
+        kept.waiting, 1,
+        "the release, taken unacknowledged, is kept to send again: {kept:?}"
+    );
+    replica.cont();
+    let back = Instant::now();
+    loop {
+        let now = store.give_backs();
+        if now.waiting == 0 {
+            assert!(now.landed >= 1, "{now:?}");
+            assert_eq!(now.expired, 0, "{now:?}");
+            break;
+        }
+        assert!(
+            back.elapsed() < EVENTUALLY,
+            "the release still waits {EVENTUALLY:?} after the replica came back: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn d10_with_unacknowledged_accept_a_shortfall_takes_every_write_and_counts_it() {
     let (master, replica) = replicated();
@@ -113,6 +156,11 @@ async fn d10_with_unacknowledged_accept_a_shortfall_takes_every_write_and_counts
     assert_eq!(
         counted.taken, 3,
         "two reservations and a settlement: {counted:?}"
+    );
+    assert_eq!(
+        store.give_backs().waiting,
+        0,
+        "under accept, a give-back taken unacknowledged is not sent again"
     );
     replica.cont();
 }

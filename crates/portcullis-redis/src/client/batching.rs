@@ -1,6 +1,7 @@
 //! Settlements and releases queued and sent together as one batch script, and the
 //! give-backs of a call whose answer was not seen (D9).
 
+use super::call::Sent;
 use super::{Client, protocol};
 use crate::batch::{self, Code, Op};
 use crate::codec::Doubles;
@@ -121,7 +122,9 @@ impl Client {
     /// One call of the batch script for `ops` (all on one slot); every op is answered,
     /// and the give-backs among them are kept to send again if the call fails (D9).
     /// `guarded`: behind the breaker (the first try; a retry goes around it). Resolves
-    /// to whether the call was answered.
+    /// to whether the call was answered — and acknowledged by the replicas where the
+    /// store asks for that: a give-back answered unacknowledged is kept to send again
+    /// too (D10, see `retry.rs`).
     pub(super) fn send_batch(
         &self,
         ops: Vec<Op>,
@@ -150,13 +153,19 @@ impl Client {
         let call = self.run_script(Script::Batch, effect, keys, args.argv(), guarded);
         async move {
             match call.await {
-                Ok(redis::Value::Array(replies)) if replies.len() == ops.len() => {
+                Ok(Sent {
+                    reply: redis::Value::Array(replies),
+                    acknowledged,
+                }) if replies.len() == ops.len() => {
+                    if !acknowledged {
+                        client.keep_unacknowledged(&ops);
+                    }
                     for (op, v) in ops.into_iter().zip(replies) {
                         (op.done)(Ok(v));
                     }
-                    true
+                    acknowledged
                 }
-                Ok(other) => {
+                Ok(Sent { reply: other, .. }) => {
                     let e = protocol(format!("batch: unexpected reply {other:?}"));
                     for op in ops {
                         (op.done)(Err(e.clone()));

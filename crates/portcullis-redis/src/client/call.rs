@@ -20,6 +20,31 @@ use tokio::time::Instant;
 /// then), so `WAIT 1 100` without a replica answers after 100–200 ms.
 const WAIT_TICK: Duration = Duration::from_millis(100);
 
+/// A reply, and whether the replicas acknowledged the write that produced it (true
+/// too for a call that asked for no acknowledgement). A write taken unacknowledged
+/// may be on a master that is no longer one — stalled, then replaced — and lost
+/// with it: its give-backs are sent again ([`Client::send_batch`]).
+pub(super) struct Sent {
+    pub(super) reply: redis::Value,
+    pub(super) acknowledged: bool,
+}
+
+impl Sent {
+    fn acknowledged(reply: redis::Value) -> Self {
+        Self {
+            reply,
+            acknowledged: true,
+        }
+    }
+
+    fn unacknowledged(reply: redis::Value) -> Self {
+        Self {
+            reply,
+            acknowledged: false,
+        }
+    }
+}
+
 impl Inner {
     /// The breaker of the node `key` lives on (the one node's, off a Cluster).
     fn breaker(&self, key: &[u8]) -> &Breaker {
@@ -115,7 +140,7 @@ impl Inner {
         cmd: redis::Cmd,
         conn: &mut Conn,
         guarded: bool,
-    ) -> StoreResult<redis::Value> {
+    ) -> StoreResult<Sent> {
         let acked = self.acked(effect);
         let call = async {
             let mut cmd = cmd;
@@ -125,15 +150,20 @@ impl Inner {
                         cmd = as_eval(&cmd, script, conn.is_cluster());
                         continue;
                     }
-                    Ok(Ok(redis::Value::ServerError(e)))
-                        if !sent_whole && e.kind() == Some(ServerErrorKind::NoScript) =>
-                    {
+                    Ok(Ok(Sent {
+                        reply: redis::Value::ServerError(e),
+                        ..
+                    })) if !sent_whole && e.kind() == Some(ServerErrorKind::NoScript) => {
                         cmd = as_eval(&cmd, script, conn.is_cluster());
                         continue;
                     }
                     other => other?,
                 };
-                if let Ok(redis::Value::ServerError(e)) = &reply {
+                if let Ok(Sent {
+                    reply: redis::Value::ServerError(e),
+                    ..
+                }) = &reply
+                {
                     return Err(RedisError::from(e.clone()));
                 }
                 return Ok(reply);
@@ -163,14 +193,17 @@ impl Inner {
         cmd: &redis::Cmd,
         key: &[u8],
         effect: Effect,
-    ) -> redis::RedisResult<StoreResult<redis::Value>> {
+    ) -> redis::RedisResult<StoreResult<Sent>> {
         let n = self.replica_acks;
         #[cfg(test)]
         if self.sent_twice.load(std::sync::atomic::Ordering::Relaxed) {
             let _: redis::RedisResult<redis::Value> = cmd.query_async(conn).await;
         }
         if !self.acked(effect) {
-            return cmd.query_async::<redis::Value>(conn).await.map(Ok);
+            return cmd
+                .query_async::<redis::Value>(conn)
+                .await
+                .map(|v| Ok(Sent::acknowledged(v)));
         }
         let node = self.node(key);
         let health = self.health(node);
@@ -183,7 +216,10 @@ impl Inner {
             if refuse {
                 return Ok(Err(unacknowledged(&name, None, n, wait_ms)));
             }
-            return cmd.query_async::<redis::Value>(conn).await.map(Ok);
+            return cmd
+                .query_async::<redis::Value>(conn)
+                .await
+                .map(|v| Ok(Sent::unacknowledged(v)));
         }
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone())
@@ -198,18 +234,18 @@ impl Inner {
         };
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
         if matches!(reply, redis::Value::ServerError(_)) {
-            return Ok(Ok(reply));
+            return Ok(Ok(Sent::acknowledged(reply)));
         }
         if acks >= i64::from(n) {
             health.acknowledged(|| self.node_name(node));
-            return Ok(Ok(reply));
+            return Ok(Ok(Sent::acknowledged(reply)));
         }
         let name = self.node_name(node);
         health.fell_short(mono_ms(), &name, Some(acks), n, wait_ms, !refuse);
         if refuse {
             return Ok(Err(unacknowledged(&name, Some(acks), n, wait_ms)));
         }
-        Ok(Ok(reply))
+        Ok(Ok(Sent::unacknowledged(reply)))
     }
 
     /// The liveness of the node `key` lives on (the one node's, off a Cluster).
@@ -303,7 +339,7 @@ impl Client {
             let key = first_key(&cmd);
             let sent = inner.send_acked(&mut conn, &cmd, &key, effect);
             let limit = inner.limit(inner.acked(effect));
-            let v = inner.guarded(start, &key, limit, sent).await?;
+            let v = inner.guarded(start, &key, limit, sent).await?.reply;
             if let redis::Value::ServerError(e) = &v {
                 return Err(map_err(RedisError::from(e.clone())));
             }
@@ -325,7 +361,7 @@ impl Client {
     {
         self.flush_batch();
         let call = self.run_script(A::SCRIPT, A::SCRIPT.effect(), keys, args.argv(), true);
-        RedisStoreFuture::new(async move { read_reply(call.await?, decode) })
+        RedisStoreFuture::new(async move { read_reply(call.await?.reply, decode) })
     }
 
     /// One call of `script` (doing `effect`) on `keys` with `argv`, its deadline running
@@ -338,7 +374,7 @@ impl Client {
         keys: Vec<String>,
         argv: Vec<Vec<u8>>,
         guarded: bool,
-    ) -> impl Future<Output = StoreResult<redis::Value>> + Send + 'static {
+    ) -> impl Future<Output = StoreResult<Sent>> + Send + 'static {
         let start = Instant::now();
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();

@@ -10,6 +10,16 @@
 //! must land when Redis is back, and there is one sender at a time, so they cost a
 //! down Redis one call per gap.
 //!
+//! A give-back answered by a master whose replicas did not acknowledge it (D10) may be
+//! lost with that master: one stalled past its node timeout wakes up still a master for
+//! a moment, runs what waited in its socket, answers — and is then replaced by its
+//! promoted replica, which never had those writes. Under
+//! [`Unacknowledged::Refuse`](crate::Unacknowledged::Refuse) such give-backs are kept
+//! too and sent again until one send is acknowledged, for
+//! [`RESEND_UNACKNOWLEDGED_FOR`] at most (a shard that stays short of replicas takes no
+//! new admissions then, so this is bounded by what was in flight); being keyed, a send
+//! after one that did land changes nothing.
+//!
 //! One task sends them while any wait; it logs when it starts and when it has drained
 //! (with counts), never a line per op. The queue is bounded by what was in flight when
 //! the store failed (a failing store admits nothing new to give back) and, as a last
@@ -18,6 +28,7 @@
 use super::Client;
 use crate::batch::{self, Code, Op};
 use crate::future::spawn_quietly;
+use crate::options::Unacknowledged;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +39,10 @@ pub(crate) const MAX_WAITING: usize = 100_000;
 /// The first gap before an op is sent again, and the longest.
 const FIRST_GAP: Duration = Duration::from_millis(100);
 const LONGEST_GAP: Duration = Duration::from_secs(2);
+/// How long a give-back that landed unacknowledged is sent again, from its first such
+/// landing: well past the few seconds a Cluster takes to replace a master and to tell
+/// a woken one it was replaced.
+pub(crate) const RESEND_UNACKNOWLEDGED_FOR: Duration = Duration::from_secs(10);
 
 /// A give-back waiting to be sent again.
 struct Waiting {
@@ -63,12 +78,9 @@ pub struct GiveBacks {
 }
 
 impl Retries {
-    /// Keeps `op` (whose call failed) to send again, if its code is a give-back.
-    /// True when no sender is running: the caller starts one.
-    fn keep(&self, op: &Op) -> bool {
-        let Some(until) = op.until else {
-            return false;
-        };
+    /// Keeps `op` to send again until `until`. True when no sender is running: the
+    /// caller starts one.
+    fn keep(&self, op: &Op, until: std::time::Instant) -> bool {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() >= MAX_WAITING {
             q.pop_front();
@@ -138,16 +150,47 @@ impl Client {
     pub(super) fn keep_for_retry(&self, ops: &[Op]) {
         let mut start = false;
         for op in ops {
-            start |= self.inner.retries.keep(op);
+            if let Some(until) = op.until {
+                start |= self.inner.retries.keep(op, until);
+            }
         }
         if start {
             tracing::warn!(
                 waiting = self.inner.retries.counts().waiting,
                 "redis store: give-backs failed; sending them again until they land"
             );
-            let client = self.clone();
-            spawn_quietly(async move { client.send_retries().await });
+            self.start_sender();
         }
+    }
+
+    /// Keeps the give-backs among `ops`, answered but not acknowledged by the
+    /// replicas, to send again until a send is — under `Unacknowledged::Refuse`, for
+    /// [`RESEND_UNACKNOWLEDGED_FOR`] from the first such answer (see the module docs).
+    pub(super) fn keep_unacknowledged(&self, ops: &[Op]) {
+        if self.inner.unacknowledged != Unacknowledged::Refuse {
+            return;
+        }
+        let bound = std::time::Instant::now() + RESEND_UNACKNOWLEDGED_FOR;
+        let mut start = false;
+        for op in ops {
+            // A give-back sent again already carries the bound of its first answer.
+            if let Some(until) = op.until {
+                start |= self.inner.retries.keep(op, until.min(bound));
+            }
+        }
+        if start {
+            tracing::info!(
+                waiting = self.inner.retries.counts().waiting,
+                "redis store: give-backs not acknowledged by the replicas; sending them \
+                 again until they are"
+            );
+            self.start_sender();
+        }
+    }
+
+    fn start_sender(&self) {
+        let client = self.clone();
+        spawn_quietly(async move { client.send_retries().await });
     }
 
     /// The sender: sends what waits, with a growing gap while Redis fails, until
