@@ -9,8 +9,8 @@ use common::RedisServer;
 use portcullis_core::blocks::BlockSizing;
 use portcullis_core::{
     Admission, BillingOutcome, BillingRequest, BillingStore, Budget, ChannelStore, Demand,
-    Dimension, JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
-    SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
+    Dimension, JointDecision, JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotDecision,
+    SlotStore, SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
 };
 use portcullis_redis::{RedisStore, RedisStoreOptions};
 use std::sync::Arc;
@@ -194,6 +194,78 @@ async fn d9_a_give_back_that_fails_is_sent_again_until_it_lands() {
         used(&plain, &key).await,
         (0, 0),
         "the refund was counted once"
+    );
+}
+
+/// D9: a quota block retired with requests in flight hands them over to Redis, with a
+/// record for each; a refund of one of them whose call fails while Redis is away is
+/// sent again once it answers, and counts once — so no unit stays counted for a request
+/// that was refunded (before, such a refund was a correction without a record, never
+/// sent again).
+#[tokio::test]
+async fn d9_a_refund_of_a_handed_over_blocks_request_is_sent_again_and_counts_once() {
+    let server = RedisServer::start();
+    let s = store(&server, true).await;
+    let plain = patient(&server).await;
+    let key = SubjectKey::from("handed");
+    let (p, d) = (policy(), Demand::tokens(10));
+    let mut tickets = Vec::new();
+    for _ in 0..3 {
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: p.concurrency,
+            ttl: 60_000,
+        };
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy: &p,
+            demand: &d,
+        };
+        match answered(async || s.acquire_and_admit(&slot, Some(window)).await).await {
+            JointDecision::Admitted { ticket, .. } => tickets.push(ticket.expect("windows")),
+            other => panic!("refused: {other:?}"),
+        }
+    }
+    assert!(
+        tickets.iter().all(|t| t.borrowed != 0),
+        "decided from a quota block: {tickets:?}"
+    );
+    // The block's timer retires it with the three in flight: handed over, they count
+    // as used in Redis.
+    eventually(Duration::from_secs(5), "the hand-over", async || {
+        used(&plain, &key).await == (3, 30)
+    })
+    .await;
+    server.stop();
+    let refunded = s
+        .settle(&key, Scope::Key, tickets[1], Outcome::Refund)
+        .await;
+    assert!(refunded.is_err(), "Redis is stalled");
+    assert_eq!(
+        s.give_backs().waiting,
+        1,
+        "the refund is kept to send again"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.cont();
+    eventually(Duration::from_secs(5), "the refund lands", async || {
+        s.give_backs().waiting == 0
+    })
+    .await;
+    assert_eq!(used(&plain, &key).await, (2, 20), "the refund counted once");
+    for t in [tickets[0], tickets[2]] {
+        answered(async || {
+            s.settle(&key, Scope::Key, t, Outcome::Completed(None))
+                .await
+        })
+        .await;
+    }
+    assert_eq!(used(&plain, &key).await, (2, 20), "the others as estimated");
+    let records = format!("{}:adm", s.window_key(&key, Scope::Key));
+    assert_eq!(
+        server.cli(&["ZCARD", &records]).trim(),
+        "0",
+        "every handed request's record went with its settlement"
     );
 }
 

@@ -22,6 +22,8 @@ pub struct WindowBlock {
     /// Given back with requests still in flight: those are counted in Redis as
     /// requests of their own now, and settle there.
     pub(super) handed: bool,
+    /// Requests in flight when it was handed over.
+    pub(super) handed_in_flight: u32,
 }
 
 impl WindowBlock {
@@ -63,6 +65,7 @@ impl WindowBlock {
             in_flight: 1,
             retired: life == 0,
             handed: false,
+            handed_in_flight: 0,
         }
     }
 
@@ -130,6 +133,11 @@ impl WindowBlock {
                 input_tokens: self.tokens,
                 ..Usage::default()
             })),
+            handed: if self.handed {
+                self.handed_in_flight
+            } else {
+                0
+            },
         }
     }
 }
@@ -268,8 +276,10 @@ impl Retiring for WindowBlock {
         WindowBlock::give_back(self, key)
     }
     fn hand_over(&mut self, key: &str) -> GiveBack {
-        // The requests in flight count as used, with their estimates.
+        // The requests in flight count as used, with their estimates; each gets a
+        // record of its own in the shared store.
         self.handed = true;
+        self.handed_in_flight = self.in_flight;
         WindowBlock::give_back(self, key)
     }
 }

@@ -191,6 +191,10 @@ pub enum GiveBack {
         used: u64,
         /// The tokens used (`Completed` with them as input tokens).
         outcome: Outcome,
+        /// Requests still in flight, handed over to the shared store with the block
+        /// (D9): each gets a record of its own there (`0..handed`), so that its later
+        /// settlement is keyed too — sent again until it lands, counted once.
+        handed: u32,
     },
     /// Release the shared leases `indices` of a block (those nobody holds).
     SlotMembers {
@@ -294,9 +298,21 @@ struct SlotEntry {
 pub enum SettleLocal {
     /// Settled here; the block to give back if that ended it.
     Done(Option<GiveBack>),
-    /// Settle it in the shared store as an ordinary ticket: its block was given back
-    /// while it was in flight (or is not held here).
+    /// Settle it in the shared store as an ordinary ticket: its block is not held
+    /// here.
     Shared,
+    /// Settle it in the shared store under the record `index` its block left for it
+    /// when it was handed over with this request in flight (see
+    /// [`GiveBack::Window::handed`]): the block's shared ticket `block` (its record's
+    /// id), admitted as a block of `requests`.
+    Handed {
+        /// The id of the block's shared ticket.
+        block: u64,
+        /// Requests the block reserved (its record is a block's when above 1).
+        requests: u64,
+        /// This request's record among the handed ones.
+        index: u32,
+    },
 }
 
 /// Answer of [`Blocks::release`].
@@ -586,12 +602,20 @@ impl Blocks {
         };
         let b = &mut e.blocks[i];
         if b.handed {
+            // The requests in flight at the hand-over settle in any order; each takes
+            // the next of the records left for them.
+            let index = b.handed_in_flight.saturating_sub(b.in_flight);
+            let handed = SettleLocal::Handed {
+                block: b.shared.id,
+                requests: b.requests,
+                index,
+            };
             b.in_flight = b.in_flight.saturating_sub(1);
             if b.in_flight == 0 {
                 e.blocks.swap_remove(i);
             }
             self.forget(key, true);
-            return SettleLocal::Shared;
+            return handed;
         }
         b.settle(&ticket.demand, outcome);
         let back = b.spent().then(|| e.blocks.swap_remove(i).give_back(key));

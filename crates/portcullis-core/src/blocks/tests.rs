@@ -211,24 +211,83 @@ fn w5_refunds_and_unknown_outcomes_settle_into_the_block() {
         requests,
         used,
         outcome,
+        handed,
         ..
     }) = back
     else {
         panic!("{back:?}")
     };
-    assert_eq!((requests, used), (256, 2));
+    assert_eq!((requests, used, handed), (256, 2, 1));
     let Outcome::Completed(Some(u)) = outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(u.total_tokens(), 20, "t2's estimate and t3's");
     assert_eq!(b.unused_window("w", 1), (0, 0));
-    // The request in flight then settles in the shared store as an ordinary one.
+    // The request in flight then settles in the shared store, under the record its
+    // block left for it.
     let done = Outcome::Completed(Some(Usage {
         input_tokens: 50,
         ..Usage::default()
     }));
-    assert_eq!(b.settle("w", &t3, done), SettleLocal::Shared);
+    assert!(
+        matches!(
+            b.settle("w", &t3, done),
+            SettleLocal::Handed {
+                requests: 256,
+                index: 0,
+                ..
+            }
+        ),
+        "settled under its handed record"
+    );
     assert!(b.is_empty());
+}
+
+/// D9: a block handed over with requests in flight leaves one record per request in
+/// the shared store, and each of them settles under its own — whichever order they end
+/// in — so a settlement sent again after a failure counts once.
+#[test]
+fn d9_requests_of_a_handed_over_block_settle_under_records_of_their_own() {
+    let p = policy(1 << 20, 1 << 40);
+    let d = Demand::tokens(10);
+    let mut b = Blocks::new(BlockSizing::default());
+    let t1 = borrow(&mut b, &p, &d, 0, 0);
+    let mut tickets = vec![t1];
+    for _ in 0..2 {
+        let Local::Granted(g) = b.decide(None, &[window_part(&p, &d)], 1) else {
+            panic!()
+        };
+        tickets.push(g.tickets[0]);
+    }
+    let back = b.retire("w", t1.borrowed, BlockKind::Window);
+    let Some(GiveBack::Window { ticket, handed, .. }) = back else {
+        panic!("{back:?}")
+    };
+    assert_eq!(handed, 3, "three requests in flight at the hand-over");
+    let mut indices = Vec::new();
+    for t in [tickets[2], tickets[0], tickets[1]] {
+        match b.settle("w", &t, Outcome::Refund) {
+            SettleLocal::Handed {
+                block,
+                requests,
+                index,
+            } => {
+                assert_eq!((block, requests), (ticket.id, 256));
+                indices.push(index);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(indices, [0, 1, 2], "each under a record of its own");
+    assert!(b.is_empty());
+    // A block given back whole, nothing in flight, hands over nothing.
+    let t = borrow(&mut b, &p, &d, 0, 0);
+    assert_eq!(b.settle("w", &t, Outcome::Refund), SettleLocal::Done(None));
+    let back = b.retire("w", t.borrowed, BlockKind::Window);
+    assert!(
+        matches!(back, Some(GiveBack::Window { handed: 0, .. })),
+        "{back:?}"
+    );
 }
 
 #[test]

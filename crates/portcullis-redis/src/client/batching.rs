@@ -160,6 +160,19 @@ impl Client {
                     if !acknowledged {
                         client.keep_unacknowledged(&ops);
                     }
+                    // A handed request's settlement that came before its block's
+                    // hand-over (kept to send again after a failure): again, later.
+                    let early: Vec<&Op> = ops
+                        .iter()
+                        .zip(&replies)
+                        .filter(|(o, v)| {
+                            o.code == Code::WindowSettle && **v == redis::Value::Int(-1)
+                        })
+                        .map(|(o, _)| o)
+                        .collect();
+                    if !early.is_empty() {
+                        client.keep_for_retry(early);
+                    }
                     for (op, v) in ops.into_iter().zip(replies) {
                         (op.done)(Ok(v));
                     }

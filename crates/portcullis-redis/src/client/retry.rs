@@ -147,7 +147,7 @@ impl Retries {
 
 impl Client {
     /// Keeps the give-backs among `ops`, whose call failed, to send again.
-    pub(super) fn keep_for_retry(&self, ops: &[Op]) {
+    pub(super) fn keep_for_retry<'a>(&self, ops: impl IntoIterator<Item = &'a Op>) {
         let mut start = false;
         for op in ops {
             if let Some(until) = op.until {

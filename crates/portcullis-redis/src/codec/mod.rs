@@ -129,9 +129,14 @@ pub(crate) fn settle_block_args(
     outcome: Outcome,
     requests: u64,
     used: u64,
+    handed: u32,
 ) -> Doubles {
     let mut b = settle_args(amount_ttl, t, outcome);
     b.u(requests).u(used);
+    if handed > 0 {
+        // [17] (an undo's; the block's tokens), then the requests handed over.
+        b.u(t.demand.tokens).u(u64::from(handed));
+    }
     b
 }
 

@@ -7,12 +7,16 @@
 --          [6] tokens, [7] images, [8] videos (the reserved demand), [9] amount (0/1),
 --          [10] money, [11] rolling (0/1), [12] refund (0/1), [13] actual tokens, [14] cost,
 --          optionally [15] requests reserved (a quota block's; default 1), [16] requests
---          used of them, [17] a block's tokens
+--          used of them, [17] a block's tokens, [18] requests handed over: a block given
+--          back with that many of its requests still in flight (counted as used) leaves
+--          a record for each, `<its record>:h0` ..., under which they settle later
 --          An undo (a call whose answer never came) has [2] = -1, anchors -2 for a group
 --          it would have counted, and the block it asked for in [15] and [17]: the
 --          record says when it was admitted and whether as the block or alone.
 -- ARGV[3]  the admission record's member; absent: settled unkeyed
--- Reply    1 settled, 0 no record (settled before, or never counted)
+-- Reply    1 settled, 0 no record (settled before, or never counted), -1 a handed
+--          request's record not there yet: its block's hand-over has not landed (send
+--          it again)
 local now = now_ms(ARGV[1])
 local B = doubles(ARGV[2])
 local at, tok, img, vid = B[2], B[6], B[7], B[8]
@@ -30,8 +34,15 @@ if m then
   elseif undo then
     rq = 1
   end
-  if not sc then return 0 end
+  if not sc then
+    local block = string.match(m, '^(.*):h%d+$')
+    if block and redis.call('ZSCORE', KEYS[3], block) then return -1 end
+    return 0
+  end
   redis.call('ZREM', KEYS[3], m)
+  for k = 0, (B[18] or 0) - 1 do
+    redis.call('ZADD', KEYS[3], sc, m .. ':h' .. k)
+  end
   if undo then at, ru = tonumber(sc), 0 end
 elseif undo then
   return 0

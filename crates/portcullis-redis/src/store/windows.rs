@@ -210,6 +210,7 @@ impl WindowOps {
                                         requests: *n,
                                         used: 0,
                                         outcome: Outcome::Refund,
+                                        handed: 0,
                                     });
                                 }
                                 None => {

@@ -2,16 +2,20 @@
 //! while their block lives, in Redis once it was given back.
 
 use super::BlockBook;
+use crate::client::Client;
+use crate::codec;
 use crate::future::RedisStoreFuture;
-use crate::scripts::args::{LeaseReleaseArgs, SlotRenewArgs, SlotRenewBlockArgs};
+use crate::keys::Keys;
+use crate::scripts::args::{LeaseReleaseArgs, SlotRenewArgs, SlotRenewBlockArgs, WindowSettleArgs};
 use portcullis_core::blocks::{ReleaseLocal, RenewLocal, SettleLocal, borrowed_lease};
 use portcullis_core::{LeaseId, Millis, Outcome, WindowTicket};
 use std::sync::Arc;
 
 /// Settles `ticket` of window state `state` if a block handed it out: in memory,
-/// giving the block back if that was its last request. `Err`: settle it in Redis as
-/// this ordinary ticket (not a block's, or its block was given back while it was in
-/// flight).
+/// giving the block back if that was its last request, or — its block handed over
+/// while it was in flight — in Redis under the record the block left for it (D9:
+/// keyed, so sent again until it lands). `Err`: settle it in Redis as this ordinary
+/// ticket (not a block held here).
 pub(crate) fn settle(
     book: Option<&Arc<BlockBook>>,
     state: &str,
@@ -32,9 +36,22 @@ pub(crate) fn settle(
             }
             Ok(RedisStoreFuture::ready(Ok(())))
         }
+        SettleLocal::Handed {
+            block,
+            requests,
+            index,
+        } => {
+            let c = &book.client;
+            let args = WindowSettleArgs {
+                time: c.time(),
+                doubles: codec::settle_args(c.amount_ttl_ms(), &ticket, outcome),
+                record: Some(handed_record(block, requests, index)),
+            };
+            Ok(c.batched(Keys::window_script(state.to_owned()), args, |_: i64| Ok(())))
+        }
         SettleLocal::Shared => Err(WindowTicket {
             borrowed: 0,
-            // Its block was given back, record and all: corrected unkeyed.
+            // Not a block held here: corrected unkeyed.
             id: 0,
             ..ticket
         }),
@@ -123,4 +140,18 @@ pub(crate) fn renew(
             })
         }
     })
+}
+
+/// The admission record a block handed over with requests in flight left for its
+/// request `index` (`window_settle.lua` writes them with the block's own record:
+/// `<block record>:h<index>`; a block's record carries `:b` when it reserved more than
+/// one request).
+pub(crate) fn handed_record(block: u64, requests: u64, index: u32) -> String {
+    let mut member = Client::record_member(block);
+    if requests > 1 {
+        member.push_str(":b");
+    }
+    member.push_str(":h");
+    member.push_str(&index.to_string());
+    member
 }

@@ -165,9 +165,16 @@ impl BlockBook {
                 requests,
                 used,
                 outcome,
+                handed,
             } => {
-                let blob =
-                    codec::settle_block_args(c.amount_ttl_ms(), &ticket, outcome, requests, used);
+                let blob = codec::settle_block_args(
+                    c.amount_ttl_ms(),
+                    &ticket,
+                    outcome,
+                    requests,
+                    used,
+                    handed,
+                );
                 settle_window(c, Keys::window_script(key), blob, ticket.id, requests > 1)
             }
             GiveBack::SlotMembers {
