@@ -141,6 +141,8 @@ fn strip_ansi(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_credential_in_logs_responses_or_metrics() {
     let dir = std::env::temp_dir().join(format!("portcullis-secrets-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("gateway.toml");
     std::fs::write(&config, CONFIG).unwrap();

@@ -156,6 +156,8 @@ async fn p4_a_disabled_channel_is_shown_and_re_enabled_by_an_operator() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4_reload_applies_a_good_file_and_keeps_the_last_good_one_on_a_bad_file() {
     let dir = std::env::temp_dir().join(format!("portcullis-reload-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("gateway.toml");
     std::fs::write(&path, config("")).unwrap();

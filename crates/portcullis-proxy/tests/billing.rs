@@ -168,6 +168,8 @@ fn log_lines(log: &std::path::Path) -> Vec<serde_json::Value> {
 /// A gateway with `extra` settings logging usage to a fresh file.
 async fn logging(name: &str, extra: &str) -> (Proxy, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("portcullis-{name}-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);
@@ -289,6 +291,8 @@ async fn b4_provider_error_answer_costs_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b6_usage_log_has_one_line_per_attempt() {
     let dir = std::env::temp_dir().join(format!("portcullis-usage-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);

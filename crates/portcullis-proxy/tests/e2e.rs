@@ -998,6 +998,8 @@ fn p3_bad_config_fails_with_file_line_reason() {
             + 1
     };
     let dir = std::env::temp_dir().join(format!("portcullis-e2e-p3-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
         // (change, the line's marker, words of the reason)

@@ -25,6 +25,8 @@ fn config(head: &str, channels: &[&str], extra: &str) -> String {
 fn usage_log(name: &str) -> std::path::PathBuf {
     let dir =
         std::env::temp_dir().join(format!("portcullis-failover-{}-{name}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);

@@ -250,6 +250,8 @@ async fn d7_redis_store_stack_holds_no_per_request_state() {
 async fn k4_a_flood_of_unknown_keys_costs_no_database_call_and_no_memory() {
     let _serial = SERIAL.lock().await;
     let dir = std::env::temp_dir().join(format!("pcx-memory-flood-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let poll = Duration::from_secs(1);
     // No ledger: its resolver's looks at the ledger (two queries every

@@ -1066,6 +1066,8 @@ async fn records_gateway_on(config: &str) -> Records {
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     ));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let text = format!(
         "[server]\nadmin_token = \"{TOKEN}\"\n\n[database]\nurl = \"sqlite://{}\"\nhash_secret_env = \"PCX_TEST_UNSET_HASH_SECRET\"\n{config}{CHANNELS}",

@@ -33,6 +33,8 @@ policy = "open"
 
 fn usage_log(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("portcullis-rid-{}-{name}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);

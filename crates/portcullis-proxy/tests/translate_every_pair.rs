@@ -509,6 +509,8 @@ async fn x2_a_gemini_thought_signature_comes_back_on_the_next_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x1_a_channel_serves_a_public_model_under_its_own_id() {
     let dir = std::env::temp_dir().join(format!("portcullis-x1-ids-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);
@@ -680,6 +682,8 @@ async fn x3_a_gemini_429_reaches_an_openai_client_as_its_429_with_retry_after() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x1_an_attempt_is_priced_as_the_model_its_channel_served() {
     let dir = std::env::temp_dir().join(format!("portcullis-x1-price-{}", std::process::id()));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("usage.jsonl");
     let _ = std::fs::remove_file(&log);

@@ -37,6 +37,8 @@ fn sqlite() -> Db {
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     ));
+    // A process of the same id may have left it (ids are reused): start empty.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     Db {
         url: format!("sqlite://{}", dir.join("records.db").display()),

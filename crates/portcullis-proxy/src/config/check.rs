@@ -688,6 +688,8 @@ mod tests {
     #[test]
     fn b5_billing_failure_open_is_a_config_error() {
         let dir = std::env::temp_dir().join(format!("portcullis-cfg-b5-{}", std::process::id()));
+        // A process of the same id may have left it (ids are reused): start empty.
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("open.toml");
         std::fs::write(

@@ -301,6 +301,8 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
     #[test]
     fn p3_error_display_has_file_line_reason() {
         let dir = std::env::temp_dir().join(format!("portcullis-cfg-{}", std::process::id()));
+        // A process of the same id may have left it (ids are reused): start empty.
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("bad.toml");
         std::fs::write(&f, "[server]\nlisten = 5\n").unwrap();
@@ -315,6 +317,8 @@ price = { input_per_mtok = 10, output_per_mtok = 20 }
     #[test]
     fn k1_a_file_without_a_database_gets_the_embedded_sqlite_one() {
         let dir = std::env::temp_dir().join(format!("portcullis-db-{}", std::process::id()));
+        // A process of the same id may have left it (ids are reused): start empty.
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let url = |text: &str| {
             let f = dir.join("gateway.toml");
