@@ -230,10 +230,13 @@ async fn d9_a_refund_of_a_handed_over_blocks_request_is_sent_again_and_counts_on
         tickets.iter().all(|t| t.borrowed != 0),
         "decided from a quota block: {tickets:?}"
     );
-    // The block's timer retires it with the three in flight: handed over, they count
-    // as used in Redis.
+    // The blocks' timers retire them with the three in flight: the window block's
+    // requests, handed over, count as used in Redis; the slot block gives back the
+    // leases it did not hand out. Both landed before Redis stops, so the one give-back
+    // kept below is the refund's.
     eventually(Duration::from_secs(5), "the hand-over", async || {
         used(&plain, &key).await == (3, 30)
+            && SlotStore::in_flight(&plain, &key).await.ok() == Some(3)
     })
     .await;
     server.stop();

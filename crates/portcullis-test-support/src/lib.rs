@@ -5,6 +5,8 @@
 //!   faults of T5 (stop, continue, kill, restart) and `INFO commandstats` parsing;
 //! - [`cluster`]: a private Redis Cluster per test ([`cluster::RedisCluster`]), with its
 //!   faults (failover, kill, freeze, slot migration);
+//! - [`link`]: a TCP link to a server that a test can cut and mend ([`link::Link`]):
+//!   the network gone, where a stopped server would still run what waited for it;
 //! - [`postgres`]: a private PostgreSQL server per test ([`postgres::PostgresServer`],
 //!   also re-exported as [`PostgresServer`]), with its faults (kill, stall, restart).
 //!
@@ -20,6 +22,7 @@
 
 #[path = "../../../tests/support/cluster.rs"]
 pub mod cluster;
+pub mod link;
 pub mod logs;
 pub mod postgres;
 pub mod redis;

@@ -46,16 +46,18 @@ impl Sent {
 }
 
 impl Inner {
-    /// The breaker of the node `key` lives on (the one node's, off a Cluster).
-    fn breaker(&self, key: &[u8]) -> &Breaker {
-        self.nodes
-            .as_ref()
-            .map_or(&self.breaker, |n| n.breaker_of(key))
-    }
-
-    /// The index of the node `key` lives on (0 off a Cluster, and for an unknown owner).
+    /// The index of the node `key` lives on (0 off a Cluster, and for an unknown
+    /// owner). Read once per call: its breaker, liveness and log are then one node's
+    /// even when the slot changes owner while it runs.
     fn node(&self, key: &[u8]) -> usize {
         self.nodes.as_ref().map_or(0, |n| n.node_of(key))
+    }
+
+    /// The breaker of node `node` (the one node's, off a Cluster).
+    fn breaker(&self, node: usize) -> &Breaker {
+        self.nodes
+            .as_ref()
+            .map_or(&self.breaker, |n| n.breaker(node))
     }
 
     /// The log and shortfall state of node `node`.
@@ -79,12 +81,11 @@ impl Inner {
     async fn guarded<T>(
         &self,
         start: Instant,
-        key: &[u8],
+        node: usize,
         limit: Duration,
         fut: impl Future<Output = redis::RedisResult<StoreResult<T>>>,
     ) -> StoreResult<T> {
-        let breaker = self.breaker(key);
-        let node = self.node(key);
+        let breaker = self.breaker(node);
         let health = self.health(node);
         let pass = match breaker.check() {
             Ok(p) => p,
@@ -93,8 +94,8 @@ impl Inner {
                 return Err(e);
             }
         };
-        let r = self.bounded(start, key, limit, fut).await;
-        breaker.record(&r, self.live(key).silent_for(start));
+        let r = self.bounded(start, node, limit, fut).await;
+        breaker.record(&r, self.live(node).silent_for(start));
         drop(pass);
         match &r {
             Err(e) if e.kind() == StoreErrorKind::Unavailable || breaker.is_open() => {
@@ -142,10 +143,11 @@ impl Inner {
         guarded: bool,
     ) -> StoreResult<Sent> {
         let acked = self.acked(effect);
+        let node = self.node(key);
         let call = async {
             let mut cmd = cmd;
             for sent_whole in [false, true] {
-                let reply = match self.send_acked(conn, &cmd, key, effect).await {
+                let reply = match self.send_acked(conn, &cmd, node, effect).await {
                     Err(e) if !sent_whole && e.kind() == NO_SCRIPT => {
                         cmd = as_eval(&cmd, script, conn.is_cluster());
                         continue;
@@ -172,9 +174,9 @@ impl Inner {
         };
         let limit = self.limit(acked);
         if guarded {
-            self.guarded(start, key, limit, call).await
+            self.guarded(start, node, limit, call).await
         } else {
-            self.bounded(start, key, limit, call).await
+            self.bounded(start, node, limit, call).await
         }
     }
 
@@ -191,7 +193,7 @@ impl Inner {
         &self,
         conn: &mut Conn,
         cmd: &redis::Cmd,
-        key: &[u8],
+        node: usize,
         effect: Effect,
     ) -> redis::RedisResult<StoreResult<Sent>> {
         let n = self.replica_acks;
@@ -205,7 +207,6 @@ impl Inner {
                 .await
                 .map(|v| Ok(Sent::acknowledged(v)));
         }
-        let node = self.node(key);
         let health = self.health(node);
         let wait_ms = u64::try_from(self.replica_ack_wait.as_millis()).unwrap_or(u64::MAX);
         let refuse = effect == Effect::Admits && self.unacknowledged == Unacknowledged::Refuse;
@@ -248,22 +249,22 @@ impl Inner {
         Ok(Ok(Sent::unacknowledged(reply)))
     }
 
-    /// The liveness of the node `key` lives on (the one node's, off a Cluster).
-    fn live(&self, key: &[u8]) -> &Liveness {
-        self.nodes.as_ref().map_or(&self.liveness, |n| n.of(key))
+    /// The liveness of node `node` (the one node's, off a Cluster).
+    fn live(&self, node: usize) -> &Liveness {
+        self.nodes.as_ref().map_or(&self.liveness, |n| n.live(node))
     }
 
-    /// Awaits one Redis call on `key` made at `start`, given up once Redis has been
-    /// silent for `limit` (see [`Liveness::bounded`]; on a Cluster, the liveness of the
-    /// node owning `key`), and classifies its failure.
+    /// Awaits one Redis call on node `node` made at `start`, given up once that node
+    /// (off a Cluster, Redis) has been silent for `limit` (see [`Liveness::bounded`]),
+    /// and classifies its failure.
     async fn bounded<T>(
         &self,
         start: Instant,
-        key: &[u8],
+        node: usize,
         limit: Duration,
         fut: impl Future<Output = redis::RedisResult<StoreResult<T>>>,
     ) -> StoreResult<T> {
-        let live = self.live(key);
+        let live = self.live(node);
         let r = live.bounded(start, limit, self.busy_limit, fut).await;
         // Redis answers again after a silence: the give-backs kept for it go now, not
         // at the end of a gap that grew while it was silent (up to 2 s of leases and
@@ -336,10 +337,10 @@ impl Client {
         let mut conn = self.inner.conn.clone();
         let inner = self.inner.clone();
         RedisStoreFuture::new(async move {
-            let key = first_key(&cmd);
-            let sent = inner.send_acked(&mut conn, &cmd, &key, effect);
+            let node = inner.node(&first_key(&cmd));
+            let sent = inner.send_acked(&mut conn, &cmd, node, effect);
             let limit = inner.limit(inner.acked(effect));
-            let v = inner.guarded(start, &key, limit, sent).await?.reply;
+            let v = inner.guarded(start, node, limit, sent).await?.reply;
             if let redis::Value::ServerError(e) = &v {
                 return Err(map_err(RedisError::from(e.clone())));
             }

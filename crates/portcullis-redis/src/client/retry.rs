@@ -64,6 +64,9 @@ pub(crate) struct Retries {
     wake: tokio::sync::Notify,
     landed: AtomicU64,
     expired: AtomicU64,
+    /// Tests: the sender sends nothing while set (what waits stays in the queue).
+    #[cfg(test)]
+    held: AtomicBool,
 }
 
 /// What became of give-backs that failed once (see [`RedisStore::give_backs`](crate::RedisStore::give_backs)).
@@ -104,6 +107,10 @@ impl Retries {
 
     /// Everything waiting whose object may still be held; the rest is counted expired.
     fn take_live(&self) -> Vec<Op> {
+        #[cfg(test)]
+        if self.held.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         let now = std::time::Instant::now();
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::with_capacity(q.len());
@@ -185,6 +192,16 @@ impl Client {
                  again until they are"
             );
             self.start_sender();
+        }
+    }
+
+    /// Tests: holds back the sender (`true`) — what waits is kept, in order, and sent
+    /// once released.
+    #[cfg(test)]
+    pub(crate) fn hold_retries(&self, on: bool) {
+        self.inner.retries.held.store(on, Ordering::Release);
+        if !on {
+            self.inner.retries.wake();
         }
     }
 

@@ -58,15 +58,14 @@ impl Nodes {
         }
     }
 
-    /// The liveness of the node that owns `key`'s slot.
-    pub(crate) fn of(&self, key: &[u8]) -> &Liveness {
-        let node = self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed);
-        &self.live[usize::from(node)]
-    }
-
     /// The index (entry) of the node that owns `key`'s slot.
     pub(crate) fn node_of(&self, key: &[u8]) -> usize {
         usize::from(self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed))
+    }
+
+    /// The liveness of node entry `node` (see [`node_of`](Self::node_of)).
+    pub(crate) fn live(&self, node: usize) -> &Liveness {
+        &self.live[node.min(MAX_NODES)]
     }
 
     /// The name (`host:port`) of node entry `node`; `None` for "owner unknown".
@@ -75,11 +74,10 @@ impl Nodes {
         node.checked_sub(1).and_then(|i| names.get(i).cloned())
     }
 
-    /// The breaker of the node that owns `key`'s slot: one node down fails its own
-    /// calls fast, not every node's.
-    pub(crate) fn breaker_of(&self, key: &[u8]) -> &Breaker {
-        let node = self.owner[usize::from(hash_slot(key))].load(Ordering::Relaxed);
-        &self.breakers[usize::from(node)]
+    /// The breaker of node entry `node`: one node down fails its own calls fast, not
+    /// every node's.
+    pub(crate) fn breaker(&self, node: usize) -> &Breaker {
+        &self.breakers[node.min(MAX_NODES)]
     }
 
     fn now_ms(&self) -> u64 {
@@ -239,25 +237,43 @@ mod tests {
         };
         let (low, high) = (key_in(0, 8191), key_in(8192, 16383));
         // Before the first read every key shares the "unknown" entry.
-        assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[0]));
+        assert!(std::ptr::eq(
+            nodes.live(nodes.node_of(low.as_bytes())),
+            &nodes.live[0]
+        ));
         let reply = Value::Array(vec![range(0, 8191, 7001), range(8192, 16383, 7002)]);
         assert_eq!(nodes.update(&reply), 2);
-        assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[1]));
-        assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[2]));
+        assert!(std::ptr::eq(
+            nodes.live(nodes.node_of(low.as_bytes())),
+            &nodes.live[1]
+        ));
+        assert!(std::ptr::eq(
+            nodes.live(nodes.node_of(high.as_bytes())),
+            &nodes.live[2]
+        ));
         assert!(!nodes.moved_within(low.as_bytes(), Duration::from_secs(60)));
         // A failover moves the range to another node.
         nodes.update(&Value::Array(vec![
             range(0, 8191, 7001),
             range(8192, 16383, 7003),
         ]));
-        assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[3]));
+        assert!(std::ptr::eq(
+            nodes.live(nodes.node_of(high.as_bytes())),
+            &nodes.live[3]
+        ));
         assert!(nodes.moved_within(high.as_bytes(), Duration::from_secs(60)));
         assert!(
             !nodes.moved_within(low.as_bytes(), Duration::from_secs(60)),
             "only the slots whose owner changed"
         );
         nodes.update(&Value::Array(vec![range(0, 16383, 7003)]));
-        assert!(std::ptr::eq(nodes.of(low.as_bytes()), &nodes.live[3]));
-        assert!(std::ptr::eq(nodes.of(high.as_bytes()), &nodes.live[3]));
+        assert!(std::ptr::eq(
+            nodes.live(nodes.node_of(low.as_bytes())),
+            &nodes.live[3]
+        ));
+        assert!(std::ptr::eq(
+            nodes.live(nodes.node_of(high.as_bytes())),
+            &nodes.live[3]
+        ));
     }
 }

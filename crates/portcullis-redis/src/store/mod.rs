@@ -14,11 +14,18 @@
 
 mod billing;
 mod book;
+#[cfg(test)]
+mod handed_early_tests;
 mod homes;
 mod joint;
 #[cfg(test)]
 mod sent_twice_tests;
 mod shared;
+/// The helpers of the crate's tests (`tests/common`), for the unit tests here.
+#[cfg(test)]
+#[path = "../../tests/common/mod.rs"]
+#[allow(unreachable_pub)]
+mod test_common;
 pub use shared::MAX_EXACT_MONEY;
 mod slots;
 mod traits;
@@ -262,6 +269,16 @@ impl RedisStore {
 
     fn client(&self) -> &Client {
         &self.inner.client
+    }
+
+    /// Tests: slot leases and window requests of `key` this instance borrowed in
+    /// blocks and holds unused (none once its blocks retired).
+    #[cfg(test)]
+    fn unused_borrowed(&self, key: &SubjectKey) -> (u32, u64) {
+        let book = self.inner.windows.book().expect("a store with blocks");
+        let slots = book.unused_slots(&self.slots_key(key));
+        let (requests, _) = book.unused_window(&self.window_key(key, Scope::Key));
+        (slots, requests)
     }
 
     /// True when the store talks to a Redis Cluster.

@@ -3,9 +3,7 @@
 //! Every decision script finds what its first run took (its lease, its quota block's
 //! leases, its window admission's record) and answers as that run did.
 
-#[path = "../../tests/common/mod.rs"]
-#[allow(unreachable_pub)]
-mod common;
+use super::test_common as common;
 
 use super::RedisStore;
 use crate::RedisStoreOptions;

@@ -27,6 +27,12 @@ impl WindowOps {
         Self { client, book }
     }
 
+    /// Tests: the block book, where the store has one.
+    #[cfg(test)]
+    pub(crate) fn book(&self) -> Option<&Arc<BlockBook>> {
+        self.book.as_ref()
+    }
+
     /// The window state key of `key` under `scope`.
     pub(crate) fn state(&self, key: &SubjectKey, scope: Scope) -> String {
         self.client.keys().window(key, scope)

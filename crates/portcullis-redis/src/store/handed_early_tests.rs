@@ -1,0 +1,132 @@
+//! D9: a handed request's settlement that reaches Redis before its block's hand-over
+//! (the hand-over failed and waits to be sent again) finds no record of its own yet;
+//! Redis answers "not yet" and the settlement is kept and sent again after the
+//! hand-over, so it counts once and leaves no unit counted for a refunded request.
+
+use super::test_common as common;
+
+use super::RedisStore;
+use crate::RedisStoreOptions;
+use common::{RedisServer, until_ok};
+use portcullis_core::blocks::BlockSizing;
+use portcullis_core::{
+    Demand, Dimension, JointDecision, JointStore, Outcome, Policy, Scope, SlotAsk, SlotStore,
+    SubjectKey, Tier, WindowAsk, WindowStore,
+};
+use portcullis_test_support::link::Link;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn policy() -> Arc<Policy> {
+    Arc::new(
+        Policy::default()
+            .with_concurrency(1_000)
+            .with_requests(Tier::per_minute(100_000))
+            .with_tokens(Tier::per_minute(10_000_000)),
+    )
+}
+
+/// Requests and tokens counted in `key`'s current windows, read by `s` (no blocks).
+async fn used(s: &RedisStore, key: &SubjectKey) -> (u64, u64) {
+    let v = until_ok("view", || s.view(key, Scope::Key, &policy())).await;
+    let of = |d: Dimension| v.iter().find(|l| l.dimension == d).map_or(0, |l| l.used);
+    (of(Dimension::Requests), of(Dimension::Tokens))
+}
+
+/// Polls `check` every 20 ms until it holds (10 s at most: not a deadline under test).
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < common::EVENTUALLY, "{what}: never");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn d9_a_handed_requests_settlement_that_overtakes_its_hand_over_is_sent_again_after_it() {
+    let server = RedisServer::start();
+    let link = Link::to(server.port());
+    // The store under test reaches Redis over the link; the default 20 ms deadline.
+    let s = RedisStore::connect(
+        &link.url(),
+        RedisStoreOptions::default().blocks(Some(BlockSizing::default())),
+    )
+    .await
+    .expect("connect");
+    let plain = RedisStore::connect(&server.url(), common::patient())
+        .await
+        .expect("connect");
+    let key = SubjectKey::from("early");
+    let (p, d) = (policy(), Demand::tokens(10));
+    let mut tickets = Vec::new();
+    for _ in 0..3 {
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: p.concurrency,
+            ttl: 60_000,
+        };
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy: &p,
+            demand: &d,
+        };
+        match until_ok("admit", || s.acquire_and_admit(&slot, Some(window))).await {
+            JointDecision::Admitted { ticket, .. } => tickets.push(ticket.expect("windows")),
+            other => panic!("refused: {other:?}"),
+        }
+    }
+    assert!(
+        tickets.iter().all(|t| t.borrowed != 0),
+        "decided from a quota block: {tickets:?}"
+    );
+    let (block_requests, _) = used(&plain, &key).await;
+    assert!(block_requests > 3, "the block counts all it borrowed");
+    // The link cut when the block's timer hands it over (with three requests in
+    // flight): the hand-over fails without reaching Redis (a stopped Redis would run
+    // it when woken) and waits, held back, to be sent again — as does the slot
+    // block's give-back.
+    s.client().hold_retries(true);
+    link.cut();
+    eventually("the blocks retired, their give-backs kept", async || {
+        s.unused_borrowed(&key) == (0, 0) && s.give_backs().waiting >= 2
+    })
+    .await;
+    let kept = s.give_backs().waiting;
+    link.mend();
+    // Redis answers again, the hand-over still waits: a handed request's refund now
+    // reaches Redis first.
+    until_ok("Redis answers again", || s.in_flight(&key)).await;
+    until_ok("the refund is answered", || {
+        s.settle(&key, Scope::Key, tickets[1], Outcome::Refund)
+    })
+    .await;
+    assert_eq!(
+        s.give_backs().waiting,
+        kept + 1,
+        "the refund, answered 'not yet', is kept to send again"
+    );
+    assert_eq!(
+        used(&plain, &key).await.0,
+        block_requests,
+        "nothing settled before the hand-over"
+    );
+    s.client().hold_retries(false);
+    eventually("everything kept lands", async || {
+        s.give_backs().waiting == 0
+    })
+    .await;
+    assert_eq!(used(&plain, &key).await, (2, 20), "the refund counted once");
+    for t in [tickets[0], tickets[2]] {
+        until_ok("a settlement", || {
+            s.settle(&key, Scope::Key, t, Outcome::Completed(None))
+        })
+        .await;
+    }
+    assert_eq!(used(&plain, &key).await, (2, 20), "the others as estimated");
+    let records = format!("{}:adm", s.window_key(&key, Scope::Key));
+    assert_eq!(
+        server.cli(&["ZCARD", &records]).trim(),
+        "0",
+        "every handed request's record went with its settlement"
+    );
+}
