@@ -27,11 +27,11 @@
 mod common;
 
 use cluster::{MasterFault, RedisCluster};
-use portcullis_core::store::conformance::{Footprint, assert_books_exact, assert_nothing_held};
+use common::load::{self, Kept};
+use portcullis_core::store::conformance::{assert_books_exact, assert_nothing_held};
 use portcullis_core::{
-    AttemptState, BillingDecision, BillingOutcome, BillingRequest, BillingStore, Budget, Demand,
-    Dimension, JointDecision, JointStore, Outcome, Policy, Scope, SlotAsk, SlotStore, SubjectKey,
-    Tier, Usage, WindowAsk, WindowStore,
+    AttemptState, BillingOutcome, BillingStore, Budget, Demand, Outcome, Policy, Scope, SlotStore,
+    SubjectKey, Tier, Usage,
 };
 use portcullis_redis::{RedisStore, RedisStoreOptions};
 use portcullis_test_support::cluster;
@@ -104,13 +104,10 @@ struct Tally {
     completed_after: [AtomicU64; 3],
     /// Costs the store answered "settled", per group.
     charged: [AtomicI64; 3],
-    footprint: Mutex<Footprint>,
+    kept: Kept,
 }
 
 impl Tally {
-    fn record(&self, f: impl FnOnce(&mut Footprint)) {
-        f(&mut self.footprint.lock().unwrap_or_else(|e| e.into_inner()));
-    }
     fn failed(&self, t0: Instant, group: usize, what: &'static str, e: impl ToString) {
         let f = Failure {
             at: t0.elapsed(),
@@ -147,34 +144,6 @@ struct Run {
     resume_mark_us: AtomicU64,
 }
 
-/// Settles `attempt` until the store answers, as the billing layer's retries do; each
-/// failed try is a failure of the group's call.
-async fn settle_until_landed(
-    s: &RedisStore,
-    run: &Run,
-    group: usize,
-    attempt: &portcullis_core::AttemptRef,
-    outcome: BillingOutcome,
-) -> Option<AttemptState> {
-    let start = Instant::now();
-    loop {
-        match s.settle_attempt(attempt, outcome).await {
-            Ok(state) => {
-                run.tally.record(|f| f.ledger_mut().settled(attempt, state));
-                return state;
-            }
-            Err(e) => {
-                run.tally.failed(run.t0, group, "settle", e);
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "a settlement never landed"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
 /// One client: billed requests on `key` and the group's tenant until the run stops
 /// (bounded: 30 s or 100k requests at most).
 async fn client(
@@ -185,70 +154,26 @@ async fn client(
     key: SubjectKey,
     run: Arc<Run>,
 ) {
-    let (p, d) = (policy(), Demand::tokens(TOKENS));
+    let p = policy();
+    let failed = |what, e| run.tally.failed(run.t0, group, what, e);
+    let kept = &run.tally.kept;
     let mut n = 0u64;
     while !run.stop.load(Ordering::Relaxed)
         && n < 100_000
         && run.t0.elapsed() < Duration::from_secs(30)
     {
         n += 1;
-        let slot = SlotAsk {
-            key: key.clone(),
-            limit: p.concurrency,
-            ttl: 60_000,
+        let req = load::billed(format!("{name}-{n}"), &on.tenant, &key, budget(), MONEY);
+        let demand = Demand::tokens(TOKENS);
+        let Some(a) = load::admit_and_reserve(&s, &p, demand, 60_000, &req, kept, &failed).await
+        else {
+            continue;
         };
-        let window = WindowAsk {
-            scope: Scope::Key,
-            policy: &p,
-            demand: &d,
-        };
-        let (lease, ticket) = match s.acquire_and_admit(&slot, Some(window)).await {
-            Ok(JointDecision::Admitted { lease, ticket }) => (lease, ticket.expect("windows")),
-            Ok(other) => panic!("refused under limits far from exhausted: {other:?}"),
-            Err(e) => {
-                run.tally.failed(run.t0, group, "acquire_and_admit", e);
-                // A client that got a 503 comes back a little later.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-        };
-        let give_back = |outcome: Outcome| {
-            drop(WindowStore::settle(&s, &key, Scope::Key, ticket, outcome));
-            drop(SlotStore::release(&s, &key, lease));
-        };
-        let req = BillingRequest {
-            attempt: format!("{name}-{n}").into(),
-            tenant: Some(on.tenant.as_str().into()),
-            key: key.clone(),
-            spend_cap: None,
-            budgets: vec![budget()].into(),
-            money: MONEY,
-            bill_balance: true,
-            lifetime_ms: portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS,
-            tenant_expected: true,
-        };
-        let attempt = req.attempt_ref();
-        let decision = s.check_and_reserve(&req).await;
-        if let Ok(d) = &decision {
-            run.tally.record(|f| f.ledger_mut().reserved(&req, d));
-        }
-        match decision {
-            Ok(BillingDecision::Admitted) => {}
-            Ok(other) => panic!("billing refused: {other:?}"),
-            Err(e) => {
-                // Fail-closed billing: a 503; the layer refunds what it could not see
-                // reserved, and gives back the slot and the window unit.
-                run.tally.failed(run.t0, group, "check_and_reserve", e);
-                settle_until_landed(&s, &run, group, &attempt, BillingOutcome::Refund).await;
-                give_back(Outcome::Refund);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-        }
         // The provider's answer: a few ms, so the load leaves the host some CPU (a
         // starved Redis looks stalled, D8).
         tokio::time::sleep(Duration::from_millis(4 + n % 4)).await;
-        match settle_until_landed(&s, &run, group, &attempt, BillingOutcome::Settled(COST)).await {
+        let settled = BillingOutcome::Settled(COST);
+        match load::settle_until_landed(&s, &a.attempt, settled, kept, &failed).await {
             Some(AttemptState::Settled(c)) => {
                 run.tally.charged[group].fetch_add(c, Ordering::Relaxed);
             }
@@ -258,7 +183,7 @@ async fn client(
             input_tokens: TOKENS,
             ..Usage::default()
         };
-        give_back(Outcome::Completed(Some(usage)));
+        load::give_back(&s, &key, &a, Outcome::Completed(Some(usage)));
         *run.tally
             .completed
             .lock()
@@ -354,7 +279,7 @@ async fn recovers(fault: MasterFault, replicas: usize) {
     });
     for g in &groups {
         observer.set_balance(&g.tenant, BALANCE).await.unwrap();
-        run.tally.record(|f| {
+        run.tally.kept.record(|f| {
             f.ledger_mut().balance_set(&g.tenant, BALANCE);
             for k in &g.subjects {
                 f.slot(k).window(k, Scope::Key, &policy());
@@ -503,34 +428,15 @@ async fn recovers(fault: MasterFault, replicas: usize) {
     }
 
     // (c) Nothing held by nobody, books exact: every give-back lands.
-    let start = Instant::now();
-    while instances.iter().any(|s| s.give_backs().waiting > 0) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "give-backs still waiting: {:?}",
-            instances
-                .iter()
-                .map(RedisStore::give_backs)
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load::give_backs_landed(&instances, Duration::from_secs(10)).await;
     // The releases and window settlements the clients sent without waiting.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut footprint = run.tally.footprint.lock().unwrap().clone();
+    let mut footprint = run.tally.kept.footprint();
     let completed = run.tally.completed.lock().unwrap().clone();
-    let hour = 3_600_000;
     for g in &groups {
         for k in &g.subjects {
             let n = completed.get(k).copied().unwrap_or(0);
-            footprint.counted(
-                k,
-                Scope::Key,
-                &[
-                    (Dimension::Requests, hour, n),
-                    (Dimension::Tokens, hour, n * TOKENS),
-                ],
-            );
+            load::counted_in_the_hour(&mut footprint, k, n, TOKENS);
         }
     }
     assert_nothing_held(&observer, &footprint).await;

@@ -21,6 +21,7 @@ mod common;
 
 use cluster::{CLUSTER_WAIT, RedisCluster};
 use common::RedisServer;
+use common::load::{self, Kept};
 use portcullis_core::blocks::BlockSizing;
 use portcullis_core::store::conformance::{Footprint, assert_books_exact, assert_nothing_held};
 use portcullis_core::{
@@ -158,40 +159,7 @@ struct Tally {
     /// failover without replica acks (only allowed in a lossy run; nothing is charged).
     lost: AtomicU64,
     /// Every reservation and settlement with the store's answer, for the checks.
-    footprint: std::sync::Mutex<Footprint>,
-}
-
-impl Tally {
-    fn record(&self, f: impl FnOnce(&mut Footprint)) {
-        f(&mut self.footprint.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-}
-
-/// Settles `attempt` until the store answers, as the billing layer's retries do; a
-/// failed try is counted as a failed call.
-async fn settle_until_landed(
-    s: &RedisStore,
-    tally: &Tally,
-    attempt: &portcullis_core::AttemptRef,
-    outcome: BillingOutcome,
-) -> Option<AttemptState> {
-    let start = Instant::now();
-    loop {
-        match s.settle_attempt(attempt, outcome).await {
-            Ok(state) => {
-                tally.record(|f| f.ledger_mut().settled(attempt, state));
-                return state;
-            }
-            Err(_) => {
-                tally.failed.fetch_add(1, Ordering::Relaxed);
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "a settlement never landed"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    }
+    kept: Kept,
 }
 
 /// One client of instance `s`: requests one after the other until `stop`.
@@ -204,78 +172,34 @@ async fn client(
     setup: Setup,
 ) {
     let ttl = lease_ttl(&setup);
-    let (p, d, k) = (policy(), Demand::tokens(TOKENS), on.key.clone());
+    let (p, k) = (policy(), on.key.clone());
     let items = on.provider_items();
+    let failed = |_, _| {
+        tally.failed.fetch_add(1, Ordering::Relaxed);
+    };
+    let kept = &tally.kept;
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        let failed = || {
-            tally.failed.fetch_add(1, Ordering::Relaxed);
+        let req = load::billed(format!("{name}-{n}"), TENANT, &k, budget(), MONEY);
+        let demand = Demand::tokens(TOKENS);
+        let Some(a) = load::admit_and_reserve(&s, &p, demand, ttl, &req, kept, &failed).await
+        else {
+            continue;
         };
-        let slot = SlotAsk {
-            key: k.clone(),
-            limit: p.concurrency,
-            ttl,
-        };
-        let window = WindowAsk {
-            scope: Scope::Key,
-            policy: &p,
-            demand: &d,
-        };
-        let (lease, ticket) = match s.acquire_and_admit(&slot, Some(window)).await {
-            Ok(JointDecision::Admitted { lease, ticket }) => (lease, ticket.expect("windows")),
-            Ok(other) => panic!("refused under limits far from exhausted: {other:?}"),
-            Err(_) => {
-                failed();
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-        };
-        let give_back = |outcome: Outcome| {
-            drop(WindowStore::settle(&s, &k, Scope::Key, ticket, outcome));
-            drop(SlotStore::release(&s, &k, lease));
-        };
-        let req = BillingRequest {
-            attempt: format!("{name}-{n}").into(),
-            tenant: Some(TENANT.into()),
-            key: k.clone(),
-            spend_cap: None,
-            budgets: vec![budget()].into(),
-            money: MONEY,
-            bill_balance: true,
-            lifetime_ms: portcullis_core::billing::DEFAULT_ATTEMPT_LIFETIME_MS,
-            tenant_expected: true,
-        };
-        let attempt = req.attempt_ref();
-        let decision = s.check_and_reserve(&req).await;
-        if let Ok(d) = &decision {
-            tally.record(|f| f.ledger_mut().reserved(&req, d));
-        }
-        match decision {
-            Ok(BillingDecision::Admitted) => {}
-            Ok(other) => panic!("billing refused: {other:?}"),
-            Err(_) => {
-                // Closed: the layer refunds the attempt it could not see reserved.
-                failed();
-                settle_until_landed(&s, &tally, &attempt, BillingOutcome::Refund).await;
-                give_back(Outcome::Refund);
-                continue;
-            }
-        }
         let channel = s.admit_all_and_acquire(&items, CHANNEL, 10_000, ttl).await;
         let (tickets, cap) = match channel {
             Ok((JointAdmission::Admitted(t), CapacityTake::Taken(l))) => (t, Some(l)),
             // On a Cluster the lease is a call of its own; when it fails the windows
             // stand and the capacity layer, open, goes on without a lease.
             Ok((JointAdmission::Admitted(t), CapacityTake::NotAsked)) => {
-                failed();
+                tally.failed.fetch_add(1, Ordering::Relaxed);
                 (t, None)
             }
             Ok(other) => panic!("the channel refused: {other:?}"),
-            Err(_) => {
-                failed();
-                settle_until_landed(&s, &tally, &attempt, BillingOutcome::Refund).await;
-                give_back(Outcome::Refund);
+            Err(e) => {
+                failed("admit_all_and_acquire", e);
+                load::abandon(&s, &k, &a, kept, &failed).await;
                 continue;
             }
         };
@@ -296,7 +220,8 @@ async fn client(
         if let Some(cap) = cap {
             drop(CapacityStore::release(&s, CHANNEL, cap));
         }
-        match settle_until_landed(&s, &tally, &attempt, BillingOutcome::Settled(COST)).await {
+        let settled = BillingOutcome::Settled(COST);
+        match load::settle_until_landed(&s, &a.attempt, settled, kept, &failed).await {
             Some(AttemptState::Settled(c)) => {
                 tally.charged.fetch_add(c, Ordering::Relaxed);
             }
@@ -311,7 +236,7 @@ async fn client(
             }
             other => panic!("a settlement answered {other:?}"),
         }
-        give_back(Outcome::Completed(Some(usage)));
+        load::give_back(&s, &k, &a, Outcome::Completed(Some(usage)));
         tally.completed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -371,7 +296,7 @@ async fn under_load(
         instances.push(RedisStore::connect(&target.url(), options()).await.unwrap());
     }
     let tally = Arc::new(Tally::default());
-    tally.record(|f| {
+    tally.kept.record(|f| {
         f.slot(&on.key).channel(CHANNEL);
         f.ledger_mut().balance_set(TENANT, BALANCE);
     });
@@ -400,18 +325,7 @@ async fn under_load(
     }
     // Every give-back lands; blocks retire (they admit for a second at most) and give
     // back what they did not use.
-    let start = Instant::now();
-    while instances.iter().any(|s| s.give_backs().waiting > 0) {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "give-backs still waiting: {:?}",
-            instances
-                .iter()
-                .map(RedisStore::give_backs)
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load::give_backs_landed(&instances, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     if setup.lossy {
         // A release or settlement lost with the failover heals at the leases' TTL.
@@ -441,11 +355,7 @@ async fn under_load(
     }
 
     // Nothing held by nobody, books exact: the checks every conformance case ends with.
-    let mut footprint = tally
-        .footprint
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let mut footprint = tally.kept.footprint();
     let key = &on.key;
     let view = observer
         .account(Some(TENANT), key, &[budget()])
@@ -461,15 +371,9 @@ async fn under_load(
         return;
     }
     // What the completed requests leave counted in the hour windows.
-    let hour = 3_600_000;
-    let exact = [
-        (Dimension::Requests, hour, completed),
-        (Dimension::Tokens, hour, completed * TOKENS),
-    ];
     for k in std::iter::once(key).chain(&on.creds) {
-        footprint
-            .window(k, Scope::Key, &policy())
-            .counted(k, Scope::Key, &exact);
+        footprint.window(k, Scope::Key, &policy());
+        load::counted_in_the_hour(&mut footprint, k, completed, TOKENS);
     }
     assert_nothing_held(&observer, &footprint).await;
     assert_books_exact(&observer, &footprint).await;

@@ -9,8 +9,8 @@ use common::RedisServer;
 use portcullis_core::blocks::BlockSizing;
 use portcullis_core::{
     Admission, BillingOutcome, BillingRequest, BillingStore, Budget, ChannelStore, Demand,
-    Dimension, JointDecision, JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotDecision,
-    SlotStore, SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
+    Dimension, JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
+    SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
 };
 use portcullis_redis::{RedisStore, RedisStoreOptions};
 use std::sync::Arc;
@@ -209,27 +209,7 @@ async fn d9_a_refund_of_a_handed_over_blocks_request_is_sent_again_and_counts_on
     let plain = patient(&server).await;
     let key = SubjectKey::from("handed");
     let (p, d) = (policy(), Demand::tokens(10));
-    let mut tickets = Vec::new();
-    for _ in 0..3 {
-        let slot = SlotAsk {
-            key: key.clone(),
-            limit: p.concurrency,
-            ttl: 60_000,
-        };
-        let window = WindowAsk {
-            scope: Scope::Key,
-            policy: &p,
-            demand: &d,
-        };
-        match answered(async || s.acquire_and_admit(&slot, Some(window)).await).await {
-            JointDecision::Admitted { ticket, .. } => tickets.push(ticket.expect("windows")),
-            other => panic!("refused: {other:?}"),
-        }
-    }
-    assert!(
-        tickets.iter().all(|t| t.borrowed != 0),
-        "decided from a quota block: {tickets:?}"
-    );
+    let tickets = common::admitted_from_a_block(&s, &key, &p, d, 3).await;
     // The blocks' timers retire them with the three in flight: the window block's
     // requests, handed over, count as used in Redis; the slot block gives back the
     // leases it did not hand out. Both landed before Redis stops, so the one give-back

@@ -10,8 +10,7 @@ use crate::RedisStoreOptions;
 use common::{RedisServer, until_ok};
 use portcullis_core::blocks::BlockSizing;
 use portcullis_core::{
-    Demand, Dimension, JointDecision, JointStore, Outcome, Policy, Scope, SlotAsk, SlotStore,
-    SubjectKey, Tier, WindowAsk, WindowStore,
+    Demand, Dimension, Outcome, Policy, Scope, SlotStore, SubjectKey, Tier, WindowStore,
 };
 use portcullis_test_support::link::Link;
 use std::sync::Arc;
@@ -58,27 +57,7 @@ async fn d9_a_handed_requests_settlement_that_overtakes_its_hand_over_is_sent_ag
         .expect("connect");
     let key = SubjectKey::from("early");
     let (p, d) = (policy(), Demand::tokens(10));
-    let mut tickets = Vec::new();
-    for _ in 0..3 {
-        let slot = SlotAsk {
-            key: key.clone(),
-            limit: p.concurrency,
-            ttl: 60_000,
-        };
-        let window = WindowAsk {
-            scope: Scope::Key,
-            policy: &p,
-            demand: &d,
-        };
-        match until_ok("admit", || s.acquire_and_admit(&slot, Some(window))).await {
-            JointDecision::Admitted { ticket, .. } => tickets.push(ticket.expect("windows")),
-            other => panic!("refused: {other:?}"),
-        }
-    }
-    assert!(
-        tickets.iter().all(|t| t.borrowed != 0),
-        "decided from a quota block: {tickets:?}"
-    );
+    let tickets = common::admitted_from_a_block(&s, &key, &p, d, 3).await;
     let (block_requests, _) = used(&plain, &key).await;
     assert!(block_requests > 3, "the block counts all it borrowed");
     // The link cut when the block's timer hands it over (with three requests in

@@ -6,6 +6,8 @@
 
 #[allow(unused_imports)] // not every test file parses `INFO commandstats`
 pub use portcullis_test_support::redis::{RedisServer, command_calls};
+
+pub mod load;
 use std::time::{Duration, Instant};
 
 /// Store options for a test that is not about a silent Redis: its calls wait for Redis
@@ -161,4 +163,43 @@ pub fn attempt(a: &str) -> portcullis_core::AttemptRef {
         attempt: a.into(),
         books: portcullis_core::Books::Tenant("acme".into()),
     }
+}
+
+/// `n` joint slot-and-window decisions of `key` (slots up to the policy's concurrency,
+/// leases of 60 s) by `s`, each retried until answered ([`until_ok`]); panics on a
+/// refusal, and unless each was decided from a quota block. Their window tickets.
+pub async fn admitted_from_a_block(
+    s: &portcullis_redis::RedisStore,
+    key: &portcullis_core::SubjectKey,
+    policy: &std::sync::Arc<portcullis_core::Policy>,
+    demand: portcullis_core::Demand,
+    n: usize,
+) -> Vec<portcullis_core::WindowTicket> {
+    use portcullis_core::{JointDecision, JointStore, Scope, SlotAsk, WindowAsk};
+    let mut tickets = Vec::with_capacity(n);
+    for _ in 0..n {
+        let slot = SlotAsk {
+            key: key.clone(),
+            limit: policy.concurrency,
+            ttl: 60_000,
+        };
+        let window = WindowAsk {
+            scope: Scope::Key,
+            policy,
+            demand: &demand,
+        };
+        match until_ok("a joint decision", || {
+            s.acquire_and_admit(&slot, Some(window))
+        })
+        .await
+        {
+            JointDecision::Admitted { ticket, .. } => tickets.push(ticket.expect("windows")),
+            other => panic!("refused: {other:?}"),
+        }
+    }
+    assert!(
+        tickets.iter().all(|t| t.borrowed != 0),
+        "decided from a quota block: {tickets:?}"
+    );
+    tickets
 }
