@@ -236,44 +236,30 @@ mod tests {
                 .unwrap()
         };
         let (low, high) = (key_in(0, 8191), key_in(8192, 16383));
+        // A node's entry holds its liveness and breaker.
+        assert!(std::ptr::eq(nodes.live(2), &nodes.live[2]));
+        assert!(std::ptr::eq(nodes.breaker(2), &nodes.breakers[2]));
+        assert!(std::ptr::eq(nodes.live(usize::MAX), &nodes.live[MAX_NODES]));
         // Before the first read every key shares the "unknown" entry.
-        assert!(std::ptr::eq(
-            nodes.live(nodes.node_of(low.as_bytes())),
-            &nodes.live[0]
-        ));
+        assert_eq!(nodes.node_of(low.as_bytes()), 0);
         let reply = Value::Array(vec![range(0, 8191, 7001), range(8192, 16383, 7002)]);
         assert_eq!(nodes.update(&reply), 2);
-        assert!(std::ptr::eq(
-            nodes.live(nodes.node_of(low.as_bytes())),
-            &nodes.live[1]
-        ));
-        assert!(std::ptr::eq(
-            nodes.live(nodes.node_of(high.as_bytes())),
-            &nodes.live[2]
-        ));
+        assert_eq!(nodes.node_of(low.as_bytes()), 1);
+        assert_eq!(nodes.node_of(high.as_bytes()), 2);
         assert!(!nodes.moved_within(low.as_bytes(), Duration::from_secs(60)));
         // A failover moves the range to another node.
         nodes.update(&Value::Array(vec![
             range(0, 8191, 7001),
             range(8192, 16383, 7003),
         ]));
-        assert!(std::ptr::eq(
-            nodes.live(nodes.node_of(high.as_bytes())),
-            &nodes.live[3]
-        ));
+        assert_eq!(nodes.node_of(high.as_bytes()), 3);
         assert!(nodes.moved_within(high.as_bytes(), Duration::from_secs(60)));
         assert!(
             !nodes.moved_within(low.as_bytes(), Duration::from_secs(60)),
             "only the slots whose owner changed"
         );
         nodes.update(&Value::Array(vec![range(0, 16383, 7003)]));
-        assert!(std::ptr::eq(
-            nodes.live(nodes.node_of(low.as_bytes())),
-            &nodes.live[3]
-        ));
-        assert!(std::ptr::eq(
-            nodes.live(nodes.node_of(high.as_bytes())),
-            &nodes.live[3]
-        ));
+        assert_eq!(nodes.node_of(low.as_bytes()), 3);
+        assert_eq!(nodes.node_of(high.as_bytes()), 3);
     }
 }
