@@ -10,19 +10,14 @@ use portcullis_core::blocks::BlockSizing;
 use portcullis_core::{
     Admission, BillingOutcome, BillingRequest, BillingStore, Budget, ChannelStore, Demand,
     Dimension, JointItem, JointStore, Outcome, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
-    SubjectKey, Tier, WindowAsk, WindowStore, WindowTicket,
+    SubjectKey, WindowAsk, WindowStore, WindowTicket,
 };
 use portcullis_redis::{RedisStore, RedisStoreOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn policy() -> Arc<Policy> {
-    Arc::new(
-        Policy::default()
-            .with_concurrency(1_000)
-            .with_requests(Tier::per_minute(100_000))
-            .with_tokens(Tier::per_minute(10_000_000)),
-    )
+    common::roomy_policy()
 }
 
 /// A store on `server`; `blocks`: with quota blocks, billing blocks too. The default
@@ -236,20 +231,15 @@ async fn d9_a_refund_of_a_handed_over_blocks_request_is_sent_again_and_counts_on
     })
     .await;
     assert_eq!(used(&plain, &key).await, (2, 20), "the refund counted once");
-    for t in [tickets[0], tickets[2]] {
-        answered(async || {
-            s.settle(&key, Scope::Key, t, Outcome::Completed(None))
-                .await
-        })
-        .await;
-    }
-    assert_eq!(used(&plain, &key).await, (2, 20), "the others as estimated");
-    let records = format!("{}:adm", s.window_key(&key, Scope::Key));
-    assert_eq!(
-        server.cli(&["ZCARD", &records]).trim(),
-        "0",
-        "every handed request's record went with its settlement"
-    );
+    common::handed_rest_settles_and_leaves_no_record(
+        &server,
+        &s,
+        &plain,
+        &key,
+        &[tickets[0], tickets[2]],
+        (2, 20),
+    )
+    .await;
 }
 
 /// A give-back kept while Redis was silent goes as soon as Redis answers again, not at

@@ -9,28 +9,9 @@ use super::RedisStore;
 use crate::RedisStoreOptions;
 use common::{RedisServer, until_ok};
 use portcullis_core::blocks::BlockSizing;
-use portcullis_core::{
-    Demand, Dimension, Outcome, Policy, Scope, SlotStore, SubjectKey, Tier, WindowStore,
-};
+use portcullis_core::{Demand, Outcome, Scope, SlotStore, SubjectKey, WindowStore};
 use portcullis_test_support::link::Link;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn policy() -> Arc<Policy> {
-    Arc::new(
-        Policy::default()
-            .with_concurrency(1_000)
-            .with_requests(Tier::per_minute(100_000))
-            .with_tokens(Tier::per_minute(10_000_000)),
-    )
-}
-
-/// Requests and tokens counted in `key`'s current windows, read by `s` (no blocks).
-async fn used(s: &RedisStore, key: &SubjectKey) -> (u64, u64) {
-    let v = until_ok("view", || s.view(key, Scope::Key, &policy())).await;
-    let of = |d: Dimension| v.iter().find(|l| l.dimension == d).map_or(0, |l| l.used);
-    (of(Dimension::Requests), of(Dimension::Tokens))
-}
 
 /// Polls `check` every 20 ms until it holds (10 s at most: not a deadline under test).
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
@@ -56,9 +37,9 @@ async fn d9_a_handed_requests_settlement_that_overtakes_its_hand_over_is_sent_ag
         .await
         .expect("connect");
     let key = SubjectKey::from("early");
-    let (p, d) = (policy(), Demand::tokens(10));
+    let (p, d) = (common::roomy_policy(), Demand::tokens(10));
     let tickets = common::admitted_from_a_block(&s, &key, &p, d, 3).await;
-    let (block_requests, _) = used(&plain, &key).await;
+    let (block_requests, _) = common::used(&plain, &key).await;
     assert!(block_requests > 3, "the block counts all it borrowed");
     // The link cut when the block's timer hands it over (with three requests in
     // flight): the hand-over fails without reaching Redis (a stopped Redis would run
@@ -85,7 +66,7 @@ async fn d9_a_handed_requests_settlement_that_overtakes_its_hand_over_is_sent_ag
         "the refund, answered 'not yet', is kept to send again"
     );
     assert_eq!(
-        used(&plain, &key).await.0,
+        common::used(&plain, &key).await.0,
         block_requests,
         "nothing settled before the hand-over"
     );
@@ -94,18 +75,18 @@ async fn d9_a_handed_requests_settlement_that_overtakes_its_hand_over_is_sent_ag
         s.give_backs().waiting == 0
     })
     .await;
-    assert_eq!(used(&plain, &key).await, (2, 20), "the refund counted once");
-    for t in [tickets[0], tickets[2]] {
-        until_ok("a settlement", || {
-            s.settle(&key, Scope::Key, t, Outcome::Completed(None))
-        })
-        .await;
-    }
-    assert_eq!(used(&plain, &key).await, (2, 20), "the others as estimated");
-    let records = format!("{}:adm", s.window_key(&key, Scope::Key));
     assert_eq!(
-        server.cli(&["ZCARD", &records]).trim(),
-        "0",
-        "every handed request's record went with its settlement"
+        common::used(&plain, &key).await,
+        (2, 20),
+        "the refund counted once"
     );
+    common::handed_rest_settles_and_leaves_no_record(
+        &server,
+        &s,
+        &plain,
+        &key,
+        &[tickets[0], tickets[2]],
+        (2, 20),
+    )
+    .await;
 }

@@ -12,17 +12,12 @@ use portcullis_core::blocks::BlockSizing;
 use portcullis_core::{
     Admission, BillingRequest, BillingStore, Budget, CapacityTake, ChannelStore, Demand, Dimension,
     JointDecision, JointItem, JointStore, Policy, Scope, SlotAsk, SlotDecision, SlotStore,
-    SubjectKey, Tier, WindowAsk, WindowStore,
+    SubjectKey, WindowAsk, WindowStore,
 };
 use std::sync::Arc;
 
 fn policy() -> Arc<Policy> {
-    Arc::new(
-        Policy::default()
-            .with_concurrency(1_000)
-            .with_requests(Tier::per_minute(100_000))
-            .with_tokens(Tier::per_minute(10_000_000)),
-    )
+    common::roomy_policy()
 }
 
 async fn store(server: &RedisServer, blocks: bool, twice: bool) -> RedisStore {

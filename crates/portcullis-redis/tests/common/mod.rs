@@ -203,3 +203,55 @@ pub async fn admitted_from_a_block(
     );
     tickets
 }
+
+/// A policy far from its limits whose requests quota blocks serve: 1,000 slots, 100k
+/// requests and 10M tokens a minute.
+pub fn roomy_policy() -> std::sync::Arc<portcullis_core::Policy> {
+    use portcullis_core::{Policy, Tier};
+    std::sync::Arc::new(
+        Policy::default()
+            .with_concurrency(1_000)
+            .with_requests(Tier::per_minute(100_000))
+            .with_tokens(Tier::per_minute(10_000_000)),
+    )
+}
+
+/// Requests and tokens counted in `key`'s current windows under [`roomy_policy`], as
+/// `s` reads them (read retried until answered, [`until_ok`]).
+pub async fn used(
+    s: &portcullis_redis::RedisStore,
+    key: &portcullis_core::SubjectKey,
+) -> (u64, u64) {
+    use portcullis_core::{Dimension, Scope, WindowStore};
+    let p = roomy_policy();
+    let v = until_ok("a view of the windows", || s.view(key, Scope::Key, &p)).await;
+    let of = |d: Dimension| v.iter().find(|l| l.dimension == d).map_or(0, |l| l.used);
+    (of(Dimension::Requests), of(Dimension::Tokens))
+}
+
+/// The end of the D9 hand-over tests: `rest`, requests of 10 tokens a block handed over
+/// and not refunded, settle as estimated — `key` keeps counting `counted` — and no
+/// handed request's admission record is left in Redis.
+pub async fn handed_rest_settles_and_leaves_no_record(
+    server: &RedisServer,
+    s: &portcullis_redis::RedisStore,
+    plain: &portcullis_redis::RedisStore,
+    key: &portcullis_core::SubjectKey,
+    rest: &[portcullis_core::WindowTicket],
+    counted: (u64, u64),
+) {
+    use portcullis_core::{Outcome, Scope, WindowStore};
+    for &t in rest {
+        until_ok("a settlement", || {
+            s.settle(key, Scope::Key, t, Outcome::Completed(None))
+        })
+        .await;
+    }
+    assert_eq!(used(plain, key).await, counted, "the others as estimated");
+    let records = format!("{}:adm", s.window_key(key, Scope::Key));
+    assert_eq!(
+        server.cli(&["ZCARD", &records]).trim(),
+        "0",
+        "every handed request's record went with its settlement"
+    );
+}
