@@ -15,9 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// A store on `url` that waits for one replica (50 ms), every decision a call.
+/// A store on `url` that waits for one replica (50 ms), every decision a call. Its
+/// calls wait for Redis up to 2 s ([`common::patient`]): these tests are about what the
+/// replicas acknowledge, not about a deadline (a master whose replica is stopped still
+/// answers, after the wait), so a loaded host must not fail them.
 async fn acked(url: &str, what: Unacknowledged) -> RedisStore {
-    let options = RedisStoreOptions::default()
+    let options = common::patient()
         .replica_acks(1)
         .replica_ack_wait(Duration::from_millis(50))
         .unacknowledged(what)
