@@ -18,9 +18,19 @@ async fn balance(s: &RedisStore) -> i64 {
         .expect("a balance")
 }
 
-/// A store on `server` with 1,000 in acme's balance and attempt `a` reserved (100).
+/// How long the stores of the settlement tests wait for Redis: long enough for a
+/// loaded host, short enough that a call on a frozen Redis gives up soon.
+const WAITS: Duration = Duration::from_millis(500);
+
+fn waits() -> RedisStoreOptions {
+    RedisStoreOptions::default().deadline(WAITS)
+}
+
+/// A store on `server` with 1,000 in acme's balance and attempt `a` reserved (100). Its
+/// calls wait for Redis up to [`WAITS`]: these tests are about a settlement whose
+/// answer never came, which a frozen Redis gives whatever the deadline.
 async fn reserved(server: &RedisServer, a: &str) -> RedisStore {
-    let s = RedisStore::connect(&server.url(), RedisStoreOptions::default())
+    let s = RedisStore::connect(&server.url(), waits())
         .await
         .expect("connect");
     s.set_balance("acme", 1_000).await.unwrap();
@@ -99,9 +109,7 @@ async fn d10_a_retried_settlement_that_finds_its_attempt_lost_is_pending_not_set
     );
     // The first try's settlement, sent again later (it was kept for retries), leaves
     // the unknown outcome to the operator: still listed, nothing charged.
-    let base = RedisStore::connect(&server.url(), RedisStoreOptions::default())
-        .await
-        .unwrap();
+    let base = RedisStore::connect(&server.url(), waits()).await.unwrap();
     assert_eq!(
         base.settle_attempt(&attempt("a2"), BillingOutcome::Settled(30))
             .await
@@ -169,10 +177,12 @@ async fn d10_a_settled_attempt_leaves_a_tombstone_that_expires() {
 #[tokio::test]
 async fn d10_with_replica_acks_a_write_is_answered_only_once_a_replica_holds_it() {
     let (master, replica) = replicated();
-    let acked = RedisStore::connect(&master.url(), RedisStoreOptions::default().replica_acks(1))
+    // Not about a deadline: a frozen replica makes the master answer after the
+    // replicas' wait, so both stores wait for Redis as long as a loaded host needs.
+    let acked = RedisStore::connect(&master.url(), common::patient().replica_acks(1))
         .await
         .expect("connect");
-    let plain = RedisStore::connect(&master.url(), RedisStoreOptions::default())
+    let plain = RedisStore::connect(&master.url(), common::patient())
         .await
         .expect("connect");
     plain.set_balance("acme", 1_000).await.unwrap();

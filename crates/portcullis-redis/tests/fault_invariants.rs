@@ -633,12 +633,10 @@ fn t5_what_a_killed_instance_borrowed_comes_back_within_the_stated_bounds() {
         .unwrap();
     let borrowed_at = killed.block_on(async {
         let sizing = BlockSizing::default().with_money(true);
-        let s = RedisStore::connect(
-            &server.url(),
-            RedisStoreOptions::default().blocks(Some(sizing)),
-        )
-        .await
-        .unwrap();
+        // Not about a deadline: its calls wait for Redis as long as a loaded host needs.
+        let s = RedisStore::connect(&server.url(), common::patient().blocks(Some(sizing)))
+            .await
+            .unwrap();
         s.set_balance(TENANT, BALANCE).await.unwrap();
         let d = Demand::default();
         let slot = SlotAsk {
