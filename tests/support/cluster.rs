@@ -1201,20 +1201,77 @@ fn query(port: u16, args: &[&str]) -> Result<Resp, String> {
 /// [`query`] with binary arguments and a chosen time limit (per connect, write and
 /// read).
 fn query_bytes(port: u16, args: &[&[u8]], limit: Duration) -> Result<Resp, String> {
+    let mut replies = pipeline(port, &[args], limit)?;
+    Ok(replies.remove(0))
+}
+
+/// Sends `commands` on one fresh connection, one after the other without waiting, and
+/// reads a reply for each, within `limit` (per connect, write and read).
+fn pipeline(port: u16, commands: &[&[&[u8]]], limit: Duration) -> Result<Vec<Resp>, String> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let c = TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect {port}: {e}"))?;
     c.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
     c.set_write_timeout(Some(limit))
         .map_err(|e| e.to_string())?;
-    let mut req = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        req.extend_from_slice(a);
-        req.extend_from_slice(b"\r\n");
+    let mut req = Vec::new();
+    for args in commands {
+        req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in *args {
+            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            req.extend_from_slice(a);
+            req.extend_from_slice(b"\r\n");
+        }
     }
     (&c).write_all(&req)
         .map_err(|e| format!("write {port}: {e}"))?;
-    read_resp(&mut BufReader::new(c)).map_err(|e| format!("reply from {port}: {e}"))
+    let mut r = BufReader::new(c);
+    commands
+        .iter()
+        .map(|_| read_resp(&mut r).map_err(|e| format!("reply from {port}: {e}")))
+        .collect()
+}
+
+/// How many replicas acknowledged a write of `key` on the master at `port` within
+/// `wait_ms` (`SET` then `WAIT replicas wait_ms` on one connection); the key is
+/// deleted again.
+pub fn acknowledged(port: u16, key: &str, replicas: u32, wait_ms: u64) -> Result<i64, String> {
+    let (n, wait) = (replicas.to_string(), wait_ms.to_string());
+    let set: &[&[u8]] = &[b"SET", key.as_bytes(), b"1"];
+    let wait: &[&[u8]] = &[b"WAIT", n.as_bytes(), wait.as_bytes()];
+    let del: &[&[u8]] = &[b"DEL", key.as_bytes()];
+    let replies = pipeline(
+        port,
+        &[set, wait, del],
+        REPLY_WAIT + Duration::from_millis(wait_ms),
+    )?;
+    match &replies[1] {
+        Resp::Int(acks) => Ok(*acks),
+        other => Err(format!("WAIT on {port}: {other:?} (SET: {:?})", replies[0])),
+    }
+}
+
+/// Waits (for `limit` at most) until the master at `master` acknowledges a write in
+/// slot `slot` with `replicas` replicas: a replica whose link is up (`online`, which
+/// [`ok_again`] waits for) acknowledges writes only some 0.3–0.5 s later, and a run
+/// that writes with `replica_acks` must not start before.
+pub fn acknowledging(master: u16, slot: u16, replicas: u32, limit: Duration) {
+    let key = (0u64..)
+        .map(|i| format!("acknowledging-probe-{i}"))
+        .find(|k| key_slot(k.as_bytes()) == slot)
+        .expect("a key in every slot");
+    let start = Instant::now();
+    loop {
+        let got = acknowledged(master, &key, replicas, 100);
+        if matches!(got, Ok(n) if n >= i64::from(replicas)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "master {master} did not get {replicas} replica acknowledgement(s) within \
+             {limit:?}: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn read_resp(r: &mut BufReader<TcpStream>) -> Result<Resp, String> {

@@ -131,22 +131,28 @@ where
     /// Seeds tenant balances (a tenant that already has a balance keeps it) — from the
     /// books with a records database (B6), else from the configuration — and, with the
     /// books, every key's spend the store has no record of; then builds the router.
+    /// A seeding write that fails transiently (no answer yet, replicas not acknowledging
+    /// yet) is tried again for 10 s at most; then, or on a protocol error, the start
+    /// fails with the store's error.
     pub async fn build(self) -> Result<Router, String> {
+        let within = crate::seed::START_WRITES_WITHIN;
         for (name, balance) in self.opening_balances().await {
-            let seeded = self
-                .store
-                .seed_balance(&name, balance)
-                .await
-                .map_err(|e| format!("seeding the balance of tenant {name:?}: {e}"))?;
+            let what = format!("seeding the balance of tenant {name:?}");
+            let seeded =
+                crate::seed::retrying(&what, within, || self.store.seed_balance(&name, balance))
+                    .await
+                    .map_err(|e| format!("{what}: {e}"))?;
             log_seed(&name, balance, seeded);
         }
         let mut keys = 0;
         for (books, key, spent) in self.opening_spends().await {
+            let what = format!("seeding the spend of key {key}");
             keys += usize::from(
-                self.store
-                    .seed_key_spend(&books, &key, spent)
-                    .await
-                    .map_err(|e| format!("seeding the spend of key {key}: {e}"))?,
+                crate::seed::retrying(&what, within, || {
+                    self.store.seed_key_spend(&books, &key, spent)
+                })
+                .await
+                .map_err(|e| format!("{what}: {e}"))?,
             );
         }
         if keys > 0 {

@@ -41,6 +41,7 @@ pub mod reserve;
 pub mod resolve_pending;
 mod routes;
 mod running;
+mod seed;
 pub mod serve;
 pub mod sink;
 pub mod stall;

@@ -264,12 +264,18 @@ async fn recovers(fault: MasterFault, replicas: usize) {
             }
         })
         .collect();
-    // Every shard ok before the load: a replica still in its first sync answers no
-    // `WAIT` (Redis times a `WAIT` out on its 100 ms cron tick), and that is not the run.
+    // Every shard ok before the load, its replicas acknowledging writes: a replica still
+    // in its first sync, or linked up a moment ago, answers no `WAIT`, and that is not
+    // the run.
     let all: Vec<u16> = lock(&c).ports();
     for g in &groups {
         let slot = cluster::key_slot(observer.slots_key(&g.subjects[0]).as_bytes());
-        ok_again(&all, slot, Duration::from_secs(15)).await;
+        let master = ok_again(&all, slot, Duration::from_secs(15)).await;
+        tokio::task::spawn_blocking(move || {
+            cluster::acknowledging(master, slot, 1, Duration::from_secs(15))
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     }
     let run = Arc::new(Run {
         t0: Instant::now(),
