@@ -29,7 +29,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use portcullis_tests::example::{proxy_example_binary, workspace_root};
+use portcullis_tests::example::{listening_addr, proxy_example_binary, workspace_root};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -52,40 +52,37 @@ impl Drop for Gateway {
     }
 }
 
-/// Starts the example on a free port and waits (bounded) until `/healthz` answers.
+/// Starts the example on a port of the kernel's choosing and waits (bounded) until
+/// `/healthz` answers.
 async fn start_gateway() -> Gateway {
     let bin = tokio::task::spawn_blocking(proxy_example_binary)
         .await
         .expect("find or build the proxy example");
-    for attempt in 0..3 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let child = Command::new(&bin)
-            .args(["--listen", &addr.to_string()])
-            .current_dir(workspace_root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let mut gw = Gateway { child, addr };
-        for _ in 0..200 {
-            let health = request(addr, "GET", "/healthz", &[], None).await;
-            if health.is_ok_and(|r| r.status == 200) {
-                return gw;
-            }
-            if let Ok(Some(status)) = gw.child.try_wait() {
-                eprintln!("attempt {attempt}: the gateway exited with {status}");
-                break;
-            }
-            sleep(Duration::from_millis(50)).await;
+    let out = std::env::temp_dir().join(format!("portcullis-readme-{}.out", std::process::id()));
+    let mut child = Command::new(&bin)
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("a file for its output"))
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let addr = listening_addr(&out, &mut child, Duration::from_secs(15)).await;
+    let _ = std::fs::remove_file(&out);
+    let addr = addr.unwrap_or_else(|e| panic!("the gateway did not start: {e}"));
+    let mut gw = Gateway { child, addr };
+    for _ in 0..200 {
+        let health = request(addr, "GET", "/healthz", &[], None).await;
+        if health.is_ok_and(|r| r.status == 200) {
+            return gw;
         }
+        if let Ok(Some(status)) = gw.child.try_wait() {
+            panic!("the gateway exited with {status}");
+        }
+        sleep(Duration::from_millis(50)).await;
     }
-    panic!("the gateway did not answer /healthz within 10 s (3 attempts)")
+    panic!("the gateway did not answer /healthz within 10 s")
 }
 
 // ------------------------------------------------------------------ HTTP

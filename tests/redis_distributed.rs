@@ -44,7 +44,7 @@ use portcullis_proxy::store::Split;
 use portcullis_proxy::{Config, Gateway};
 use portcullis_redis::{RedisStore, RedisStoreOptions};
 use portcullis_tests::cluster::MasterFault;
-use portcullis_tests::example::proxy_example_binary;
+use portcullis_tests::example::{listening_addr, proxy_example_binary};
 use portcullis_tests::redis::{RedisServer, free_port};
 use portcullis_tests::{Keys, bounded, echo, fetch, request};
 use serde_json::{Value, json};
@@ -1525,8 +1525,9 @@ impl Drop for ProxyProcess {
     }
 }
 
-/// Starts `proxy --config <text in a temp file> --listen 127.0.0.1:<free> --store
-/// <url>` and waits (bounded) until `/healthz` answers.
+/// Starts `proxy --config <text in a temp file> --listen 127.0.0.1:0 --store <url>`,
+/// reads the address it bound ([`listening_addr`]) and waits (bounded) until
+/// `/healthz` answers.
 async fn start_proxy_process(text: &str, url: &str) -> ProxyProcess {
     let bin = tokio::task::spawn_blocking(proxy_example_binary)
         .await
@@ -1536,51 +1537,51 @@ async fn start_proxy_process(text: &str, url: &str) -> ProxyProcess {
     let config = dir.join(format!("portcullis-dist-{tag}.toml"));
     std::fs::write(&config, text).expect("write the config");
     let log = dir.join(format!("portcullis-dist-{tag}.log"));
+    let out = dir.join(format!("portcullis-dist-{tag}.out"));
     let client = http_client();
-    for _attempt in 0..3 {
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let child = tokio::process::Command::new(&bin)
-            .arg("--config")
-            .arg(&config)
-            .args(["--listen", &addr.to_string(), "--store", url])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(&log)
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            )
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let mut p = ProxyProcess {
-            child,
-            addr,
-            log: log.clone(),
-        };
-        for _ in 0..200 {
-            let req = hyper::Request::get(format!("http://{addr}/healthz"))
-                .body(Full::default())
-                .expect("request");
-            if let Ok(Ok(r)) = timeout(Duration::from_secs(1), client.request(req)).await
-                && r.status() == 200
-            {
-                let _ = std::fs::remove_file(&config);
-                return p;
-            }
-            if let Ok(Some(status)) = p.child.try_wait() {
-                eprintln!(
-                    "the proxy exited with {status}: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-                break;
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
+    let mut child = tokio::process::Command::new(&bin)
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--store", url])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("a file for its output"))
+        .stderr(
+            std::fs::File::create(&log)
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let addr = listening_addr(&out, &mut child, Duration::from_secs(15)).await;
+    let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&config);
-    panic!("the proxy example did not answer /healthz within 10 s (3 attempts)")
+    let addr = addr.unwrap_or_else(|e| {
+        panic!(
+            "the proxy did not start: {e}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    let mut p = ProxyProcess { child, addr, log };
+    for _ in 0..200 {
+        let req = hyper::Request::get(format!("http://{addr}/healthz"))
+            .body(Full::default())
+            .expect("request");
+        if let Ok(Ok(r)) = timeout(Duration::from_secs(1), client.request(req)).await
+            && r.status() == 200
+        {
+            return p;
+        }
+        if let Ok(Some(status)) = p.child.try_wait() {
+            panic!(
+                "the proxy exited with {status}: {}",
+                std::fs::read_to_string(&p.log).unwrap_or_default()
+            );
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the proxy example did not answer /healthz within 10 s")
 }
 
 /// A store deadline for the tests that are not about it: long enough never to be hit

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use portcullis_tests::example::{proxy_example_binary, workspace_root};
+use portcullis_tests::example::{listening_addr, proxy_example_binary, workspace_root};
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
@@ -150,17 +150,12 @@ async fn no_credential_in_logs_responses_or_metrics() {
     let bin = tokio::task::spawn_blocking(proxy_example_binary)
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let child = Command::new(&bin)
         .args([
             "--config",
             config.to_str().unwrap(),
             "--listen",
-            &addr.to_string(),
+            "127.0.0.1:0",
         ])
         .current_dir(workspace_root())
         .env("RUST_LOG", "debug,portcullis=trace,portcullis_proxy=trace")
@@ -176,19 +171,14 @@ async fn no_credential_in_logs_responses_or_metrics() {
         .spawn()
         .unwrap();
     let mut gw = Running { child };
-    let mut up = false;
-    for _ in 0..300 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        up,
-        "the gateway did not start: {}",
-        std::fs::read_to_string(&err_path).unwrap_or_default()
-    );
+    let addr: SocketAddr = listening_addr(&out_path, &mut gw.child, Duration::from_secs(15))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the gateway did not start: {e}: {}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            )
+        });
 
     let bearer = format!("Bearer {CLIENT}");
     let openai = |extra: &'static [(&'static str, &'static str)], stream: bool| {

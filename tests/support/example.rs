@@ -108,3 +108,41 @@ pub fn proxy_example_binary() -> PathBuf {
     let _ = child.wait();
     panic!("cargo build of the proxy example took over 10 minutes")
 }
+
+/// What the proxy example prints once it listens: `portcullis listening on http://ADDR
+/// (…)`.
+const LISTENING: &str = "portcullis listening on http://";
+
+/// The address the proxy example bound, read from the line it prints on its standard
+/// output, which the file `stdout` receives: read every 20 ms until the line shows, for
+/// `within` at most; `Err` with the reason when the example exits first or never
+/// prints it. Started with `--listen 127.0.0.1:0`, the example binds a port of the
+/// kernel's choosing: no port is chosen beforehand, so none can be taken by another
+/// test in between (one was, once: "Address already in use").
+pub async fn listening_addr(
+    stdout: &Path,
+    child: &mut tokio::process::Child,
+    within: Duration,
+) -> Result<std::net::SocketAddr, String> {
+    let start = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(stdout).unwrap_or_default();
+        let addr = text
+            .lines()
+            .find_map(|l| l.strip_prefix(LISTENING))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok());
+        if let Some(addr) = addr {
+            return Ok(addr);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "the example exited with {status} before it listened"
+            ));
+        }
+        if start.elapsed() > within {
+            return Err(format!("the example printed no address within {within:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
