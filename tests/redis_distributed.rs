@@ -2782,6 +2782,10 @@ async fn requests_used(client: &HttpClient, addr: SocketAddr, i: usize) -> u64 {
 ///   exactly; on the faulted one they are at most that (a window that failed open
 ///   while its shard was away admitted without counting).
 fn cluster_fault_through_three_gateways(fault: MasterFault, replicas: usize) {
+    // What the gateways log (each test its own process under nextest): a failing run
+    // shows the store's lines — which node was down, whose replicas did not
+    // acknowledge — beside the refusals.
+    let lines = portcullis_test_support::logs::capture();
     serial(async move {
         let c = Arc::new(Mutex::new(portcullis_tests::cluster::RedisCluster::start(
             3, replicas,
@@ -2901,8 +2905,21 @@ fn cluster_fault_through_three_gateways(fault: MasterFault, replicas: usize) {
             .await
             .expect("the fault")
         };
-        let new_master = tokio::task::spawn_blocking(move || {
-            portcullis_tests::cluster::ok_again(&live, probe_slot, Duration::from_secs(20))
+        // Ok again: the Cluster ok, the shard's master with its replicas online and
+        // acknowledging writes — before that, D10 refuses its admissions whatever the
+        // gateway does (a replica acknowledges some 0.3–0.5 s after it shows `online`,
+        // on a busy host over 1 s).
+        let (new_master, online_at) = tokio::task::spawn_blocking(move || {
+            let master =
+                portcullis_tests::cluster::ok_again(&live, probe_slot, Duration::from_secs(20));
+            let online_at = wall.us(Instant::now());
+            portcullis_tests::cluster::acknowledging(
+                master,
+                probe_slot,
+                1,
+                Duration::from_secs(15),
+            );
+            (master, online_at)
         })
         .await
         .expect("the Cluster ok again");
@@ -2933,11 +2950,18 @@ fn cluster_fault_through_three_gateways(fault: MasterFault, replicas: usize) {
             .iter()
             .filter(|r| group(r) == 0 && r.status == 200 && r.sent > resume)
             .count();
+        let warnings = || {
+            let text = lines.text();
+            let warned: Vec<&str> = text.lines().filter(|l| l.contains(" WARN ")).collect();
+            warned[warned.len().saturating_sub(40)..].join("\n")
+        };
         eprintln!(
             "{fault:?}: {} requests; master {victim} -> {new_master}; Cluster ok {:.0} ms \
-             after the fault; faulted shard: {} refused (last sent at {:?} ms), {after_resume} \
-             served after ok + 1 s; healthy shards: {} refused; load {}",
+             after the fault, its replicas acknowledging {:.0} ms after; faulted shard: {} \
+             refused (last sent at {:?} ms), {after_resume} served after ok + 1 s; healthy \
+             shards: {} refused; load {}",
             recs.len(),
+            ms(online_at),
             ms(ok_at),
             shard.len(),
             shard.last().map(|s| s.0),
@@ -2947,14 +2971,16 @@ fn cluster_fault_through_three_gateways(fault: MasterFault, replicas: usize) {
         assert!(
             healthy.is_empty(),
             "{fault:?}: requests on healthy masters refused (ms after the fault, key, \
-             status, code): {healthy:?} {:?}",
-            errors.lock().unwrap()
+             status, code): {healthy:?} {:?}\nthe gateways' warnings:\n{}",
+            errors.lock().unwrap(),
+            warnings()
         );
         assert!(
             late.is_empty(),
             "{fault:?}: refused later than 1 s after the Cluster was ok again (at {:.0} ms): \
-             {late:?}",
-            ms(ok_at)
+             {late:?}\nthe gateways' warnings:\n{}",
+            ms(ok_at),
+            warnings()
         );
         assert!(
             after_resume > 0,

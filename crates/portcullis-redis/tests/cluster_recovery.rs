@@ -11,9 +11,11 @@
 //! request's decisions that fail are what the gateway answers 503; they are logged with
 //! their time (`PORTCULLIS_DEBUG=1` prints each as it happens).
 //!
-//! "The Cluster is ok again" ([`cluster::ok_again`]): every live node says
-//! `cluster_state:ok` and the faulted shard's master reports its replicas `online` in
-//! `INFO replication`.
+//! "The Cluster is ok again": every live node says `cluster_state:ok`, the faulted
+//! shard's master reports its replicas `online` in `INFO replication`
+//! ([`cluster::ok_again`]) and acknowledges a write ([`cluster::acknowledging`]) — until
+//! then D10 refuses the shard's admissions whatever the store does, and a replica
+//! acknowledges some 0.3–0.5 s after it shows `online` (on a busy host, over 1 s).
 //! Every Cluster here runs with `cluster-require-full-coverage no`, as the operations
 //! guide says (D11): with `yes`, every node answers `CLUSTERDOWN` for every key while
 //! a dead master is flagged FAIL and not yet replaced, whatever the client does.
@@ -212,6 +214,16 @@ async fn ok_again(live: &[u16], probe_slot: u16, limit: Duration) -> u16 {
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
+/// Waits until the master at `master` gets a replica's acknowledgement of a write in
+/// `slot` ([`cluster::acknowledging`]), off the runtime's worker threads.
+async fn acknowledging(master: u16, slot: u16) {
+    tokio::task::spawn_blocking(move || {
+        cluster::acknowledging(master, slot, 1, Duration::from_secs(15))
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
 /// The 3 s stall of these runs: three node timeouts, so the Cluster fails the master over.
 const STALL: MasterFault = MasterFault::Stall(Duration::from_secs(3));
 
@@ -271,11 +283,7 @@ async fn recovers(fault: MasterFault, replicas: usize) {
     for g in &groups {
         let slot = cluster::key_slot(observer.slots_key(&g.subjects[0]).as_bytes());
         let master = ok_again(&all, slot, Duration::from_secs(15)).await;
-        tokio::task::spawn_blocking(move || {
-            cluster::acknowledging(master, slot, 1, Duration::from_secs(15))
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        acknowledging(master, slot).await;
     }
     let run = Arc::new(Run {
         t0: Instant::now(),
@@ -359,6 +367,8 @@ async fn recovers(fault: MasterFault, replicas: usize) {
     };
     let faulted = run.t0.elapsed();
     let new_master = ok_again(&live, probe_slot, Duration::from_secs(15)).await;
+    let online_at = run.t0.elapsed();
+    acknowledging(new_master, probe_slot).await;
     let ok_at = run.t0.elapsed();
     let resume = ok_at + RESUME;
     run.resume_mark_us
@@ -382,7 +392,8 @@ async fn recovers(fault: MasterFault, replicas: usize) {
     let last = faulted_shard.iter().map(|f| f.at).max();
     eprintln!(
         "{fault:?}: fault at {fault_at:?}, done at {faulted:?} (master {victim} -> {new_master}), \
-         cluster ok at {ok_at:?}, stopped at {stopped:?}; faulted shard: {} failures, last at \
+         cluster ok at {online_at:?}, its replicas acknowledging at {ok_at:?}, stopped at \
+         {stopped:?}; faulted shard: {} failures, last at \
          {last:?} ({:?} after ok), {} later than ok + 1 s; healthy shards: {} failures; \
          completions after ok + 1 s per group {:?}; a 10 ms timer late by {lag:?} at worst \
          (at {lag_at:?})",

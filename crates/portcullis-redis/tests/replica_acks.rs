@@ -95,6 +95,118 @@ async fn d10_a_replica_shortfall_refuses_admissions_as_unacknowledged_not_as_an_
     assert!(matches!(s, SlotDecision::Acquired(_)), "{s:?}");
 }
 
+/// `WAIT` calls the master at `master` has taken so far (Redis counts a blocking
+/// command when it is called, not when it answers).
+fn waits(master: &portcullis_test_support::redis::RedisServer) -> u64 {
+    portcullis_test_support::redis::command_calls(&master.cli(&["INFO", "commandstats"]))
+        .into_iter()
+        .find_map(|(name, calls, _)| (name == "wait").then_some(calls))
+        .unwrap_or(0)
+}
+
+/// D10: replicas that acknowledged until now get a second wait before their shortfall
+/// counts — a busy host can hold them up past one wait, and a shortfall refuses the
+/// node's admissions for a while. A write whose replica answers during the second wait
+/// is acknowledged, and nothing is counted short; a replica that misses both makes the
+/// shortfall, after which a write waits once (the node's replicas known short).
+#[tokio::test]
+async fn d10_replicas_acknowledging_until_now_get_a_second_wait_before_a_shortfall_counts() {
+    let (master, replica) = replicated();
+    // Long enough for a thawed replica to answer within the second wait on a busy host
+    // — and past the redis crate's own 500 ms bound on a reply, which must not cut it.
+    let wait = Duration::from_millis(600);
+    let options = common::patient()
+        .replica_acks(1)
+        .replica_ack_wait(wait)
+        .blocks(None);
+    let store = Arc::new(
+        RedisStore::connect(&master.url(), options)
+            .await
+            .expect("connect"),
+    );
+    store.set_balance("acme", 1_000).await.unwrap();
+
+    // The replica misses the first wait, then answers within the second.
+    replica.stop();
+    let before = waits(&master);
+    let admission = tokio::spawn({
+        let store = store.clone();
+        async move { store.check_and_reserve(&request("r1", 100)).await }
+    });
+    let asked = Instant::now();
+    while waits(&master) < before + 2 {
+        assert!(
+            !admission.is_finished(),
+            "the admission ended after one wait: {:?}",
+            admission.await
+        );
+        assert!(
+            asked.elapsed() < EVENTUALLY,
+            "no second wait within {EVENTUALLY:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    replica.cont();
+    assert_eq!(
+        admission
+            .await
+            .expect("the admission")
+            .expect("acknowledged"),
+        BillingDecision::Admitted
+    );
+    assert_eq!(waits(&master), before + 2);
+    assert_eq!(
+        store.unacknowledged(),
+        Unacked::default(),
+        "no shortfall counted"
+    );
+
+    // The replica misses both: the shortfall counts, and is refused.
+    replica.stop();
+    let before = waits(&master);
+    let e = store
+        .check_and_reserve(&request("r2", 100))
+        .await
+        .expect_err("no replica acknowledged");
+    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
+    assert_eq!(waits(&master), before + 2, "two waits, then a shortfall");
+    assert_eq!(store.unacknowledged().refused, 1);
+    // Once the node's writes ask again, a write whose replicas are known short waits
+    // once.
+    tokio::time::sleep(portcullis_redis::SHORTFALL_RECHECK * 2).await;
+    let before = waits(&master);
+    let e = store
+        .check_and_reserve(&request("r3", 100))
+        .await
+        .expect_err("still no replica");
+    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
+    assert_eq!(waits(&master), before + 1, "one wait in a known shortfall");
+    assert_eq!(store.unacknowledged().refused, 2);
+
+    // The replica back, and acknowledging for a quiet second: the shortfall is over, and
+    // a write waits twice again.
+    replica.cont();
+    until_ok("an admission once the replica is back", || {
+        store.check_and_reserve(&request("r4", 100))
+    })
+    .await;
+    tokio::time::sleep(portcullis_core::outage::OUTAGE_QUIET).await;
+    store.check_and_reserve(&request("r5", 100)).await.unwrap();
+    replica.stop();
+    let before = waits(&master);
+    let e = store
+        .check_and_reserve(&request("r6", 100))
+        .await
+        .expect_err("no replica again");
+    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
+    assert_eq!(
+        waits(&master),
+        before + 2,
+        "two waits once the shortfall was over"
+    );
+    replica.cont();
+}
+
 /// D9 with D10: a give-back the master takes while its replicas do not acknowledge is
 /// sent again until a send is acknowledged (under `refuse`, the default) — a master
 /// that was stalled past its node timeout takes such writes in the moment before it

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 /// How late Redis may answer a `WAIT` past its timeout: it checks those timeouts on
 /// its cron tick, every 100 ms at the default `hz 10` (an idle server sleeps until
 /// then), so `WAIT 1 100` without a replica answers after 100–200 ms.
-const WAIT_TICK: Duration = Duration::from_millis(100);
+pub(super) const WAIT_TICK: Duration = Duration::from_millis(100);
 
 /// A reply, and whether the replicas acknowledged the write that produced it (true
 /// too for a call that asked for no acknowledgement). A write taken unacknowledged
@@ -185,7 +185,8 @@ impl Inner {
     /// master): the reply counts only once that many replicas hold its writes. Fewer is
     /// a durability shortfall, told apart from an outage (its own error kind, counter
     /// and log line): an admission fails as `Unacknowledged` under
-    /// [`Unacknowledged::Refuse`], anything else is taken and counted. After a shortfall
+    /// [`Unacknowledged::Refuse`], anything else is taken and counted. Replicas that
+    /// acknowledged until now get a second `WAIT` before their shortfall counts. After a shortfall
     /// the node's writes skip the wait for [`SHORTFALL_RECHECK`](crate::SHORTFALL_RECHECK)
     /// — an admission refused unsent, the rest sent without the `WAIT`. A server error
     /// reply comes back as an error (`Err`, or `Ok(Ok(ServerError))` from the pipeline).
@@ -229,13 +230,32 @@ impl Inner {
             .arg(wait_ms)
             .ignore_errors();
         let mut replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-        let acks = match replies.pop() {
+        let mut acks = match replies.pop() {
             Some(redis::Value::Int(a)) => a,
             other => return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}")))),
         };
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
         if matches!(reply, redis::Value::ServerError(_)) {
             return Ok(Ok(Sent::acknowledged(reply)));
+        }
+        if acks < i64::from(n) && !health.in_shortfall() {
+            // Replicas that acknowledged until now get a second wait before their
+            // shortfall counts: on a busy host one wait can be missed at a moment the
+            // whole host is held up (seen at a Cluster failover beside two busy loops),
+            // and a shortfall refuses the node's admissions for SHORTFALL_RECHECK. The
+            // `WAIT` waits for this connection's last write, so it asks about the same
+            // write again. Its reply is a sign of life: the silence the call is bounded
+            // by starts again.
+            self.live(node).replied();
+            acks = match redis::cmd("WAIT")
+                .arg(n)
+                .arg(wait_ms)
+                .query_async(conn)
+                .await?
+            {
+                redis::Value::Int(a) => a,
+                other => return Ok(Err(protocol(format!("WAIT: unexpected reply {other:?}")))),
+            };
         }
         if acks >= i64::from(n) {
             health.acknowledged(|| self.node_name(node));

@@ -1,5 +1,6 @@
 //! Connecting: one node, a Cluster, or one node asked whether it belongs to one (D6).
 
+use super::call::WAIT_TICK;
 use super::{Client, in_runtime, map_err, protocol, timeout};
 use crate::conn::{Cluster, Conn, Endpoint, Nodes, says_cluster};
 use crate::options::RedisStoreOptions;
@@ -119,8 +120,42 @@ impl Client {
             .set_max_delay(options.reconnect_max_delay)
             .set_number_of_retries(8)
             .set_connection_timeout(Some(options.connect_timeout))
+            // The crate's own bound on a reply (500 ms unless set) only backs ours up:
+            // it must not cut a call that ours still allows — a write's wait for its
+            // replicas, a longer deadline — into "timed out", as if Redis were down.
+            .set_response_timeout(Some(longest_call(&options)))
             .set_pipeline_buffer_size(options.pipeline_buffer);
         let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(map_err)?;
         Ok(Self::new(Conn::Node(conn), options, label))
+    }
+}
+
+/// The longest one call may wait for its reply under `options`: the busy limit, or a
+/// silent Redis' deadline plus the replicas' wait and Redis' `WAIT` tick, whichever is
+/// longer (see `Liveness::bounded`), and never less than the connect timeout.
+fn longest_call(options: &RedisStoreOptions) -> Duration {
+    options
+        .connect_timeout
+        .max(options.busy_limit)
+        .max(options.deadline + options.replica_ack_wait + WAIT_TICK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn d10_the_redis_crates_bound_on_a_reply_does_not_cut_a_wait_for_replicas() {
+        let defaults = RedisStoreOptions::default();
+        assert_eq!(
+            longest_call(&defaults),
+            defaults.connect_timeout.max(defaults.busy_limit)
+        );
+        let patient = RedisStoreOptions::default()
+            .deadline(Duration::from_secs(2))
+            .replica_ack_wait(Duration::from_secs(1));
+        assert_eq!(longest_call(&patient), Duration::from_secs(3) + WAIT_TICK);
+        let busy = RedisStoreOptions::default().busy_limit(Duration::from_secs(9));
+        assert_eq!(longest_call(&busy), Duration::from_secs(9));
     }
 }

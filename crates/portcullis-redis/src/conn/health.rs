@@ -85,6 +85,13 @@ impl Health {
         until != 0 && now_ms < until
     }
 
+    /// True from a write its replicas did not acknowledge until one they did: the
+    /// node's replicas are known not to acknowledge (a write then waits for them once;
+    /// outside a shortfall, twice before it counts as one).
+    pub(crate) fn in_shortfall(&self) -> bool {
+        self.short.is_on()
+    }
+
     /// At `now` (ms of [`mono_ms`]), `acks` of `wanted` replicas of `node`
     /// acknowledged a write within `wait_ms`, or (`acks` = `None`) the write went
     /// without asking, its shortfall known; `taken`: the write is relied on all the
@@ -188,7 +195,9 @@ mod tests {
     fn d10_a_shortfall_skips_the_wait_for_a_while_and_an_acknowledgement_ends_it() {
         let h = Health::default();
         assert!(!h.known_short(1_000));
+        assert!(!h.in_shortfall());
         h.fell_short(1_000, "n", Some(0), 1, 100, false);
+        assert!(h.in_shortfall());
         assert!(h.known_short(1_000), "the next writes do not wait again");
         assert!(h.known_short(1_000 + RECHECK - 1));
         assert!(!h.known_short(1_000 + RECHECK), "then one asks again");
