@@ -114,8 +114,11 @@ async fn d10_replicas_acknowledging_until_now_get_a_second_wait_before_a_shortfa
     let (master, replica) = replicated();
     // Long enough for a thawed replica to answer within the second wait on a busy host
     // — and past the redis crate's own 500 ms bound on a reply, which must not cut it.
+    // The deadline: generous for a Redis that answers, shorter than two waits — the
+    // silence a write is bounded by starts again when its first wait is answered.
     let wait = Duration::from_millis(600);
-    let options = common::patient()
+    let options = RedisStoreOptions::default()
+        .deadline(Duration::from_millis(300))
         .replica_acks(1)
         .replica_ack_wait(wait)
         .blocks(None);
@@ -125,6 +128,16 @@ async fn d10_replicas_acknowledging_until_now_get_a_second_wait_before_a_shortfa
             .expect("connect"),
     );
     store.set_balance("acme", 1_000).await.unwrap();
+    let before = waits(&master);
+    assert_eq!(
+        store.check_and_reserve(&request("r0", 100)).await.unwrap(),
+        BillingDecision::Admitted
+    );
+    assert_eq!(
+        waits(&master),
+        before + 1,
+        "an acknowledged write waits once"
+    );
 
     // The replica misses the first wait, then answers within the second.
     replica.stop();

@@ -117,6 +117,16 @@ impl Inner {
         }
     }
 
+    /// The longest a call bounded by `limit` (see [`limit`](Self::limit)) may take
+    /// while Redis answers: the busy limit, or the call's silence limit, and for a write
+    /// that waits for its replicas room for its second wait (see
+    /// [`send_acked`](Self::send_acked)).
+    fn busy(&self, limit: Duration) -> Duration {
+        // The replicas' wait and Redis' tick for a write that waits for them, else 0.
+        let second_wait = limit.saturating_sub(self.deadline);
+        self.busy_limit.max(limit + second_wait)
+    }
+
     /// Whether a write of `effect` waits for the replicas' acknowledgement.
     fn acked(&self, effect: Effect) -> bool {
         self.replica_acks > 0 && effect != Effect::Read
@@ -285,7 +295,8 @@ impl Inner {
         fut: impl Future<Output = redis::RedisResult<StoreResult<T>>>,
     ) -> StoreResult<T> {
         let live = self.live(node);
-        let r = live.bounded(start, limit, self.busy_limit, fut).await;
+        let busy = self.busy(limit);
+        let r = live.bounded(start, limit, busy, fut).await;
         // Redis answers again after a silence: the give-backs kept for it go now, not
         // at the end of a gap that grew while it was silent (up to 2 s of leases and
         // quota held by nobody).
@@ -299,7 +310,7 @@ impl Inner {
                 StoreErrorKind::Timeout,
                 format!(
                     "redis answered other calls but not this one within {} ms",
-                    self.busy_limit.max(limit).as_millis()
+                    busy.as_millis()
                 ),
             )),
         }
