@@ -176,24 +176,14 @@ async fn d10_replicas_acknowledging_until_now_get_a_second_wait_before_a_shortfa
 
     // The replica misses both: the shortfall counts, and is refused.
     replica.stop();
-    let before = waits(&master);
-    let e = store
-        .check_and_reserve(&request("r2", 100))
-        .await
-        .expect_err("no replica acknowledged");
-    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
-    assert_eq!(waits(&master), before + 2, "two waits, then a shortfall");
+    let waited = refused_unacknowledged(&store, &master, "r2").await;
+    assert_eq!(waited, 2, "two waits, then a shortfall");
     assert_eq!(store.unacknowledged().refused, 1);
     // Once the node's writes ask again, a write whose replicas are known short waits
     // once.
     tokio::time::sleep(portcullis_redis::SHORTFALL_RECHECK * 2).await;
-    let before = waits(&master);
-    let e = store
-        .check_and_reserve(&request("r3", 100))
-        .await
-        .expect_err("still no replica");
-    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
-    assert_eq!(waits(&master), before + 1, "one wait in a known shortfall");
+    let waited = refused_unacknowledged(&store, &master, "r3").await;
+    assert_eq!(waited, 1, "one wait in a known shortfall");
     assert_eq!(store.unacknowledged().refused, 2);
 
     // The replica back, and acknowledging for a quiet second: the shortfall is over, and
@@ -206,18 +196,25 @@ async fn d10_replicas_acknowledging_until_now_get_a_second_wait_before_a_shortfa
     tokio::time::sleep(portcullis_core::outage::OUTAGE_QUIET).await;
     store.check_and_reserve(&request("r5", 100)).await.unwrap();
     replica.stop();
-    let before = waits(&master);
-    let e = store
-        .check_and_reserve(&request("r6", 100))
-        .await
-        .expect_err("no replica again");
-    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
-    assert_eq!(
-        waits(&master),
-        before + 2,
-        "two waits once the shortfall was over"
-    );
+    let waited = refused_unacknowledged(&store, &master, "r6").await;
+    assert_eq!(waited, 2, "two waits once the shortfall was over");
     replica.cont();
+}
+
+/// The admission `id` of `store`, refused for want of a replica's acknowledgement:
+/// how many `WAIT`s the master took for it.
+async fn refused_unacknowledged(
+    store: &RedisStore,
+    master: &portcullis_test_support::redis::RedisServer,
+    id: &str,
+) -> u64 {
+    let before = waits(master);
+    let e = store
+        .check_and_reserve(&request(id, 100))
+        .await
+        .expect_err("no replica acknowledged");
+    assert_eq!(e.kind(), StoreErrorKind::Unacknowledged, "{e}");
+    waits(master) - before
 }
 
 /// D9 with D10: a give-back the master takes while its replicas do not acknowledge is
