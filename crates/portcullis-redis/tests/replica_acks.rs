@@ -109,16 +109,21 @@ fn waits(master: &portcullis_test_support::redis::RedisServer) -> u64 {
 /// node's admissions for a while. A write whose replica answers during the second wait
 /// is acknowledged, and nothing is counted short; a replica that misses both makes the
 /// shortfall, after which a write waits once (the node's replicas known short).
-#[tokio::test]
+// Two workers: the test reads Redis' counts through `redis-cli`, blocking its thread,
+// while the admission it watches goes on on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d10_replicas_acknowledging_until_now_get_a_second_wait_before_a_shortfall_counts() {
     let (master, replica) = replicated();
     // Long enough for a thawed replica to answer within the second wait on a busy host
     // — and past the redis crate's own 500 ms bound on a reply, which must not cut it.
-    // The deadline: generous for a Redis that answers, shorter than two waits — the
-    // silence a write is bounded by starts again when its first wait is answered.
+    // The deadline: generous for a Redis that answers, and the room two missed waits
+    // have under the call's busy bound (deadline + 2 × (wait + Redis' 100 ms tick)).
+    // Under 500 ms, so the call's silence bound (deadline + wait + tick: 1.15 s) is
+    // shorter than two missed waits (1.2 s at least): it must start again when the
+    // first wait is answered.
     let wait = Duration::from_millis(600);
     let options = RedisStoreOptions::default()
-        .deadline(Duration::from_millis(300))
+        .deadline(Duration::from_millis(450))
         .replica_acks(1)
         .replica_ack_wait(wait)
         .blocks(None);

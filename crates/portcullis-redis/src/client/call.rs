@@ -196,9 +196,10 @@ impl Inner {
     /// a durability shortfall, told apart from an outage (its own error kind, counter
     /// and log line): an admission fails as `Unacknowledged` under
     /// [`Unacknowledged::Refuse`], anything else is taken and counted. Replicas that
-    /// acknowledged until now get a second `WAIT` before their shortfall counts. After a shortfall
-    /// the node's writes skip the wait for [`SHORTFALL_RECHECK`](crate::SHORTFALL_RECHECK)
-    /// — an admission refused unsent, the rest sent without the `WAIT`. A server error
+    /// acknowledged until now get a second `WAIT` before their shortfall counts. After
+    /// a shortfall the node's writes skip the wait for
+    /// [`SHORTFALL_RECHECK`](crate::SHORTFALL_RECHECK) — an admission refused unsent,
+    /// the rest sent without the `WAIT`. A server error
     /// reply comes back as an error (`Err`, or `Ok(Ok(ServerError))` from the pipeline).
     async fn send_acked(
         &self,
